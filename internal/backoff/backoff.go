@@ -1,0 +1,150 @@
+// Package backoff is nolock's retry policy: exponential backoff with full
+// jitter, bounded by a number of attempts and by the caller's context.
+//
+// Full jitter (AWS Architecture Blog, "Exponential Backoff and Jitter") waits
+// a uniformly random time in [0, min(Cap, Base·2^k)] before the k-th delayed
+// retry. Among the usual schemes it does the least total work under
+// contention, because competing writers spread out instead of colliding again
+// in lock-step. The first retry is immediate: most conflicts are a single
+// collision that a fresh read resolves at once.
+//
+// The package is internal; cas, dynamolock and idempotency expose its knobs
+// through their own options.
+package backoff
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Defaults used for zero fields of a Policy.
+const (
+	DefaultBase     = 2 * time.Millisecond
+	DefaultCap      = 500 * time.Millisecond
+	DefaultAttempts = 10
+)
+
+// Policy says how often and how long to retry. The zero value is usable and
+// means the defaults. A Policy is a value; it is safe for concurrent use.
+type Policy struct {
+	// Base is the ceiling of the first delayed retry's jitter window.
+	Base time.Duration
+	// Cap bounds every window.
+	Cap time.Duration
+	// Attempts bounds the total number of tries, the first included.
+	Attempts int
+	// Int64N returns a uniform random number in [0, n); nil means
+	// math/rand/v2's concurrency-safe generator. Tests inject their own.
+	Int64N func(n int64) int64
+}
+
+// withDefaults fills zero fields.
+func (p Policy) withDefaults() Policy {
+	if p.Base == 0 {
+		p.Base = DefaultBase
+	}
+	if p.Cap == 0 {
+		p.Cap = DefaultCap
+	}
+	if p.Attempts == 0 {
+		p.Attempts = DefaultAttempts
+	}
+	if p.Int64N == nil {
+		p.Int64N = rand.Int64N
+	}
+	return p
+}
+
+// Validate reports a setting that cannot work, naming it.
+func (p Policy) Validate() error {
+	switch {
+	case p.Base < 0:
+		return fmt.Errorf("backoff: base %v is negative", p.Base)
+	case p.Cap < 0:
+		return fmt.Errorf("backoff: cap %v is negative", p.Cap)
+	case p.Cap != 0 && p.Base > p.Cap:
+		return fmt.Errorf("backoff: base %v exceeds cap %v", p.Base, p.Cap)
+	case p.Attempts < 0:
+		return fmt.Errorf("backoff: attempts %d is negative", p.Attempts)
+	}
+	return nil
+}
+
+// Delay returns how long to wait before attempt n (1 is the first attempt).
+// Attempts 1 and 2 do not wait; attempt n > 2 waits a uniform random time in
+// [0, min(Cap, Base·2^(n-3))].
+func (p Policy) Delay(n int) time.Duration {
+	p = p.withDefaults()
+	if n <= 2 {
+		return 0
+	}
+	window := p.Cap
+	if shift := n - 3; shift < 62 && p.Base<<shift > 0 && p.Base<<shift < p.Cap {
+		window = p.Base << shift
+	}
+	return time.Duration(p.Int64N(int64(window) + 1))
+}
+
+// ExhaustedError is returned when every attempt failed with a retryable
+// error. It wraps the last one, so errors.Is(err, cas.ErrConflict) still holds.
+type ExhaustedError struct {
+	Attempts int
+	Last     error
+}
+
+func (e *ExhaustedError) Error() string {
+	return fmt.Sprintf("gave up after %d attempts: %v", e.Attempts, e.Last)
+}
+
+func (e *ExhaustedError) Unwrap() error { return e.Last }
+
+// Retry calls op until it returns nil or a non-retryable error, the attempts
+// run out (then *ExhaustedError), or ctx ends (then an error wrapping both
+// ctx.Err() and the last failure). op receives the attempt number, from 1.
+// onRetry, if not nil, is called before each wait with the attempt that just
+// failed, its error and the delay about to be slept.
+func (p Policy) Retry(ctx context.Context, op func(ctx context.Context, attempt int) error,
+	retryable func(error) bool, onRetry func(attempt int, err error, delay time.Duration)) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	p = p.withDefaults()
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := op(ctx, attempt)
+		if err == nil || !retryable(err) {
+			return err
+		}
+		if attempt >= p.Attempts {
+			return &ExhaustedError{Attempts: attempt, Last: err}
+		}
+		d := p.Delay(attempt + 1)
+		if onRetry != nil {
+			onRetry(attempt, err, d)
+		}
+		if serr := Sleep(ctx, d); serr != nil {
+			return errors.Join(serr, err)
+		}
+	}
+}
+
+// Sleep waits for d or until ctx ends, whichever is first, and returns
+// ctx.Err() in the second case. A zero d returns at once.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

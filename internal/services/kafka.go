@@ -1,0 +1,97 @@
+package services
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// CreateTopic creates topic with the given number of partitions and waits
+// until every partition has a leader.
+func CreateTopic(ctx context.Context, brokers []string, topic string, partitions int) error {
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 30 * time.Second}
+	res, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic: topic, NumPartitions: partitions, ReplicationFactor: 1,
+	}}})
+	if err == nil {
+		err = res.Errors[topic]
+	}
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	for {
+		md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+		if err == nil && len(md.Topics) == 1 && md.Topics[0].Error == nil && len(md.Topics[0].Partitions) == partitions {
+			ready := true
+			for _, p := range md.Topics[0].Partitions {
+				ready = ready && p.Error == nil && p.Leader.Host != ""
+			}
+			if ready {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topic %s: partitions without a leader: %w", topic, errors.Join(ctx.Err(), err))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// DeleteTopic deletes topic.
+func DeleteTopic(ctx context.Context, brokers []string, topic string) error {
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 30 * time.Second}
+	res, err := client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topic}})
+	if err == nil {
+		err = res.Errors[topic]
+	}
+	if err != nil {
+		return fmt.Errorf("delete topic %s: %w", topic, err)
+	}
+	return nil
+}
+
+// KafkaRoundTrip produces n messages to topic (one partition) and reads
+// them back through a consumer-group member, committing the offset. It
+// returns how many distinct messages came back.
+func KafkaRoundTrip(ctx context.Context, brokers []string, topic, group string, n int) (int, error) {
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchSize: n}
+	defer w.Close()
+	msgs := make([]kafka.Message, n)
+	for i := range msgs {
+		msgs[i].Value = fmt.Appendf(nil, "m%d", i)
+	}
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		return 0, err
+	}
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID: group, Brokers: brokers, Topics: []string{topic}, StartOffset: kafka.FirstOffset,
+		HeartbeatInterval: 200 * time.Millisecond, JoinGroupBackoff: 200 * time.Millisecond,
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer cg.Close()
+	gen, err := cg.Next(ctx)
+	if err != nil {
+		return 0, err
+	}
+	pa := gen.Assignments[topic][0]
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: pa.ID, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	if err := r.SetOffset(pa.Offset); err != nil {
+		return 0, err
+	}
+	seen := map[string]bool{}
+	for len(seen) < n {
+		m, err := r.ReadMessage(ctx)
+		if err != nil {
+			return len(seen), err
+		}
+		seen[string(m.Value)] = true
+	}
+	return len(seen), gen.CommitOffsets(map[string]map[int]int64{topic: {pa.ID: int64(n)}})
+}

@@ -1,0 +1,47 @@
+// Package testenv connects tests to the real services that scripts/services
+// starts (PostgreSQL, Apache Kafka, DynamoDB-compatible servers) and gives
+// each test its own schema, topic or table, removed when the test ends.
+//
+// A missing service fails the test when CI or NOLOCK_REQUIRE_SERVICES is set,
+// and skips it otherwise with a message naming the setup command.
+package testenv
+
+import (
+	"os"
+	"testing"
+
+	"github.com/nolock/nolock/internal/services"
+)
+
+// The variables scripts/services env prints.
+const (
+	EnvPostgres   = "NOLOCK_TEST_POSTGRES"    // a libpq DSN
+	EnvKafka      = "NOLOCK_TEST_KAFKA"       // comma-separated brokers
+	EnvDynamoDB   = "NOLOCK_TEST_DYNAMODB"    // endpoint URL of the default server
+	EnvDynamoDBTx = "NOLOCK_TEST_DYNAMODB_TX" // endpoint URL of a server with transactions
+)
+
+// need returns the value of the environment variable name, or ends the test:
+// with Fatal when services are required, with Skip otherwise.
+func need(t testing.TB, name string) string {
+	t.Helper()
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	msg := name + " is not set: start the services with `scripts/services up` and load them with `eval \"$(scripts/services env)\"` (or run scripts/test)"
+	if Required() {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// Required reports whether a missing service must fail a test rather than
+// skip it: under CI, and under scripts/test, which started the services.
+func Required() bool {
+	return os.Getenv("CI") != "" || os.Getenv("NOLOCK_REQUIRE_SERVICES") != ""
+}
+
+// Name returns prefix followed by an underscore and 12 random hex digits,
+// a valid identifier for a schema, topic, group or table.
+func Name(prefix string) string { return services.Name(prefix) }

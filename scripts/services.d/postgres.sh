@@ -1,0 +1,73 @@
+# PostgreSQL from Debian's packages: a private cluster on 127.0.0.1:15432,
+# durable defaults (fsync and synchronous_commit on), trust auth on loopback.
+PG_PORT=15432
+PG_DATA=$NOLOCK_STATE/postgres
+PG_LOG=$NOLOCK_STATE/postgres.log
+
+# pg_bin prints the newest installed server's bin dir, or nothing.
+pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
+
+# pg_as_owner runs a command as the cluster's owner: initdb refuses root.
+pg_as_owner() {
+  if [[ $(id -u) == 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+postgres_install() {
+  [[ -n $(pg_bin) && -x $(pg_bin)/initdb ]] && return 0
+  log "postgres: installing the postgresql package (apt)"
+  local sudo=; [[ $(id -u) == 0 ]] || sudo=sudo
+  $sudo apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >&2
+  [[ -x $(pg_bin)/initdb ]] || die "postgres: initdb not found after install"
+}
+
+postgres_up() {
+  postgres_install
+  local bin; bin=$(pg_bin)
+  if pg_as_owner "$bin/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
+    log "postgres: already running on 127.0.0.1:$PG_PORT"
+    return 0
+  fi
+  if [[ ! -s $PG_DATA/PG_VERSION ]]; then
+    log "postgres: initdb $PG_DATA"
+    mkdir -p "$PG_DATA"
+    [[ $(id -u) == 0 ]] && chown postgres:postgres "$PG_DATA"
+    chmod 700 "$PG_DATA"
+    pg_as_owner "$bin/initdb" -D "$PG_DATA" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+    cat >>"$PG_DATA/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$PG_DATA'
+max_connections = 300
+shared_buffers = 256MB
+fsync = on
+synchronous_commit = on
+CONF
+  fi
+  [[ $(id -u) == 0 ]] && touch "$PG_LOG" && chown postgres "$PG_LOG"
+  log "postgres: starting $("$bin/postgres" --version)"
+  pg_as_owner "$bin/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -w -t 60 start >/dev/null
+  wait_port "$PG_PORT" 30 postgres
+}
+
+postgres_down() {
+  local bin; bin=$(pg_bin)
+  [[ -n $bin && -s $PG_DATA/PG_VERSION ]] || return 0
+  if pg_as_owner "$bin/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
+    log "postgres: stopping"
+    pg_as_owner "$bin/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null
+  fi
+}
+
+postgres_status() {
+  local bin; bin=$(pg_bin)
+  if [[ -n $bin ]] && pg_as_owner "$bin/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
+    log "postgres: running $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$PG_PORT (data $PG_DATA)"
+  else
+    log "postgres: stopped"
+  fi
+}
+
+postgres_env() {
+  echo "export NOLOCK_TEST_POSTGRES='postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=disable'"
+}

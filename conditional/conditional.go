@@ -1,0 +1,90 @@
+package conditional
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what this package needs from pgx: a *pgxpool.Pool, a *pgx.Conn or a
+// pgx.Tx all satisfy it. It may grow in later versions.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+var (
+	// ErrSoldOut means the stock cannot cover the request: nothing was taken.
+	ErrSoldOut = errors.New("conditional: sold out")
+	// ErrUnknownKey means no row exists for the key: nothing was changed.
+	ErrUnknownKey = errors.New("conditional: unknown key")
+	// ErrInvalid marks bad input; the error's text names the argument.
+	// Nothing was sent to the database.
+	ErrInvalid = errors.New("conditional: invalid argument")
+	// ErrAmbiguousCommit means the connection failed after the statement was
+	// sent, so it may or may not have committed. Read the state before
+	// retrying a request that is not idempotent.
+	ErrAmbiguousCommit = errors.New("conditional: commit outcome unknown")
+	// ErrClosed means the Stock was closed before the request was sent.
+	ErrClosed = errors.New("conditional: closed")
+)
+
+// invalid returns an ErrInvalid that names what is wrong.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// validKey checks a key argument.
+func validKey(key string) error {
+	switch {
+	case key == "":
+		return invalid("key is empty")
+	case len(key) > MaxKeyLen:
+		return invalid("key is %d bytes, more than %d", len(key), MaxKeyLen)
+	case strings.IndexByte(key, 0) >= 0:
+		return invalid("key contains a NUL byte")
+	}
+	return nil
+}
+
+// MaxKeyLen bounds a key's length in bytes: keys live in a primary-key index.
+const MaxKeyLen = 512
+
+// classify turns a failed statement's error into what the caller may
+// conclude: nothing applied (the error as is) or ErrAmbiguousCommit, when
+// the statement may have run and committed before the connection failed.
+func classify(err error) error {
+	var pgErr *pgconn.PgError
+	if err == nil || pgconn.SafeToRetry(err) || errors.As(err, &pgErr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
+}
+
+//go:embed schema.sql
+var schemaSQL string
+
+// Schema returns the DDL for the given table names (quoted); it is what
+// CreateSchema runs, for users who keep DDL in a migration tool.
+func Schema(stockTable string) string {
+	return strings.ReplaceAll(schemaSQL, "{{stock}}", pgx.Identifier{stockTable}.Sanitize())
+}
+
+// CreateSchema creates the tables if they do not exist.
+func CreateSchema(ctx context.Context, db DB, stockTable string) error {
+	if stockTable == "" {
+		stockTable = DefaultStockTable
+	}
+	_, err := db.Exec(ctx, Schema(stockTable))
+	return err
+}
+
+// DefaultStockTable is the stock table's name unless WithTable says otherwise.
+const DefaultStockTable = "nolock_stock"

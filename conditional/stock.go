@@ -1,0 +1,327 @@
+package conditional
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Stock sells units of keys (SKUs, tickets, quota) from a PostgreSQL table,
+// never below zero, without a lock around read-modify-write: the row decides.
+//
+// Every take is one conditional statement. Concurrent takes of one key in
+// this process are coalesced (see WithCoalescing): one statement in flight
+// per key, each granting a whole batch. Several processes may share a table;
+// the row lock keeps them exact. For keys hotter than one row allows across
+// processes, spread the stock over buckets (WithBuckets).
+//
+// A Stock is safe for concurrent use. Close it to stop its goroutines.
+type Stock struct {
+	db      DB
+	table   string // quoted
+	buckets int
+	rand    func(n int) int
+
+	batch *batcher[bucketKey, int64]
+
+	soldOutMu  sync.Mutex
+	soldOut    map[string]time.Time // key → when this process saw it empty
+	soldOutTTL time.Duration
+	now        func() time.Time
+
+	takeSQL, acrossSQL, availableSQL, putSQL string
+}
+
+type bucketKey struct {
+	key    string
+	bucket int
+}
+
+// StockOption configures NewStock.
+type StockOption func(*stockConfig)
+
+type stockConfig struct {
+	table      string
+	buckets    int
+	coalesce   bool
+	maxBatch   int
+	timeout    time.Duration
+	soldOutTTL time.Duration
+}
+
+// WithTable sets the stock table's name (default "nolock_stock"). The name
+// is quoted, never interpolated raw.
+func WithTable(name string) StockOption { return func(c *stockConfig) { c.table = name } }
+
+// WithBuckets spreads each key's stock over n rows (default 1). Takes go to
+// a random bucket; when it cannot cover a request, one transaction takes
+// across all buckets, so the last units always sell. Use buckets when
+// several processes write one hot key; within one process coalescing is
+// usually enough. Measure before choosing.
+func WithBuckets(n int) StockOption { return func(c *stockConfig) { c.buckets = n } }
+
+// WithCoalescing turns coalescing of concurrent takes of one key on (the
+// default) or off. Off, the Stock still admits only one statement per key
+// (bucket) at a time; the rest wait their turn in this process instead of
+// piling onto the row lock.
+func WithCoalescing(on bool) StockOption { return func(c *stockConfig) { c.coalesce = on } }
+
+// WithMaxBatch bounds how many takes one statement grants (default 128).
+func WithMaxBatch(n int) StockOption { return func(c *stockConfig) { c.maxBatch = n } }
+
+// WithStatementTimeout bounds each statement (default 10 s). A take already
+// sent waits for its statement's outcome, at most this long.
+func WithStatementTimeout(d time.Duration) StockOption {
+	return func(c *stockConfig) { c.timeout = d }
+}
+
+// WithSoldOutCache lets Take answer ErrSoldOut without a query for d after
+// this process found every bucket of a key empty (default 0: off). Put in
+// this process clears it; a restock by another process is seen only after d.
+func WithSoldOutCache(d time.Duration) StockOption {
+	return func(c *stockConfig) { c.soldOutTTL = d }
+}
+
+// NewStock returns a Stock on db, usually a *pgxpool.Pool. Run CreateSchema
+// (or Schema in your migrations) first.
+func NewStock(db DB, opts ...StockOption) (*Stock, error) {
+	cfg := stockConfig{table: DefaultStockTable, buckets: 1, coalesce: true, maxBatch: 128, timeout: 10 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch {
+	case db == nil:
+		return nil, invalid("db is nil")
+	case cfg.table == "":
+		return nil, invalid("table name is empty")
+	case cfg.buckets < 1 || cfg.buckets > 1024:
+		return nil, invalid("buckets %d outside [1, 1024]", cfg.buckets)
+	case cfg.maxBatch < 1 || cfg.maxBatch > 10000:
+		return nil, invalid("max batch %d outside [1, 10000]", cfg.maxBatch)
+	case cfg.timeout <= 0:
+		return nil, invalid("statement timeout %v is not positive", cfg.timeout)
+	case cfg.soldOutTTL < 0:
+		return nil, invalid("sold-out cache %v is negative", cfg.soldOutTTL)
+	}
+	if !cfg.coalesce {
+		cfg.maxBatch = 1
+	}
+	t := pgx.Identifier{cfg.table}.Sanitize()
+	s := &Stock{
+		db: db, table: t, buckets: cfg.buckets, rand: rand.IntN,
+		soldOut: map[string]time.Time{}, soldOutTTL: cfg.soldOutTTL, now: time.Now,
+		// One statement grants a batch of requests, first fit in arrival
+		// order: o locks the row (waiting for, then reading, the newest
+		// version), g walks the requests granting each one the rest covers,
+		// upd writes the result only if something was granted. It returns
+		// the units before the batch and one grant flag per request; no row
+		// means no such key.
+		takeSQL: `WITH RECURSIVE
+ req AS (SELECT n, i FROM unnest($3::bigint[]) WITH ORDINALITY AS r(n, i)),
+ o AS (SELECT qty FROM ` + t + ` WHERE key = $1 AND bucket = $2 FOR UPDATE),
+ g(i, rest, ok) AS (
+   SELECT 0::bigint, qty, true FROM o
+   UNION ALL
+   SELECT req.i, CASE WHEN req.n <= g.rest THEN g.rest - req.n ELSE g.rest END, req.n <= g.rest
+   FROM g JOIN req ON req.i = g.i + 1),
+ fin AS (SELECT rest FROM g ORDER BY i DESC LIMIT 1),
+ upd AS (UPDATE ` + t + ` s SET qty = fin.rest FROM fin, o
+         WHERE s.key = $1 AND s.bucket = $2 AND fin.rest <> o.qty)
+SELECT o.qty, (SELECT array_agg(ok ORDER BY i) FROM g WHERE i > 0) FROM o`,
+		acrossSQL:    `SELECT bucket, qty FROM ` + t + ` WHERE key = $1 ORDER BY bucket FOR UPDATE`,
+		availableSQL: `SELECT sum(qty)::bigint FROM ` + t + ` WHERE key = $1`,
+		// Put spreads n over the buckets, the remainder to the first ones.
+		putSQL: `INSERT INTO ` + t + ` AS s (key, bucket, qty)
+SELECT $1, b, $2 / $3 + CASE WHEN b < $2 % $3 THEN 1 ELSE 0 END FROM generate_series(0, $3 - 1) AS b
+ON CONFLICT (key, bucket) DO UPDATE SET qty = s.qty + EXCLUDED.qty`,
+	}
+	s.batch = newBatcher(cfg.maxBatch, cfg.timeout, s.runTake)
+	return s, nil
+}
+
+// Take takes n units of key: nil means all n are yours; ErrSoldOut means
+// none were taken because the stock cannot cover n; ErrUnknownKey means the
+// key has no stock row. Takes are granted whole or not at all, first fit in
+// arrival order, so a large request may be refused while a later, smaller
+// one is granted.
+//
+// Cancelling ctx withdraws the take if it has not been sent yet. Once sent,
+// Take waits for the statement's outcome, so nothing is taken behind the
+// caller's back. ErrAmbiguousCommit means the connection failed after the
+// statement was sent: read Available before retrying.
+func (s *Stock) Take(ctx context.Context, key string, n int64) error {
+	if err := validKey(key); err != nil {
+		return err
+	}
+	if n <= 0 {
+		return invalid("n must be positive, got %d", n)
+	}
+	if s.cachedSoldOut(key) {
+		return ErrSoldOut
+	}
+	b := 0
+	if s.buckets > 1 {
+		b = s.rand(s.buckets)
+	}
+	err := s.batch.do(ctx, bucketKey{key, b}, n)
+	if s.buckets > 1 && errors.Is(err, ErrSoldOut) {
+		// This bucket cannot cover n; the others together may.
+		err = s.takeAcross(ctx, key, n)
+	}
+	return err
+}
+
+// runTake is the batcher's statement: one conditional update of one bucket
+// for a batch of requests.
+func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
+	var before int64
+	var granted []bool
+	err := s.db.QueryRow(ctx, s.takeSQL, k.key, k.bucket, reqs).Scan(&before, &granted)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrUnknownKey
+	}
+	if err != nil {
+		return nil, fmt.Errorf("conditional: take %q: %w", k.key, classify(err))
+	}
+	if len(granted) != len(reqs) {
+		return nil, fmt.Errorf("conditional: take %q: %d grant flags for %d requests", k.key, len(granted), len(reqs))
+	}
+	if before == 0 && s.buckets == 1 {
+		s.markSoldOut(k.key)
+	}
+	errs := make([]error, len(reqs))
+	for i, ok := range granted {
+		if !ok {
+			errs[i] = ErrSoldOut
+		}
+	}
+	return errs, nil
+}
+
+// takeAcross takes n units from all of key's buckets in one transaction,
+// locking them in ascending order (every multi-row locker uses that order,
+// and single-bucket statements lock one row, so no deadlock).
+func (s *Stock) takeAcross(ctx context.Context, key string, n int64) error {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	rows, err := tx.Query(ctx, s.acrossSQL, key)
+	if err != nil {
+		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
+	}
+	var bucket []int
+	var qty []int64
+	var total int64
+	for rows.Next() {
+		var b int
+		var q int64
+		if err := rows.Scan(&b, &q); err != nil {
+			return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
+		}
+		bucket, qty, total = append(bucket, b), append(qty, q), total+q
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
+	}
+	switch {
+	case len(bucket) == 0:
+		return ErrUnknownKey
+	case total == 0:
+		s.markSoldOut(key)
+		return ErrSoldOut
+	case total < n:
+		return ErrSoldOut
+	}
+	// Take from the fullest buckets first, leaving the rest to single-bucket takes.
+	var newBuckets []int
+	var newQty []int64
+	for rest := n; rest > 0; {
+		best := 0
+		for i := range qty {
+			if qty[i] > qty[best] {
+				best = i
+			}
+		}
+		d := min(rest, qty[best])
+		qty[best] -= d
+		rest -= d
+		newBuckets, newQty = append(newBuckets, bucket[best]), append(newQty, qty[best])
+	}
+	_, err = tx.Exec(ctx, `UPDATE `+s.table+` s SET qty = v.qty FROM unnest($2::int[], $3::bigint[]) AS v(bucket, qty)
+WHERE s.key = $1 AND s.bucket = v.bucket`, key, newBuckets, newQty)
+	if err != nil {
+		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("conditional: take %q across buckets: %w", key, classify(err))
+	}
+	return nil
+}
+
+// Put adds n units to key, creating it if needed: a restock or a return.
+// With buckets, the units are spread evenly over them.
+func (s *Stock) Put(ctx context.Context, key string, n int64) error {
+	if err := validKey(key); err != nil {
+		return err
+	}
+	if n <= 0 {
+		return invalid("n must be positive, got %d", n)
+	}
+	if _, err := s.db.Exec(ctx, s.putSQL, key, n, int64(s.buckets)); err != nil {
+		return fmt.Errorf("conditional: put %q: %w", key, classify(err))
+	}
+	s.soldOutMu.Lock()
+	delete(s.soldOut, key)
+	s.soldOutMu.Unlock()
+	return nil
+}
+
+// Available returns the units of key not yet taken, summed over its
+// buckets. It is a snapshot: concurrent takes may change it at once.
+func (s *Stock) Available(ctx context.Context, key string) (int64, error) {
+	if err := validKey(key); err != nil {
+		return 0, err
+	}
+	var n *int64
+	if err := s.db.QueryRow(ctx, s.availableSQL, key).Scan(&n); err != nil {
+		return 0, fmt.Errorf("conditional: available %q: %w", key, err)
+	}
+	if n == nil {
+		return 0, ErrUnknownKey
+	}
+	return *n, nil
+}
+
+// Close fails takes not yet sent with ErrClosed, waits for the statements
+// in flight to be answered, and stops the Stock's goroutines. It is
+// idempotent; the database handle is the caller's to close.
+func (s *Stock) Close() error {
+	s.batch.close()
+	return nil
+}
+
+func (s *Stock) cachedSoldOut(key string) bool {
+	if s.soldOutTTL == 0 {
+		return false
+	}
+	s.soldOutMu.Lock()
+	defer s.soldOutMu.Unlock()
+	at, ok := s.soldOut[key]
+	return ok && s.now().Sub(at) < s.soldOutTTL
+}
+
+func (s *Stock) markSoldOut(key string) {
+	if s.soldOutTTL == 0 {
+		return
+	}
+	s.soldOutMu.Lock()
+	s.soldOut[key] = s.now()
+	s.soldOutMu.Unlock()
+}

@@ -1,0 +1,350 @@
+package conditional_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// newStock opens a Stock on a fresh schema and closes it when the test ends.
+func newStock(t *testing.T, pool *pgxpool.Pool, opts ...conditional.StockOption) *conditional.Stock {
+	t.Helper()
+	if err := conditional.CreateSchema(context.Background(), pool, ""); err != nil {
+		t.Fatal(err)
+	}
+	s, err := conditional.NewStock(pool, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func available(t *testing.T, s *conditional.Stock, key string) int64 {
+	t.Helper()
+	n, err := s.Available(context.Background(), key)
+	if err != nil {
+		t.Fatalf("Available(%q): %v", key, err)
+	}
+	return n
+}
+
+func TestStockTakePutAvailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStock(t, testenv.Postgres(t))
+	if err := s.Put(ctx, "sku", 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Take(ctx, "sku", 3); err != nil {
+		t.Fatalf("Take 3 of 10: %v", err)
+	}
+	if err := s.Take(ctx, "sku", 8); !errors.Is(err, conditional.ErrSoldOut) {
+		t.Fatalf("Take 8 of 7: %v, want ErrSoldOut", err)
+	}
+	if got := available(t, s, "sku"); got != 7 {
+		t.Fatalf("available %d after a refused take, want 7", got)
+	}
+	if err := s.Take(ctx, "sku", 7); err != nil {
+		t.Fatalf("Take the last 7: %v", err)
+	}
+	if err := s.Take(ctx, "sku", 1); !errors.Is(err, conditional.ErrSoldOut) {
+		t.Fatalf("Take from empty: %v, want ErrSoldOut", err)
+	}
+	if err := s.Put(ctx, "sku", 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := available(t, s, "sku"); got != 2 {
+		t.Fatalf("available %d after restocking 2, want 2", got)
+	}
+	if err := s.Take(ctx, "nope", 1); !errors.Is(err, conditional.ErrUnknownKey) {
+		t.Fatalf("Take of an unknown key: %v, want ErrUnknownKey", err)
+	}
+	if _, err := s.Available(ctx, "nope"); !errors.Is(err, conditional.ErrUnknownKey) {
+		t.Fatalf("Available of an unknown key: %v, want ErrUnknownKey", err)
+	}
+}
+
+func TestStockBadInput(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	s := newStock(t, pool)
+	if err := s.Put(ctx, "sku", 5); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("k", conditional.MaxKeyLen+1)
+	for _, tc := range []struct {
+		name, key, want string
+		n               int64
+		op              func(context.Context, string, int64) error
+	}{
+		{"take zero", "sku", "n must be positive", 0, s.Take},
+		{"take negative", "sku", "n must be positive", -3, s.Take},
+		{"take empty key", "", "key is empty", 1, s.Take},
+		{"take long key", long, "key is 513 bytes", 1, s.Take},
+		{"take NUL key", "a\x00b", "NUL", 1, s.Take},
+		{"put zero", "sku", "n must be positive", 0, s.Put},
+		{"put negative", "sku", "n must be positive", -1, s.Put},
+		{"put empty key", "", "key is empty", 1, s.Put},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.op(ctx, tc.key, tc.n)
+			if !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want ErrInvalid naming %q", err, tc.want)
+			}
+		})
+	}
+	if got := available(t, s, "sku"); got != 5 {
+		t.Fatalf("bad input changed the stock: %d, want 5", got)
+	}
+	var rows int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM nolock_stock").Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("rows %d (%v), want 1", rows, err)
+	}
+	for _, opts := range [][]conditional.StockOption{
+		{conditional.WithBuckets(0)}, {conditional.WithMaxBatch(0)}, {conditional.WithTable("")},
+		{conditional.WithStatementTimeout(0)}, {conditional.WithSoldOutCache(-1)},
+	} {
+		if _, err := conditional.NewStock(pool, opts...); !errors.Is(err, conditional.ErrInvalid) {
+			t.Errorf("NewStock with a bad option: %v, want ErrInvalid", err)
+		}
+	}
+}
+
+// buyers runs workers goroutines, each taking sizes[i % len(sizes)] units
+// until it is refused, and returns the units granted. A buyer stops at its
+// first ErrSoldOut, so when units remain that some buyer could have taken,
+// the count falls short of the stock and the test fails.
+func buyers(t *testing.T, stocks []*conditional.Stock, key string, workers int, size func(w int) int64) (granted int64) {
+	t.Helper()
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := stocks[w%len(stocks)]
+			n := size(w)
+			for {
+				err := s.Take(context.Background(), key, n)
+				if errors.Is(err, conditional.ErrSoldOut) {
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				total.Add(n)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return total.Load()
+}
+
+func TestStockConcurrentBuyersSellExactlyTheStock(t *testing.T) {
+	t.Parallel()
+	for _, buckets := range []int{1, 4, 16, 64} {
+		for _, units := range []int64{1, 3, 2000} {
+			for _, coalesce := range []bool{true, false} {
+				name := fmt.Sprintf("buckets=%d/units=%d/coalesce=%v", buckets, units, coalesce)
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					s := newStock(t, testenv.Postgres(t), conditional.WithBuckets(buckets), conditional.WithCoalescing(coalesce))
+					if err := s.Put(context.Background(), "hot", units); err != nil {
+						t.Fatal(err)
+					}
+					sold := buyers(t, []*conditional.Stock{s}, "hot", 32, func(int) int64 { return 1 })
+					if left := available(t, s, "hot"); sold != units || left != 0 {
+						t.Fatalf("sold %d, left %d; want exactly %d sold, 0 left", sold, left, units)
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestStockMixedSizesConserveUnits(t *testing.T) {
+	t.Parallel()
+	for _, buckets := range []int{1, 16} {
+		t.Run(fmt.Sprintf("buckets=%d", buckets), func(t *testing.T) {
+			t.Parallel()
+			s := newStock(t, testenv.Postgres(t), conditional.WithBuckets(buckets))
+			const units = 1001
+			if err := s.Put(context.Background(), "hot", units); err != nil {
+				t.Fatal(err)
+			}
+			// Buyers of 1, 2 and 5 units; the 1-unit buyers keep going
+			// until nothing at all is left.
+			sold := buyers(t, []*conditional.Stock{s}, "hot", 30, func(w int) int64 { return []int64{1, 2, 5}[w%3] })
+			if left := available(t, s, "hot"); sold != units || left != 0 {
+				t.Fatalf("sold %d, left %d; want %d sold, 0 left", sold, left, units)
+			}
+		})
+	}
+}
+
+// Several processes (here: several pools, each with its own Stock and its
+// own coalescer) selling one key stay exact: the row lock decides.
+func TestStockSeveralProcessesStayExact(t *testing.T) {
+	t.Parallel()
+	for _, buckets := range []int{1, 8} {
+		t.Run(fmt.Sprintf("buckets=%d", buckets), func(t *testing.T) {
+			t.Parallel()
+			pool, schema := testenv.PostgresSchema(t, 8)
+			first := newStock(t, pool, conditional.WithBuckets(buckets))
+			stocks := []*conditional.Stock{first}
+			for i := 0; i < 3; i++ {
+				other := testenv.Pool(t, testenv.PostgresDSNFor(t, schema), 8)
+				stocks = append(stocks, newStock(t, other, conditional.WithBuckets(buckets)))
+			}
+			const units = 3000
+			if err := first.Put(context.Background(), "hot", units); err != nil {
+				t.Fatal(err)
+			}
+			sold := buyers(t, stocks, "hot", 48, func(int) int64 { return 1 })
+			if left := available(t, first, "hot"); sold != units || left != 0 {
+				t.Fatalf("sold %d, left %d across 4 pools; want %d sold, 0 left", sold, left, units)
+			}
+		})
+	}
+}
+
+// holdRow locks key's rows in a transaction until the returned func runs.
+func holdRow(t *testing.T, pool *pgxpool.Pool, key string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM nolock_stock WHERE key = $1 FOR UPDATE", key); err != nil {
+		t.Fatal(err)
+	}
+	release = func() { tx.Rollback(ctx) }
+	t.Cleanup(release) // a failed test must not leave the pool waiting on it
+	return release
+}
+
+func TestStockCancelWithdrawsUnsentTake(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	s := newStock(t, pool)
+	if err := s.Put(ctx, "sku", 10); err != nil {
+		t.Fatal(err)
+	}
+	release := holdRow(t, pool, "sku")
+	first := make(chan error, 1)
+	go func() { first <- s.Take(ctx, "sku", 4) }() // sent, blocked on the row lock
+	time.Sleep(200 * time.Millisecond)
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := s.Take(cctx, "sku", 5); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("queued take whose context ended: %v, want DeadlineExceeded", err)
+	}
+	release()
+	if err := <-first; err != nil {
+		t.Fatalf("first take: %v", err)
+	}
+	if got := available(t, s, "sku"); got != 6 {
+		t.Fatalf("available %d; want 6: the withdrawn take must not have run", got)
+	}
+}
+
+// A take whose connection is killed while it waits on the row lock fails,
+// and the stock is unchanged: sold + available == initial.
+func TestStockKilledConnectionLosesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testenv.PostgresSchema(t, 0) // application_name is the schema
+	s := newStock(t, pool, conditional.WithCoalescing(false))
+	if err := s.Put(ctx, "sku", 10); err != nil {
+		t.Fatal(err)
+	}
+	release := holdRow(t, pool, "sku")
+	done := make(chan error, 1)
+	go func() { done <- s.Take(ctx, "sku", 3) }()
+	// Wait until the take is blocked on the lock, then kill its backend.
+	var killed bool
+	for i := 0; i < 100 && !killed; i++ {
+		time.Sleep(20 * time.Millisecond)
+		err := pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) > 0 FROM pg_stat_activity
+WHERE application_name = $1 AND wait_event_type = 'Lock' AND query LIKE 'WITH RECURSIVE%'`, schema).Scan(&killed)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !killed {
+		t.Fatal("the take never blocked on the row lock")
+	}
+	err := <-done
+	release()
+	if err == nil {
+		t.Fatal("a take whose backend was killed reported success")
+	}
+	t.Logf("killed take: %v", err)
+	if errors.Is(err, conditional.ErrAmbiguousCommit) {
+		t.Fatalf("killed before commit, so the outcome is known (nothing applied); got %v", err)
+	}
+	if got := available(t, s, "sku"); got != 10 {
+		t.Fatalf("available %d after the killed take; want 10", got)
+	}
+	if err := s.Take(ctx, "sku", 3); err != nil {
+		t.Fatalf("take after the kill: %v", err)
+	}
+}
+
+func TestStockCloseFailsUnsentTakes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	s := newStock(t, pool)
+	if err := s.Put(ctx, "sku", 10); err != nil {
+		t.Fatal(err)
+	}
+	release := holdRow(t, pool, "sku")
+	first, second := make(chan error, 1), make(chan error, 1)
+	go func() { first <- s.Take(ctx, "sku", 1) }()
+	time.Sleep(200 * time.Millisecond)
+	go func() { second <- s.Take(ctx, "sku", 2) }()
+	time.Sleep(100 * time.Millisecond)
+	closed := make(chan struct{})
+	go func() { s.Close(); close(closed) }()
+	if err := <-second; !errors.Is(err, conditional.ErrClosed) {
+		// The queued take is answered at once...
+		t.Fatalf("queued take at Close: %v, want ErrClosed", err)
+	}
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a statement was in flight")
+	case <-time.After(100 * time.Millisecond):
+	}
+	release()
+	<-closed // ...and Close waits for the one in flight.
+	if err := <-first; err != nil {
+		t.Fatalf("in-flight take at Close: %v", err)
+	}
+	if err := s.Take(ctx, "sku", 1); !errors.Is(err, conditional.ErrClosed) {
+		t.Fatalf("take after Close: %v, want ErrClosed", err)
+	}
+	if got := available(t, s, "sku"); got != 9 {
+		t.Fatalf("available %d; want 9", got)
+	}
+}

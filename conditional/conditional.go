@@ -2,7 +2,6 @@ package conditional
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strings"
@@ -67,24 +66,3 @@ func classify(err error) error {
 	}
 	return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
 }
-
-//go:embed schema.sql
-var schemaSQL string
-
-// Schema returns the DDL for the given table names (quoted); it is what
-// CreateSchema runs, for users who keep DDL in a migration tool.
-func Schema(stockTable string) string {
-	return strings.ReplaceAll(schemaSQL, "{{stock}}", pgx.Identifier{stockTable}.Sanitize())
-}
-
-// CreateSchema creates the tables if they do not exist.
-func CreateSchema(ctx context.Context, db DB, stockTable string) error {
-	if stockTable == "" {
-		stockTable = DefaultStockTable
-	}
-	_, err := db.Exec(ctx, Schema(stockTable))
-	return err
-}
-
-// DefaultStockTable is the stock table's name unless WithTable says otherwise.
-const DefaultStockTable = "nolock_stock"

@@ -2,9 +2,11 @@ package conditional
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,8 +36,14 @@ type Stock struct {
 	soldOutTTL time.Duration
 	now        func() time.Time
 
-	takeSQL, acrossSQL, availableSQL, putSQL string
+	schemaSQL, takeSQL, acrossSQL, availableSQL, putSQL string
 }
+
+//go:embed stock.sql
+var stockSQL string
+
+// DefaultStockTable is the stock table's name unless WithTable says otherwise.
+const DefaultStockTable = "nolock_stock"
 
 type bucketKey struct {
 	key    string
@@ -87,8 +95,8 @@ func WithSoldOutCache(d time.Duration) StockOption {
 	return func(c *stockConfig) { c.soldOutTTL = d }
 }
 
-// NewStock returns a Stock on db, usually a *pgxpool.Pool. Run CreateSchema
-// (or Schema in your migrations) first.
+// NewStock returns a Stock on db, usually a *pgxpool.Pool. Run its
+// CreateSchema (or put its Schema in your migrations) first.
 func NewStock(db DB, opts ...StockOption) (*Stock, error) {
 	cfg := stockConfig{table: DefaultStockTable, buckets: 1, coalesce: true, maxBatch: 128, timeout: 10 * time.Second}
 	for _, o := range opts {
@@ -115,6 +123,7 @@ func NewStock(db DB, opts ...StockOption) (*Stock, error) {
 	s := &Stock{
 		db: db, table: t, buckets: cfg.buckets, rand: rand.IntN,
 		soldOut: map[string]time.Time{}, soldOutTTL: cfg.soldOutTTL, now: time.Now,
+		schemaSQL: strings.ReplaceAll(stockSQL, "{{table}}", t),
 		// One statement grants a batch of requests, first fit in arrival
 		// order: o locks the row (waiting for, then reading, the newest
 		// version), g walks the requests granting each one the rest covers,
@@ -297,6 +306,17 @@ func (s *Stock) Available(ctx context.Context, key string) (int64, error) {
 		return 0, ErrUnknownKey
 	}
 	return *n, nil
+}
+
+// Schema returns the DDL of the Stock's table, for migration tools.
+func (s *Stock) Schema() string { return s.schemaSQL }
+
+// CreateSchema creates the Stock's table if it does not exist.
+func (s *Stock) CreateSchema(ctx context.Context) error {
+	if _, err := s.db.Exec(ctx, s.schemaSQL); err != nil {
+		return fmt.Errorf("conditional: create schema: %w", err)
+	}
+	return nil
 }
 
 // Close fails takes not yet sent with ErrClosed, waits for the statements

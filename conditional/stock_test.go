@@ -19,11 +19,11 @@ import (
 // newStock opens a Stock on a fresh schema and closes it when the test ends.
 func newStock(t *testing.T, pool *pgxpool.Pool, opts ...conditional.StockOption) *conditional.Stock {
 	t.Helper()
-	if err := conditional.CreateSchema(context.Background(), pool, ""); err != nil {
-		t.Fatal(err)
-	}
 	s, err := conditional.NewStock(pool, opts...)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSchema(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })

@@ -1,7 +1,7 @@
 -- nolock conditional: stock held in one row per (key, bucket).
 -- qty is never indexed, so decrements stay HOT updates; fillfactor leaves
 -- room on the page for the new row versions.
-CREATE TABLE IF NOT EXISTS {{stock}} (
+CREATE TABLE IF NOT EXISTS {{table}} (
     key    text   NOT NULL,
     bucket int    NOT NULL DEFAULT 0,
     qty    bigint NOT NULL CHECK (qty >= 0),

@@ -1,0 +1,21 @@
+// Package conditional replaces a lock around read-modify-write with one
+// conditional statement: the row decides.
+//
+// A lock service in front of a database row adds a hop and a failure mode,
+// and a paused holder can still write after its lease ends. A conditional
+// UPDATE checks and writes in one atomic step at the storage, so there is
+// no window to pause in: "UPDATE stock SET qty = qty - $n WHERE key = $k AND
+// qty >= $n" either takes the units or changes nothing. Under PostgreSQL's
+// Read Committed, a statement blocked on the row re-checks its WHERE against
+// the newest version, so the guard needs no lock of its own.
+//
+// Stock takes units of a key, never below zero. A hot row allows one commit
+// (one disk flush) at a time, so Stock coalesces concurrent takes of a key
+// in this process into one statement per flush, and can spread a key over
+// buckets when several processes write it.
+//
+// Use this package when the change fits in one statement on one table.
+// When it does not (the new value needs application logic), use package cas.
+// When a retry must not apply twice, record an idempotency key in the same
+// transaction (package idempotency).
+package conditional

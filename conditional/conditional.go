@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -33,6 +35,19 @@ var (
 	ErrAmbiguousCommit = errors.New("conditional: commit outcome unknown")
 	// ErrClosed means the Stock was closed before the request was sent.
 	ErrClosed = errors.New("conditional: closed")
+	// ErrHeld means another holder's hold on the resource has not expired
+	// by the database's clock: nothing was changed.
+	ErrHeld = errors.New("conditional: held by another holder")
+	// ErrConfirmed means the resource's hold was confirmed, by this holder or
+	// another; a confirmed resource is never held again: nothing was changed.
+	ErrConfirmed = errors.New("conditional: already confirmed")
+	// ErrNotHolder means the caller does not hold the resource (any more):
+	// it is free, held by another, confirmed by another, or, for Confirm,
+	// the caller's hold expired. Nothing was changed.
+	ErrNotHolder = errors.New("conditional: not the holder")
+	// ErrFenced means the row carries a newer fencing token than the
+	// writer's: a newer holder exists, and nothing was written.
+	ErrFenced = errors.New("conditional: fenced by a newer token")
 )
 
 // invalid returns an ErrInvalid that names what is wrong.
@@ -57,12 +72,20 @@ func validKey(key string) error {
 const MaxKeyLen = 512
 
 // classify turns a failed statement's error into what the caller may
-// conclude: nothing applied (the error as is) or ErrAmbiguousCommit, when
-// the statement may have run and committed before the connection failed.
+// conclude. ErrAmbiguousCommit when the statement was sent and the
+// connection then failed or timed out, so it may have committed; otherwise
+// the error as is: nothing was sent (pgconn.SafeToRetry), the server
+// refused it (a *pgconn.PgError), or it failed locally before sending (an
+// argument that would not encode).
 func classify(err error) error {
 	var pgErr *pgconn.PgError
-	if err == nil || pgconn.SafeToRetry(err) || errors.As(err, &pgErr) {
+	var netErr net.Error
+	switch {
+	case err == nil || pgconn.SafeToRetry(err) || errors.As(err, &pgErr):
 		return err
+	case errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
 	}
-	return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
+	return err
 }

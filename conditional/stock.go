@@ -36,7 +36,7 @@ type Stock struct {
 	soldOutTTL time.Duration
 	now        func() time.Time
 
-	schemaSQL, takeSQL, acrossSQL, availableSQL, putSQL string
+	schemaSQL, batchSQL, takeSQL, qtySQL, acrossSQL, availableSQL, putSQL string
 }
 
 //go:embed stock.sql
@@ -126,27 +126,31 @@ func NewStock(db DB, opts ...StockOption) (*Stock, error) {
 		schemaSQL: strings.ReplaceAll(stockSQL, "{{table}}", t),
 		// One statement grants a batch of requests, first fit in arrival
 		// order: o locks the row (waiting for, then reading, the newest
-		// version), g walks the requests granting each one the rest covers,
-		// upd writes the result only if something was granted. It returns
-		// the units before the batch and one grant flag per request; no row
-		// means no such key.
-		takeSQL: `WITH RECURSIVE
- req AS (SELECT n, i FROM unnest($3::bigint[]) WITH ORDINALITY AS r(n, i)),
+		// version), g walks the requests ($3) granting each one the rest
+		// covers, upd writes the result only if something was granted. It
+		// returns the units before the batch and one grant flag per
+		// request; no row means no such key.
+		batchSQL: `WITH RECURSIVE
  o AS (SELECT qty FROM ` + t + ` WHERE key = $1 AND bucket = $2 FOR UPDATE),
  g(i, rest, ok) AS (
-   SELECT 0::bigint, qty, true FROM o
+   SELECT 0, qty, true FROM o
    UNION ALL
-   SELECT req.i, CASE WHEN req.n <= g.rest THEN g.rest - req.n ELSE g.rest END, req.n <= g.rest
-   FROM g JOIN req ON req.i = g.i + 1),
+   SELECT g.i + 1, CASE WHEN r.n <= g.rest THEN g.rest - r.n ELSE g.rest END, r.n <= g.rest
+   FROM g, LATERAL (SELECT ($3::bigint[])[g.i + 1] AS n) r
+   WHERE g.i < cardinality($3::bigint[])),
  fin AS (SELECT rest FROM g ORDER BY i DESC LIMIT 1),
  upd AS (UPDATE ` + t + ` s SET qty = fin.rest FROM fin, o
          WHERE s.key = $1 AND s.bucket = $2 AND fin.rest <> o.qty)
 SELECT o.qty, (SELECT array_agg(ok ORDER BY i) FROM g WHERE i > 0) FROM o`,
+		// A batch of one is the plain conditional decrement: on the
+		// uncontended path the library costs no more than the bare statement.
+		takeSQL:      `UPDATE ` + t + ` SET qty = qty - $3 WHERE key = $1 AND bucket = $2 AND qty >= $3`,
+		qtySQL:       `SELECT qty FROM ` + t + ` WHERE key = $1 AND bucket = $2`,
 		acrossSQL:    `SELECT bucket, qty FROM ` + t + ` WHERE key = $1 ORDER BY bucket FOR UPDATE`,
 		availableSQL: `SELECT sum(qty)::bigint FROM ` + t + ` WHERE key = $1`,
 		// Put spreads n over the buckets, the remainder to the first ones.
 		putSQL: `INSERT INTO ` + t + ` AS s (key, bucket, qty)
-SELECT $1, b, $2 / $3 + CASE WHEN b < $2 % $3 THEN 1 ELSE 0 END FROM generate_series(0, $3 - 1) AS b
+SELECT $1, b, $2::bigint / $3::int + CASE WHEN b < $2::bigint % $3::int THEN 1 ELSE 0 END FROM generate_series(0, $3::int - 1) AS b
 ON CONFLICT (key, bucket) DO UPDATE SET qty = s.qty + EXCLUDED.qty`,
 	}
 	s.batch = newBatcher(cfg.maxBatch, cfg.timeout, s.runTake)
@@ -188,9 +192,12 @@ func (s *Stock) Take(ctx context.Context, key string, n int64) error {
 // runTake is the batcher's statement: one conditional update of one bucket
 // for a batch of requests.
 func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
+	if len(reqs) == 1 {
+		return s.runOne(ctx, k, reqs[0])
+	}
 	var before int64
 	var granted []bool
-	err := s.db.QueryRow(ctx, s.takeSQL, k.key, k.bucket, reqs).Scan(&before, &granted)
+	err := s.db.QueryRow(ctx, s.batchSQL, k.key, k.bucket, reqs).Scan(&before, &granted)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrUnknownKey
 	}
@@ -210,6 +217,29 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 		}
 	}
 	return errs, nil
+}
+
+// runOne takes n units of one bucket with the plain conditional decrement.
+// Only when it changes nothing does a second read tell sold out from unknown.
+func (s *Stock) runOne(ctx context.Context, k bucketKey, n int64) ([]error, error) {
+	tag, err := s.db.Exec(ctx, s.takeSQL, k.key, k.bucket, n)
+	if err != nil {
+		return nil, fmt.Errorf("conditional: take %q: %w", k.key, classify(err))
+	}
+	if tag.RowsAffected() == 1 {
+		return []error{nil}, nil
+	}
+	var qty int64
+	switch err := s.db.QueryRow(ctx, s.qtySQL, k.key, k.bucket).Scan(&qty); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, ErrUnknownKey
+	case err != nil:
+		return nil, fmt.Errorf("conditional: take %q: %w", k.key, err)
+	}
+	if qty == 0 && s.buckets == 1 {
+		s.markSoldOut(k.key)
+	}
+	return []error{ErrSoldOut}, nil
 }
 
 // takeAcross takes n units from all of key's buckets in one transaction,

@@ -165,6 +165,19 @@ func buyers(t *testing.T, stocks []*conditional.Stock, key string, workers int, 
 	return total.Load()
 }
 
+// sellOut stocks units on "hot", lets the buyers loose on the stocks, and
+// checks that exactly the stock was sold and nothing is left.
+func sellOut(t *testing.T, stocks []*conditional.Stock, units int64, workers int, size func(w int) int64) {
+	t.Helper()
+	if err := stocks[0].Put(context.Background(), "hot", units); err != nil {
+		t.Fatal(err)
+	}
+	sold := buyers(t, stocks, "hot", workers, size)
+	if left := available(t, stocks[0], "hot"); sold != units || left != 0 {
+		t.Fatalf("sold %d, left %d across %d stock(s); want exactly %d sold, 0 left", sold, left, len(stocks), units)
+	}
+}
+
 func TestStockConcurrentBuyersSellExactlyTheStock(t *testing.T) {
 	t.Parallel()
 	for _, buckets := range []int{1, 4, 16, 64} {
@@ -174,13 +187,7 @@ func TestStockConcurrentBuyersSellExactlyTheStock(t *testing.T) {
 				t.Run(name, func(t *testing.T) {
 					t.Parallel()
 					s := newStock(t, testenv.Postgres(t), conditional.WithBuckets(buckets), conditional.WithCoalescing(coalesce))
-					if err := s.Put(context.Background(), "hot", units); err != nil {
-						t.Fatal(err)
-					}
-					sold := buyers(t, []*conditional.Stock{s}, "hot", 32, func(int) int64 { return 1 })
-					if left := available(t, s, "hot"); sold != units || left != 0 {
-						t.Fatalf("sold %d, left %d; want exactly %d sold, 0 left", sold, left, units)
-					}
+					sellOut(t, []*conditional.Stock{s}, units, 32, func(int) int64 { return 1 })
 				})
 			}
 		}
@@ -193,16 +200,9 @@ func TestStockMixedSizesConserveUnits(t *testing.T) {
 		t.Run(fmt.Sprintf("buckets=%d", buckets), func(t *testing.T) {
 			t.Parallel()
 			s := newStock(t, testenv.Postgres(t), conditional.WithBuckets(buckets))
-			const units = 1001
-			if err := s.Put(context.Background(), "hot", units); err != nil {
-				t.Fatal(err)
-			}
 			// Buyers of 1, 2 and 5 units; the 1-unit buyers keep going
 			// until nothing at all is left.
-			sold := buyers(t, []*conditional.Stock{s}, "hot", 30, func(w int) int64 { return []int64{1, 2, 5}[w%3] })
-			if left := available(t, s, "hot"); sold != units || left != 0 {
-				t.Fatalf("sold %d, left %d; want %d sold, 0 left", sold, left, units)
-			}
+			sellOut(t, []*conditional.Stock{s}, 1001, 30, func(w int) int64 { return []int64{1, 2, 5}[w%3] })
 		})
 	}
 }
@@ -221,14 +221,7 @@ func TestStockSeveralProcessesStayExact(t *testing.T) {
 				other := testenv.Pool(t, testenv.PostgresDSNFor(t, schema), 8)
 				stocks = append(stocks, newStock(t, other, conditional.WithBuckets(buckets)))
 			}
-			const units = 3000
-			if err := first.Put(context.Background(), "hot", units); err != nil {
-				t.Fatal(err)
-			}
-			sold := buyers(t, stocks, "hot", 48, func(int) int64 { return 1 })
-			if left := available(t, first, "hot"); sold != units || left != 0 {
-				t.Fatalf("sold %d, left %d across 4 pools; want %d sold, 0 left", sold, left, units)
-			}
+			sellOut(t, stocks, 3000, 48, func(int) int64 { return 1 })
 		})
 	}
 }

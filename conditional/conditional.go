@@ -56,14 +56,18 @@ func invalid(format string, args ...any) error {
 }
 
 // validKey checks a key argument.
-func validKey(key string) error {
+func validKey(key string) error { return validArg("key", key) }
+
+// validArg checks a key-like argument (a key, resource or holder name) and
+// names it in the error.
+func validArg(name, v string) error {
 	switch {
-	case key == "":
-		return invalid("key is empty")
-	case len(key) > MaxKeyLen:
-		return invalid("key is %d bytes, more than %d", len(key), MaxKeyLen)
-	case strings.IndexByte(key, 0) >= 0:
-		return invalid("key contains a NUL byte")
+	case v == "":
+		return invalid("%s is empty", name)
+	case len(v) > MaxKeyLen:
+		return invalid("%s is %d bytes, more than %d", name, len(v), MaxKeyLen)
+	case strings.IndexByte(v, 0) >= 0:
+		return invalid("%s contains a NUL byte", name)
 	}
 	return nil
 }

@@ -12,7 +12,10 @@
 // Stock takes units of a key, never below zero. A hot row allows one commit
 // (one disk flush) at a time, so Stock coalesces concurrent takes of a key
 // in this process into one statement per flush, and can spread a key over
-// buckets when several processes write it.
+// buckets when several processes write it. Holds hands out timed holds on
+// resources (seats, slots) judged by the database's clock. Fenced makes a
+// write to your own table conditional on a fencing token, so a paused
+// ex-holder's late write is refused.
 //
 // Use this package when the change fits in one statement on one table.
 // When it does not (the new value needs application logic), use package cas.

@@ -34,6 +34,8 @@ func WithSearchPath(dsn, schema string) (string, error) {
 	q := u.Query()
 	q.Set("search_path", schema)
 	q.Set("application_name", schema)
-	u.RawQuery = q.Encode()
+	// pgx does not decode "+" as a space in URL parameters, so a search
+	// path like "s, pg_catalog" must travel as %20.
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 	return u.String(), nil
 }

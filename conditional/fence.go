@@ -1,0 +1,140 @@
+package conditional
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Fenced writes rows of your own table only for a holder whose fencing
+// token is at least the one the row carries, and stores the token with the
+// write: "UPDATE t SET ..., fence = $token WHERE key = $k AND fence <=
+// $token". A holder that paused past the end of its lease (a GC pause, a
+// stopped VM) and wakes up to write after a newer holder has written is
+// refused with ErrFenced; the row decides, not the holder's belief.
+//
+// Tokens come from any source that only grows per resource: a lock
+// service's fencing token (dynamolock), a partition epoch or generation, a
+// database sequence. Each holder needs its own token, since equal tokens
+// pass (one holder writes many times). A row whose fence is NULL has never
+// been fenced and accepts any token.
+//
+// Guarantee: on one row, the writes that apply carry non-decreasing
+// tokens, in commit order. Fenced does not issue or check tokens (a token
+// above any issued passes, and then fences out everyone below it), does
+// not fence effects outside the row, and does not create rows.
+//
+// A Fenced holds only quoted names: it is safe for concurrent use, and
+// works on any DB, including a caller's pgx.Tx.
+type Fenced struct {
+	table, key, fence string // quoted
+	keyCol, fenceCol  string // as given, to check set's columns
+}
+
+// maxIdentLen is PostgreSQL's limit on an identifier's length in bytes
+// (NAMEDATALEN - 1); a longer name would be truncated silently.
+const maxIdentLen = 63
+
+// NewFenced returns a Fenced for table, whose rows are found by keyColumn
+// (a primary key or unique column: one key must name at most one row) and
+// carry their token in fenceColumn (an integer column, best NOT NULL
+// DEFAULT 0). The names are quoted, never interpolated raw; table is one
+// identifier, found through the search_path.
+func NewFenced(table, keyColumn, fenceColumn string) (*Fenced, error) {
+	for _, a := range []struct{ arg, name string }{{"table", table}, {"key column", keyColumn}, {"fence column", fenceColumn}} {
+		if err := validIdent(a.arg, a.name); err != nil {
+			return nil, err
+		}
+	}
+	if keyColumn == fenceColumn {
+		return nil, invalid("key column and fence column are both %q", keyColumn)
+	}
+	return &Fenced{
+		table: pgx.Identifier{table}.Sanitize(), key: pgx.Identifier{keyColumn}.Sanitize(),
+		fence: pgx.Identifier{fenceColumn}.Sanitize(), keyCol: keyColumn, fenceCol: fenceColumn,
+	}, nil
+}
+
+// Update writes set (column name → value) to the row whose key column
+// equals key, and token to its fence column, if the row's fence is at most
+// token. It returns ErrFenced when the row carries a higher token, and
+// ErrUnknownKey when no row had the key as the statement began; then
+// nothing was written. With an empty set it only advances the fence, which
+// fences out older holders before the new one's first write.
+//
+// Update is one statement (its text is the same for the same columns, so
+// prepared-statement caches work). On a pgx.Tx it commits or rolls back
+// with the caller's transaction, and the row stays locked until then: a
+// concurrent writer waits, and is then judged against the committed token.
+// A row deleted while the statement waited for it reports ErrFenced.
+// ErrAmbiguousCommit means the connection failed after the statement was
+// sent outside a transaction: a retry with the same token is safe if the
+// values are the same.
+//
+// Values go as parameters, typed by their columns. Bad input (token < 0,
+// nil key, empty or overlong column names, a set naming the key or fence
+// column) is ErrInvalid, before any I/O.
+func (f *Fenced) Update(ctx context.Context, db DB, key any, token int64, set map[string]any) error {
+	switch {
+	case db == nil:
+		return invalid("db is nil")
+	case key == nil:
+		return invalid("key is nil")
+	case token < 0:
+		return invalid("token %d is negative", token)
+	}
+	cols := slices.Sorted(maps.Keys(set))
+	for _, c := range cols {
+		if err := validIdent("set column", c); err != nil {
+			return err
+		}
+		switch c {
+		case f.keyCol:
+			return invalid("set names the key column %q", c)
+		case f.fenceCol:
+			return invalid("set names the fence column %q; the token is written there", c)
+		}
+	}
+
+	var b strings.Builder
+	b.WriteString("WITH u AS (UPDATE " + f.table + " SET " + f.fence + " = $1")
+	args := make([]any, 2, 2+len(cols))
+	args[0], args[1] = token, key
+	for _, c := range cols {
+		args = append(args, set[c])
+		b.WriteString(", " + pgx.Identifier{c}.Sanitize() + " = $" + strconv.Itoa(len(args)))
+	}
+	b.WriteString(" WHERE " + f.key + " = $2 AND (" + f.fence + " IS NULL OR " + f.fence + " <= $1) RETURNING 1)\n")
+	b.WriteString("SELECT EXISTS (SELECT FROM u), EXISTS (SELECT FROM " + f.table + " WHERE " + f.key + " = $2)")
+
+	var done, exists bool
+	if err := db.QueryRow(ctx, b.String(), args...).Scan(&done, &exists); err != nil {
+		return fmt.Errorf("conditional: fenced update: %w", classifyOn(db, err))
+	}
+	switch {
+	case done:
+		return nil
+	case !exists:
+		return fmt.Errorf("conditional: fenced update: %w", ErrUnknownKey)
+	default:
+		return fmt.Errorf("conditional: fenced update with token %d: %w", token, ErrFenced)
+	}
+}
+
+// validIdent checks an SQL identifier argument before it is quoted.
+func validIdent(arg, name string) error {
+	switch {
+	case name == "":
+		return invalid("%s is empty", arg)
+	case len(name) > maxIdentLen:
+		return invalid("%s is %d bytes, more than %d", arg, len(name), maxIdentLen)
+	case strings.IndexByte(name, 0) >= 0:
+		return invalid("%s contains a NUL byte", arg)
+	}
+	return nil
+}

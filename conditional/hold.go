@@ -1,0 +1,350 @@
+package conditional
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Holds hands out timed holds on resources (seats, slots, rooms) in a
+// PostgreSQL table, and lets a holder confirm or release its hold, without
+// a lock service: each change is one conditional UPDATE, and the row
+// decides.
+//
+// A resource is free, held (by one holder, until a time on the database's
+// clock) or confirmed (final). Expiry is judged only by the database
+// server's clock (clock_timestamp()), never by a client's, so holders on
+// machines with skewed clocks still agree on who holds what. A statement
+// that waited for another transaction's lock on the row may judge by the
+// time before the wait; it never lets two holders hold one resource, because
+// every change is conditional on the row's newest version.
+//
+// A hold protects only what Confirm decides: the database refuses to
+// confirm an expired hold, but work a holder does elsewhere while it thinks
+// it holds is not fenced (see Fenced). Holds never deletes a row.
+//
+// A Holds is safe for concurrent use and starts no goroutines. It is cheap
+// to make: to confirm in the same transaction as your own writes (the
+// order, the payment), make one with NewHolds on that pgx.Tx.
+type Holds struct {
+	db DB
+
+	schemaSQL, addSQL, holdSQL, lockSQL, holdAllSQL, confirmSQL, releaseSQL string
+}
+
+//go:embed hold.sql
+var holdSQL string
+
+// DefaultHoldsTable is the holds table's name unless WithHoldsTable says
+// otherwise.
+const DefaultHoldsTable = "nolock_holds"
+
+// HoldsOption configures NewHolds.
+type HoldsOption func(*holdsConfig)
+
+type holdsConfig struct {
+	table string
+}
+
+// WithHoldsTable sets the holds table's name (default "nolock_holds"). The
+// name is quoted, never interpolated raw.
+func WithHoldsTable(name string) HoldsOption { return func(c *holdsConfig) { c.table = name } }
+
+// HoldError says which resource could not be held and why: Err is ErrHeld,
+// ErrConfirmed or ErrUnknownKey, and errors.Is sees through to it. Hold and
+// HoldAll return it; nothing was held.
+type HoldError struct {
+	Resource string
+	Err      error
+}
+
+// Error names the resource and the reason.
+func (e *HoldError) Error() string {
+	return fmt.Sprintf("conditional: hold %q: %v", e.Resource, e.Err)
+}
+
+// Unwrap returns the reason, ErrHeld, ErrConfirmed or ErrUnknownKey.
+func (e *HoldError) Unwrap() error { return e.Err }
+
+// NewHolds returns a Holds on db, usually a *pgxpool.Pool. Run its
+// CreateSchema (or put its Schema in your migrations) first.
+func NewHolds(db DB, opts ...HoldsOption) (*Holds, error) {
+	cfg := holdsConfig{table: DefaultHoldsTable}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch {
+	case db == nil:
+		return nil, invalid("db is nil")
+	case cfg.table == "":
+		return nil, invalid("table name is empty")
+	}
+	t := pgx.Identifier{cfg.table}.Sanitize()
+	// $3 is the TTL in microseconds, the resolution of timestamptz.
+	const until = `$3::bigint * interval '1 microsecond'`
+	return &Holds{
+		db:        db,
+		schemaSQL: strings.ReplaceAll(holdSQL, "{{table}}", t),
+		// Sorted and deduplicated by Add, so concurrent Adds take the
+		// index's insertion locks in one order.
+		addSQL: `INSERT INTO ` + t + ` (resource) SELECT unnest($1::text[]) ON CONFLICT (resource) DO NOTHING`,
+		// One statement: u holds the row if it is free, held by this holder,
+		// or held past its end; the outer SELECT reads the row as it was
+		// when the statement began, only to name the refusal.
+		holdSQL: `WITH u AS (
+  UPDATE ` + t + ` SET state = 'held', holder = $2, hold_until = clock_timestamp() + ` + until + `
+  WHERE resource = $1 AND (state = 'free' OR (state = 'held' AND (holder = $2 OR hold_until <= clock_timestamp())))
+  RETURNING hold_until)
+SELECT (SELECT hold_until FROM u), (SELECT state FROM ` + t + ` WHERE resource = $1)`,
+		// Rows are locked in byte order of resource (Go's string order),
+		// the only order any multi-row locker here uses; single-resource
+		// statements lock one row.
+		lockSQL: `SELECT resource, state FROM ` + t + ` WHERE resource = ANY($1) ORDER BY resource COLLATE "C" FOR UPDATE`,
+		// With every row locked, one clock reading decides them all.
+		holdAllSQL: `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
+UPDATE ` + t + ` r SET state = 'held', holder = $2, hold_until = c.now + ` + until + `
+FROM c
+WHERE r.resource = ANY($1) AND (r.state = 'free' OR (r.state = 'held' AND (r.holder = $2 OR r.hold_until <= c.now)))
+RETURNING r.resource, r.hold_until`,
+		// Confirming again is a no-op success, so a retried Confirm is safe.
+		confirmSQL: `WITH u AS (
+  UPDATE ` + t + ` SET state = 'confirmed', hold_until = NULL
+  WHERE resource = $1 AND holder = $2 AND (state = 'confirmed' OR (state = 'held' AND hold_until > clock_timestamp()))
+  RETURNING 1)
+SELECT EXISTS (SELECT FROM u), EXISTS (SELECT FROM ` + t + ` WHERE resource = $1)`,
+		releaseSQL: `WITH u AS (
+  UPDATE ` + t + ` SET state = 'free', holder = NULL, hold_until = NULL
+  WHERE resource = $1 AND holder = $2 AND state = 'held'
+  RETURNING 1)
+SELECT EXISTS (SELECT FROM u), EXISTS (SELECT FROM ` + t + ` WHERE resource = $1)`,
+	}, nil
+}
+
+// Add creates free resources; those that exist already are left as they
+// are, so Add is idempotent. Add with no resources does nothing.
+func (h *Holds) Add(ctx context.Context, resources ...string) error {
+	for i, r := range resources {
+		if err := validArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
+			return err
+		}
+	}
+	if len(resources) == 0 {
+		return nil
+	}
+	sorted := slices.Clone(resources)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	if _, err := h.db.Exec(ctx, h.addSQL, sorted); err != nil {
+		return fmt.Errorf("conditional: add resources: %w", classifyOn(h.db, err))
+	}
+	return nil
+}
+
+// Hold holds resource for holder until ttl from now by the database's
+// clock, and returns that end, read from the database's clock (compare it
+// only with that clock). It succeeds when the resource is free, when its
+// hold has expired, or when holder holds it already: then the hold is
+// reset to end ttl from now (which may shorten it), so a retried Hold is
+// idempotent. Otherwise it returns a *HoldError wrapping ErrHeld (another
+// holder's hold has not expired), ErrConfirmed or ErrUnknownKey (no such
+// resource; see Add), and nothing changed.
+//
+// To act on a hold in the client, measure ttl on your own monotonic clock
+// from before the call: that ends no later than the database's hold. The
+// TTL is rounded down to whole microseconds.
+//
+// Hold is one statement. The reason for a refusal is read from the row as
+// it was when the statement began, so a hold refused after waiting for a
+// concurrent change may report ErrHeld where the row is now confirmed, or
+// free again; either way it was not yours. ErrAmbiguousCommit means the
+// connection failed after the statement was sent; Hold is idempotent, so
+// retry it.
+func (h *Holds) Hold(ctx context.Context, resource, holder string, ttl time.Duration) (until time.Time, err error) {
+	if err := validArg("resource", resource); err != nil {
+		return time.Time{}, err
+	}
+	if err := validArg("holder", holder); err != nil {
+		return time.Time{}, err
+	}
+	if err := validTTL(ttl); err != nil {
+		return time.Time{}, err
+	}
+	var got *time.Time
+	var state *string
+	if err := h.db.QueryRow(ctx, h.holdSQL, resource, holder, ttl.Microseconds()).Scan(&got, &state); err != nil {
+		return time.Time{}, fmt.Errorf("conditional: hold %q: %w", resource, classifyOn(h.db, err))
+	}
+	switch {
+	case got != nil:
+		return *got, nil
+	case state == nil:
+		return time.Time{}, &HoldError{resource, ErrUnknownKey}
+	case *state == "confirmed":
+		return time.Time{}, &HoldError{resource, ErrConfirmed}
+	default:
+		return time.Time{}, &HoldError{resource, ErrHeld}
+	}
+}
+
+// HoldAll holds every one of resources for holder, or none of them, in one
+// transaction, with the same rule per resource as Hold and one end for all,
+// which it returns. When any resource cannot be held it returns a
+// *HoldError naming it (an unknown resource if there is one, else the
+// first unavailable one in sorted order) and nothing was held or changed.
+//
+// HoldAll locks the rows in sorted order, so overlapping HoldAlls and
+// single-resource calls never deadlock one another; a Holds made on a
+// caller's transaction that already holds other row locks is outside that
+// promise. Duplicate or empty entries are ErrInvalid; the slice is not
+// modified. HoldAll is idempotent like Hold; ErrAmbiguousCommit means the
+// commit's outcome is unknown.
+func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, ttl time.Duration) (until time.Time, err error) {
+	if len(resources) == 0 {
+		return time.Time{}, invalid("resources is empty")
+	}
+	for i, r := range resources {
+		if err := validArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
+			return time.Time{}, err
+		}
+	}
+	if err := validArg("holder", holder); err != nil {
+		return time.Time{}, err
+	}
+	if err := validTTL(ttl); err != nil {
+		return time.Time{}, err
+	}
+	sorted := slices.Clone(resources)
+	slices.Sort(sorted)
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			return time.Time{}, invalid("resources has %q twice", sorted[i])
+		}
+	}
+
+	fail := func(err error) (time.Time, error) {
+		return time.Time{}, fmt.Errorf("conditional: hold %d resources: %w", len(sorted), err)
+	}
+	tx, err := h.db.Begin(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+
+	rows, err := tx.Query(ctx, h.lockSQL, sorted)
+	if err != nil {
+		return fail(err)
+	}
+	state := make(map[string]string, len(sorted))
+	var r, st string
+	if _, err := pgx.ForEachRow(rows, []any{&r, &st}, func() error { state[r] = st; return nil }); err != nil {
+		return fail(err)
+	}
+	for _, r := range sorted {
+		if _, ok := state[r]; !ok {
+			return time.Time{}, &HoldError{r, ErrUnknownKey}
+		}
+	}
+
+	rows, err = tx.Query(ctx, h.holdAllSQL, sorted, holder, ttl.Microseconds())
+	if err != nil {
+		return fail(err)
+	}
+	held := make(map[string]bool, len(sorted))
+	if _, err := pgx.ForEachRow(rows, []any{&r, &until}, func() error { held[r] = true; return nil }); err != nil {
+		return fail(err)
+	}
+	for _, r := range sorted {
+		if !held[r] {
+			// The row is locked by this transaction: its state is current.
+			if state[r] == "confirmed" {
+				return time.Time{}, &HoldError{r, ErrConfirmed}
+			}
+			return time.Time{}, &HoldError{r, ErrHeld}
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fail(classifyOn(h.db, err))
+	}
+	return until, nil
+}
+
+// Confirm makes holder's hold on resource final: the resource stays
+// holder's and is never held again. It succeeds only while the hold has
+// not expired by the database's clock; confirming again what holder
+// confirmed already succeeds, so a retried Confirm is safe. Otherwise it
+// returns ErrNotHolder (free, held by another, confirmed by another, or
+// holder's hold expired, even if no one has taken it since) or
+// ErrUnknownKey, and nothing changed.
+//
+// Confirm is one statement. To confirm in the same transaction as your own
+// writes, make a Holds on that pgx.Tx: the confirmation then commits or
+// rolls back with them.
+func (h *Holds) Confirm(ctx context.Context, resource, holder string) error {
+	return h.settle(ctx, "confirm", h.confirmSQL, resource, holder)
+}
+
+// Release frees resource if holder holds it, expired or not. Otherwise it
+// returns ErrNotHolder (free, held by another, or confirmed) or
+// ErrUnknownKey, and nothing changed. A retried Release whose first attempt
+// freed the resource returns ErrNotHolder: either way holder does not hold
+// it. Release is one statement.
+func (h *Holds) Release(ctx context.Context, resource, holder string) error {
+	return h.settle(ctx, "release", h.releaseSQL, resource, holder)
+}
+
+// settle runs Confirm's or Release's statement, which returns whether it
+// changed the row and whether the row existed when it began.
+func (h *Holds) settle(ctx context.Context, op, sql, resource, holder string) error {
+	if err := validArg("resource", resource); err != nil {
+		return err
+	}
+	if err := validArg("holder", holder); err != nil {
+		return err
+	}
+	var done, exists bool
+	if err := h.db.QueryRow(ctx, sql, resource, holder).Scan(&done, &exists); err != nil {
+		return fmt.Errorf("conditional: %s %q: %w", op, resource, classifyOn(h.db, err))
+	}
+	switch {
+	case done:
+		return nil
+	case !exists:
+		return fmt.Errorf("conditional: %s %q: %w", op, resource, ErrUnknownKey)
+	default:
+		return fmt.Errorf("conditional: %s %q: %w", op, resource, ErrNotHolder)
+	}
+}
+
+// Schema returns the DDL of the Holds' table, for migration tools.
+func (h *Holds) Schema() string { return h.schemaSQL }
+
+// CreateSchema creates the Holds' table if it does not exist.
+func (h *Holds) CreateSchema(ctx context.Context) error {
+	if _, err := h.db.Exec(ctx, h.schemaSQL); err != nil {
+		return fmt.Errorf("conditional: create schema: %w", err)
+	}
+	return nil
+}
+
+// validTTL checks a hold's TTL: at least the database's resolution.
+func validTTL(ttl time.Duration) error {
+	if ttl < time.Microsecond {
+		return invalid("ttl %v is below 1µs", ttl)
+	}
+	return nil
+}
+
+// classifyOn is classify for a statement run on db. Inside a caller's
+// transaction nothing commits until the caller does, so a failed statement
+// there is never ErrAmbiguousCommit.
+func classifyOn(db DB, err error) error {
+	if _, ok := db.(pgx.Tx); ok {
+		return err
+	}
+	return classify(err)
+}

@@ -42,7 +42,7 @@ type Stock struct {
 //go:embed stock.sql
 var stockSQL string
 
-// DefaultStockTable is the stock table's name unless WithTable says otherwise.
+// DefaultStockTable is the stock table's name unless WithStockTable says otherwise.
 const DefaultStockTable = "nolock_stock"
 
 type bucketKey struct {
@@ -62,9 +62,9 @@ type stockConfig struct {
 	soldOutTTL time.Duration
 }
 
-// WithTable sets the stock table's name (default "nolock_stock"). The name
+// WithStockTable sets the stock table's name (default "nolock_stock"). The name
 // is quoted, never interpolated raw.
-func WithTable(name string) StockOption { return func(c *stockConfig) { c.table = name } }
+func WithStockTable(name string) StockOption { return func(c *stockConfig) { c.table = name } }
 
 // WithBuckets spreads each key's stock over n rows (default 1). Takes go to
 // a random bucket; when it cannot cover a request, one transaction takes

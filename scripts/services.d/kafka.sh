@@ -59,24 +59,38 @@ kafka_log4j_jars() {
   core=$(find "$dir" -name 'log4j-core-*.jar' | head -n 1)
   v=${core##*/log4j-core-}; v=${v%.jar}
   [[ -n $v ]] || v=$KAFKA_LOG4J_FALLBACK
-  cat >"$KAFKA_HOME/pom-log4j.xml" <<POM
+  kafka_mvn_copy log4j "$dir" -DexcludeGroupIds=org.slf4j -- \
+    "org.apache.logging.log4j:log4j-api:$v" "org.apache.logging.log4j:log4j-core:$v" \
+    "org.apache.logging.log4j:log4j-slf4j-impl:$v"
+}
+
+# kafka_mvn_copy NAME DIR [mvn flags...] -- GROUP:ARTIFACT:VERSION...
+# resolves the artifacts' runtime closure with Maven into DIR, through a
+# generated pom $KAFKA_HOME/pom-NAME.xml; Maven's output goes to mvn.log.
+kafka_mvn_copy() {
+  local name=$1 dir=$2 flags=() deps="" gav g a v
+  shift 2
+  while [[ $# -gt 0 && $1 != -- ]]; do flags+=("$1"); shift; done
+  shift
+  for gav in "$@"; do
+    IFS=: read -r g a v <<<"$gav"
+    deps+="    <dependency><groupId>$g</groupId><artifactId>$a</artifactId><version>$v</version></dependency>"$'\n'
+  done
+  cat >"$KAFKA_HOME/pom-$name.xml" <<POM
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>nolock.services</groupId>
-  <artifactId>kafka-log4j</artifactId>
+  <artifactId>kafka-$name</artifactId>
   <version>1</version>
   <packaging>pom</packaging>
   <dependencies>
-$(for a in log4j-api log4j-core log4j-slf4j-impl; do
-    printf '    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>%s</artifactId><version>%s</version></dependency>\n' "$a" "$v"
-  done)
-  </dependencies>
+$deps  </dependencies>
 </project>
 POM
-  mvn -q -B -f "$KAFKA_HOME/pom-log4j.xml" -Dmaven.repo.local="$NOLOCK_CACHE/m2" \
+  mvn -q -B -f "$KAFKA_HOME/pom-$name.xml" -Dmaven.repo.local="$NOLOCK_CACHE/m2" \
     "$KAFKA_DEP_PLUGIN:copy-dependencies" -DincludeScope=runtime \
-    -DexcludeGroupIds=org.slf4j -DoutputDirectory="$dir" >>"$KAFKA_HOME/mvn.log" 2>&1 \
-    || { tail -n 40 "$KAFKA_HOME/mvn.log" >&2; die "kafka: mvn could not fetch log4j $v"; }
+    "${flags[@]}" -DoutputDirectory="$dir" >>"$KAFKA_HOME/mvn.log" 2>&1 \
+    || { tail -n 40 "$KAFKA_HOME/mvn.log" >&2; die "kafka: mvn could not resolve $*"; }
 }
 
 # kafka_jars resolves the broker's runtime classpath into $KAFKA_HOME/libs once.
@@ -90,26 +104,8 @@ kafka_jars() {
   log "kafka: resolving jars for $KAFKA_VERSION from Maven Central"
   mkdir -p "$KAFKA_HOME"
   rm -rf "$tmp"
-  cat >"$KAFKA_HOME/pom.xml" <<POM
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>nolock.services</groupId>
-  <artifactId>kafka-libs</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka_2.13</artifactId>
-      <version>$KAFKA_VERSION</version>
-    </dependency>
-  </dependencies>
-</project>
-POM
-  mvn -q -B -f "$KAFKA_HOME/pom.xml" -Dmaven.repo.local="$NOLOCK_CACHE/m2" \
-    "$KAFKA_DEP_PLUGIN:copy-dependencies" -DincludeScope=runtime \
-    -DoutputDirectory="$tmp" >"$KAFKA_HOME/mvn.log" 2>&1 \
-    || { tail -n 40 "$KAFKA_HOME/mvn.log" >&2; die "kafka: mvn could not resolve kafka_2.13:$KAFKA_VERSION"; }
+  : >"$KAFKA_HOME/mvn.log"
+  kafka_mvn_copy libs "$tmp" -- "org.apache.kafka:kafka_2.13:$KAFKA_VERSION"
   [[ -f $tmp/kafka_2.13-$KAFKA_VERSION.jar ]] || die "kafka: kafka_2.13-$KAFKA_VERSION.jar missing after mvn"
   kafka_log4j_jars "$tmp"
   touch "$tmp/.complete"

@@ -226,31 +226,32 @@ func TestStockSeveralProcessesStayExact(t *testing.T) {
 	}
 }
 
-// holdRow locks key's rows in a transaction until the returned func runs.
-func holdRow(t *testing.T, pool *pgxpool.Pool, key string) (release func()) {
+// lockedStock returns a Stock holding 10 units of "sku" whose row another
+// transaction has locked until release runs (or the test ends), so takes
+// block on it.
+func lockedStock(t *testing.T, pool *pgxpool.Pool, opts ...conditional.StockOption) (s *conditional.Stock, release func()) {
 	t.Helper()
 	ctx := context.Background()
+	s = newStock(t, pool, opts...)
+	if err := s.Put(ctx, "sku", 10); err != nil {
+		t.Fatal(err)
+	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, "SELECT 1 FROM nolock_stock WHERE key = $1 FOR UPDATE", key); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM nolock_stock WHERE key = 'sku' FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
 	release = func() { tx.Rollback(ctx) }
 	t.Cleanup(release) // a failed test must not leave the pool waiting on it
-	return release
+	return s, release
 }
 
 func TestStockCancelWithdrawsUnsentTake(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testenv.Postgres(t)
-	s := newStock(t, pool)
-	if err := s.Put(ctx, "sku", 10); err != nil {
-		t.Fatal(err)
-	}
-	release := holdRow(t, pool, "sku")
+	s, release := lockedStock(t, testenv.Postgres(t))
 	first := make(chan error, 1)
 	go func() { first <- s.Take(ctx, "sku", 4) }() // sent, blocked on the row lock
 	time.Sleep(200 * time.Millisecond)
@@ -274,11 +275,7 @@ func TestStockKilledConnectionLosesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, schema := testenv.PostgresSchema(t, 0) // application_name is the schema
-	s := newStock(t, pool, conditional.WithCoalescing(false))
-	if err := s.Put(ctx, "sku", 10); err != nil {
-		t.Fatal(err)
-	}
-	release := holdRow(t, pool, "sku")
+	s, release := lockedStock(t, pool, conditional.WithCoalescing(false))
 	done := make(chan error, 1)
 	go func() { done <- s.Take(ctx, "sku", 3) }()
 	// Wait until the take is blocked on the lock, then kill its backend.
@@ -314,12 +311,7 @@ WHERE application_name = $1 AND wait_event_type = 'Lock'`, schema).Scan(&killed)
 func TestStockCloseFailsUnsentTakes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testenv.Postgres(t)
-	s := newStock(t, pool)
-	if err := s.Put(ctx, "sku", 10); err != nil {
-		t.Fatal(err)
-	}
-	release := holdRow(t, pool, "sku")
+	s, release := lockedStock(t, testenv.Postgres(t))
 	first, second := make(chan error, 1), make(chan error, 1)
 	go func() { first <- s.Take(ctx, "sku", 1) }()
 	time.Sleep(200 * time.Millisecond)

@@ -24,6 +24,9 @@ type DB interface {
 var (
 	// ErrSoldOut means the stock cannot cover the request: nothing was taken.
 	ErrSoldOut = errors.New("conditional: sold out")
+	// ErrInsufficient means the balance cannot cover the debit: nothing was
+	// taken.
+	ErrInsufficient = errors.New("conditional: insufficient balance")
 	// ErrUnknownKey means no row exists for the key: nothing was changed.
 	ErrUnknownKey = errors.New("conditional: unknown key")
 	// ErrInvalid marks bad input; the error's text names the argument.
@@ -92,4 +95,14 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
 	}
 	return err
+}
+
+// classifyOn is classify for a statement run on db. Inside a caller's
+// transaction nothing commits until the caller does, so a failed statement
+// there is never ErrAmbiguousCommit.
+func classifyOn(db DB, err error) error {
+	if _, ok := db.(pgx.Tx); ok {
+		return err
+	}
+	return classify(err)
 }

@@ -338,13 +338,3 @@ func validTTL(ttl time.Duration) error {
 	}
 	return nil
 }
-
-// classifyOn is classify for a statement run on db. Inside a caller's
-// transaction nothing commits until the caller does, so a failed statement
-// there is never ErrAmbiguousCommit.
-func classifyOn(db DB, err error) error {
-	if _, ok := db.(pgx.Tx); ok {
-		return err
-	}
-	return classify(err)
-}

@@ -1,6 +1,7 @@
 package conditional
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -24,10 +25,11 @@ import (
 //
 // A Stock is safe for concurrent use. Close it to stop its goroutines.
 type Stock struct {
-	db      DB
-	table   string // quoted
-	buckets int
-	rand    func(n int) int
+	db                DB
+	table             string // quoted
+	keyArg, amountArg string
+	buckets           int
+	rand              func(n int) int
 
 	batch *batcher[bucketKey, int64]
 
@@ -36,8 +38,45 @@ type Stock struct {
 	soldOutTTL time.Duration
 	now        func() time.Time
 
-	schemaSQL, batchSQL, takeSQL, qtySQL, acrossSQL, availableSQL, putSQL string
+	adds *batcher[bucketKey, int64]
+
+	schemaSQL, batchSQL, takeSQL, addSQL, qtySQL, acrossSQL, acrossUpdateSQL, availableSQL, putSQL string
 }
+
+// The statements, with {{table}} and {{qty}} replaced by quoted identifiers.
+const (
+	// One statement grants a batch of requests, first fit in arrival order:
+	// o locks the row (waiting for, then reading, the newest version), g
+	// walks the requests ($3) granting each one the rest covers, upd writes
+	// the result only if something was granted. It returns the units before
+	// the batch and one grant flag per request; no row means no such key.
+	batchSQL = `WITH RECURSIVE
+ o AS (SELECT {{qty}} AS qty FROM {{table}} WHERE key = $1 AND bucket = $2 FOR UPDATE),
+ g(i, rest, ok) AS (
+   SELECT 0, qty, true FROM o
+   UNION ALL
+   SELECT g.i + 1, CASE WHEN r.n <= g.rest THEN g.rest - r.n ELSE g.rest END, r.n <= g.rest
+   FROM g, LATERAL (SELECT ($3::bigint[])[g.i + 1] AS n) r
+   WHERE g.i < cardinality($3::bigint[])),
+ fin AS (SELECT rest FROM g ORDER BY i DESC LIMIT 1),
+ upd AS (UPDATE {{table}} s SET {{qty}} = fin.rest FROM fin, o
+         WHERE s.key = $1 AND s.bucket = $2 AND fin.rest <> o.qty)
+SELECT o.qty, (SELECT array_agg(ok ORDER BY i) FROM g WHERE i > 0) FROM o`
+	// A batch of one is the plain conditional decrement: on the uncontended
+	// path the library costs no more than the bare statement.
+	takeSQL = `UPDATE {{table}} SET {{qty}} = {{qty}} - $3 WHERE key = $1 AND bucket = $2 AND {{qty}} >= $3`
+	// addSQL adds to an existing row only (a credit), all of a batch at once.
+	addSQL          = `UPDATE {{table}} SET {{qty}} = {{qty}} + $3 WHERE key = $1 AND bucket = $2`
+	qtySQL          = `SELECT {{qty}} FROM {{table}} WHERE key = $1 AND bucket = $2`
+	acrossSQL       = `SELECT bucket, {{qty}} FROM {{table}} WHERE key = $1 ORDER BY bucket FOR UPDATE`
+	acrossUpdateSQL = `UPDATE {{table}} s SET {{qty}} = v.qty FROM unnest($2::int[], $3::bigint[]) AS v(bucket, qty)
+WHERE s.key = $1 AND s.bucket = v.bucket`
+	availableSQL = `SELECT sum({{qty}})::bigint FROM {{table}} WHERE key = $1`
+	// Put spreads n over the buckets, the remainder to the first ones.
+	putSQL = `INSERT INTO {{table}} AS s (key, bucket, {{qty}})
+SELECT $1, b, $2::bigint / $3::int + CASE WHEN b < $2::bigint % $3::int THEN 1 ELSE 0 END FROM generate_series(0, $3::int - 1) AS b
+ON CONFLICT (key, bucket) DO UPDATE SET {{qty}} = s.{{qty}} + EXCLUDED.{{qty}}`
+)
 
 //go:embed stock.sql
 var stockSQL string
@@ -55,6 +94,9 @@ type StockOption func(*stockConfig)
 
 type stockConfig struct {
 	table      string
+	column     string // the quantity's column: qty, or balance for Accounts
+	keyArg     string // what errors call a key: "key", or "account"
+	amountArg  string // what errors call a quantity: "n", or "amount"
 	buckets    int
 	coalesce   bool
 	maxBatch   int
@@ -98,7 +140,11 @@ func WithSoldOutCache(d time.Duration) StockOption {
 // NewStock returns a Stock on db, usually a *pgxpool.Pool. Run its
 // CreateSchema (or put its Schema in your migrations) first.
 func NewStock(db DB, opts ...StockOption) (*Stock, error) {
-	cfg := stockConfig{table: DefaultStockTable, buckets: 1, coalesce: true, maxBatch: 128, timeout: 10 * time.Second}
+	return newStock(db, stockConfig{table: DefaultStockTable, column: "qty", keyArg: "key", amountArg: "n"}, opts)
+}
+
+func newStock(db DB, cfg stockConfig, opts []StockOption) (*Stock, error) {
+	cfg.buckets, cfg.coalesce, cfg.maxBatch, cfg.timeout = 1, true, 128, 10*time.Second
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -120,39 +166,15 @@ func NewStock(db DB, opts ...StockOption) (*Stock, error) {
 		cfg.maxBatch = 1
 	}
 	t := pgx.Identifier{cfg.table}.Sanitize()
+	sql := strings.NewReplacer("{{table}}", t, "{{qty}}", pgx.Identifier{cfg.column}.Sanitize()).Replace
 	s := &Stock{
-		db: db, table: t, buckets: cfg.buckets, rand: rand.IntN,
+		db: db, table: t, buckets: cfg.buckets, rand: rand.IntN, keyArg: cfg.keyArg, amountArg: cfg.amountArg,
 		soldOut: map[string]time.Time{}, soldOutTTL: cfg.soldOutTTL, now: time.Now,
-		schemaSQL: strings.ReplaceAll(stockSQL, "{{table}}", t),
-		// One statement grants a batch of requests, first fit in arrival
-		// order: o locks the row (waiting for, then reading, the newest
-		// version), g walks the requests ($3) granting each one the rest
-		// covers, upd writes the result only if something was granted. It
-		// returns the units before the batch and one grant flag per
-		// request; no row means no such key.
-		batchSQL: `WITH RECURSIVE
- o AS (SELECT qty FROM ` + t + ` WHERE key = $1 AND bucket = $2 FOR UPDATE),
- g(i, rest, ok) AS (
-   SELECT 0, qty, true FROM o
-   UNION ALL
-   SELECT g.i + 1, CASE WHEN r.n <= g.rest THEN g.rest - r.n ELSE g.rest END, r.n <= g.rest
-   FROM g, LATERAL (SELECT ($3::bigint[])[g.i + 1] AS n) r
-   WHERE g.i < cardinality($3::bigint[])),
- fin AS (SELECT rest FROM g ORDER BY i DESC LIMIT 1),
- upd AS (UPDATE ` + t + ` s SET qty = fin.rest FROM fin, o
-         WHERE s.key = $1 AND s.bucket = $2 AND fin.rest <> o.qty)
-SELECT o.qty, (SELECT array_agg(ok ORDER BY i) FROM g WHERE i > 0) FROM o`,
-		// A batch of one is the plain conditional decrement: on the
-		// uncontended path the library costs no more than the bare statement.
-		takeSQL:      `UPDATE ` + t + ` SET qty = qty - $3 WHERE key = $1 AND bucket = $2 AND qty >= $3`,
-		qtySQL:       `SELECT qty FROM ` + t + ` WHERE key = $1 AND bucket = $2`,
-		acrossSQL:    `SELECT bucket, qty FROM ` + t + ` WHERE key = $1 ORDER BY bucket FOR UPDATE`,
-		availableSQL: `SELECT sum(qty)::bigint FROM ` + t + ` WHERE key = $1`,
-		// Put spreads n over the buckets, the remainder to the first ones.
-		putSQL: `INSERT INTO ` + t + ` AS s (key, bucket, qty)
-SELECT $1, b, $2::bigint / $3::int + CASE WHEN b < $2::bigint % $3::int THEN 1 ELSE 0 END FROM generate_series(0, $3::int - 1) AS b
-ON CONFLICT (key, bucket) DO UPDATE SET qty = s.qty + EXCLUDED.qty`,
+		schemaSQL: sql(stockSQL), batchSQL: sql(batchSQL), takeSQL: sql(takeSQL), addSQL: sql(addSQL),
+		qtySQL: sql(qtySQL), acrossSQL: sql(acrossSQL), acrossUpdateSQL: sql(acrossUpdateSQL),
+		availableSQL: sql(availableSQL), putSQL: sql(putSQL),
 	}
+	s.adds = newBatcher(cfg.maxBatch, cfg.timeout, s.runAdd)
 	s.batch = newBatcher(cfg.maxBatch, cfg.timeout, s.runTake)
 	return s, nil
 }
@@ -168,11 +190,24 @@ ON CONFLICT (key, bucket) DO UPDATE SET qty = s.qty + EXCLUDED.qty`,
 // caller's back. ErrAmbiguousCommit means the connection failed after the
 // statement was sent: read Available before retrying.
 func (s *Stock) Take(ctx context.Context, key string, n int64) error {
-	if err := validKey(key); err != nil {
-		return err
+	return s.take(ctx, nil, key, n)
+}
+
+// TakeIn is Take inside the caller's transaction tx (any DB works; a
+// pgx.Tx is the point): one plain conditional statement, not coalesced,
+// whose effect commits or rolls back with tx. The row stays locked until
+// tx ends, so keep tx short on a hot key.
+func (s *Stock) TakeIn(ctx context.Context, tx DB, key string, n int64) error {
+	if tx == nil {
+		return invalid("tx is nil")
 	}
-	if n <= 0 {
-		return invalid("n must be positive, got %d", n)
+	return s.take(ctx, tx, key, n)
+}
+
+// take runs a take coalesced (tx nil) or in tx.
+func (s *Stock) take(ctx context.Context, tx DB, key string, n int64) error {
+	if err := s.valid(key, n); err != nil {
+		return err
 	}
 	if s.cachedSoldOut(key) {
 		return ErrSoldOut
@@ -181,10 +216,15 @@ func (s *Stock) Take(ctx context.Context, key string, n int64) error {
 	if s.buckets > 1 {
 		b = s.rand(s.buckets)
 	}
-	err := s.batch.do(ctx, bucketKey{key, b}, n)
+	var err error
+	if tx == nil {
+		err = s.batch.do(ctx, bucketKey{key, b}, n)
+	} else {
+		_, err = s.runOne(ctx, tx, bucketKey{key, b}, n)
+	}
 	if s.buckets > 1 && errors.Is(err, ErrSoldOut) {
 		// This bucket cannot cover n; the others together may.
-		err = s.takeAcross(ctx, key, n)
+		err = s.takeAcross(ctx, cmp.Or(tx, s.db), key, n)
 	}
 	return err
 }
@@ -193,7 +233,7 @@ func (s *Stock) Take(ctx context.Context, key string, n int64) error {
 // for a batch of requests.
 func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
 	if len(reqs) == 1 {
-		return s.runOne(ctx, k, reqs[0])
+		return s.runOne(ctx, s.db, k, reqs[0])
 	}
 	var before int64
 	var granted []bool
@@ -221,16 +261,16 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 
 // runOne takes n units of one bucket with the plain conditional decrement.
 // Only when it changes nothing does a second read tell sold out from unknown.
-func (s *Stock) runOne(ctx context.Context, k bucketKey, n int64) ([]error, error) {
-	tag, err := s.db.Exec(ctx, s.takeSQL, k.key, k.bucket, n)
+func (s *Stock) runOne(ctx context.Context, db DB, k bucketKey, n int64) ([]error, error) {
+	tag, err := db.Exec(ctx, s.takeSQL, k.key, k.bucket, n)
 	if err != nil {
-		return nil, fmt.Errorf("conditional: take %q: %w", k.key, classify(err))
+		return nil, fmt.Errorf("conditional: take %q: %w", k.key, classifyOn(db, err))
 	}
 	if tag.RowsAffected() == 1 {
 		return []error{nil}, nil
 	}
 	var qty int64
-	switch err := s.db.QueryRow(ctx, s.qtySQL, k.key, k.bucket).Scan(&qty); {
+	switch err := db.QueryRow(ctx, s.qtySQL, k.key, k.bucket).Scan(&qty); {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, ErrUnknownKey
 	case err != nil:
@@ -242,11 +282,12 @@ func (s *Stock) runOne(ctx context.Context, k bucketKey, n int64) ([]error, erro
 	return []error{ErrSoldOut}, nil
 }
 
-// takeAcross takes n units from all of key's buckets in one transaction,
-// locking them in ascending order (every multi-row locker uses that order,
-// and single-bucket statements lock one row, so no deadlock).
-func (s *Stock) takeAcross(ctx context.Context, key string, n int64) error {
-	tx, err := s.db.Begin(ctx)
+// takeAcross takes n units from all of key's buckets in one transaction
+// (a savepoint when db is itself a transaction), locking them in ascending
+// order (every multi-row locker uses that order, and single-bucket
+// statements lock one row, so no deadlock).
+func (s *Stock) takeAcross(ctx context.Context, db DB, key string, n int64) error {
+	tx, err := db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
 	}
@@ -293,39 +334,91 @@ func (s *Stock) takeAcross(ctx context.Context, key string, n int64) error {
 		rest -= d
 		newBuckets, newQty = append(newBuckets, bucket[best]), append(newQty, qty[best])
 	}
-	_, err = tx.Exec(ctx, `UPDATE `+s.table+` s SET qty = v.qty FROM unnest($2::int[], $3::bigint[]) AS v(bucket, qty)
-WHERE s.key = $1 AND s.bucket = v.bucket`, key, newBuckets, newQty)
+	_, err = tx.Exec(ctx, s.acrossUpdateSQL, key, newBuckets, newQty)
 	if err != nil {
 		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("conditional: take %q across buckets: %w", key, classify(err))
+		return fmt.Errorf("conditional: take %q across buckets: %w", key, classifyOn(db, err))
 	}
 	return nil
+}
+
+// runAdd is the adds batcher's statement: one unconditional increment of
+// one bucket by the sum of a batch.
+func (s *Stock) runAdd(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
+	var sum int64
+	for _, n := range reqs {
+		sum += n
+	}
+	return make([]error, len(reqs)), s.addOne(ctx, s.db, k, sum)
+}
+
+// addOne adds n to an existing bucket of key.
+func (s *Stock) addOne(ctx context.Context, db DB, k bucketKey, n int64) error {
+	tag, err := db.Exec(ctx, s.addSQL, k.key, k.bucket, n)
+	switch {
+	case err != nil:
+		return fmt.Errorf("conditional: add to %q: %w", k.key, classifyOn(db, err))
+	case tag.RowsAffected() == 0:
+		return ErrUnknownKey
+	}
+	return nil
+}
+
+// add adds n to a random existing bucket of key, coalesced (tx nil) or in tx.
+func (s *Stock) add(ctx context.Context, tx DB, key string, n int64) error {
+	if err := s.valid(key, n); err != nil {
+		return err
+	}
+	k := bucketKey{key, 0}
+	if s.buckets > 1 {
+		k.bucket = s.rand(s.buckets)
+	}
+	if tx != nil {
+		return s.addOne(ctx, tx, k, n)
+	}
+	err := s.adds.do(ctx, k, n)
+	if err == nil {
+		s.clearSoldOut(key)
+	}
+	return err
 }
 
 // Put adds n units to key, creating it if needed: a restock or a return.
 // With buckets, the units are spread evenly over them.
 func (s *Stock) Put(ctx context.Context, key string, n int64) error {
-	if err := validKey(key); err != nil {
+	if err := s.valid(key, n); err != nil {
 		return err
 	}
-	if n <= 0 {
-		return invalid("n must be positive, got %d", n)
-	}
+	return s.put(ctx, key, n)
+}
+
+// put adds n >= 0 units to key, creating its buckets if needed.
+func (s *Stock) put(ctx context.Context, key string, n int64) error {
 	if _, err := s.db.Exec(ctx, s.putSQL, key, n, int64(s.buckets)); err != nil {
 		return fmt.Errorf("conditional: put %q: %w", key, classify(err))
 	}
-	s.soldOutMu.Lock()
-	delete(s.soldOut, key)
-	s.soldOutMu.Unlock()
+	s.clearSoldOut(key)
+	return nil
+}
+
+// valid checks a key and a positive quantity, naming them as this type's
+// callers know them.
+func (s *Stock) valid(key string, n int64) error {
+	if err := validArg(s.keyArg, key); err != nil {
+		return err
+	}
+	if n <= 0 {
+		return invalid("%s must be positive, got %d", s.amountArg, n)
+	}
 	return nil
 }
 
 // Available returns the units of key not yet taken, summed over its
 // buckets. It is a snapshot: concurrent takes may change it at once.
 func (s *Stock) Available(ctx context.Context, key string) (int64, error) {
-	if err := validKey(key); err != nil {
+	if err := validArg(s.keyArg, key); err != nil {
 		return 0, err
 	}
 	var n *int64
@@ -354,6 +447,7 @@ func (s *Stock) CreateSchema(ctx context.Context) error {
 // idempotent; the database handle is the caller's to close.
 func (s *Stock) Close() error {
 	s.batch.close()
+	s.adds.close()
 	return nil
 }
 
@@ -365,6 +459,12 @@ func (s *Stock) cachedSoldOut(key string) bool {
 	defer s.soldOutMu.Unlock()
 	at, ok := s.soldOut[key]
 	return ok && s.now().Sub(at) < s.soldOutTTL
+}
+
+func (s *Stock) clearSoldOut(key string) {
+	s.soldOutMu.Lock()
+	delete(s.soldOut, key)
+	s.soldOutMu.Unlock()
 }
 
 func (s *Stock) markSoldOut(key string) {

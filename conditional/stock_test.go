@@ -226,6 +226,25 @@ func TestStockSeveralProcessesStayExact(t *testing.T) {
 	}
 }
 
+// killLockWaiters waits until some backend of this test's schema is
+// blocked on a lock, then terminates every such backend.
+func killLockWaiters(t *testing.T, pool *pgxpool.Pool, schema string) {
+	t.Helper()
+	for i := 0; i < 200; i++ {
+		time.Sleep(20 * time.Millisecond)
+		var killed bool
+		err := pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) > 0 FROM pg_stat_activity
+WHERE application_name = $1 AND wait_event_type = 'Lock'`, schema).Scan(&killed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if killed {
+			return
+		}
+	}
+	t.Fatal("no statement ever blocked on a lock")
+}
+
 // lockedStock returns a Stock holding 10 units of "sku" whose row another
 // transaction has locked until release runs (or the test ends), so takes
 // block on it.
@@ -278,19 +297,7 @@ func TestStockKilledConnectionLosesNothing(t *testing.T) {
 	s, release := lockedStock(t, pool, conditional.WithCoalescing(false))
 	done := make(chan error, 1)
 	go func() { done <- s.Take(ctx, "sku", 3) }()
-	// Wait until the take is blocked on the lock, then kill its backend.
-	var killed bool
-	for i := 0; i < 100 && !killed; i++ {
-		time.Sleep(20 * time.Millisecond)
-		err := pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) > 0 FROM pg_stat_activity
-WHERE application_name = $1 AND wait_event_type = 'Lock'`, schema).Scan(&killed)
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if !killed {
-		t.Fatal("the take never blocked on the row lock")
-	}
+	killLockWaiters(t, pool, schema)
 	err := <-done
 	release()
 	if err == nil {
@@ -338,5 +345,45 @@ func TestStockCloseFailsUnsentTakes(t *testing.T) {
 	}
 	if got := available(t, s, "sku"); got != 9 {
 		t.Fatalf("available %d; want 9", got)
+	}
+}
+
+// A coalesced batch whose backend is killed while it waits on the row lock:
+// every take of the batch gets the same error, and nothing is taken.
+func TestStockKilledBatchFailsEveryTake(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testenv.PostgresSchema(t, 0) // application_name is the schema
+	s, release := lockedStock(t, pool)
+	first := make(chan error, 1)
+	go func() { first <- s.Take(ctx, "sku", 1) }() // a batch of one, blocked
+	time.Sleep(200 * time.Millisecond)
+	const queued = 4
+	batch := make(chan error, queued)
+	for i := 0; i < queued; i++ {
+		go func() { batch <- s.Take(ctx, "sku", 1) }() // queue behind it
+	}
+	time.Sleep(200 * time.Millisecond)
+	killLockWaiters(t, pool, schema) // the first statement dies; the four queued go out as one batch and block
+	if err := <-first; err == nil {
+		t.Fatal("the killed take reported success")
+	}
+	killLockWaiters(t, pool, schema)
+	var msgs []string
+	for i := 0; i < queued; i++ {
+		err := <-batch
+		if err == nil || errors.Is(err, conditional.ErrAmbiguousCommit) {
+			t.Fatalf("take %d of the killed batch: %v, want the statement's failure", i, err)
+		}
+		msgs = append(msgs, err.Error())
+	}
+	for _, m := range msgs[1:] {
+		if m != msgs[0] {
+			t.Fatalf("the batch's takes got different errors: %q", msgs)
+		}
+	}
+	release()
+	if got := available(t, s, "sku"); got != 10 {
+		t.Fatalf("available %d after two killed statements, want 10", got)
 	}
 }

@@ -1,0 +1,112 @@
+package conditional
+
+import (
+	"context"
+	"errors"
+)
+
+// Accounts holds balances in a PostgreSQL table and debits them only when
+// they cover the amount: "UPDATE … SET balance = balance - $a WHERE
+// account = $k AND balance >= $a". No lock service, no read-modify-write;
+// the row decides, and under Read Committed a debit blocked on the row
+// re-checks the balance it finally sees.
+//
+// Amounts are integers in the currency's minor unit (cents, paise). A hot
+// account gets the same treatment as a hot Stock key: concurrent debits of
+// one account in this process are coalesced into one statement (first fit
+// in arrival order), and so are concurrent credits (a merchant receiving
+// many payments), one commit per batch. DebitIn and CreditIn run inside the
+// caller's transaction instead, so an idempotency key, a ledger row or an
+// order can commit with the debit, all or nothing.
+//
+// Accounts takes the Stock options (buckets, coalescing, batch size,
+// timeout); its table defaults to "nolock_accounts" with the amount in a
+// column named balance. An Accounts is safe for concurrent use; Close it to
+// stop its goroutines.
+type Accounts struct {
+	s *Stock
+}
+
+// DefaultAccountsTable is the accounts table's name unless WithAccountsTable
+// says otherwise.
+const DefaultAccountsTable = "nolock_accounts"
+
+// WithAccountsTable sets the accounts table's name (quoted, never
+// interpolated raw).
+func WithAccountsTable(name string) StockOption { return WithStockTable(name) }
+
+// NewAccounts returns Accounts on db, usually a *pgxpool.Pool. Run its
+// CreateSchema (or put its Schema in your migrations) first.
+func NewAccounts(db DB, opts ...StockOption) (*Accounts, error) {
+	s, err := newStock(db, stockConfig{table: DefaultAccountsTable, column: "balance", keyArg: "account", amountArg: "amount"}, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Accounts{s}, nil
+}
+
+// Open creates account with an opening balance (which may be 0), or adds
+// the balance to it if it exists. balance must not be negative.
+func (a *Accounts) Open(ctx context.Context, account string, balance int64) error {
+	if err := validArg("account", account); err != nil {
+		return err
+	}
+	if balance < 0 {
+		return invalid("balance must not be negative, got %d", balance)
+	}
+	return a.s.put(ctx, account, balance)
+}
+
+// Debit takes amount from account if its balance covers it: nil means it
+// was taken; ErrInsufficient means nothing was taken; ErrUnknownKey means no
+// such account; ErrAmbiguousCommit means the connection failed after the
+// statement was sent (read the balance, or use an idempotency key, before
+// retrying). Cancelling ctx withdraws a debit not yet sent.
+func (a *Accounts) Debit(ctx context.Context, account string, amount int64) error {
+	return insufficient(a.s.Take(ctx, account, amount))
+}
+
+// DebitIn is Debit inside the caller's transaction tx, not coalesced: it
+// commits or rolls back with tx, and never reports ErrAmbiguousCommit (the
+// caller's COMMIT decides).
+func (a *Accounts) DebitIn(ctx context.Context, tx DB, account string, amount int64) error {
+	return insufficient(a.s.TakeIn(ctx, tx, account, amount))
+}
+
+// Credit adds amount to an existing account (ErrUnknownKey otherwise).
+// Concurrent credits of one account are coalesced into one statement.
+func (a *Accounts) Credit(ctx context.Context, account string, amount int64) error {
+	return a.s.add(ctx, nil, account, amount)
+}
+
+// CreditIn is Credit inside the caller's transaction tx, not coalesced.
+func (a *Accounts) CreditIn(ctx context.Context, tx DB, account string, amount int64) error {
+	if tx == nil {
+		return invalid("tx is nil")
+	}
+	return a.s.add(ctx, tx, account, amount)
+}
+
+// Balance returns account's balance: a snapshot, which concurrent debits
+// and credits may change at once.
+func (a *Accounts) Balance(ctx context.Context, account string) (int64, error) {
+	return a.s.Available(ctx, account)
+}
+
+// Schema returns the DDL of the accounts table, for migration tools.
+func (a *Accounts) Schema() string { return a.s.Schema() }
+
+// CreateSchema creates the accounts table if it does not exist.
+func (a *Accounts) CreateSchema(ctx context.Context) error { return a.s.CreateSchema(ctx) }
+
+// Close fails debits and credits not yet sent with ErrClosed and waits for
+// those in flight. It is idempotent.
+func (a *Accounts) Close() error { return a.s.Close() }
+
+// insufficient renames Stock's refusal for balances.
+func insufficient(err error) error {
+	if errors.Is(err, ErrSoldOut) {
+		return ErrInsufficient
+	}
+	return err
+}

@@ -12,7 +12,9 @@
 // Stock takes units of a key, never below zero. A hot row allows one commit
 // (one disk flush) at a time, so Stock coalesces concurrent takes of a key
 // in this process into one statement per flush, and can spread a key over
-// buckets when several processes write it. Holds hands out timed holds on
+// buckets when several processes write it. Accounts does the same for
+// balances (debits never below zero), also inside the caller's
+// transaction. Holds hands out timed holds on
 // resources (seats, slots) judged by the database's clock. Fenced makes a
 // write to your own table conditional on a fencing token, so a paused
 // ex-holder's late write is refused.

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/nolock/nolock/internal/pgerr"
 )
 
 // DB is what this package needs from pgx: a *pgxpool.Pool, a *pgx.Conn or a
@@ -58,9 +58,6 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// validKey checks a key argument.
-func validKey(key string) error { return validArg("key", key) }
-
 // validArg checks a key-like argument (a key, resource or holder name) and
 // names it in the error.
 func validArg(name, v string) error {
@@ -79,19 +76,10 @@ func validArg(name, v string) error {
 const MaxKeyLen = 512
 
 // classify turns a failed statement's error into what the caller may
-// conclude. ErrAmbiguousCommit when the statement was sent and the
-// connection then failed or timed out, so it may have committed; otherwise
-// the error as is: nothing was sent (pgconn.SafeToRetry), the server
-// refused it (a *pgconn.PgError), or it failed locally before sending (an
-// argument that would not encode).
+// conclude: ErrAmbiguousCommit when the statement may have committed before
+// the connection failed (see pgerr.Ambiguous), otherwise the error as is.
 func classify(err error) error {
-	var pgErr *pgconn.PgError
-	var netErr net.Error
-	switch {
-	case err == nil || pgconn.SafeToRetry(err) || errors.As(err, &pgErr):
-		return err
-	case errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+	if pgerr.Ambiguous(err) {
 		return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
 	}
 	return err

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/nolock/nolock/internal/combine"
 )
 
 // Stock sells units of keys (SKUs, tickets, quota) from a PostgreSQL table,
@@ -31,14 +33,14 @@ type Stock struct {
 	buckets           int
 	rand              func(n int) int
 
-	batch *batcher[bucketKey, int64]
+	batch *combine.Combiner[bucketKey, int64, struct{}]
 
 	soldOutMu  sync.Mutex
 	soldOut    map[string]time.Time // key → when this process saw it empty
 	soldOutTTL time.Duration
 	now        func() time.Time
 
-	adds *batcher[bucketKey, int64]
+	adds *combine.Combiner[bucketKey, int64, struct{}]
 
 	schemaSQL, batchSQL, takeSQL, addSQL, qtySQL, acrossSQL, acrossUpdateSQL, availableSQL, putSQL string
 }
@@ -174,8 +176,8 @@ func newStock(db DB, cfg stockConfig, opts []StockOption) (*Stock, error) {
 		qtySQL: sql(qtySQL), acrossSQL: sql(acrossSQL), acrossUpdateSQL: sql(acrossUpdateSQL),
 		availableSQL: sql(availableSQL), putSQL: sql(putSQL),
 	}
-	s.adds = newBatcher(cfg.maxBatch, cfg.timeout, s.runAdd)
-	s.batch = newBatcher(cfg.maxBatch, cfg.timeout, s.runTake)
+	s.adds = combine.New(cfg.maxBatch, cfg.timeout, ErrClosed, errorsOnly(s.runAdd))
+	s.batch = combine.New(cfg.maxBatch, cfg.timeout, ErrClosed, errorsOnly(s.runTake))
 	return s, nil
 }
 
@@ -218,7 +220,7 @@ func (s *Stock) take(ctx context.Context, tx DB, key string, n int64) error {
 	}
 	var err error
 	if tx == nil {
-		err = s.batch.do(ctx, bucketKey{key, b}, n)
+		_, err = s.batch.Do(ctx, bucketKey{key, b}, n)
 	} else {
 		_, err = s.runOne(ctx, tx, bucketKey{key, b}, n)
 	}
@@ -229,7 +231,15 @@ func (s *Stock) take(ctx context.Context, tx DB, key string, n int64) error {
 	return err
 }
 
-// runTake is the batcher's statement: one conditional update of one bucket
+// errorsOnly adapts an operation whose only answer per request is an error.
+func errorsOnly(run func(context.Context, bucketKey, []int64) ([]error, error)) combine.Run[bucketKey, int64, struct{}] {
+	return func(ctx context.Context, k bucketKey, reqs []int64) ([]struct{}, []error, error) {
+		errs, err := run(ctx, k, reqs)
+		return make([]struct{}, len(reqs)), errs, err
+	}
+}
+
+// runTake is the take combiner's statement: one conditional update of one bucket
 // for a batch of requests.
 func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
 	if len(reqs) == 1 {
@@ -344,7 +354,7 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, key string, n int64) erro
 	return nil
 }
 
-// runAdd is the adds batcher's statement: one unconditional increment of
+// runAdd is the add combiner's statement: one unconditional increment of
 // one bucket by the sum of a batch.
 func (s *Stock) runAdd(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
 	var sum int64
@@ -378,7 +388,7 @@ func (s *Stock) add(ctx context.Context, tx DB, key string, n int64) error {
 	if tx != nil {
 		return s.addOne(ctx, tx, k, n)
 	}
-	err := s.adds.do(ctx, k, n)
+	_, err := s.adds.Do(ctx, k, n)
 	if err == nil {
 		s.clearSoldOut(key)
 	}
@@ -446,8 +456,8 @@ func (s *Stock) CreateSchema(ctx context.Context) error {
 // in flight to be answered, and stops the Stock's goroutines. It is
 // idempotent; the database handle is the caller's to close.
 func (s *Stock) Close() error {
-	s.batch.close()
-	s.adds.close()
+	s.batch.Close()
+	s.adds.Close()
 	return nil
 }
 

@@ -1,4 +1,4 @@
-package conditional
+package pgerr
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-func TestClassify(t *testing.T) {
+func TestAmbiguousAndConflict(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		err       error
@@ -22,15 +22,14 @@ func TestClassify(t *testing.T) {
 		{"server refused", &pgconn.PgError{Code: "57P01"}, false},
 		{"encode failed before sending", errors.New("failed to encode args[1]: too big"), false},
 	} {
-		got := errors.Is(classify(tc.err), ErrAmbiguousCommit)
-		if got != tc.ambiguous {
+		if got := Ambiguous(tc.err); got != tc.ambiguous {
 			t.Errorf("%s: ambiguous = %v, want %v", tc.name, got, tc.ambiguous)
 		}
-		if !errors.Is(classify(tc.err), tc.err) {
-			t.Errorf("%s: classify lost the cause", tc.name)
-		}
 	}
-	if classify(nil) != nil {
-		t.Error("classify(nil) != nil")
+	if Ambiguous(nil) {
+		t.Error("Ambiguous(nil)")
+	}
+	if !Conflict(&pgconn.PgError{Code: "40001"}) || !Conflict(fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "40P01"})) || Conflict(&pgconn.PgError{Code: "23505"}) {
+		t.Error("Conflict must be true for 40001 and 40P01 only")
 	}
 }

@@ -1,0 +1,157 @@
+// Package combine keeps at most one operation in flight per key and
+// combines the requests that arrive meanwhile into the next one.
+//
+// A hot database row allows one commit (one disk flush) at a time, so the
+// only way to go faster is more requests per commit. While a key's
+// operation runs, new requests for that key queue; the key's drainer then
+// claims up to max of them in arrival order, runs them as one operation,
+// and answers each caller only after that operation's outcome is known.
+// A drainer runs only while its key has work, so idle keys cost nothing.
+// With max 1 this is plain admission: one operation in flight per key, the
+// rest wait their turn instead of piling onto the row lock.
+//
+// This is flat combining (Hendler, Incze, Shavit, Tzafrir, SPAA 2010) with
+// the combiner elected per key. conditional coalesces takes with it; cas
+// combines read-modify-writes.
+package combine
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Run executes one operation for a batch of requests of one key. It
+// returns one result and one error per request, or a single error that
+// fails them all.
+type Run[K comparable, Req, Res any] func(ctx context.Context, key K, reqs []Req) ([]Res, []error, error)
+
+// Combiner is safe for concurrent use.
+type Combiner[K comparable, Req, Res any] struct {
+	max       int
+	timeout   time.Duration
+	run       Run[K, Req, Res]
+	errClosed error
+
+	mu     sync.Mutex
+	queues map[K][]*call[Req, Res]
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// A call moves from waiting to either sent (claimed by a drainer) or
+// withdrawn (its caller gave up first); never both.
+const (
+	waiting int32 = iota
+	sent
+	withdrawn
+)
+
+type call[Req, Res any] struct {
+	req   Req
+	state atomic.Int32
+	res   Res
+	err   error
+	done  chan struct{}
+}
+
+// New returns a Combiner that runs at most max requests per operation,
+// each operation bounded by timeout. errClosed is what requests get once
+// the Combiner is closed.
+func New[K comparable, Req, Res any](max int, timeout time.Duration, errClosed error, run Run[K, Req, Res]) *Combiner[K, Req, Res] {
+	return &Combiner[K, Req, Res]{max: max, timeout: timeout, run: run, errClosed: errClosed, queues: map[K][]*call[Req, Res]{}}
+}
+
+// Do submits req for key and waits for its outcome. If ctx ends before the
+// request is sent, Do withdraws it and returns ctx.Err(); once sent, it
+// waits for the operation's outcome (bounded by the Combiner's timeout), so
+// a caller never gives up on a request that then succeeds.
+func (c *Combiner[K, Req, Res]) Do(ctx context.Context, key K, req Req) (Res, error) {
+	var zero Res
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	cl := &call[Req, Res]{req: req, done: make(chan struct{})}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return zero, c.errClosed
+	}
+	q, active := c.queues[key]
+	c.queues[key] = append(q, cl)
+	if !active {
+		c.wg.Add(1)
+		go c.drain(key)
+	}
+	c.mu.Unlock()
+
+	select {
+	case <-cl.done:
+		return cl.res, cl.err
+	case <-ctx.Done():
+		if cl.state.CompareAndSwap(waiting, withdrawn) {
+			return zero, ctx.Err()
+		}
+		<-cl.done
+		return cl.res, cl.err
+	}
+}
+
+// drain runs key's operations until its queue is empty.
+func (c *Combiner[K, Req, Res]) drain(key K) {
+	defer c.wg.Done()
+	batch := make([]*call[Req, Res], 0, c.max)
+	reqs := make([]Req, 0, c.max)
+	for {
+		batch, reqs = batch[:0], reqs[:0]
+		c.mu.Lock()
+		q := c.queues[key]
+		i := 0
+		for ; i < len(q) && len(batch) < c.max; i++ {
+			if q[i].state.CompareAndSwap(waiting, sent) {
+				batch = append(batch, q[i])
+				reqs = append(reqs, q[i].req)
+			}
+		}
+		if len(batch) == 0 && i == len(q) {
+			delete(c.queues, key)
+			c.mu.Unlock()
+			return
+		}
+		c.queues[key] = q[i:]
+		c.mu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+
+		ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+		res, errs, err := c.run(ctx, key, reqs)
+		cancel()
+		for j, cl := range batch {
+			if err != nil {
+				cl.err = err
+			} else {
+				cl.res, cl.err = res[j], errs[j]
+			}
+			close(cl.done)
+		}
+	}
+}
+
+// Close fails every request not yet sent with errClosed and waits for the
+// operations in flight to finish and be answered. It is idempotent.
+func (c *Combiner[K, Req, Res]) Close() {
+	c.mu.Lock()
+	c.closed = true
+	for _, q := range c.queues {
+		for _, cl := range q {
+			if cl.state.CompareAndSwap(waiting, sent) {
+				cl.err = c.errClosed
+				close(cl.done)
+			}
+		}
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+}

@@ -1,0 +1,146 @@
+package combine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var errClosed = errors.New("closed")
+
+// gate is a Run that records each batch and blocks until released.
+type gate struct {
+	mu      sync.Mutex
+	batches [][]int
+	release chan struct{}
+	started chan struct{}
+}
+
+func newGate() *gate { return &gate{release: make(chan struct{}), started: make(chan struct{}, 100)} }
+
+func (g *gate) run(_ context.Context, key string, reqs []int) ([]string, []error, error) {
+	g.mu.Lock()
+	g.batches = append(g.batches, slices.Clone(reqs))
+	g.mu.Unlock()
+	g.started <- struct{}{}
+	<-g.release
+	res, errs := make([]string, len(reqs)), make([]error, len(reqs))
+	for i, r := range reqs {
+		res[i] = fmt.Sprintf("%s:%d", key, r)
+		if r < 0 {
+			errs[i] = fmt.Errorf("refused %d", r)
+		}
+	}
+	return res, errs, nil
+}
+
+func TestCombinesWhileInFlightAndAnswersEachCaller(t *testing.T) {
+	g := newGate()
+	c := New(3, time.Second, errClosed, g.run)
+	defer c.Close()
+	type out struct {
+		res string
+		err error
+	}
+	outs := make([]chan out, 6)
+	submit := func(i, req int) {
+		outs[i] = make(chan out, 1)
+		go func() { r, err := c.Do(context.Background(), "k", req); outs[i] <- out{r, err} }()
+	}
+	submit(0, 10)
+	<-g.started // the first request runs alone
+	for i, req := range []int{11, -12, 13, 14, 15} {
+		submit(i+1, req)
+		time.Sleep(10 * time.Millisecond) // keep arrival order
+	}
+	close(g.release)
+	for i, want := range []string{"k:10", "k:11", "k:-12", "k:13", "k:14", "k:15"} {
+		o := <-outs[i]
+		if o.res != want {
+			t.Errorf("caller %d got %q, want %q", i, o.res, want)
+		}
+		if (o.err != nil) != (i == 2) {
+			t.Errorf("caller %d: err %v", i, o.err)
+		}
+	}
+	if want := [][]int{{10}, {11, -12, 13}, {14, 15}}; !slices.EqualFunc(g.batches, want, slices.Equal) {
+		t.Fatalf("batches %v, want %v (one in flight, then at most 3 in arrival order)", g.batches, want)
+	}
+}
+
+func TestWithdrawnRequestIsNeverSent(t *testing.T) {
+	g := newGate()
+	c := New(10, time.Second, errClosed, g.run)
+	defer c.Close()
+	first := make(chan error, 1)
+	go func() { _, err := c.Do(context.Background(), "k", 1); first <- err }()
+	<-g.started
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := c.Do(ctx, "k", 2); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("queued request whose context ended: %v", err)
+	}
+	close(g.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if len(g.batches) != 1 {
+		t.Fatalf("batches %v: the withdrawn request was sent", g.batches)
+	}
+}
+
+func TestCloseFailsQueuedAndWaitsForInFlight(t *testing.T) {
+	g := newGate()
+	c := New(10, time.Second, errClosed, g.run)
+	first, second := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := c.Do(context.Background(), "k", 1); first <- err }()
+	<-g.started
+	go func() { _, err := c.Do(context.Background(), "k", 2); second <- err }()
+	time.Sleep(20 * time.Millisecond)
+	closed := make(chan struct{})
+	go func() { c.Close(); close(closed) }()
+	if err := <-second; !errors.Is(err, errClosed) {
+		t.Fatalf("queued request at Close: %v", err)
+	}
+	select {
+	case <-closed:
+		t.Fatal("Close returned with an operation in flight")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(g.release)
+	<-closed
+	if err := <-first; err != nil {
+		t.Fatalf("in-flight request at Close: %v", err)
+	}
+	if _, err := c.Do(context.Background(), "k", 3); !errors.Is(err, errClosed) {
+		t.Fatalf("request after Close: %v", err)
+	}
+}
+
+func TestBatchErrorFailsEveryRequestOfTheBatch(t *testing.T) {
+	boom := errors.New("connection lost")
+	c := New(10, time.Second, errClosed, func(context.Context, string, []int) ([]string, []error, error) {
+		return nil, nil, boom
+	})
+	defer c.Close()
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.Do(context.Background(), "k", i); !errors.Is(err, boom) {
+				t.Errorf("request %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+}

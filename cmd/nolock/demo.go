@@ -71,7 +71,7 @@ func demo(ctx context.Context, cfg demoConfig, out io.Writer) error {
 		return err
 	}
 	err = step(fmt.Sprintf("DynamoDB API: %d buyers × %d tries, one conditional UpdateItem on %d units", 8, 100, stock), func() (string, bool, error) {
-		client := services.DynamoDBClient(cfg.dynamodb)
+		client := services.DynamoDBClient(cfg.dynamodb, nil)
 		table := services.Name("nolock_demo")
 		if err := services.CreateTable(ctx, client, table, false); err != nil {
 			return "", false, err

@@ -3,6 +3,7 @@ package services
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -11,11 +12,16 @@ import (
 )
 
 // DynamoDBClient returns a client for a local endpoint with dummy
-// credentials.
-func DynamoDBClient(endpoint string) *dynamodb.Client {
+// credentials. httpClient may be nil (the SDK's default).
+func DynamoDBClient(endpoint string, httpClient *http.Client) *dynamodb.Client {
+	var hc dynamodb.HTTPClient
+	if httpClient != nil {
+		hc = httpClient
+	}
 	return dynamodb.New(dynamodb.Options{
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(endpoint),
+		HTTPClient:   hc,
 		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test", Source: "nolock"}, nil
 		}),

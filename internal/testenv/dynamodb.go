@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -14,14 +15,22 @@ import (
 // without transactions. See docs/testing.md.
 func DynamoDB(t testing.TB) *dynamodb.Client {
 	t.Helper()
-	return services.DynamoDBClient(need(t, EnvDynamoDB))
+	return dynamoDBClient(t, need(t, EnvDynamoDB))
 }
 
 // DynamoDBTx returns a client for the test server that supports
 // TransactWriteItems (NOLOCK_TEST_DYNAMODB_TX).
 func DynamoDBTx(t testing.TB) *dynamodb.Client {
 	t.Helper()
-	return services.DynamoDBClient(need(t, EnvDynamoDBTx))
+	return dynamoDBClient(t, need(t, EnvDynamoDBTx))
+}
+
+// dynamoDBClient returns a client whose idle connections are closed when
+// the test ends, so goleak sees no stray HTTP goroutines.
+func dynamoDBClient(t testing.TB, endpoint string) *dynamodb.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	return services.DynamoDBClient(endpoint, &http.Client{Transport: tr})
 }
 
 // Table creates a fresh on-demand table whose string hash key is named pk

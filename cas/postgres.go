@@ -1,0 +1,143 @@
+package cas
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/nolock/nolock/internal/pgerr"
+)
+
+// DB is what PostgresBackend needs from pgx: a *pgxpool.Pool or a
+// *pgx.Conn. It may grow in later versions.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+//go:embed postgres.sql
+var postgresSQL string
+
+// DefaultTable is PostgresBackend's table unless NewPostgresBackend is given
+// another name.
+const DefaultTable = "nolock_cas"
+
+// PostgresBackend stores records in one table (key text, version bigint,
+// value bytea), every operation one autocommitted statement.
+type PostgresBackend struct {
+	db                                           DB
+	schema, getSQL, createSQL, putSQL, deleteSQL string
+}
+
+// NewPostgresBackend returns a Backend on db using table ("" means
+// DefaultTable; the name is quoted, never interpolated raw). Run its
+// CreateSchema (or put its Schema in your migrations) first.
+func NewPostgresBackend(db DB, table string) (*PostgresBackend, error) {
+	if db == nil {
+		return nil, invalid("db is nil")
+	}
+	if table == "" {
+		table = DefaultTable
+	}
+	t := pgx.Identifier{table}.Sanitize()
+	return &PostgresBackend{
+		db:        db,
+		schema:    strings.ReplaceAll(postgresSQL, "{{table}}", t),
+		getSQL:    `SELECT value, version FROM ` + t + ` WHERE key = $1`,
+		createSQL: `INSERT INTO ` + t + ` (key, version, value) VALUES ($1, 1, $2) ON CONFLICT (key) DO NOTHING`,
+		// The CTE reads the row as it was when the statement began, to tell
+		// a conflict from a missing row without a second round trip.
+		putSQL: `WITH cur AS (SELECT version FROM ` + t + ` WHERE key = $1),
+ upd AS (UPDATE ` + t + ` SET value = $2, version = version + 1 WHERE key = $1 AND version = $3 RETURNING version)
+SELECT (SELECT version FROM upd), EXISTS (SELECT 1 FROM cur)`,
+		deleteSQL: `WITH cur AS (SELECT version FROM ` + t + ` WHERE key = $1),
+ del AS (DELETE FROM ` + t + ` WHERE key = $1 AND version = $2 RETURNING 1)
+SELECT EXISTS (SELECT 1 FROM del), EXISTS (SELECT 1 FROM cur)`,
+	}, nil
+}
+
+// Schema returns the table's DDL, for migration tools.
+func (p *PostgresBackend) Schema() string { return p.schema }
+
+// CreateSchema creates the table if it does not exist.
+func (p *PostgresBackend) CreateSchema(ctx context.Context) error {
+	if _, err := p.db.Exec(ctx, p.schema); err != nil {
+		return fmt.Errorf("cas: create schema: %w", err)
+	}
+	return nil
+}
+
+// MaxValue is 64 MiB: bytea takes up to 1 GiB, but a CAS value that large
+// would make every retry expensive.
+func (p *PostgresBackend) MaxValue() int { return 64 << 20 }
+
+// Get implements Backend.
+func (p *PostgresBackend) Get(ctx context.Context, key string) ([]byte, int64, error) {
+	var b []byte
+	var ver int64
+	err := p.db.QueryRow(ctx, p.getSQL, key).Scan(&b, &ver)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, 0, ErrNotFound
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("cas: get %q: %w", key, err)
+	}
+	return b, ver, nil
+}
+
+// Create implements Backend.
+func (p *PostgresBackend) Create(ctx context.Context, key string, value []byte) error {
+	tag, err := p.db.Exec(ctx, p.createSQL, key, value)
+	if err != nil {
+		return fmt.Errorf("cas: create %q: %w", key, ambiguous(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrExists
+	}
+	return nil
+}
+
+// Put implements Backend.
+func (p *PostgresBackend) Put(ctx context.Context, key string, value []byte, version int64) (int64, error) {
+	var ver *int64
+	var existed bool
+	if err := p.db.QueryRow(ctx, p.putSQL, key, value, version).Scan(&ver, &existed); err != nil {
+		return 0, fmt.Errorf("cas: put %q: %w", key, ambiguous(err))
+	}
+	switch {
+	case ver != nil:
+		return *ver, nil
+	case !existed:
+		return 0, ErrNotFound
+	}
+	return 0, ErrConflict
+}
+
+// Delete implements Backend.
+func (p *PostgresBackend) Delete(ctx context.Context, key string, version int64) error {
+	var deleted, existed bool
+	if err := p.db.QueryRow(ctx, p.deleteSQL, key, version).Scan(&deleted, &existed); err != nil {
+		return fmt.Errorf("cas: delete %q: %w", key, ambiguous(err))
+	}
+	switch {
+	case deleted:
+		return nil
+	case !existed:
+		return ErrNotFound
+	}
+	return ErrConflict
+}
+
+// ambiguous wraps err with ErrAmbiguousCommit when the statement may have
+// committed before the connection failed.
+func ambiguous(err error) error {
+	if pgerr.Ambiguous(err) {
+		return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
+	}
+	return err
+}

@@ -1,0 +1,253 @@
+package cas
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nolock/nolock/internal/combine"
+)
+
+// Backend stores (key, value, version) records for a Store. Versions start
+// at 1 and grow by one per successful Put. Implementations: PostgresBackend,
+// DynamoDBBackend. Every method is one conditional operation; a failed write
+// changes nothing, except that a write whose outcome is unknown must be
+// reported wrapping ErrAmbiguousCommit.
+type Backend interface {
+	// Get returns the value and version, or ErrNotFound.
+	Get(ctx context.Context, key string) (value []byte, version int64, err error)
+	// Create stores value at version 1, or returns ErrExists.
+	Create(ctx context.Context, key string, value []byte) error
+	// Put replaces the value if the stored version is version, and returns
+	// the new version; otherwise ErrConflict (ErrNotFound if there is no
+	// record).
+	Put(ctx context.Context, key string, value []byte, version int64) (int64, error)
+	// Delete removes the record if the stored version is version;
+	// otherwise ErrConflict (ErrNotFound if there is no record).
+	Delete(ctx context.Context, key string, version int64) error
+	// MaxValue is the largest encoded value the backend accepts.
+	MaxValue() int
+}
+
+// Codec turns values into bytes and back. JSON is the default.
+type Codec[T any] interface {
+	Encode(T) ([]byte, error)
+	Decode([]byte) (T, error)
+}
+
+// JSON is the default Codec.
+type JSON[T any] struct{}
+
+// Encode marshals v as JSON.
+func (JSON[T]) Encode(v T) ([]byte, error) { return json.Marshal(v) }
+
+// Decode unmarshals JSON into a T.
+func (JSON[T]) Decode(b []byte) (T, error) {
+	var v T
+	err := json.Unmarshal(b, &v)
+	return v, err
+}
+
+// Versioned is a value with the version it was stored at.
+type Versioned[T any] struct {
+	Value   T
+	Version int64
+}
+
+// Store is a typed versioned store with compare-and-set updates. It is
+// safe for concurrent use; Close it to stop its goroutines.
+type Store[T any] struct {
+	b     Backend
+	codec Codec[T]
+	cfg   config
+	comb  *combine.Combiner[string, func(T) (T, error), Versioned[T]]
+}
+
+// MaxKeyLen bounds a key's length in bytes.
+const MaxKeyLen = 512
+
+func validKey(key string) error {
+	switch {
+	case key == "":
+		return invalid("key is empty")
+	case len(key) > MaxKeyLen:
+		return invalid("key is %d bytes, more than %d", len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+// WithCombining turns the combining of concurrent Updates of one key on
+// (the default) or off for the whole Store. Off, the Store still admits one
+// read-modify-write per key at a time in this process (the others wait
+// their turn instead of conflicting); conflicts then come only from other
+// processes. NoCombine takes one call out of both.
+func WithCombining(on bool) Option { return func(c *config) { c.combine = on } }
+
+// WithMaxBatch bounds how many Updates one combined write applies (default 128).
+func WithMaxBatch(n int) Option { return func(c *config) { c.max = n } }
+
+// NewStore returns a Store of T values on b, encoded with codec (nil means
+// JSON).
+func NewStore[T any](b Backend, codec Codec[T], opts ...Option) (*Store[T], error) {
+	if b == nil {
+		return nil, invalid("backend is nil")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if codec == nil {
+		codec = JSON[T]{}
+	}
+	s := &Store[T]{b: b, codec: codec, cfg: cfg}
+	max := cfg.max
+	if !cfg.combine {
+		max = 1
+	}
+	s.comb = combine.New(max, cfg.timeout, ErrClosed, s.update)
+	return s, nil
+}
+
+// Get returns the value stored under key with its version, or ErrNotFound.
+func (s *Store[T]) Get(ctx context.Context, key string) (Versioned[T], error) {
+	if err := validKey(key); err != nil {
+		return Versioned[T]{}, err
+	}
+	b, ver, err := s.b.Get(ctx, key)
+	if err != nil {
+		return Versioned[T]{}, err
+	}
+	v, err := s.codec.Decode(b)
+	if err != nil {
+		return Versioned[T]{}, fmt.Errorf("cas: decode %q: %w", key, err)
+	}
+	return Versioned[T]{v, ver}, nil
+}
+
+// Create stores v under key at version 1, or returns ErrExists.
+func (s *Store[T]) Create(ctx context.Context, key string, v T) error {
+	if err := validKey(key); err != nil {
+		return err
+	}
+	b, err := s.encode(v)
+	if err != nil {
+		return err
+	}
+	return s.b.Create(ctx, key, b)
+}
+
+// Delete removes key's value if it is still at version; otherwise
+// ErrConflict (or ErrNotFound).
+func (s *Store[T]) Delete(ctx context.Context, key string, version int64) error {
+	if err := validKey(key); err != nil {
+		return err
+	}
+	if version < 1 {
+		return invalid("version %d is below 1", version)
+	}
+	return s.b.Delete(ctx, key, version)
+}
+
+// UpdateOption configures one Update call.
+type UpdateOption func(*updateConfig)
+
+type updateConfig struct{ alone bool }
+
+// NoCombine runs this Update on its own read-modify-write, neither combined
+// with nor queued behind others of the same key: plain optimistic
+// concurrency, retrying its own conflicts.
+func NoCombine() UpdateOption { return func(c *updateConfig) { c.alone = true } }
+
+// Update reads key's value, applies fn, and writes the result only if the
+// version is unchanged; on a conflict it runs again on a fresh read after a
+// backoff, within the Store's attempts and ctx. It returns the value fn
+// produced and the version it was stored at.
+//
+// Concurrent Updates of one key in this process are combined: one write
+// applies each caller's fn in turn to the result of the previous one, and
+// each caller gets its own result. An fn that returns an error gets that
+// error, leaves the value as it found it, and does not affect the others.
+// fn may run several times (once per attempt): it must only compute.
+//
+// ErrNotFound if key has no value (use Create); ErrAmbiguousCommit if the
+// write's outcome is unknown. Cancelling ctx withdraws an Update not yet
+// sent; once sent, Update waits for the outcome.
+func (s *Store[T]) Update(ctx context.Context, key string, fn func(cur T) (T, error), opts ...UpdateOption) (Versioned[T], error) {
+	if err := validKey(key); err != nil {
+		return Versioned[T]{}, err
+	}
+	if fn == nil {
+		return Versioned[T]{}, invalid("fn is nil")
+	}
+	var uc updateConfig
+	for _, o := range opts {
+		o(&uc)
+	}
+	if uc.alone {
+		res, errs, err := s.update(ctx, key, []func(T) (T, error){fn})
+		if err != nil {
+			return Versioned[T]{}, err
+		}
+		return res[0], errs[0]
+	}
+	return s.comb.Do(ctx, key, fn)
+}
+
+// update is one combined read-modify-write of key for fns, retried on
+// conflict. It returns one result and one error per fn, or an error for all.
+func (s *Store[T]) update(ctx context.Context, key string, fns []func(T) (T, error)) ([]Versioned[T], []error, error) {
+	res := make([]Versioned[T], len(fns))
+	errs := make([]error, len(fns))
+	err := s.cfg.retry(ctx, key, func(ctx context.Context) error {
+		cur, err := s.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		v, changed := cur.Value, false
+		for i, fn := range fns {
+			next, err := fn(v)
+			if errs[i] = err; err == nil {
+				v, changed = next, true
+				res[i].Value = next
+			}
+		}
+		if !changed {
+			return nil
+		}
+		b, err := s.encode(v)
+		if err != nil {
+			return err
+		}
+		ver, err := s.b.Put(ctx, key, b, cur.Version)
+		if err != nil {
+			return err
+		}
+		s.cfg.committed()
+		for i := range res {
+			res[i].Version = ver
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, errs, nil
+}
+
+func (s *Store[T]) encode(v T) ([]byte, error) {
+	b, err := s.codec.Encode(v)
+	if err != nil {
+		return nil, fmt.Errorf("cas: encode: %w", err)
+	}
+	if max := s.b.MaxValue(); len(b) > max {
+		return nil, fmt.Errorf("%w: %d bytes encoded, the backend takes %d", ErrTooLarge, len(b), max)
+	}
+	return b, nil
+}
+
+// Close fails Updates not yet sent with ErrClosed and waits for those in
+// flight. It is idempotent; the backend's connections are the caller's.
+func (s *Store[T]) Close() error {
+	s.comb.Close()
+	return nil
+}

@@ -3,10 +3,7 @@ package conditional_test
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -109,35 +106,10 @@ func BenchmarkStock(b *testing.B) {
 	for _, sc := range scenarios {
 		for _, clients := range []int{1, 4, 16, 64} {
 			b.Run(fmt.Sprintf("%s/clients=%d", sc.name, clients), func(b *testing.B) {
-				runClients(b, clients, sc.op(b))
+				testenv.RunClients(b, clients, "units", sc.op(b))
 			})
 		}
 	}
-}
-
-// runClients runs b.N operations spread over clients goroutines and reports
-// operations per second as units/s.
-func runClients(b *testing.B, clients int, op func(ctx context.Context, client int) error) {
-	ctx := context.Background()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
-	for c := 0; c < clients; c++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
-				if err := op(ctx, c); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "units/s")
 }
 
 func mustExec(b testing.TB, pool *pgxpool.Pool, sql string) {

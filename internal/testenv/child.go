@@ -1,0 +1,144 @@
+package testenv
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// envChild names the test a child process runs (see StartChild).
+const envChild = "NOLOCK_TEST_CHILD"
+
+// ChildOnly marks a test that is the body of a child process: it runs only
+// when StartChild started this binary for it, and is skipped otherwise.
+func ChildOnly(t *testing.T) {
+	t.Helper()
+	if os.Getenv(envChild) != t.Name() {
+		t.Skip("a child process's entry point: runs only under testenv.StartChild")
+	}
+}
+
+// Child is a participant in its own process: the test binary re-executed
+// to run one test (the usual Go idiom), so a test can pause it (SIGSTOP),
+// resume it and kill it (SIGKILL) like a real crashed or frozen server.
+type Child struct {
+	t     testing.TB
+	cmd   *exec.Cmd
+	lines chan string
+	done  chan struct{}
+	err   error
+}
+
+// StartChild runs the test named test (which calls ChildOnly first) in a
+// new process of this test binary, with env added to the environment. Its
+// stdout lines are available to WaitFor; its stderr goes to the test log.
+// The child is killed, if still running, when the test ends.
+func StartChild(t testing.TB, test string, env ...string) *Child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v", "-test.count=1", "-test.timeout=10m")
+	cmd.Env = append(append(os.Environ(), envChild+"="+test), env...)
+	cmd.Stderr = testWriter{t}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("testenv: start child %s: %v", test, err)
+	}
+	c := &Child{t: t, cmd: cmd, lines: make(chan string, 1024), done: make(chan struct{})}
+	var read sync.WaitGroup
+	read.Add(1)
+	go func() {
+		defer read.Done()
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			select {
+			case c.lines <- sc.Text():
+			default: // nobody is reading: drop rather than block the child
+			}
+		}
+	}()
+	go func() {
+		read.Wait()
+		c.err = cmd.Wait()
+		close(c.done)
+	}()
+	t.Cleanup(func() {
+		c.Kill()
+		<-c.done
+	})
+	return c
+}
+
+// Pid is the child's process ID.
+func (c *Child) Pid() int { return c.cmd.Process.Pid }
+
+// WaitFor waits until the child prints a line containing s and returns it;
+// it fails the test after timeout or if the child exits first.
+func (c *Child) WaitFor(s string, timeout time.Duration) string {
+	c.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case line := <-c.lines:
+			if strings.Contains(line, s) {
+				return line
+			}
+		case <-c.done:
+			c.t.Fatalf("testenv: child exited (%v) before printing %q", c.err, s)
+		case <-deadline:
+			c.t.Fatalf("testenv: child did not print %q within %v", s, timeout)
+		}
+	}
+}
+
+// TryLine returns the next line the child printed, if one is waiting.
+func (c *Child) TryLine() (string, bool) {
+	select {
+	case line := <-c.lines:
+		return line, true
+	default:
+		return "", false
+	}
+}
+
+// Pause stops the child with SIGSTOP: it keeps its connections and state
+// but runs no instruction, like a long GC pause or a frozen VM.
+func (c *Child) Pause() { c.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused child with SIGCONT.
+func (c *Child) Resume() { c.signal(syscall.SIGCONT) }
+
+// Kill ends the child with SIGKILL: no cleanup, no goodbye, like a crash.
+func (c *Child) Kill() {
+	select {
+	case <-c.done:
+	default:
+		c.signal(syscall.SIGKILL)
+	}
+}
+
+// Wait waits for the child to exit and returns its error (nil on exit 0).
+func (c *Child) Wait() error {
+	<-c.done
+	return c.err
+}
+
+func (c *Child) signal(sig syscall.Signal) {
+	if err := c.cmd.Process.Signal(sig); err != nil && err.Error() != "os: process already finished" {
+		c.t.Errorf("testenv: signal child: %v", err)
+	}
+}
+
+// testWriter sends a child's stderr to the test log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Logf("child: %s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

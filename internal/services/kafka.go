@@ -9,10 +9,19 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
+// kafkaClient returns a client with its own transport, and a func that
+// closes the transport's connections: kafka-go's default transport keeps
+// them (and their goroutines) for the life of the process.
+func kafkaClient(brokers []string) (*kafka.Client, func()) {
+	tr := &kafka.Transport{}
+	return &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 30 * time.Second, Transport: tr}, tr.CloseIdleConnections
+}
+
 // CreateTopic creates topic with the given number of partitions and waits
 // until every partition has a leader.
 func CreateTopic(ctx context.Context, brokers []string, topic string, partitions int) error {
-	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 30 * time.Second}
+	client, done := kafkaClient(brokers)
+	defer done()
 	res, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
 		Topic: topic, NumPartitions: partitions, ReplicationFactor: 1,
 	}}})
@@ -43,7 +52,8 @@ func CreateTopic(ctx context.Context, brokers []string, topic string, partitions
 
 // DeleteTopic deletes topic.
 func DeleteTopic(ctx context.Context, brokers []string, topic string) error {
-	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 30 * time.Second}
+	client, done := kafkaClient(brokers)
+	defer done()
 	res, err := client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topic}})
 	if err == nil {
 		err = res.Errors[topic]
@@ -58,7 +68,9 @@ func DeleteTopic(ctx context.Context, brokers []string, topic string) error {
 // them back through a consumer-group member, committing the offset. It
 // returns how many distinct messages came back.
 func KafkaRoundTrip(ctx context.Context, brokers []string, topic, group string, n int) (int, error) {
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchSize: n}
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll, BatchSize: n, Transport: tr}
 	defer w.Close()
 	msgs := make([]kafka.Message, n)
 	for i := range msgs {

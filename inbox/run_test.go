@@ -66,7 +66,7 @@ func runUntil(t *testing.T, in *inbox.Inbox, r inbox.Reader, h inbox.Handler, co
 	}
 }
 
-func count(t *testing.T, pool *pgxpool.Pool, sql string) int {
+func count(t testing.TB, pool *pgxpool.Pool, sql string) int {
 	t.Helper()
 	var n int
 	if err := pool.QueryRow(context.Background(), sql).Scan(&n); err != nil {
@@ -130,8 +130,9 @@ func TestRunParksPoisonAndMovesOn(t *testing.T) {
 // commit offsets: the next reader of the group gets everything again.
 type countingReader struct {
 	*kafka.Reader
-	drop    bool
-	fetched atomic.Int64
+	drop      bool
+	fetched   atomic.Int64
+	committed atomic.Int64
 }
 
 func (c *countingReader) FetchMessage(ctx context.Context) (kafka.Message, error) {
@@ -146,7 +147,11 @@ func (c *countingReader) CommitMessages(ctx context.Context, msgs ...kafka.Messa
 	if c.drop {
 		return nil
 	}
-	return c.Reader.CommitMessages(ctx, msgs...)
+	err := c.Reader.CommitMessages(ctx, msgs...)
+	if err == nil {
+		c.committed.Add(int64(len(msgs)))
+	}
+	return err
 }
 
 // Every message comes twice (no offset was committed the first time):

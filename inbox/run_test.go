@@ -192,4 +192,3 @@ func TestRunRedeliveryIsSkipped(t *testing.T) {
 		})
 	}
 }
-

@@ -7,6 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -230,4 +233,29 @@ func TestKafkaConsumerGroup(t *testing.T) {
 		t.Fatalf("survivor's assignments %+v; want both partitions at committed offset %d", got, perPartition)
 	}
 	t.Logf("generations %d -> %d -> %d", genA1.ID, genA2.ID, genA3.ID)
+}
+
+// A client that hangs up mid-request (a cancelled context, a killed child
+// process) must not take the server down: dynalite's own CLI dies of it
+// (ECONNRESET rethrown), scripts/services.d/dynalite_serve.js survives.
+func TestDynamoDBSurvivesAbortedRequests(t *testing.T) {
+	t.Parallel()
+	client := testenv.DynamoDB(t)
+	u, err := url.Parse(os.Getenv(testenv.EnvDynamoDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		conn, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/x-amz-json-1.0\r\nContent-Length: 1000\r\n\r\n{\"partial", u.Host)
+		time.Sleep(50 * time.Millisecond)
+		conn.Close()
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := client.ListTables(context.Background(), &dynamodb.ListTablesInput{}); err != nil {
+		t.Fatalf("server gone after aborted requests: %v", err)
+	}
 }

@@ -26,6 +26,8 @@ _ddb_vars() {
   _ddb_moto_pid=$NOLOCK_STATE/moto.pid
   _ddb_moto_log=$NOLOCK_STATE/moto.log
   _ddb_moto_launcher=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/moto_serial.py
+  # dynalite_serve.js: dynalite's cli, minus the crash on a client abort.
+  _ddb_dynalite_launcher=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/dynalite_serve.js
 }
 
 # _ddb_now: seconds since the epoch with milliseconds, for timings in the log.
@@ -129,8 +131,8 @@ dynamodb_up() {
   # (dynalite's default is all of them); tables become active at once instead
   # of after the default 500 ms, which every test would otherwise wait for.
   _ddb_start "dynalite $_ddb_dynalite_ver" "$_ddb_dynalite_port" "$_ddb_dynalite_pid" \
-    "$_ddb_dynalite_log" 30 "dynalite/cli.js" \
-    node "$_ddb_dynalite_dir/node_modules/dynalite/cli.js" \
+    "$_ddb_dynalite_log" 30 "dynalite_serve.js" \
+    node "$_ddb_dynalite_launcher" "$_ddb_dynalite_dir" \
     --host 127.0.0.1 --port "$_ddb_dynalite_port" \
     --createTableMs 0 --deleteTableMs 0 --updateTableMs 0
   # MOTO_PORT: moto builds some URLs from it; -u: log lines appear at once.
@@ -147,7 +149,7 @@ _ddb_stop() {
 
 dynamodb_down() {
   _ddb_vars
-  _ddb_stop "$_ddb_dynalite_pid" "dynalite/cli.js" "dynalite"
+  _ddb_stop "$_ddb_dynalite_pid" "dynalite_serve.js" "dynalite"
   _ddb_stop "$_ddb_moto_pid" "moto_serial.py" "moto"
 }
 
@@ -162,7 +164,7 @@ _ddb_status_line() {
 
 dynamodb_status() {
   _ddb_vars
-  _ddb_status_line "dynalite $_ddb_dynalite_ver" "$_ddb_dynalite_port" "$_ddb_dynalite_pid" "dynalite/cli.js"
+  _ddb_status_line "dynalite $_ddb_dynalite_ver" "$_ddb_dynalite_port" "$_ddb_dynalite_pid" "dynalite_serve.js"
   _ddb_status_line "moto $_ddb_moto_ver (serialised)" "$_ddb_moto_port" "$_ddb_moto_pid" "moto_serial.py"
 }
 

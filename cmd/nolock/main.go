@@ -1,6 +1,8 @@
-// Command nolock runs nolock's narrated demo on the real services.
+// Command nolock runs nolock's narrated demo on the real services, and
+// prints the tables the packages need.
 //
 //	nolock demo [-postgres DSN] [-kafka BROKERS] [-dynamodb URL]
+//	nolock schema
 //
 // The flags default to the variables `scripts/services env` prints
 // (NOLOCK_TEST_POSTGRES, NOLOCK_TEST_KAFKA, NOLOCK_TEST_DYNAMODB).
@@ -25,7 +27,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	usage := func() {
-		fmt.Fprintln(stderr, "usage: nolock demo [flags]\n\n  demo   run the narrated demo on the real services (see -h)")
+		fmt.Fprintln(stderr, "usage: nolock demo [flags] | nolock schema\n\n  demo    run the narrated demo on the real services (see -h)\n  schema  print the DDL of every table the packages need")
 	}
 	if len(args) == 0 {
 		usage()
@@ -47,6 +49,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		if err := demo(ctx, cfg, stdout); err != nil {
 			fmt.Fprintln(stderr, "nolock demo:", err)
+			return 1
+		}
+		return 0
+	case "schema":
+		if err := schema(stdout); err != nil {
+			fmt.Fprintln(stderr, "nolock schema:", err)
 			return 1
 		}
 		return 0

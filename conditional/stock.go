@@ -297,6 +297,22 @@ func (s *Stock) runOne(ctx context.Context, db DB, k bucketKey, n int64) ([]erro
 // order (every multi-row locker uses that order, and single-bucket
 // statements lock one row, so no deadlock).
 func (s *Stock) takeAcross(ctx context.Context, db DB, key string, n int64) error {
+	// Sold-out short-circuit: one unlocked read sees a consistent snapshot
+	// of all buckets; if they cannot cover n then, refusing is correct, and
+	// the endgame's buyers do not queue for every bucket's lock.
+	var seen *int64
+	if err := db.QueryRow(ctx, s.availableSQL, key).Scan(&seen); err != nil {
+		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
+	}
+	switch {
+	case seen == nil:
+		return ErrUnknownKey
+	case *seen < n:
+		if *seen == 0 {
+			s.markSoldOut(key)
+		}
+		return ErrSoldOut
+	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)

@@ -62,6 +62,18 @@ func TestAccountsDebitCredit(t *testing.T) {
 	if got, want := [2]int64{balance(t, a, "alice"), balance(t, a, "shop")}, [2]int64{400, 600}; got != want {
 		t.Fatalf("balances %v, want %v", got, want)
 	}
+	// Inside the caller's transaction too: a debit the balance cannot cover
+	// is refused, and nothing is taken.
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return a.DebitIn(ctx, tx, "alice", 401) })
+	if !errors.Is(err, conditional.ErrInsufficient) || balance(t, a, "alice") != 400 {
+		t.Fatalf("DebitIn 401 of 400: %v, balance %d; want ErrInsufficient and 400", err, balance(t, a, "alice"))
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return a.DebitIn(ctx, tx, "alice", 400) }); err != nil || balance(t, a, "alice") != 0 {
+		t.Fatalf("DebitIn of the whole balance: %v, balance %d", err, balance(t, a, "alice"))
+	}
+	if err := a.Credit(ctx, "alice", 400); err != nil {
+		t.Fatal(err)
+	}
 	if err := a.Debit(ctx, "bob", 1); !errors.Is(err, conditional.ErrUnknownKey) {
 		t.Fatalf("debit of an unknown account: %v, want ErrUnknownKey", err)
 	}
@@ -69,7 +81,7 @@ func TestAccountsDebitCredit(t *testing.T) {
 		t.Fatalf("credit of an unknown account: %v, want ErrUnknownKey", err)
 	}
 	var cols string
-	err := pool.QueryRow(ctx, `SELECT string_agg(column_name, ',' ORDER BY ordinal_position) FROM information_schema.columns WHERE table_name = 'nolock_accounts' AND table_schema = current_schema()`).Scan(&cols)
+	err = pool.QueryRow(ctx, `SELECT string_agg(column_name, ',' ORDER BY ordinal_position) FROM information_schema.columns WHERE table_name = 'nolock_accounts' AND table_schema = current_schema()`).Scan(&cols)
 	if err != nil || cols != "key,bucket,balance" {
 		t.Fatalf("accounts table columns %q (%v), want key,bucket,balance", cols, err)
 	}

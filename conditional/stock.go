@@ -222,7 +222,10 @@ func (s *Stock) take(ctx context.Context, tx DB, key string, n int64) error {
 	if tx == nil {
 		_, err = s.batch.Do(ctx, bucketKey{key, b}, n)
 	} else {
-		_, err = s.runOne(ctx, tx, bucketKey{key, b}, n)
+		var errs []error
+		if errs, err = s.runOne(ctx, tx, bucketKey{key, b}, n); err == nil {
+			err = errs[0] // the take's own outcome: nil or ErrSoldOut
+		}
 	}
 	if s.buckets > 1 && errors.Is(err, ErrSoldOut) {
 		// This bucket cannot cover n; the others together may.

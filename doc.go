@@ -28,6 +28,7 @@
 // whose token the storage checks (dynamolock). A lock without a fence is only
 // good for efficiency: avoiding duplicate work, never preventing corruption.
 //
-// The packages land one at a time: today conditional, cas and inbox are here;
+// The packages land one at a time: today conditional, cas,
+// idempotency and inbox are here;
 // the others are described above as the design they will follow.
 package nolock

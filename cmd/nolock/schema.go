@@ -7,9 +7,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/inbox"
 )
 
@@ -40,11 +42,16 @@ func schema(out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	keys, err := idempotency.New(db)
+	if err != nil {
+		return err
+	}
 	for _, part := range []struct{ name, ddl string }{
 		{"conditional.Stock", stock.Schema()},
 		{"conditional.Accounts", accounts.Schema()},
 		{"conditional.Holds", holds.Schema()},
 		{"cas.PostgresBackend", store.Schema()},
+		{"idempotency.Store", keys.Schema()},
 		{"inbox.Inbox", in.Schema()},
 	} {
 		if _, err := fmt.Fprintf(out, "-- %s\n%s\n", part.name, part.ddl); err != nil {
@@ -64,6 +71,7 @@ func (offline) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) 
 func (offline) Query(context.Context, string, ...any) (pgx.Rows, error) { return nil, errOffline }
 func (offline) QueryRow(context.Context, string, ...any) pgx.Row        { return errRow{} }
 func (offline) Begin(context.Context) (pgx.Tx, error)                   { return nil, errOffline }
+func (offline) Acquire(context.Context) (*pgxpool.Conn, error)          { return nil, errOffline }
 
 type errRow struct{}
 

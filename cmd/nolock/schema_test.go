@@ -26,7 +26,7 @@ func TestSchemaApplies(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 8 {
-		t.Fatalf("%d tables created, want 8", n)
+	if n != 9 {
+		t.Fatalf("%d tables created, want 9", n)
 	}
 }

@@ -1,0 +1,240 @@
+// Command walletdebit shows the seed article's UPI-style wallet debit with
+// idempotency.Store: in one transaction, "UPDATE wallets SET balance =
+// balance - $a WHERE account = $1 AND balance >= $a" and the payment's
+// ledger row, keyed by the payment's idempotency key. Payments arrive
+// concurrently, each delivered several times at once (duplicate
+// deliveries), and every delivery retries through timeouts and lost
+// replies (client retries). Some wallets run dry, so some payments are
+// declined; a declined payment stays declined on retry.
+//
+// At the end it checks, and exits non-zero unless: every wallet's balance
+// is its opening balance minus the sum of its distinct successful
+// payments, each successful payment has exactly one ledger row (a declined
+// one none), every delivery of a payment got the same answer, and no
+// balance ever went below zero.
+//
+//	go run ./examples/walletdebit -dsn postgres://… [-wallets 5] [-payments 300] [-deliveries 3]
+//
+// The DSN defaults to $NOLOCK_TEST_POSTGRES (see scripts/services).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nolock/nolock/idempotency"
+)
+
+func main() {
+	dsn := flag.String("dsn", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
+	wallets := flag.Int("wallets", 5, "wallets")
+	payments := flag.Int("payments", 300, "payments")
+	deliveries := flag.Int("deliveries", 3, "concurrent deliveries of each payment")
+	clients := flag.Int("clients", 16, "payments in flight at once")
+	flag.Parse()
+	if err := run(context.Background(), *dsn, *wallets, *payments, *deliveries, *clients); err != nil {
+		log.Fatal(err)
+	}
+}
+
+const (
+	opening = 10_000 // paise
+	schema  = `CREATE TABLE IF NOT EXISTS walletdebit_wallets (
+    account text PRIMARY KEY,
+    balance bigint NOT NULL CHECK (balance >= 0));
+CREATE TABLE IF NOT EXISTS walletdebit_ledger (
+    payment text PRIMARY KEY,
+    account text NOT NULL,
+    amount bigint NOT NULL)`
+)
+
+var errInsufficient = errors.New("insufficient balance")
+
+// debit is the whole payment: the conditional debit and the ledger row. It
+// returns the answer to store for the payment's key.
+func debit(ctx context.Context, tx pgx.Tx, account, payment string, amount int64) ([]byte, error) {
+	tag, err := tx.Exec(ctx, `UPDATE walletdebit_wallets SET balance = balance - $2 WHERE account = $1 AND balance >= $2`, account, amount)
+	if err != nil {
+		return nil, err
+	}
+	if tag.RowsAffected() == 0 {
+		return []byte("declined"), idempotency.Terminal(errInsufficient) // decided: stored, replayed
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO walletdebit_ledger VALUES ($1, $2, $3)`, payment, account, amount); err != nil {
+		return nil, err
+	}
+	return []byte("paid"), nil
+}
+
+type payment struct {
+	id, account string
+	amount      int64
+}
+
+func run(ctx context.Context, dsn string, nWallets, nPayments, nDeliveries, nClients int) error {
+	if dsn == "" {
+		return errors.New("no -dsn and no NOLOCK_TEST_POSTGRES: run scripts/services up, then eval \"$(scripts/services env)\"")
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = int32(nClients * nDeliveries)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := idempotency.New(pool, idempotency.WithWait(10*time.Second))
+	if err != nil {
+		return err
+	}
+	if err := store.CreateSchema(ctx); err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, schema); err != nil {
+		return err
+	}
+	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
+	wallets := make([]string, nWallets)
+	for i := range wallets {
+		wallets[i] = fmt.Sprintf("%s/wallet-%d", runID, i)
+		if _, err := pool.Exec(ctx, `INSERT INTO walletdebit_wallets VALUES ($1, $2)`, wallets[i], opening); err != nil {
+			return err
+		}
+	}
+	// About twice what the wallets hold, so some payments are declined.
+	pays := make([]payment, nPayments)
+	for i := range pays {
+		pays[i] = payment{fmt.Sprintf("%s/pay-%04d", runID, i), wallets[rand.IntN(nWallets)], 100 + rand.Int64N(200)}
+	}
+
+	// Every payment is delivered nDeliveries times at once; each delivery
+	// retries, after a short pause, until it gets an answer: a short timeout
+	// may cut an attempt anywhere before its commit, and a third of the
+	// replies are "lost" (the client does not see them and retries anyway).
+	var attempts, replays, timeouts, lost, inProgress atomic.Int64
+	answers := make([][]string, nPayments)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, nClients)
+	for i, p := range pays {
+		fp := idempotency.Fingerprint([]byte(p.account), []byte(strconv.FormatInt(p.amount, 10)))
+		slots <- struct{}{}
+		var deliveries sync.WaitGroup
+		for d := 0; d < nDeliveries; d++ {
+			wg.Add(1)
+			deliveries.Add(1)
+			go func() {
+				defer wg.Done()
+				defer deliveries.Done()
+				for a := 0; ; a++ {
+					if a > 0 {
+						time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+					}
+					attempts.Add(1)
+					actx, cancel := context.WithTimeout(ctx, time.Duration(5+rand.IntN(100))*time.Millisecond)
+					res, err := store.Do(actx, "", p.id, fp, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+						return debit(ctx, tx, p.account, p.id, p.amount)
+					})
+					cancel()
+					switch {
+					case errors.Is(err, idempotency.ErrInProgress):
+						inProgress.Add(1)
+						continue
+					case err != nil:
+						timeouts.Add(1) // timed out, or failed: nothing stored, retry
+						continue
+					case rand.IntN(3) == 0:
+						lost.Add(1) // the reply is lost on the way back
+						continue
+					}
+					if res.Replayed {
+						replays.Add(1)
+					}
+					mu.Lock()
+					answers[i] = append(answers[i], string(res.Body))
+					mu.Unlock()
+					return
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); deliveries.Wait(); <-slots }()
+	}
+	wg.Wait()
+
+	// A client that reuses a key for another payment is refused, with the
+	// stored record to show what the key was used for.
+	_, err = store.Do(ctx, "", pays[0].id, idempotency.Fingerprint([]byte("someone-else"), []byte("1")),
+		func(context.Context, pgx.Tx) ([]byte, error) { return nil, errors.New("must not run") })
+	var mm *idempotency.MismatchError
+	if !errors.As(err, &mm) {
+		return fmt.Errorf("key reused for another payment: %v, want a *MismatchError", err)
+	}
+	fmt.Printf("a key reused for another payment: refused (%s), stored answer %q\n", "ErrMismatch", mm.Stored.Body)
+
+	// Check.
+	paid := map[string]int64{} // wallet → sum of distinct successful payments
+	nPaid, nDeclined := 0, 0
+	for i, p := range pays {
+		for _, a := range answers[i] {
+			if a != answers[i][0] {
+				return fmt.Errorf("payment %s got different answers: %v", p.id, answers[i])
+			}
+		}
+		if len(answers[i]) != nDeliveries {
+			return fmt.Errorf("payment %s: %d answers for %d deliveries", p.id, len(answers[i]), nDeliveries)
+		}
+		var rows int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM walletdebit_ledger WHERE payment = $1`, p.id).Scan(&rows); err != nil {
+			return err
+		}
+		switch answers[i][0] {
+		case "paid":
+			nPaid++
+			paid[p.account] += p.amount
+			if rows != 1 {
+				return fmt.Errorf("paid payment %s has %d ledger rows, want 1", p.id, rows)
+			}
+		case "declined":
+			nDeclined++
+			if rows != 0 {
+				return fmt.Errorf("declined payment %s has %d ledger rows, want 0", p.id, rows)
+			}
+		default:
+			return fmt.Errorf("payment %s: answer %q", p.id, answers[i][0])
+		}
+	}
+	for _, w := range wallets {
+		var balance int64
+		if err := pool.QueryRow(ctx, `SELECT balance FROM walletdebit_wallets WHERE account = $1`, w).Scan(&balance); err != nil {
+			return err
+		}
+		if balance != opening-paid[w] || balance < 0 {
+			return fmt.Errorf("%s: balance %d, want %d − %d = %d", w, balance, opening, paid[w], opening-paid[w])
+		}
+	}
+	var ledgerRows int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM walletdebit_ledger WHERE payment LIKE $1`, runID+"/%").Scan(&ledgerRows); err != nil {
+		return err
+	}
+	fmt.Printf("%d payments × %d deliveries: %d attempts (%d cut short, %d replies lost, %d waited out), %d answers replayed\n",
+		nPayments, nDeliveries, attempts.Load(), timeouts.Load(), lost.Load(), inProgress.Load(), replays.Load())
+	fmt.Printf("%d paid, %d declined; %d ledger rows, one per paid payment\n", nPaid, nDeclined, ledgerRows)
+	fmt.Printf("every balance = %d − its distinct paid payments, none below zero: %s\n", opening, strings.Repeat("ok ", len(wallets)))
+	return nil
+}

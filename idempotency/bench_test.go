@@ -1,0 +1,187 @@
+package idempotency_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nolock/nolock/idempotency"
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// BenchmarkDebit measures the seed's wallet debit with and without an
+// idempotency key at 1, 4, 16 and 64 clients, each client on its own
+// wallet (no row contention: what is measured is the key's own cost).
+// Every scenario except the baselines runs interleaved with its baseline,
+// in alternating rounds on the same pool, and reports units/s and
+// x-baseline (its rate over the baseline's in the same rounds), so drift on
+// a shared machine cancels out:
+//
+//	bare       BEGIN; UPDATE wallets … balance >= $a; COMMIT (the baseline)
+//	ledger     bare plus INSERT INTO ledger … ON CONFLICT DO NOTHING (the naive ledger)
+//	forupdate  BEGIN; SELECT … FOR UPDATE; UPDATE; COMMIT
+//	advisory   BEGIN; pg_advisory_xact_lock(key); SELECT the key; UPDATE; INSERT the key; COMMIT
+//	do         Store.Do with the UPDATE as fn, a new key each time
+//	read       SELECT a stored result by key, no transaction (the baseline of replay)
+//	replay     Store.Do on a key already used: the stored result, fn not run
+func BenchmarkDebit(b *testing.B) {
+	ctx := context.Background()
+	pool, _ := testenv.PostgresSchema(b, 80)
+	store, err := idempotency.New(pool)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := store.CreateSchema(ctx); err != nil {
+		b.Fatal(err)
+	}
+	mustExec(b, pool, `CREATE TABLE wallets (account text PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0)) WITH (fillfactor = 70)`)
+	mustExec(b, pool, `INSERT INTO wallets SELECT 'w' || i, 1e15 FROM generate_series(0, 63) i`)
+	mustExec(b, pool, `CREATE TABLE ledger (payment text PRIMARY KEY, amount bigint NOT NULL)`)
+	const debit = `UPDATE wallets SET balance = balance - 1 WHERE account = $1 AND balance >= 1`
+	wallet := func(c int) string { return fmt.Sprint("w", c) }
+	var seq atomic.Int64
+	next := func(prefix string) string { return fmt.Sprintf("%s-%d", prefix, seq.Add(1)) }
+	debited := func(tx pgx.Tx, ctx context.Context, c int) error {
+		tag, err := tx.Exec(ctx, debit, wallet(c))
+		if err == nil && tag.RowsAffected() != 1 {
+			err = fmt.Errorf("not debited")
+		}
+		return err
+	}
+	const replayKeys = 1000
+	for i := 0; i < replayKeys; i++ {
+		if _, err := store.Do(ctx, "bench", fmt.Sprint("old-", i), nil, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			return []byte("paid"), debited(tx, ctx, 0)
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	type op func(ctx context.Context, client int) error
+	bare := func(ctx context.Context, c int) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return debited(tx, ctx, c) })
+	}
+	read := func(ctx context.Context, c int) error {
+		var body []byte
+		return pool.QueryRow(ctx, `SELECT result FROM nolock_idempotency WHERE scope = $1 AND key = $2`,
+			"bench", fmt.Sprint("old-", seq.Add(1)%replayKeys)).Scan(&body)
+	}
+	scenarios := []struct {
+		name         string
+		op, baseline op
+	}{
+		{"bare", bare, nil},
+		{"ledger", func(ctx context.Context, c int) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if err := debited(tx, ctx, c); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, `INSERT INTO ledger VALUES ($1, 1) ON CONFLICT DO NOTHING`, next("l"))
+				return err
+			})
+		}, bare},
+		{"forupdate", func(ctx context.Context, c int) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				var n int64
+				if err := tx.QueryRow(ctx, `SELECT balance FROM wallets WHERE account = $1 FOR UPDATE`, wallet(c)).Scan(&n); err != nil {
+					return err
+				}
+				return debited(tx, ctx, c)
+			})
+		}, bare},
+		{"advisory", func(ctx context.Context, c int) error {
+			key := next("a")
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, key); err != nil {
+					return err
+				}
+				var seen bool
+				if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM ledger WHERE payment = $1)`, key).Scan(&seen); err != nil || seen {
+					return err
+				}
+				if err := debited(tx, ctx, c); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, `INSERT INTO ledger VALUES ($1, 1)`, key)
+				return err
+			})
+		}, bare},
+		{"do", func(ctx context.Context, c int) error {
+			_, err := store.Do(ctx, "bench", next("k"), nil, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+				return []byte("paid"), debited(tx, ctx, c)
+			})
+			return err
+		}, bare},
+		{"read", read, nil},
+		{"replay", func(ctx context.Context, c int) error {
+			res, err := store.Do(ctx, "bench", fmt.Sprint("old-", seq.Add(1)%replayKeys), nil, func(context.Context, pgx.Tx) ([]byte, error) {
+				return nil, fmt.Errorf("replay ran fn")
+			})
+			if err == nil && !res.Replayed {
+				err = fmt.Errorf("not a replay")
+			}
+			return err
+		}, read},
+	}
+	for _, sc := range scenarios {
+		for _, clients := range []int{1, 4, 16, 64} {
+			b.Run(fmt.Sprintf("%s/clients=%d", sc.name, clients), func(b *testing.B) {
+				runAgainst(b, clients, sc.op, sc.baseline)
+			})
+		}
+	}
+}
+
+// runAgainst runs b.N operations of op over clients goroutines and reports
+// units/s. With a baseline, it runs as many of the baseline too, in four
+// alternating rounds, and reports x-baseline: op's rate over the
+// baseline's.
+func runAgainst(b *testing.B, clients int, op, baseline func(ctx context.Context, client int) error) {
+	if baseline == nil {
+		d := runClients(b, clients, b.N, op)
+		b.ReportMetric(float64(b.N)/d.Seconds(), "units/s")
+		return
+	}
+	const rounds = 4
+	per := b.N/rounds + 1
+	var tOp, tBase time.Duration
+	for r := 0; r < rounds; r++ {
+		if r%2 == 0 {
+			tBase += runClients(b, clients, per, baseline)
+			tOp += runClients(b, clients, per, op)
+		} else {
+			tOp += runClients(b, clients, per, op)
+			tBase += runClients(b, clients, per, baseline)
+		}
+	}
+	b.ReportMetric(float64(per*rounds)/tOp.Seconds(), "units/s")
+	b.ReportMetric(tBase.Seconds()/tOp.Seconds(), "x-baseline")
+}
+
+// runClients runs n operations spread over clients goroutines and returns
+// how long they took.
+func runClients(b *testing.B, clients, n int, op func(ctx context.Context, client int) error) time.Duration {
+	ctx := context.Background()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) {
+				if err := op(ctx, c); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start)
+}

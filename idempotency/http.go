@@ -1,0 +1,302 @@
+package idempotency
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/textproto"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The headers the middleware reads and writes.
+const (
+	// HeaderKey carries the client's idempotency key (IETF httpapi draft
+	// "The Idempotency-Key HTTP Header Field"; Stripe uses the same name).
+	HeaderKey = "Idempotency-Key"
+	// HeaderReplayed is set to "true" on a response replayed from the
+	// store, so a client can tell a replay from a fresh result.
+	HeaderReplayed = "Idempotent-Replayed"
+)
+
+// MiddlewareOption configures Middleware.
+type MiddlewareOption func(*middleware)
+
+// WithScope makes scope(r) the scope of the request's key, so that two
+// clients sending the same key do not share a record: use the
+// authenticated account. Without it every client shares the scope "",
+// and a client that reuses another's key receives that client's stored
+// response without its handler, or its authorization check, running.
+// scope must return a valid scope (see ValidKey); otherwise the request
+// fails with 500.
+func WithScope(scope func(r *http.Request) string) MiddlewareOption {
+	return func(m *middleware) { m.scope = scope }
+}
+
+// WithMethods sets the methods the middleware handles (default POST and
+// PATCH); requests with other methods go straight to the handler.
+func WithMethods(methods ...string) MiddlewareOption {
+	return func(m *middleware) { m.methods = methods }
+}
+
+// WithOptionalKey lets requests without an Idempotency-Key through to the
+// handler, outside any transaction of the middleware (TxFromContext
+// reports false). By default they are refused with 400.
+func WithOptionalKey() MiddlewareOption { return func(m *middleware) { m.optional = true } }
+
+// WithMaxBody bounds the request body the middleware reads to compute the
+// fingerprint (default 1 MiB); a larger body is refused with 413.
+func WithMaxBody(n int64) MiddlewareOption { return func(m *middleware) { m.maxBody = n } }
+
+type middleware struct {
+	store    *Store
+	next     http.Handler
+	scope    func(*http.Request) string
+	methods  []string
+	optional bool
+	maxBody  int64
+}
+
+type txKey struct{}
+
+// TxFromContext returns the transaction the middleware runs the handler
+// in: make the request's effect through it, and the effect commits with
+// the stored response, or not at all. It reports false outside the
+// middleware (or for a request let through without a key). The
+// transaction follows Func's rules: do not commit or roll it back.
+func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
+	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
+	return tx, ok
+}
+
+// Middleware returns net/http middleware that makes POST and PATCH
+// requests with an Idempotency-Key header take effect once, with Store.Do:
+// the handler runs inside the transaction (TxFromContext) and its response
+// (status, headers, body) is stored with the key.
+//
+//   - A new key: the handler runs. A response below 500 commits with the
+//     handler's writes and is stored (4xx as a terminal outcome); a 5xx
+//     response rolls everything back and is passed on, not stored, so the
+//     client may retry.
+//   - The same key and request again (method, path and query, body): the
+//     stored response is replayed, with Idempotent-Replayed: true.
+//   - The same key with another request: 422.
+//   - The same key while the first request is still running: the
+//     middleware waits for it (the Store's WithWait), then replays or runs;
+//     if the wait runs out, 409 with Retry-After.
+//   - No key: 400 (unless WithOptionalKey); an invalid key (empty, over
+//     MaxKeyLen bytes, not UTF-8): 400; a body over the limit: 413.
+//   - A commit whose outcome is unknown, or another failure: 500; the
+//     client may retry with the same key.
+//
+// The key may be sent bare (Stripe) or as a quoted string (the IETF
+// draft). The handler must write its whole response through the
+// ResponseWriter it is given (it is buffered; Flush and Hijack are not
+// available) and must not act outside the transaction. The middleware is
+// safe for concurrent use.
+func Middleware(store *Store, opts ...MiddlewareOption) (func(http.Handler) http.Handler, error) {
+	if store == nil {
+		return nil, invalid("store is nil")
+	}
+	proto := middleware{store: store, methods: []string{http.MethodPost, http.MethodPatch}, maxBody: 1 << 20}
+	for _, o := range opts {
+		o(&proto)
+	}
+	if proto.maxBody <= 0 {
+		return nil, invalid("max body %d is not positive", proto.maxBody)
+	}
+	return func(next http.Handler) http.Handler {
+		m := proto
+		m.next = next
+		return &m
+	}, nil
+}
+
+func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !slices.Contains(m.methods, r.Method) {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	key, present := headerKey(r.Header)
+	if !present {
+		if m.optional {
+			m.next.ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, "idempotency: the "+HeaderKey+" header is required", http.StatusBadRequest)
+		return
+	}
+	scope := ""
+	if m.scope != nil {
+		scope = m.scope(r)
+		if err := validText("scope", scope, MaxScopeLen, true); err != nil {
+			http.Error(w, "idempotency: bad scope", http.StatusInternalServerError)
+			return
+		}
+	}
+	if err := validText("key", key, MaxKeyLen, false); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, m.maxBody+1))
+	if err != nil {
+		http.Error(w, "idempotency: reading the body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if int64(len(body)) > m.maxBody {
+		http.Error(w, fmt.Sprintf("idempotency: body over %d bytes", m.maxBody), http.StatusRequestEntityTooLarge)
+		return
+	}
+	fp := Fingerprint([]byte(r.Method), []byte(r.URL.RequestURI()), body)
+
+	res, err := m.store.Do(r.Context(), scope, key, fp, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		rec := &recorder{header: http.Header{}}
+		req := r.WithContext(context.WithValue(ctx, txKey{}, tx))
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		m.next.ServeHTTP(rec, req)
+		resp := rec.response()
+		if resp.Status >= 500 {
+			return nil, &serverError{resp}
+		}
+		enc, err := encodeResponse(resp)
+		if err != nil {
+			return nil, err
+		}
+		if resp.Status >= 400 {
+			return enc, Terminal(nil)
+		}
+		return enc, nil
+	})
+	var failed *serverError
+	switch {
+	case err == nil:
+	case errors.As(err, &failed):
+		failed.resp.write(w, false)
+		return
+	case errors.Is(err, ErrMismatch):
+		http.Error(w, "idempotency: this key was used for another request", http.StatusUnprocessableEntity)
+		return
+	case errors.Is(err, ErrInProgress):
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "idempotency: a request with this key is in progress", http.StatusConflict)
+		return
+	default:
+		http.Error(w, "idempotency: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	resp, err := decodeResponse(res.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	resp.write(w, res.Replayed)
+}
+
+// headerKey returns the Idempotency-Key header's value, unquoted if it is
+// a structured-field string ("…", with \" and \\ escapes).
+func headerKey(h http.Header) (string, bool) {
+	vs := h.Values(HeaderKey)
+	if len(vs) == 0 {
+		return "", false
+	}
+	v := strings.TrimSpace(vs[0])
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = strings.NewReplacer(`\"`, `"`, `\\`, `\`).Replace(v[1 : len(v)-1])
+	}
+	return v, true
+}
+
+// response is a recorded HTTP response.
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// storedResponse is a response as stored: JSON, with the header block as
+// it goes on the wire (so values that are not UTF-8 survive, and what is
+// replayed is what the client would have received).
+type storedResponse struct {
+	Status int    `json:"status"`
+	Header []byte `json:"header,omitempty"`
+	Body   []byte `json:"body,omitempty"`
+}
+
+// encodeResponse encodes r for storage.
+func encodeResponse(r response) ([]byte, error) {
+	var h bytes.Buffer
+	if err := r.Header.Write(&h); err != nil {
+		return nil, err
+	}
+	return json.Marshal(storedResponse{Status: r.Status, Header: h.Bytes(), Body: r.Body})
+}
+
+// decodeResponse parses a stored response.
+func decodeResponse(b []byte) (response, error) {
+	var s storedResponse
+	if err := json.Unmarshal(b, &s); err != nil {
+		return response{}, fmt.Errorf("idempotency: stored response: %w", err)
+	}
+	if s.Status < 100 || s.Status > 999 {
+		return response{}, fmt.Errorf("idempotency: stored response: status %d", s.Status)
+	}
+	r := response{Status: s.Status, Header: http.Header{}, Body: s.Body}
+	if len(s.Header) > 0 {
+		block := append(bytes.Clone(s.Header), "\r\n"...)
+		h, err := textproto.NewReader(bufio.NewReader(bytes.NewReader(block))).ReadMIMEHeader()
+		if err != nil {
+			return response{}, fmt.Errorf("idempotency: stored response header: %w", err)
+		}
+		r.Header = http.Header(h)
+	}
+	return r, nil
+}
+
+func (r response) write(w http.ResponseWriter, replayed bool) {
+	for k, vs := range r.Header {
+		w.Header()[k] = slices.Clone(vs)
+	}
+	if replayed {
+		w.Header().Set(HeaderReplayed, "true")
+	}
+	w.WriteHeader(r.Status)
+	_, _ = w.Write(r.Body)
+}
+
+// serverError carries a 5xx response out of Do, which rolls back.
+type serverError struct{ resp response }
+
+func (e *serverError) Error() string {
+	return fmt.Sprintf("idempotency: handler answered %d", e.resp.Status)
+}
+
+// recorder buffers the handler's response.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(p)
+}
+
+func (r *recorder) response() response {
+	return response{Status: max(r.status, http.StatusOK), Header: r.header, Body: r.body.Bytes()}
+}

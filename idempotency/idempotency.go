@@ -1,0 +1,176 @@
+package idempotency
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+var (
+	// ErrMismatch means the key was already used with a different request
+	// fingerprint: nothing ran. The error is a *MismatchError carrying the
+	// stored record. HTTP: 422.
+	ErrMismatch = errors.New("idempotency: key reused with a different request")
+	// ErrInProgress means another request with the same key was still
+	// running when the wait bound (WithWait, or the context's deadline)
+	// ran out: nothing ran and nothing was stored; retry later with the
+	// same key. HTTP: 409.
+	ErrInProgress = errors.New("idempotency: a request with this key is in progress")
+	// ErrAmbiguousCommit means the connection failed after COMMIT was
+	// sent, so the effect and its record may or may not have committed.
+	// Retrying with the same key is safe: it replays the stored result if
+	// the commit happened and runs the function if it did not.
+	ErrAmbiguousCommit = errors.New("idempotency: commit outcome unknown")
+	// ErrInvalid marks bad input; the error's text names the argument.
+	// Nothing was sent to the database.
+	ErrInvalid = errors.New("idempotency: invalid argument")
+	// ErrNotFound means no live record exists for the key (it was never
+	// stored, its transaction rolled back, or it expired).
+	ErrNotFound = errors.New("idempotency: no record")
+)
+
+// Limits on the arguments of Do, checked before any I/O.
+const (
+	// MaxKeyLen bounds a key's length in bytes, as Stripe bounds its
+	// Idempotency-Key header (255 characters).
+	MaxKeyLen = 255
+	// MaxScopeLen bounds a scope's length in bytes.
+	MaxScopeLen = 255
+	// MaxFingerprintLen bounds a fingerprint's length: a SHA-512 fits.
+	MaxFingerprintLen = 64
+)
+
+// Record is what the store keeps for a key: the request's fingerprint and
+// the outcome of the function that ran for it. Times are the database's
+// (or, for DynamoDB, the writer's) clock.
+type Record struct {
+	Scope, Key string
+	// Fingerprint identifies the request that stored the record.
+	Fingerprint []byte
+	// Body is the result the function returned, in the caller's encoding.
+	Body []byte
+	// Terminal is true when the function marked its outcome terminal (see
+	// Terminal): a failure stored and replayed like a success.
+	Terminal bool
+	// CreatedAt is when the key was claimed; ExpiresAt is when the record
+	// stops counting (it is then treated as absent and may be reaped).
+	CreatedAt, ExpiresAt time.Time
+}
+
+// Result is the outcome of Do: the record, and whether it was replayed
+// (stored by an earlier call) rather than produced by this call's function.
+type Result struct {
+	Record
+	// Replayed is true when the function did not run in this call: the
+	// result is the one stored by the call that ran it.
+	Replayed bool
+}
+
+// MismatchError is returned when a key is reused with a different
+// fingerprint. errors.Is(err, ErrMismatch) holds. Stored is the record the
+// key already has, so the caller can show what the key was used for.
+type MismatchError struct {
+	// Fingerprint is the fingerprint this call passed.
+	Fingerprint []byte
+	// Stored is the key's existing record.
+	Stored Record
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("idempotency: key %q reused with a different request (stored fingerprint %x, this one %x)",
+		e.Stored.Key, e.Stored.Fingerprint, e.Fingerprint)
+}
+
+// Unwrap returns ErrMismatch.
+func (e *MismatchError) Unwrap() error { return ErrMismatch }
+
+// Terminal marks the error a function returns as a terminal outcome (for
+// example insufficient funds): Do then commits the transaction with
+// whatever the function wrote, stores the body the function returned with
+// Record.Terminal set, and returns it with a nil error; a retry with the
+// same key replays it instead of trying again. Encode in the body what the
+// caller needs to know about the failure: the error itself is not stored.
+// Any error not marked terminal rolls everything back and stores nothing.
+func Terminal(err error) error { return &terminalError{err} }
+
+type terminalError struct{ err error }
+
+func (e *terminalError) Error() string {
+	if e.err == nil {
+		return "idempotency: terminal outcome"
+	}
+	return "idempotency: terminal outcome: " + e.err.Error()
+}
+
+func (e *terminalError) Unwrap() error { return e.err }
+
+// isTerminal reports whether err carries the Terminal mark.
+func isTerminal(err error) bool {
+	var t *terminalError
+	return errors.As(err, &t)
+}
+
+// Fingerprint returns the SHA-256 of parts, each prefixed with its length
+// so that ("ab", "c") and ("a", "bc") differ. Pass everything that makes
+// two requests different (for HTTP: method, path and body; for a payment:
+// payer, payee, amount, currency), so that a key reused for another request
+// is refused with ErrMismatch instead of replaying the first one's result.
+func Fingerprint(parts ...[]byte) []byte {
+	h := sha256.New()
+	var n [8]byte
+	for _, p := range parts {
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write(p)
+	}
+	return h.Sum(nil)
+}
+
+// invalid returns an ErrInvalid that names what is wrong.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// validText checks a key or scope: at most max bytes of valid UTF-8 without
+// NUL (PostgreSQL's text holds neither), and not empty unless allowEmpty.
+func validText(name, v string, max int, allowEmpty bool) error {
+	switch {
+	case v == "" && !allowEmpty:
+		return invalid("%s is empty", name)
+	case len(v) > max:
+		return invalid("%s is %d bytes, more than %d", name, len(v), max)
+	case strings.IndexByte(v, 0) >= 0:
+		return invalid("%s contains a NUL byte", name)
+	case !utf8.ValidString(v):
+		return invalid("%s is not valid UTF-8", name)
+	}
+	return nil
+}
+
+// ValidKey reports whether Do would accept scope and key: nil, or an
+// ErrInvalid naming the one that is not. A key is 1 to MaxKeyLen bytes, a
+// scope at most MaxScopeLen; both valid UTF-8 without NUL. It does no I/O.
+func ValidKey(scope, key string) error {
+	if err := validText("scope", scope, MaxScopeLen, true); err != nil {
+		return err
+	}
+	return validText("key", key, MaxKeyLen, false)
+}
+
+// validRequest checks the arguments every backend's Do takes.
+func validRequest(scope, key string, fingerprint []byte, fnIsNil bool) error {
+	if err := ValidKey(scope, key); err != nil {
+		return err
+	}
+	if len(fingerprint) > MaxFingerprintLen {
+		return invalid("fingerprint is %d bytes, more than %d", len(fingerprint), MaxFingerprintLen)
+	}
+	if fnIsNil {
+		return invalid("fn is nil")
+	}
+	return nil
+}

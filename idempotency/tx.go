@@ -1,0 +1,89 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// errTxOwned is what fn gets from tx.Commit and tx.Rollback.
+var errTxOwned = errors.New("idempotency: the transaction belongs to Do: return from fn to commit it, or return an error to roll it back")
+
+// fnTx is the transaction fn sees: Do's, begun in the claim's round trip.
+// Do commits it together with the record, so fn may not end it, and it
+// refuses use once fn has returned (its connection is back in the pool by
+// then). Begin still gives savepoints.
+type fnTx struct {
+	pgx.Tx
+	closed atomic.Bool
+}
+
+func (t *fnTx) Commit(context.Context) error   { return errTxOwned }
+func (t *fnTx) Rollback(context.Context) error { return errTxOwned }
+
+func (t *fnTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if t.closed.Load() {
+		return nil, pgx.ErrTxClosed
+	}
+	return t.Tx.Begin(ctx)
+}
+
+func (t *fnTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.closed.Load() {
+		return pgconn.CommandTag{}, pgx.ErrTxClosed
+	}
+	return t.Tx.Exec(ctx, sql, args...)
+}
+
+func (t *fnTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if t.closed.Load() {
+		return closedRows{}, pgx.ErrTxClosed
+	}
+	return t.Tx.Query(ctx, sql, args...)
+}
+
+func (t *fnTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if t.closed.Load() {
+		return closedRows{}
+	}
+	return t.Tx.QueryRow(ctx, sql, args...)
+}
+
+func (t *fnTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if t.closed.Load() {
+		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
+	}
+	return t.Tx.SendBatch(ctx, b)
+}
+
+func (t *fnTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if t.closed.Load() {
+		return 0, pgx.ErrTxClosed
+	}
+	return t.Tx.CopyFrom(ctx, table, columns, src)
+}
+
+func (t *fnTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if t.closed.Load() {
+		return nil, pgx.ErrTxClosed
+	}
+	return t.Tx.Prepare(ctx, name, sql)
+}
+
+// closedRows is the empty result of a query on a closed fnTx.
+type closedRows struct{}
+
+func (closedRows) Close()                                       {}
+func (closedRows) Err() error                                   { return pgx.ErrTxClosed }
+func (closedRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
+func (closedRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
+func (closedRows) Next() bool                                   { return false }
+func (closedRows) Scan(...any) error                            { return pgx.ErrTxClosed }
+func (closedRows) Values() ([]any, error)                       { return nil, pgx.ErrTxClosed }
+func (closedRows) RawValues() [][]byte                          { return nil }
+func (closedRows) Conn() *pgx.Conn                              { return nil }
+func (closedRows) TypeMap() *pgtype.Map                         { return nil }

@@ -47,7 +47,7 @@ type scenario struct {
 
 var scenarios = []scenario{
 	{"flash sale", "5,000 buyers, 300 units of one product. A read-then-write oversells; a lock around it is\ncorrect but slow; one conditional statement per batch (coalesced) is correct and fast.", flashSale},
-	{"wallet", "Payments debit a wallet while clients retry and duplicates arrive. The debit and the payment's\nledger row commit in one transaction: the unique key turns every retry into a no-op.", wallet},
+	{"wallet", "400 payments of 500 against a wallet holding 180,000, each sent three times at once (a client that\nretried, a duplicate delivery). The idempotency key, the debit and the ledger row commit in one\ntransaction: a retry replays the first answer; payments past the balance are declined, also once.", wallet},
 	{"kafka worker", "A consumer applies 500 payments (plus producer duplicates), crashes before committing any\nKafka offset, and a new consumer gets everything again. The inbox skips what was applied.", kafkaWorker},
 }
 

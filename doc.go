@@ -29,6 +29,6 @@
 // good for efficiency: avoiding duplicate work, never preventing corruption.
 //
 // The packages land one at a time: today conditional, cas,
-// idempotency and inbox are here;
+// idempotency, inbox and dynamolock are here;
 // the others are described above as the design they will follow.
 package nolock

@@ -1,0 +1,122 @@
+package dynamolock
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// The first-sighting cache stays within its bound, evicting the least
+// recently used lock; an evicted lock's wait starts over (always safe).
+func TestSightingsBounded(t *testing.T) {
+	s := newSightings(3)
+	t0 := time.Now()
+	for i, k := range []string{"a", "b", "c", "d"} {
+		s.observe(k, "v1", t0.Add(time.Duration(i)*time.Second))
+	}
+	if s.len() != 3 {
+		t.Fatalf("len %d, want 3", s.len())
+	}
+	late := t0.Add(time.Minute)
+	if got := s.observe("a", "v1", late); !got.Equal(late) {
+		t.Fatalf("evicted key kept its first sighting %v", got)
+	}
+	if got := s.observe("d", "v1", late); !got.Equal(t0.Add(3 * time.Second)) {
+		t.Fatalf("same version: first sighting %v, want the original", got)
+	}
+	if got := s.observe("d", "v2", late); !got.Equal(late) {
+		t.Fatalf("new version: first sighting %v, want now", got)
+	}
+	s.forget("d")
+	if s.len() != 2 {
+		t.Fatalf("len %d after forget, want 2", s.len())
+	}
+}
+
+func TestParseItem(t *testing.T) {
+	r := parseItem(map[string]types.AttributeValue{
+		AttrOwner: str("o"), AttrRVN: str("r"), AttrLease: str("1500"), AttrReleased: str("1"),
+		AttrData: &types.AttributeValueMemberB{Value: []byte("d")}, AttrToken: num(7),
+	})
+	if !r.exists || r.owner != "o" || r.rvn != "r" || r.lease != 1500*time.Millisecond || !r.released || string(r.data) != "d" || r.token != 7 {
+		t.Fatalf("%+v", r)
+	}
+	if r := parseItem(nil); r.exists {
+		t.Fatal("nil item exists")
+	}
+	// Attributes of unexpected types are ignored: a held lock of unknown owner.
+	r = parseItem(map[string]types.AttributeValue{AttrRVN: num(1), AttrReleased: &types.AttributeValueMemberBOOL{Value: true}})
+	if !r.exists || r.rvn != "" || r.released {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func TestAddSet(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", "SET #f = :t"},
+		{"SET #a = :a", "SET #f = :t, #a = :a"},
+		{"set #a = :a", "set #f = :t, #a = :a"},
+		{"REMOVE #x", "REMOVE #x SET #f = :t"},
+		{"ADD #set :one", "ADD #set :one SET #f = :t"},
+		{"REMOVE #x SET #a = if_not_exists(#a, :set)", "REMOVE #x SET #f = :t, #a = if_not_exists(#a, :set)"},
+	} {
+		if got := addSet(tc.in, "#f = :t"); got != tc.want {
+			t.Errorf("addSet(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// addSet puts the assignment into the one SET clause, or adds one, and
+// never loses the caller's text.
+func FuzzAddSet(f *testing.F) {
+	for _, s := range []string{"", "SET a = :a", "REMOVE #x", "ADD #set :one", "set #a = if_not_exists(#a, :set) REMOVE b", "(SET)", "#SET"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, expr string) {
+		out := addSet(expr, "#nolockFence = :nolockToken")
+		if !strings.Contains(out, "#nolockFence = :nolockToken") {
+			t.Fatalf("assignment missing: %q", out)
+		}
+		if strings.Replace(out, " #nolockFence = :nolockToken,", "", 1) != expr &&
+			out != expr+" SET #nolockFence = :nolockToken" && out != "SET #nolockFence = :nolockToken" {
+			t.Fatalf("addSet(%q) = %q changes the caller's text", expr, out)
+		}
+	})
+}
+
+// A stored lease is read back as written, and garbage never yields a lease
+// outside (0, 24h].
+func FuzzParseLease(f *testing.F) {
+	for _, s := range []string{"20000", "20s", "0", "-5", "1h30m", "99999999999999999999", "", "1e3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, ok := parseLease(s)
+		if ok && (d <= 0 || d > maxLease) {
+			t.Fatalf("parseLease(%q) = %v", s, d)
+		}
+		if ok {
+			back, ok2 := parseLease(formatLease(d))
+			if !ok2 || back < d || back-d >= time.Millisecond {
+				t.Fatalf("lease %v formatted %q read back as %v", d, formatLease(d), back)
+			}
+		}
+	})
+}
+
+// Acquire's argument checks never panic and accept exactly the keys
+// DynamoDB can store.
+func FuzzAcquireConfig(f *testing.F) {
+	c := &Client{cfg: config{pkName: "key"}}
+	f.Add("job", "", int64(0))
+	f.Add("", "s", int64(-1))
+	f.Fuzz(func(t *testing.T, key, sortKey string, wait int64) {
+		_, err := c.acquireConfig(key, []AcquireOption{WithSortKey(sortKey), WithWait(time.Duration(wait))})
+		valid := key != "" && len(key) <= MaxKeyLen && sortKey == "" && wait >= 0
+		if (err == nil) != valid {
+			t.Fatalf("key %q sort key %q wait %d: err %v", key, sortKey, wait, err)
+		}
+	})
+}

@@ -1,0 +1,504 @@
+package dynamolock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/nolock/nolock/dynamolock"
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// Bad settings are refused before any I/O, naming the argument.
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	api := &counting{} // no server behind: nothing may be called
+	for _, tc := range []struct {
+		name string
+		opts []dynamolock.Option
+		want string
+	}{
+		{"heartbeat above half the lease", []dynamolock.Option{dynamolock.WithLease(time.Second), dynamolock.WithHeartbeat(600 * time.Millisecond)}, "heartbeat"},
+		{"negative heartbeat", []dynamolock.Option{dynamolock.WithHeartbeat(-time.Second)}, "heartbeat"},
+		{"zero lease", []dynamolock.Option{dynamolock.WithLease(0)}, "lease"},
+		{"lease above a day", []dynamolock.Option{dynamolock.WithLease(25 * time.Hour)}, "lease"},
+		{"poll above the lease", []dynamolock.Option{dynamolock.WithLease(time.Second), dynamolock.WithPoll(2 * time.Second)}, "poll"},
+		{"warning too wide", []dynamolock.Option{dynamolock.WithLease(time.Second), dynamolock.WithExpiryWarning(800 * time.Millisecond)}, "expiry warning"},
+		{"empty partition key name", []dynamolock.Option{dynamolock.WithPartitionKeyName("")}, "partition key name"},
+		{"sort key name equals partition key name", []dynamolock.Option{dynamolock.WithSortKeyName("key")}, "sort key name"},
+		{"key name clashes with an attribute", []dynamolock.Option{dynamolock.WithPartitionKeyName(dynamolock.AttrRVN)}, "key attribute name"},
+		{"nil clock", []dynamolock.Option{dynamolock.WithClock(nil)}, "clock"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := dynamolock.New(api, "locks", tc.opts...)
+			if !errors.Is(err, dynamolock.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v; want ErrInvalid naming %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := dynamolock.New(nil, "locks"); !errors.Is(err, dynamolock.ErrInvalid) {
+		t.Fatalf("nil client: %v", err)
+	}
+	if _, err := dynamolock.New(api, ""); !errors.Is(err, dynamolock.ErrInvalid) {
+		t.Fatalf("empty table: %v", err)
+	}
+	c, err := dynamolock.New(api, "locks", dynamolock.WithLease(time.Second), dynamolock.WithHeartbeat(500*time.Millisecond))
+	if err != nil {
+		t.Fatalf("heartbeat of exactly half the lease: %v", err)
+	}
+	defer c.Close()
+	for _, tc := range []struct {
+		name string
+		key  string
+		opts []dynamolock.AcquireOption
+		want string
+	}{
+		{"empty key", "", nil, "key is empty"},
+		{"long key", strings.Repeat("k", dynamolock.MaxKeyLen+1), nil, "key is"},
+		{"sort key without sort key name", "k", []dynamolock.AcquireOption{dynamolock.WithSortKey("s")}, "sort key"},
+		{"negative wait", "k", []dynamolock.AcquireOption{dynamolock.WithWait(-time.Second)}, "wait"},
+		{"negative max hold", "k", []dynamolock.AcquireOption{dynamolock.WithMaxHold(-time.Second)}, "max hold"},
+		{"large data", "k", []dynamolock.AcquireOption{dynamolock.WithData(make([]byte, dynamolock.MaxDataLen+1))}, "data"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.TryAcquire(context.Background(), tc.key, tc.opts...)
+			if !errors.Is(err, dynamolock.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v; want ErrInvalid naming %q", err, tc.want)
+			}
+		})
+	}
+	if n := api.total(); n != 0 {
+		t.Fatalf("%d calls reached DynamoDB; validation must come before any I/O", n)
+	}
+}
+
+// The item is laid out with the Java client's attribute names; the token
+// grows with every acquisition, never with a heartbeat, and survives
+// release; Lost and Err report a release.
+func TestAcquireReleaseItemAndToken(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	api, table := newTable(t)
+	c := newClient(t, api, table, dynamolock.WithOwner("worker-1"), dynamolock.WithHeartbeat(50*time.Millisecond))
+
+	l := mustAcquire(t, c, "job", dynamolock.WithData([]byte("payload")))
+	if l.Token() != 1 || string(l.Data()) != "payload" || l.Key() != "job" {
+		t.Fatalf("token %d, data %q, key %q; want 1, payload, job", l.Token(), l.Data(), l.Key())
+	}
+	item := readItem(t, api, table, "job")
+	rvn := attrS(item, dynamolock.AttrRVN)
+	if attrS(item, dynamolock.AttrOwner) != "worker-1" || rvn == "" || attrS(item, dynamolock.AttrLease) != "800" ||
+		attrN(item, dynamolock.AttrToken) != "1" || item[dynamolock.AttrReleased] != nil {
+		t.Fatalf("held item %v", item)
+	}
+	if b, ok := item[dynamolock.AttrData].(*types.AttributeValueMemberB); !ok || string(b.Value) != "payload" {
+		t.Fatalf("data attribute %v", item[dynamolock.AttrData])
+	}
+	time.Sleep(200 * time.Millisecond) // about four heartbeats
+	item = readItem(t, api, table, "job")
+	if attrS(item, dynamolock.AttrRVN) == rvn || attrN(item, dynamolock.AttrToken) != "1" {
+		t.Fatalf("after heartbeats: rvn %q (was %q), token %s; want a new rvn and token 1", attrS(item, dynamolock.AttrRVN), rvn, attrN(item, dynamolock.AttrToken))
+	}
+	if closed(l.Lost()) || l.Err() != nil || l.Context().Err() != nil {
+		t.Fatal("a held lock reports an end")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(l.Lost()) || !errors.Is(l.Err(), dynamolock.ErrReleased) || !errors.Is(context.Cause(l.Context()), dynamolock.ErrReleased) {
+		t.Fatalf("after release: lost %v, err %v", closed(l.Lost()), l.Err())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("second release: %v", err)
+	}
+	item = readItem(t, api, table, "job")
+	if attrS(item, dynamolock.AttrReleased) != "1" || attrN(item, dynamolock.AttrToken) != "1" {
+		t.Fatalf("released item %v; want isReleased 1 and the token kept", item)
+	}
+	for want := int64(2); want <= 4; want++ {
+		l := mustAcquire(t, c, "job")
+		if l.Token() != want {
+			t.Fatalf("token %d, want %d", l.Token(), want)
+		}
+		if item := readItem(t, api, table, "job"); item[dynamolock.AttrData] != nil {
+			t.Fatalf("an acquisition without data left the old payload: %v", item[dynamolock.AttrData])
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// An uncontended acquire and release is two calls (two conditional writes,
+// no read), and holding a lock costs one call per heartbeat.
+func TestCallsPerPairAndHeartbeat(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	server, table := newTable(t)
+	api := &counting{DynamoDBAPI: server}
+	c := newClient(t, api, table, dynamolock.WithLease(400*time.Millisecond), dynamolock.WithHeartbeat(50*time.Millisecond))
+	const pairs = 20
+	for i := 0; i < pairs; i++ {
+		l, err := c.Acquire(ctx, "k"+strconv.Itoa(i%3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if u, g, d := api.updates.Load(), api.gets.Load(), api.deletes.Load(); u != 2*pairs || g != 0 || d != 0 {
+		t.Fatalf("%d pairs cost %d updates, %d gets, %d deletes; want %d updates and nothing else", pairs, u, g, d, 2*pairs)
+	}
+
+	l := mustAcquire(t, c, "held")
+	before := api.updates.Load()
+	start := time.Now()
+	time.Sleep(time.Second)
+	beats := api.updates.Load() - before
+	held := time.Since(start)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := int64(held / (50 * time.Millisecond))
+	if beats < want/2 || beats > want+1 || api.gets.Load() != 0 { // a loaded machine delays heartbeats, never adds calls
+		t.Fatalf("holding %v cost %d updates and %d gets; want about %d updates (one per heartbeat) and no reads", held, beats, api.gets.Load(), want)
+	}
+	t.Logf("%d pairs: %d calls; held %v: %d heartbeats, one call each", pairs, 2*pairs, held.Round(time.Millisecond), beats)
+}
+
+// TryAcquire on a held lock says who holds it, and changes nothing.
+func TestTryAcquireHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	api, table := newTable(t)
+	a := newClient(t, api, table, dynamolock.WithOwner("a"))
+	b := newClient(t, api, table, dynamolock.WithOwner("b"))
+	l := mustAcquire(t, a, "k", dynamolock.WithData([]byte("a's data")))
+	_, err := b.TryAcquire(ctx, "k")
+	var held *dynamolock.HeldError
+	if !errors.As(err, &held) || !errors.Is(err, dynamolock.ErrNotAcquired) || held.Owner != "a" || string(held.Data) != "a's data" || held.Lease != testLease {
+		t.Fatalf("err = %v (%+v); want a HeldError naming a", err, held)
+	}
+	// Acquire with a wait limit gives up the same way, after the limit.
+	start := time.Now()
+	_, err = b.Acquire(ctx, "k", dynamolock.WithWait(150*time.Millisecond))
+	if !errors.As(err, &held) || time.Since(start) < 150*time.Millisecond {
+		t.Fatalf("Acquire with a wait of 150ms: %v after %v", err, time.Since(start))
+	}
+	if closed(l.Lost()) {
+		t.Fatal("the holder lost its lock to a waiter")
+	}
+	l.Close()
+	l2, err := b.TryAcquire(ctx, "k")
+	if err != nil || l2.Token() != 2 {
+		t.Fatalf("TryAcquire of a released lock: %v", err)
+	}
+	l2.Close()
+}
+
+// A live holder is never displaced, however long others wait; a dead one
+// (its heartbeats stopped: every call it makes fails) is taken over by
+// TryAcquire once this client has seen the same version for a full lease,
+// and not before.
+func TestTryAcquireTakesOverDeadHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	server, table := newTable(t)
+	holderAPI := &faulty{DynamoDBAPI: server}
+	holder := newClient(t, holderAPI, table, dynamolock.WithHeartbeat(50*time.Millisecond))
+	waiter := newClient(t, server, table)
+
+	live := mustAcquire(t, holder, "live")
+	deadline := time.Now().Add(3 * testLease)
+	for time.Now().Before(deadline) {
+		if l, err := waiter.TryAcquire(ctx, "live"); !errors.Is(err, dynamolock.ErrNotAcquired) {
+			if l != nil {
+				l.Close()
+			}
+			t.Fatalf("TryAcquire of a live holder's lock: %v", err)
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	if closed(live.Lost()) {
+		t.Fatalf("live holder lost its lock: %v", live.Err())
+	}
+	live.Close()
+
+	dead := mustAcquire(t, holder, "dead")
+	holderAPI.blackhole.Store(true) // the holder is cut off: no heartbeat lands
+	if _, err := waiter.TryAcquire(ctx, "dead"); !errors.Is(err, dynamolock.ErrNotAcquired) {
+		t.Fatalf("first sighting: %v", err)
+	}
+	first := time.Now()
+	var got *dynamolock.Lock
+	for got == nil {
+		l, err := waiter.TryAcquire(ctx, "dead")
+		switch {
+		case err == nil:
+			got = l
+		case !errors.Is(err, dynamolock.ErrNotAcquired):
+			t.Fatal(err)
+		case time.Since(first) > 3*testLease:
+			t.Fatal("the dead holder's lock was never taken over")
+		default:
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	took := time.Since(first)
+	if took < testLease-20*time.Millisecond || got.Token() != dead.Token()+1 {
+		t.Fatalf("taken over after %v with token %d; want at least a lease (%v) and token %d", took, got.Token(), testLease, dead.Token()+1)
+	}
+	if !waitClosed(dead.Lost(), 2*testLease) {
+		t.Fatal("the cut-off holder never learned of its loss")
+	}
+	var lost *dynamolock.LostError
+	if !errors.As(dead.Err(), &lost) || lost.Cause != dynamolock.Expired || !errors.Is(dead.Err(), errInjected) {
+		t.Fatalf("cut-off holder's error %v; want Expired with the last DynamoDB error", dead.Err())
+	}
+	t.Logf("dead holder's lock taken over %v after the first sighting", took.Round(time.Millisecond))
+	got.Close()
+}
+
+// Only the waiter's own elapsed time counts: with an injected clock, a dead
+// holder's lock is taken over as soon as that clock has advanced a lease,
+// and not while it has not (however much real time passes below a lease).
+func TestTakeoverUsesOwnClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	server, table := newTable(t)
+	holderAPI := &faulty{DynamoDBAPI: server}
+	holder := newClient(t, holderAPI, table, dynamolock.WithLease(time.Hour), dynamolock.WithPoll(time.Second))
+	var offset atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	waiter := newClient(t, server, table, dynamolock.WithClock(clock))
+
+	dead := mustAcquire(t, holder, "k")
+	holderAPI.blackhole.Store(true)
+	for i := 0; i < 3; i++ {
+		if _, err := waiter.TryAcquire(ctx, "k"); !errors.Is(err, dynamolock.ErrNotAcquired) {
+			t.Fatalf("before the waiter's clock advanced a lease: %v", err)
+		}
+	}
+	offset.Store(int64(time.Hour)) // the holder's lease, as stored on the item
+	l, err := waiter.TryAcquire(ctx, "k")
+	if err != nil || l.Token() != dead.Token()+1 {
+		t.Fatalf("after the waiter's clock advanced a lease: %v", err)
+	}
+	l.Close()
+	holderAPI.blackhole.Store(false)
+}
+
+// Many goroutines on several clients contend for one key: never two inside
+// at once, and tokens strictly grow in the order of entry. The control runs
+// the same workload without the lock and must see overlaps, proving the
+// counter can catch them.
+func TestMutualExclusionGoroutines(t *testing.T) {
+	t.Parallel()
+	api, table := newTable(t)
+	const clients, perClient, rounds = 4, 3, 6
+	cs := make([]*dynamolock.Client, clients)
+	for i := range cs {
+		cs[i] = newClient(t, api, table, dynamolock.WithLease(time.Second), dynamolock.WithPoll(20*time.Millisecond))
+	}
+	var inside, overlaps, regressions, entries, lastToken atomic.Int64
+	enter := func(token int64) {
+		if inside.Add(1) > 1 {
+			overlaps.Add(1)
+		}
+		entries.Add(1)
+		if token != 0 && lastToken.Swap(token) >= token {
+			regressions.Add(1)
+		}
+		time.Sleep(time.Duration(1+entries.Load()%3) * time.Millisecond)
+		inside.Add(-1)
+	}
+	t.Run("control without the lock", func(t *testing.T) {
+		done := make(chan struct{})
+		for g := 0; g < clients*perClient; g++ {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				for r := 0; r < rounds; r++ {
+					enter(0)
+				}
+			}()
+		}
+		for g := 0; g < clients*perClient; g++ {
+			<-done
+		}
+		if overlaps.Load() == 0 {
+			t.Fatal("no overlap counted without a lock: the counter cannot fail")
+		}
+		t.Logf("without the lock: %d overlaps in %d entries", overlaps.Load(), entries.Load())
+	})
+	overlaps.Store(0)
+	entries.Store(0)
+	errs := make(chan error, clients*perClient)
+	for g := 0; g < clients*perClient; g++ {
+		go func() {
+			var err error
+			defer func() { errs <- err }()
+			for r := 0; r < rounds; r++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				var l *dynamolock.Lock
+				l, err = cs[g%clients].Acquire(ctx, "hot")
+				cancel()
+				if err != nil {
+					return
+				}
+				enter(l.Token())
+				if err = l.Close(); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	for g := 0; g < clients*perClient; g++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if o, r, e := overlaps.Load(), regressions.Load(), entries.Load(); o != 0 || r != 0 || e != clients*perClient*rounds {
+		t.Fatalf("%d overlaps, %d token regressions, %d entries; want 0, 0, %d", o, r, e, clients*perClient*rounds)
+	}
+	t.Logf("%d goroutines on %d clients: %d entries, 0 overlaps, last token %d", clients*perClient, clients, entries.Load(), lastToken.Load())
+}
+
+// Locks on one partition key with different sort keys are independent.
+func TestSortKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	api := testenv.DynamoDB(t)
+	table := testenv.Table(t, api, true)
+	c := newClient(t, api, table, dynamolock.WithSortKeyName("sk"))
+	if _, err := c.TryAcquire(ctx, "k"); !errors.Is(err, dynamolock.ErrInvalid) {
+		t.Fatalf("no sort key value: %v", err)
+	}
+	a := mustAcquire(t, c, "k", dynamolock.WithSortKey("a"))
+	b, err := c.TryAcquire(ctx, "k", dynamolock.WithSortKey("b"))
+	if err != nil || a.Token() != 1 || b.Token() != 1 || b.SortKey() != "b" {
+		t.Fatalf("second sort key: %v", err)
+	}
+	if _, err := c.TryAcquire(ctx, "k", dynamolock.WithSortKey("a")); !errors.Is(err, dynamolock.ErrNotAcquired) {
+		t.Fatalf("same sort key: %v", err)
+	}
+	a.Close()
+	b.Close()
+}
+
+// Without fencing, release deletes the item (the Java client's default),
+// the token is 0 and the fencing helpers refuse.
+func TestWithoutFencing(t *testing.T) {
+	t.Parallel()
+	api, table := newTable(t)
+	c := newClient(t, api, table, dynamolock.WithoutFencing())
+	l := mustAcquire(t, c, "k")
+	if l.Token() != 0 {
+		t.Fatalf("token %d without fencing", l.Token())
+	}
+	if _, err := l.Fence("fence"); !errors.Is(err, dynamolock.ErrInvalid) {
+		t.Fatalf("Fence: %v", err)
+	}
+	if _, err := l.ConditionCheck(); !errors.Is(err, dynamolock.ErrInvalid) {
+		t.Fatalf("ConditionCheck: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if item := readItem(t, api, table, "k"); item != nil {
+		t.Fatalf("item after release without fencing: %v", item)
+	}
+}
+
+// The maximum hold ends a lock whose heartbeats would otherwise go on
+// forever: the warning, then Lost with Cause MaxHold, and the item is
+// released so the next holder need not wait a lease.
+func TestMaxHold(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	api, table := newTable(t)
+	c := newClient(t, api, table, dynamolock.WithHeartbeat(50*time.Millisecond), dynamolock.WithExpiryWarning(100*time.Millisecond))
+	start := time.Now()
+	l := mustAcquire(t, c, "k", dynamolock.WithMaxHold(300*time.Millisecond))
+	warnedFirst := make(chan bool, 1)
+	go func() { <-l.Lost(); warnedFirst <- closed(l.Expiring()) }()
+	if !waitClosed(l.Expiring(), 2*time.Second) {
+		t.Fatal("no warning before the maximum hold")
+	}
+	warned := time.Since(start)
+	if !waitClosed(l.Lost(), 2*time.Second) {
+		t.Fatal("the maximum hold did not end the lock")
+	}
+	ended := time.Since(start)
+	if !<-warnedFirst {
+		t.Fatal("Lost closed before Expiring")
+	}
+	var lost *dynamolock.LostError
+	if !errors.As(l.Err(), &lost) || lost.Cause != dynamolock.MaxHold {
+		t.Fatalf("err %v; want MaxHold", l.Err())
+	}
+	if ended < 300*time.Millisecond || ended > 300*time.Millisecond+testLease || warned < 190*time.Millisecond {
+		t.Fatalf("warned after %v, ended after %v; want the warning from 200ms and the end from 300ms", warned, ended)
+	}
+	if err := l.Release(ctx); !errors.As(err, &lost) {
+		t.Fatalf("Release after the maximum hold: %v", err)
+	}
+	l2, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatalf("the item was not released at the maximum hold: %v", err)
+	}
+	l2.Close()
+}
+
+// Close releases every lock, makes a blocked Acquire return ErrClosed, and
+// returns only when the Client's goroutines have ended.
+func TestCloseReleasesAndWaits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	api, table := newTable(t)
+	a, err := dynamolock.New(api, table, dynamolock.WithPartitionKeyName("pk"), dynamolock.WithLease(testLease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newClient(t, api, table)
+	l1, l2 := mustAcquire(t, a, "k1"), mustAcquire(t, a, "k2")
+	lb := mustAcquire(t, b, "k3-held-by-b")
+	defer lb.Close()
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := a.Acquire(ctx, "k3-held-by-b")
+		blocked <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // let the Acquire block
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select { // Close waited for it (goleak checks no goroutine is left)
+	case err := <-blocked:
+		if !errors.Is(err, dynamolock.ErrClosed) {
+			t.Fatalf("blocked Acquire returned %v; want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a blocked Acquire did not return after Close")
+	}
+	for _, l := range []*dynamolock.Lock{l1, l2} {
+		if !closed(l.Lost()) || !errors.Is(l.Err(), dynamolock.ErrReleased) {
+			t.Fatalf("lock %s after Close: %v", l.Key(), l.Err())
+		}
+		if attrS(readItem(t, api, table, l.Key()), dynamolock.AttrReleased) != "1" {
+			t.Fatalf("lock %s not released by Close", l.Key())
+		}
+	}
+	if _, err := a.TryAcquire(ctx, "k1"); !errors.Is(err, dynamolock.ErrClosed) {
+		t.Fatalf("TryAcquire after Close: %v", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}

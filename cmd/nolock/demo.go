@@ -46,8 +46,10 @@ type scenario struct {
 }
 
 var scenarios = []scenario{
+	{"one parcel, two riders", "A rider holds a pickup slip (a lease) and is stuck past its end; the dispatcher gives a new slip\nto another rider, who collects. The first arrives and collects too, unless the counter checks the\nslip's number (the fencing token) against the highest it has seen.", parcel},
 	{"flash sale", "5,000 buyers, 300 units of one product. A read-then-write oversells; a lock around it is\ncorrect but slow; one conditional statement per batch (coalesced) is correct and fast.", flashSale},
 	{"wallet", "400 payments of 500 against a wallet holding 180,000, each sent three times at once (a client that\nretried, a duplicate delivery). The idempotency key, the debit and the ledger row commit in one\ntransaction: a retry replays the first answer; payments past the balance are declined, also once.", wallet},
+	{"nightly cron", "Six replicas wake at 02:00 each night and try the same lock, named by date. Exactly one runs\nthe report; the others see it held and go back to sleep.", cron},
 	{"kafka worker", "A consumer applies 500 payments (plus producer duplicates), crashes before committing any\nKafka offset, and a new consumer gets everything again. The inbox skips what was applied.", kafkaWorker},
 }
 

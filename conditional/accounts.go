@@ -3,6 +3,7 @@ package conditional
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // Accounts holds balances in a PostgreSQL table and debits them only when
@@ -45,8 +46,10 @@ func NewAccounts(db DB, opts ...StockOption) (*Accounts, error) {
 	return &Accounts{s}, nil
 }
 
-// Open creates account with an opening balance (which may be 0), or adds
-// the balance to it if it exists. balance must not be negative.
+// Open creates account with an opening balance (which may be 0) if it does
+// not exist. An account that exists is left as it is, its balance
+// unchanged, and Open returns nil: so Open is idempotent, and safe to retry
+// after ErrAmbiguousCommit. Use Credit to add to a balance.
 func (a *Accounts) Open(ctx context.Context, account string, balance int64) error {
 	if err := validArg("account", account); err != nil {
 		return err
@@ -54,7 +57,10 @@ func (a *Accounts) Open(ctx context.Context, account string, balance int64) erro
 	if balance < 0 {
 		return invalid("balance must not be negative, got %d", balance)
 	}
-	return a.s.put(ctx, account, balance)
+	if _, err := a.s.db.Exec(ctx, a.s.openSQL, account, balance, int64(a.s.buckets)); err != nil {
+		return fmt.Errorf("conditional: open %q: %w", account, classify(err))
+	}
+	return nil
 }
 
 // Debit takes amount from account if its balance covers it: nil means it

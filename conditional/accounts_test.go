@@ -50,6 +50,9 @@ func TestAccountsDebitCredit(t *testing.T) {
 	if err := a.Open(ctx, "shop", 0); err != nil {
 		t.Fatal(err)
 	}
+	if err := a.Open(ctx, "alice", 5); err != nil || balance(t, a, "alice") != 1000 {
+		t.Fatalf("re-opening an account: %v, balance %d; want it left at 1000", err, balance(t, a, "alice"))
+	}
 	if err := a.Debit(ctx, "alice", 600); err != nil {
 		t.Fatalf("debit 600 of 1000: %v", err)
 	}

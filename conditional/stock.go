@@ -42,7 +42,7 @@ type Stock struct {
 
 	adds *combine.Combiner[bucketKey, int64, struct{}]
 
-	schemaSQL, batchSQL, takeSQL, addSQL, qtySQL, acrossSQL, acrossUpdateSQL, availableSQL, putSQL string
+	schemaSQL, batchSQL, takeSQL, addSQL, qtySQL, acrossSQL, acrossUpdateSQL, availableSQL, putSQL, openSQL string
 }
 
 // The statements, with {{table}} and {{qty}} replaced by quoted identifiers.
@@ -74,10 +74,14 @@ SELECT o.qty, (SELECT array_agg(ok ORDER BY i) FROM g WHERE i > 0) FROM o`
 	acrossUpdateSQL = `UPDATE {{table}} s SET {{qty}} = v.qty FROM unnest($2::int[], $3::bigint[]) AS v(bucket, qty)
 WHERE s.key = $1 AND s.bucket = v.bucket`
 	availableSQL = `SELECT sum({{qty}})::bigint FROM {{table}} WHERE key = $1`
-	// Put spreads n over the buckets, the remainder to the first ones.
-	putSQL = `INSERT INTO {{table}} AS s (key, bucket, {{qty}})
+	// spread lays n out over the buckets, the remainder to the first ones.
+	spread = `INSERT INTO {{table}} AS s (key, bucket, {{qty}})
 SELECT $1, b, $2::bigint / $3::int + CASE WHEN b < $2::bigint % $3::int THEN 1 ELSE 0 END FROM generate_series(0, $3::int - 1) AS b
-ON CONFLICT (key, bucket) DO UPDATE SET {{qty}} = s.{{qty}} + EXCLUDED.{{qty}}`
+ON CONFLICT (key, bucket) `
+	// Put adds n to the key's buckets, creating them if needed.
+	putSQL = spread + `DO UPDATE SET {{qty}} = s.{{qty}} + EXCLUDED.{{qty}}`
+	// openSQL creates the key's buckets only if they do not exist (Accounts.Open).
+	openSQL = spread + `DO NOTHING`
 )
 
 //go:embed stock.sql
@@ -174,7 +178,7 @@ func newStock(db DB, cfg stockConfig, opts []StockOption) (*Stock, error) {
 		soldOut: map[string]time.Time{}, soldOutTTL: cfg.soldOutTTL, now: time.Now,
 		schemaSQL: sql(stockSQL), batchSQL: sql(batchSQL), takeSQL: sql(takeSQL), addSQL: sql(addSQL),
 		qtySQL: sql(qtySQL), acrossSQL: sql(acrossSQL), acrossUpdateSQL: sql(acrossUpdateSQL),
-		availableSQL: sql(availableSQL), putSQL: sql(putSQL),
+		availableSQL: sql(availableSQL), putSQL: sql(putSQL), openSQL: sql(openSQL),
 	}
 	s.adds = combine.New(cfg.maxBatch, cfg.timeout, ErrClosed, errorsOnly(s.runAdd))
 	s.batch = combine.New(cfg.maxBatch, cfg.timeout, ErrClosed, errorsOnly(s.runTake))

@@ -30,7 +30,7 @@ func DynamoDBTx(t testing.TB) *dynamodb.Client {
 func dynamoDBClient(t testing.TB, endpoint string) *dynamodb.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	t.Cleanup(tr.CloseIdleConnections)
-	return services.DynamoDBClient(endpoint, &http.Client{Transport: tr})
+	return services.DynamoDBClient(endpoint, &http.Client{Transport: services.OwnBody(tr)})
 }
 
 // Table creates a fresh on-demand table whose string hash key is named pk

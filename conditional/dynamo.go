@@ -1,0 +1,203 @@
+package conditional
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// DynamoDBAPI is what this package needs from DynamoDB: a *dynamodb.Client
+// satisfies it, and so does any wrapper of one (to count calls or inject
+// faults). It may grow in later versions.
+//
+// Every write this package sends carries a per-call option that keeps the
+// SDK from retrying it after an error that does not prove the write was
+// refused (see ErrAmbiguousCommit); a wrapper should pass the options on.
+type DynamoDBAPI interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+}
+
+// Attribute names of the items DynamoStock and DynamoAccounts keep. The
+// table's partition key must be a string attribute named DynamoKeyAttr
+// (testenv.Table makes such tables).
+const (
+	// DynamoKeyAttr is the partition key: "<key>#<bucket>" for a stock
+	// bucket, the account's name for an account.
+	DynamoKeyAttr = "pk"
+	// DynamoQtyAttr holds a stock bucket's units, a number never below 0.
+	DynamoQtyAttr = "qty"
+	// DynamoBalanceAttr holds an account's balance, a number never below 0.
+	DynamoBalanceAttr = "balance"
+)
+
+// ErrConflict means every attempt lost a race with concurrent writers of
+// the same items, so the request was given up: nothing was changed, and
+// trying again later may succeed. DynamoStock returns it when a take across
+// buckets found its buckets changed under it on every attempt.
+var ErrConflict = errors.New("conditional: conflict with concurrent writers")
+
+// maxDynamoNameLen bounds table and attribute names: 1024 bytes fits a
+// table ARN, and DynamoDB's own limits are checked by the server.
+const maxDynamoNameLen = 1024
+
+// validDynamoName checks a table or attribute name argument.
+func validDynamoName(arg, name string) error {
+	switch {
+	case name == "":
+		return invalid("%s is empty", arg)
+	case len(name) > maxDynamoNameLen:
+		return invalid("%s is %d bytes, more than %d", arg, len(name), maxDynamoNameLen)
+	}
+	return nil
+}
+
+// dynamoNum returns a number attribute value.
+func dynamoNum(n int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
+
+// dynamoStr returns a string attribute value.
+func dynamoStr(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
+
+// dynamoInt reads the integer attribute name of item.
+func dynamoInt(item map[string]types.AttributeValue, name string) (int64, error) {
+	v, ok := item[name].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, fmt.Errorf("conditional: item has no number attribute %q", name)
+	}
+	n, err := strconv.ParseInt(v.Value, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("conditional: attribute %q: %w", name, err)
+	}
+	return n, nil
+}
+
+// dynamoGet reads the item at key with a strongly consistent read; nil
+// means there is none. projection, if not empty, names the attributes to
+// return.
+func dynamoGet(ctx context.Context, client DynamoDBAPI, table string, key map[string]types.AttributeValue, projection ...string) (map[string]types.AttributeValue, error) {
+	in := &dynamodb.GetItemInput{TableName: aws.String(table), Key: key, ConsistentRead: aws.Bool(true)}
+	if len(projection) > 0 {
+		in.ExpressionAttributeNames = map[string]string{}
+		expr := ""
+		for i, p := range projection {
+			ph := "#p" + strconv.Itoa(i)
+			in.ExpressionAttributeNames[ph] = p
+			if i > 0 {
+				expr += ", "
+			}
+			expr += ph
+		}
+		in.ProjectionExpression = aws.String(expr)
+	}
+	out, err := client.GetItem(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	return out.Item, nil
+}
+
+// conditionFailed returns the item a failed condition reported, and
+// whether err is a failed condition at all. The item is nil when the server
+// returned none: there was no item, or the server ignores
+// ReturnValuesOnConditionCheckFailure (dynalite does), so only a read can
+// tell.
+func conditionFailed(err error) (item map[string]types.AttributeValue, ok bool) {
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		return nil, false
+	}
+	if len(ccf.Item) == 0 {
+		return nil, true
+	}
+	return ccf.Item, true
+}
+
+// ConditionFailedAt reports whether err is a TransactWriteItems
+// cancellation in which the action at index i (of the TransactItems sent)
+// failed its condition, for example the DebitItem or CheckItem a caller put
+// into its own transaction. A transaction cancelled for any reason applied
+// nothing.
+func ConditionFailedAt(err error, i int) bool {
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) || i < 0 || i >= len(tce.CancellationReasons) {
+		return false
+	}
+	return aws.ToString(tce.CancellationReasons[i].Code) == "ConditionalCheckFailed"
+}
+
+// refused reports whether err proves that a request was not applied: the
+// server answered it with a 4xx status (a failed condition, a cancelled
+// transaction, throttling, a validation error), or no connection to the
+// server was made.
+func refused(err error) bool {
+	var resp interface{ HTTPStatusCode() int }
+	if errors.As(err, &resp) {
+		return resp.HTTPStatusCode() >= 400 && resp.HTTPStatusCode() < 500
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// dynamoWriteErr classifies the error of a write that failed for another
+// reason than a failed condition. A write the server refused, or that never
+// left for the server, is returned as is. Any other error (a 5xx answer, a
+// connection lost or a timeout after the request was sent, a cancelled
+// context, an error from a wrapping client) leaves the outcome unknown: the
+// write may have applied, so it is ErrAmbiguousCommit.
+func dynamoWriteErr(err error) error {
+	if refused(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
+}
+
+// noBlindRetries is passed with every write. The SDK retries a request
+// after a lost connection, a timeout or a 5xx answer; for a write that is
+// not idempotent (a decrement) a retry after one that applied but whose
+// answer was lost would apply it twice, and a conditional retry would
+// report the first one's effect as a refusal (ErrSoldOut for the unit the
+// caller got). So the SDK may retry only what the server refused
+// (throttling), and anything else reaches the caller as ErrAmbiguousCommit.
+func noBlindRetries(o *dynamodb.Options) {
+	if o.Retryer == nil {
+		return
+	}
+	inner, ok := o.Retryer.(aws.RetryerV2)
+	if !ok {
+		inner = retryerV2{o.Retryer}
+	}
+	o.Retryer = refusedOnly{inner}
+}
+
+// refusedOnly narrows a retryer to errors that prove nothing was applied.
+type refusedOnly struct{ aws.RetryerV2 }
+
+func (r refusedOnly) IsErrorRetryable(err error) bool {
+	return refused(err) && r.RetryerV2.IsErrorRetryable(err)
+}
+
+// retryerV2 adapts an aws.Retryer the way the SDK does.
+type retryerV2 struct{ aws.Retryer }
+
+func (r retryerV2) GetAttemptToken(context.Context) (func(error) error, error) {
+	return r.GetInitialToken(), nil
+}
+
+// unsupported reports whether the server does not know the operation, as
+// dynalite answers TransactWriteItems.
+func unsupported(err error) bool {
+	var api interface{ ErrorCode() string }
+	return errors.As(err, &api) && api.ErrorCode() == "UnknownOperationException"
+}

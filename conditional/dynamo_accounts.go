@@ -1,0 +1,217 @@
+package conditional
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// DynamoAccounts keeps balances (credits, quota, money in minor units) in a
+// DynamoDB table and debits them never below zero, without a lock: each
+// change is one conditional UpdateItem, "SET balance = balance - :a IF
+// balance >= :a", and the item decides.
+//
+// Item layout: one item per account, whose partition key (DynamoKeyAttr,
+// "pk", a string) is the account's name and whose DynamoBalanceAttr
+// ("balance", a number) is its balance. Open creates it; nothing here
+// deletes it.
+//
+// Guarantee: a balance never goes below zero nor above MaxInt64, across
+// any number of processes, and every change that returned nil applied
+// exactly once. Each account is one item, so it takes about 1,000 writes
+// per second (DynamoDB's per-partition limit); there is no coalescing or
+// splitting of hot accounts. Debit and Credit are not idempotent: on
+// ErrAmbiguousCommit the change may have applied, so read the Balance, or
+// put DebitItem into a transaction with your own idempotency record.
+//
+// A DynamoAccounts holds no state of its own: it is safe for concurrent
+// use, and any number may share a table.
+type DynamoAccounts struct {
+	client DynamoDBAPI
+	table  string
+}
+
+// NewDynamoAccounts returns a DynamoAccounts on table, whose partition key
+// is the string attribute DynamoKeyAttr. client is usually a
+// *dynamodb.Client.
+func NewDynamoAccounts(client DynamoDBAPI, table string) (*DynamoAccounts, error) {
+	if client == nil {
+		return nil, invalid("client is nil")
+	}
+	if err := validDynamoName("table", table); err != nil {
+		return nil, err
+	}
+	return &DynamoAccounts{client: client, table: table}, nil
+}
+
+func (a *DynamoAccounts) key(account string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{DynamoKeyAttr: dynamoStr(account)}
+}
+
+// Open creates account with balance if it does not exist. An account that
+// exists is left as it is, its balance unchanged, and Open returns nil: so
+// Open is idempotent, and safe to retry after ErrAmbiguousCommit.
+func (a *DynamoAccounts) Open(ctx context.Context, account string, balance int64) error {
+	if err := validArg("account", account); err != nil {
+		return err
+	}
+	if balance < 0 {
+		return invalid("balance must not be negative, got %d", balance)
+	}
+	_, err := a.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(a.table),
+		Key:                       a.key(account),
+		UpdateExpression:          aws.String("SET #b = :b"),
+		ConditionExpression:       aws.String("attribute_not_exists(#k)"),
+		ExpressionAttributeNames:  map[string]string{"#k": DynamoKeyAttr, "#b": DynamoBalanceAttr},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":b": dynamoNum(balance)},
+	}, noBlindRetries)
+	if _, exists := conditionFailed(err); err == nil || exists {
+		return nil
+	}
+	return fmt.Errorf("conditional: open %q: %w", account, dynamoWriteErr(err))
+}
+
+// Debit takes amount from account's balance if the balance covers it:
+// nil means it was taken; ErrInsufficient means the balance is smaller and
+// nothing was taken; ErrUnknownKey means there is no such account.
+// ErrAmbiguousCommit means the write was sent and its answer lost: it may
+// have applied.
+func (a *DynamoAccounts) Debit(ctx context.Context, account string, amount int64) error {
+	u, err := a.debit(account, amount)
+	if err != nil {
+		return err
+	}
+	return a.apply(ctx, "debit", account, u, ErrInsufficient)
+}
+
+// Credit adds amount to account's balance: nil means it was added;
+// ErrUnknownKey means there is no such account (Credit does not create
+// one: use Open). A credit that would take the balance past MaxInt64 is
+// refused. ErrAmbiguousCommit means the write was sent and its answer
+// lost: it may have applied.
+func (a *DynamoAccounts) Credit(ctx context.Context, account string, amount int64) error {
+	u, err := a.credit(account, amount)
+	if err != nil {
+		return err
+	}
+	return a.apply(ctx, "credit", account, u, fmt.Errorf("conditional: credit %q: the balance would exceed %d", account, int64(math.MaxInt64)))
+}
+
+// Balance returns account's balance, read with a strongly consistent
+// read; ErrUnknownKey means there is no such account. It is a snapshot:
+// concurrent changes may change it at once.
+func (a *DynamoAccounts) Balance(ctx context.Context, account string) (int64, error) {
+	if err := validArg("account", account); err != nil {
+		return 0, err
+	}
+	item, err := dynamoGet(ctx, a.client, a.table, a.key(account))
+	if err != nil {
+		return 0, fmt.Errorf("conditional: balance %q: %w", account, err)
+	}
+	if item == nil {
+		return 0, ErrUnknownKey
+	}
+	b, err := dynamoInt(item, DynamoBalanceAttr)
+	if err != nil {
+		return 0, fmt.Errorf("conditional: balance %q: %w", account, err)
+	}
+	return b, nil
+}
+
+// DebitItem returns Debit's write as an action for your own
+// TransactWriteItems (an idempotency record, a ledger entry), so the debit
+// applies with your other writes or not at all. An insufficient balance or
+// a missing account shows as a TransactionCanceledException in which
+// ConditionFailedAt reports this action. Bad input is ErrInvalid.
+func (a *DynamoAccounts) DebitItem(account string, amount int64) (types.TransactWriteItem, error) {
+	u, err := a.debit(account, amount)
+	if err != nil {
+		return types.TransactWriteItem{}, err
+	}
+	return types.TransactWriteItem{Update: u}, nil
+}
+
+// CreditItem returns Credit's write as an action for your own
+// TransactWriteItems, for example the other half of a transfer. A missing
+// account shows as a TransactionCanceledException in which
+// ConditionFailedAt reports this action. Bad input is ErrInvalid.
+func (a *DynamoAccounts) CreditItem(account string, amount int64) (types.TransactWriteItem, error) {
+	u, err := a.credit(account, amount)
+	if err != nil {
+		return types.TransactWriteItem{}, err
+	}
+	return types.TransactWriteItem{Update: u}, nil
+}
+
+// debit is the conditional decrement: the balance, which must exist, is
+// at least amount.
+func (a *DynamoAccounts) debit(account string, amount int64) (*types.Update, error) {
+	if err := validArg("account", account); err != nil {
+		return nil, err
+	}
+	if amount <= 0 {
+		return nil, invalid("amount must be positive, got %d", amount)
+	}
+	return &types.Update{
+		TableName:                           aws.String(a.table),
+		Key:                                 a.key(account),
+		UpdateExpression:                    aws.String("SET #b = #b - :a"),
+		ConditionExpression:                 aws.String("#b >= :a"),
+		ExpressionAttributeNames:            map[string]string{"#b": DynamoBalanceAttr},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":a": dynamoNum(amount)},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, nil
+}
+
+// credit is the conditional increment: the account exists and its balance
+// stays within an int64.
+func (a *DynamoAccounts) credit(account string, amount int64) (*types.Update, error) {
+	if err := validArg("account", account); err != nil {
+		return nil, err
+	}
+	if amount <= 0 {
+		return nil, invalid("amount must be positive, got %d", amount)
+	}
+	return &types.Update{
+		TableName:                           aws.String(a.table),
+		Key:                                 a.key(account),
+		UpdateExpression:                    aws.String("SET #b = #b + :a"),
+		ConditionExpression:                 aws.String("attribute_exists(#k) AND #b <= :limit"),
+		ExpressionAttributeNames:            map[string]string{"#k": DynamoKeyAttr, "#b": DynamoBalanceAttr},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":a": dynamoNum(amount), ":limit": dynamoNum(math.MaxInt64 - amount)},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, nil
+}
+
+// apply sends u as an UpdateItem. A refusal is ErrUnknownKey when there is
+// no item (told by the item the server returned, or a consistent read),
+// else refusal.
+func (a *DynamoAccounts) apply(ctx context.Context, op, account string, u *types.Update, refusal error) error {
+	_, err := a.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
+		ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames,
+		ExpressionAttributeValues:           u.ExpressionAttributeValues,
+		ReturnValuesOnConditionCheckFailure: u.ReturnValuesOnConditionCheckFailure,
+	}, noBlindRetries)
+	if err == nil {
+		return nil
+	}
+	item, ok := conditionFailed(err)
+	if !ok {
+		return fmt.Errorf("conditional: %s %q: %w", op, account, dynamoWriteErr(err))
+	}
+	if item == nil {
+		if item, err = dynamoGet(ctx, a.client, a.table, a.key(account), DynamoKeyAttr); err != nil {
+			return fmt.Errorf("conditional: %s %q refused; reading the account: %w", op, account, err)
+		}
+	}
+	if item == nil {
+		return ErrUnknownKey
+	}
+	return refusal
+}

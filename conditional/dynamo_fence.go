@@ -1,0 +1,197 @@
+package conditional
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// DynamoFenced writes items of your own DynamoDB table only for a holder
+// whose fencing token is at least the one the item carries, and stores the
+// token with the write, in one conditional UpdateItem:
+//
+//	SET <set attributes>, <fence> = :token
+//	IF attribute_exists(<key>) AND (attribute_not_exists(<fence>) OR <fence> <= :token)
+//
+// A holder that paused past the end of its lease and wakes up to write
+// after a newer holder has written is refused with ErrFenced; the item
+// decides, not the holder's belief. Tokens come from any source that only
+// grows per resource (dynamolock's token, a partition epoch); each holder
+// needs its own, since equal tokens pass (one holder writes many times).
+// An item without the fence attribute has never been fenced and accepts
+// any token; one whose fence is not a number refuses every token.
+//
+// Guarantee: on one item, the writes that apply carry non-decreasing
+// tokens, in the order DynamoDB applied them. DynamoFenced does not issue
+// or check tokens, does not fence effects outside the item (put CheckItem
+// into your TransactWriteItems for that), and does not create items.
+//
+// A DynamoFenced holds only names: it is safe for concurrent use, and one
+// value serves any client.
+type DynamoFenced struct {
+	table, keyAttr, fenceAttr string
+}
+
+// NewDynamoFenced returns a DynamoFenced for table, whose items have the
+// partition key attribute keyAttr and carry their token in the number
+// attribute fenceAttr. Names go as expression attribute names, never into
+// the expressions themselves.
+func NewDynamoFenced(table, keyAttr, fenceAttr string) (*DynamoFenced, error) {
+	for _, a := range []struct{ arg, name string }{{"table", table}, {"key attribute", keyAttr}, {"fence attribute", fenceAttr}} {
+		if err := validDynamoName(a.arg, a.name); err != nil {
+			return nil, err
+		}
+	}
+	if keyAttr == fenceAttr {
+		return nil, invalid("key attribute and fence attribute are both %q", keyAttr)
+	}
+	return &DynamoFenced{table: table, keyAttr: keyAttr, fenceAttr: fenceAttr}, nil
+}
+
+// Update writes set (attribute name → value) to the item at key, and token
+// to its fence attribute, if the item exists and its fence is at most
+// token. It returns ErrFenced when the item carries a higher token, and
+// ErrUnknownKey when there is no item; then nothing was written. With an
+// empty set it only advances the fence, which fences out older holders
+// before the new one's first write.
+//
+// key is the item's full primary key and must hold the key attribute. On a
+// refusal, the item the server returned with the failed condition tells
+// the two apart; a server that returns none (dynalite) costs one strongly
+// consistent read. ErrAmbiguousCommit means the write was sent and its
+// answer lost: retrying with the same token and values is safe (the write
+// is idempotent), unless a newer holder wrote meanwhile (then ErrFenced).
+//
+// Bad input (nil client, token < 0, a key without the key attribute, a set
+// naming a key or the fence attribute, a nil value) is ErrInvalid, before
+// any I/O.
+func (f *DynamoFenced) Update(ctx context.Context, client DynamoDBAPI, key map[string]types.AttributeValue, token int64, set map[string]types.AttributeValue) error {
+	if client == nil {
+		return invalid("client is nil")
+	}
+	u, err := f.update(key, token, set)
+	if err != nil {
+		return err
+	}
+	_, err = client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
+		ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames,
+		ExpressionAttributeValues:           u.ExpressionAttributeValues,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, noBlindRetries)
+	if err == nil {
+		return nil
+	}
+	item, ok := conditionFailed(err)
+	if !ok {
+		return fmt.Errorf("conditional: fenced update: %w", dynamoWriteErr(err))
+	}
+	if item == nil {
+		if item, err = dynamoGet(ctx, client, f.table, key, f.keyAttr); err != nil {
+			return fmt.Errorf("conditional: fenced update refused; reading the item: %w", err)
+		}
+	}
+	if item == nil {
+		return fmt.Errorf("conditional: fenced update: %w", ErrUnknownKey)
+	}
+	return fmt.Errorf("conditional: fenced update with token %d: %w", token, ErrFenced)
+}
+
+// UpdateItem returns Update's write as an action for your own
+// TransactWriteItems, so the fenced write commits with your other writes
+// or not at all. A refused fence shows as a TransactionCanceledException
+// in which ConditionFailedAt reports this action (with the item, where the
+// server returns it). DynamoDB refuses a transaction with two actions on
+// one item: to fence writes to other items, use CheckItem.
+func (f *DynamoFenced) UpdateItem(key map[string]types.AttributeValue, token int64, set map[string]types.AttributeValue) (types.TransactWriteItem, error) {
+	u, err := f.update(key, token, set)
+	if err != nil {
+		return types.TransactWriteItem{}, err
+	}
+	u.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	return types.TransactWriteItem{Update: u}, nil
+}
+
+// CheckItem returns a ConditionCheck for your own TransactWriteItems that
+// holds when the item at key exists and its fence is at most token, so
+// writes to other items commit only while the token is current. It writes
+// nothing: the item's fence does not advance (use Update for that). A
+// failed check cancels the whole transaction; ConditionFailedAt reports
+// this action.
+func (f *DynamoFenced) CheckItem(key map[string]types.AttributeValue, token int64) (types.TransactWriteItem, error) {
+	if err := f.validKey(key, token); err != nil {
+		return types.TransactWriteItem{}, err
+	}
+	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		TableName:                           aws.String(f.table),
+		Key:                                 key,
+		ConditionExpression:                 aws.String(fencedCondition),
+		ExpressionAttributeNames:            map[string]string{"#k": f.keyAttr, "#f": f.fenceAttr},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":t": dynamoNum(token)},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}}, nil
+}
+
+// fencedCondition admits a token at least the item's; names #k (the key
+// attribute) and #f (the fence), value :t (the token).
+const fencedCondition = "attribute_exists(#k) AND (attribute_not_exists(#f) OR #f <= :t)"
+
+// validKey checks a key and a token.
+func (f *DynamoFenced) validKey(key map[string]types.AttributeValue, token int64) error {
+	switch {
+	case token < 0:
+		return invalid("token %d is negative", token)
+	case key[f.keyAttr] == nil:
+		return invalid("key has no key attribute %q", f.keyAttr)
+	case key[f.fenceAttr] != nil:
+		return invalid("key names the fence attribute %q", f.fenceAttr)
+	}
+	for _, name := range slices.Sorted(maps.Keys(key)) {
+		if key[name] == nil {
+			return invalid("key attribute %q is nil", name)
+		}
+	}
+	return nil
+}
+
+// update builds the fenced Update: the set attributes in sorted order, so
+// the same attributes always give the same expression.
+func (f *DynamoFenced) update(key map[string]types.AttributeValue, token int64, set map[string]types.AttributeValue) (*types.Update, error) {
+	if err := f.validKey(key, token); err != nil {
+		return nil, err
+	}
+	names := map[string]string{"#k": f.keyAttr, "#f": f.fenceAttr}
+	values := map[string]types.AttributeValue{":t": dynamoNum(token)}
+	var expr strings.Builder
+	expr.WriteString("SET #f = :t")
+	for i, name := range slices.Sorted(maps.Keys(set)) {
+		switch {
+		case name == "":
+			return nil, invalid("set names an empty attribute")
+		case name == f.fenceAttr:
+			return nil, invalid("set names the fence attribute %q; the token is written there", name)
+		case key[name] != nil:
+			return nil, invalid("set names the key attribute %q", name)
+		case set[name] == nil:
+			return nil, invalid("set value of %q is nil", name)
+		}
+		n, v := "#s"+strconv.Itoa(i), ":s"+strconv.Itoa(i)
+		names[n], values[v] = name, set[name]
+		expr.WriteString(", " + n + " = " + v)
+	}
+	return &types.Update{
+		TableName:                 aws.String(f.table),
+		Key:                       key,
+		UpdateExpression:          aws.String(expr.String()),
+		ConditionExpression:       aws.String(fencedCondition),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	}, nil
+}

@@ -1,0 +1,397 @@
+package conditional
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/nolock/nolock/internal/backoff"
+)
+
+// DynamoStock sells units of keys (SKUs, tickets, quota) from a DynamoDB
+// table, never below zero, without a lock: each take is one conditional
+// UpdateItem, "SET qty = qty - :n IF qty >= :n", and the item decides.
+//
+// Item layout: one item per bucket of a key, whose partition key
+// (DynamoKeyAttr, "pk", a string) is the key, "#" and the bucket's decimal
+// number ("sku-42#0", "sku-42#1", ...), and whose DynamoQtyAttr ("qty", a
+// number) holds the bucket's units. The mapping is one to one: the part
+// after the last "#" is the bucket. Put creates the items. Keep other items
+// out of the table, or out of this key space.
+//
+// Buckets: DynamoDB serves about 1,000 writes per second per item (its
+// per-partition limit), whatever the client does; a hotter key needs its
+// stock spread over buckets (WithDynamoBuckets), each an item of its own.
+// A take goes to a random bucket; when that bucket cannot cover it, Take
+// reads every bucket and takes from the fullest one alone if it covers the
+// request, else from several in one TransactWriteItems that lowers the
+// fullest to a common level, each update conditioned on the bucket still
+// holding the units it gives. Only that last path needs a server with
+// transactions (DynamoDB has them; dynalite does not, and there it fails
+// with an error wrapping errors.ErrUnsupported). There is no coalescing:
+// each take is its own write.
+//
+// Guarantee: never more units granted than were put, no bucket below zero,
+// across any number of processes; a take is whole (n units or none). With
+// one bucket, ErrSoldOut means the item could not cover n when the write
+// was judged. With buckets, it means the buckets, read one after another
+// after the take's own bucket refused, held fewer than n units in all:
+// exact while no Put runs concurrently. Not promised: fairness (a large
+// take across buckets may lose to small ones, see ErrConflict), an atomic
+// Put across buckets, or an answer for a take whose outcome is unknown
+// (ErrAmbiguousCommit; a take is not idempotent).
+//
+// A DynamoStock holds no state of its own: it is safe for concurrent use,
+// and several may share a table if they agree on the number of buckets.
+type DynamoStock struct {
+	client  DynamoDBAPI
+	table   string
+	buckets int
+	rand    func(n int) int
+	retry   backoff.Policy
+}
+
+// MaxDynamoBuckets bounds WithDynamoBuckets: a take across buckets writes
+// them in one transaction, which holds at most 100 actions.
+const MaxDynamoBuckets = 100
+
+// DynamoStockOption configures NewDynamoStock.
+type DynamoStockOption func(*dynamoStockConfig)
+
+type dynamoStockConfig struct {
+	buckets int
+}
+
+// WithDynamoBuckets spreads each key's stock over n items (default 1, at
+// most MaxDynamoBuckets), so a key can take n times the writes one item
+// allows. Every DynamoStock on a table must use the same n: a bucket it
+// does not know of is never read. Takes that one bucket cannot cover need
+// transactions (see DynamoStock).
+func WithDynamoBuckets(n int) DynamoStockOption {
+	return func(c *dynamoStockConfig) { c.buckets = n }
+}
+
+// NewDynamoStock returns a DynamoStock on table, whose partition key is the
+// string attribute DynamoKeyAttr. client is usually a *dynamodb.Client.
+func NewDynamoStock(client DynamoDBAPI, table string, opts ...DynamoStockOption) (*DynamoStock, error) {
+	cfg := dynamoStockConfig{buckets: 1}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if client == nil {
+		return nil, invalid("client is nil")
+	}
+	if err := validDynamoName("table", table); err != nil {
+		return nil, err
+	}
+	if cfg.buckets < 1 || cfg.buckets > MaxDynamoBuckets {
+		return nil, invalid("buckets %d outside [1, %d]", cfg.buckets, MaxDynamoBuckets)
+	}
+	return &DynamoStock{
+		client: client, table: table, buckets: cfg.buckets, rand: rand.IntN,
+		retry: backoff.Policy{Base: 5 * time.Millisecond, Cap: 200 * time.Millisecond, Attempts: 16},
+	}, nil
+}
+
+// itemKey returns the key of one bucket's item.
+func (s *DynamoStock) itemKey(key string, bucket int) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{DynamoKeyAttr: dynamoStr(key + "#" + strconv.Itoa(bucket))}
+}
+
+// Take takes n units of key: nil means all n are yours; ErrSoldOut means
+// none were taken because the stock cannot cover n; ErrUnknownKey means
+// the key has no items. ErrAmbiguousCommit means the write was sent and
+// its answer lost: it may have applied, so read Available before retrying.
+// With buckets, ErrConflict means concurrent takes changed the buckets
+// under every attempt to take across them, and an error wrapping
+// errors.ErrUnsupported means the server has no transactions; then nothing
+// was taken.
+//
+// Cancelling ctx abandons the take; if the write had been sent, the
+// outcome is unknown (ErrAmbiguousCommit).
+func (s *DynamoStock) Take(ctx context.Context, key string, n int64) error {
+	if err := validArg("key", key); err != nil {
+		return err
+	}
+	if n <= 0 {
+		return invalid("n must be positive, got %d", n)
+	}
+	b := 0
+	if s.buckets > 1 {
+		b = s.rand(s.buckets)
+	}
+	taken, item, err := s.takeBucket(ctx, key, b, n)
+	switch {
+	case err != nil:
+		return err
+	case taken:
+		return nil
+	case s.buckets > 1:
+		// This bucket cannot cover n; the others may.
+		return s.takeAcross(ctx, key, n)
+	}
+	if item == nil {
+		if item, err = dynamoGet(ctx, s.client, s.table, s.itemKey(key, b)); err != nil {
+			return fmt.Errorf("conditional: take %q: %w", key, err)
+		}
+	}
+	if item == nil {
+		return ErrUnknownKey
+	}
+	return ErrSoldOut
+}
+
+// takeBucket takes n units from one bucket with one conditional write. On
+// a refusal (the bucket is missing or short) it returns taken false and
+// the item as the server returned it, if it did.
+func (s *DynamoStock) takeBucket(ctx context.Context, key string, bucket int, n int64) (taken bool, item map[string]types.AttributeValue, err error) {
+	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 s.itemKey(key, bucket),
+		UpdateExpression:                    aws.String("SET #q = #q - :n"),
+		ConditionExpression:                 aws.String("#q >= :n"),
+		ExpressionAttributeNames:            map[string]string{"#q": DynamoQtyAttr},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":n": dynamoNum(n)},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, noBlindRetries)
+	if err == nil {
+		return true, nil, nil
+	}
+	if item, ok := conditionFailed(err); ok {
+		return false, item, nil
+	}
+	return false, nil, fmt.Errorf("conditional: take %q: %w", key, dynamoWriteErr(err))
+}
+
+// errBucketsMoved marks an attempt to take across buckets that lost a race;
+// the next attempt reads the buckets again.
+var errBucketsMoved = fmt.Errorf("%w: buckets changed while taking across them", ErrConflict)
+
+// takeAcross reads every bucket of key and takes n units: with one
+// conditional write to the fullest bucket when it covers n, else with one
+// transaction over several (see transact). It retries, with jittered
+// backoff, when the buckets changed in between.
+func (s *DynamoStock) takeAcross(ctx context.Context, key string, n int64) error {
+	err := s.retry.Retry(ctx, func(ctx context.Context, _ int) error {
+		qty, found, err := s.read(ctx, key)
+		switch {
+		case err != nil:
+			return fmt.Errorf("conditional: take %q: %w", key, err)
+		case !found:
+			return ErrUnknownKey
+		}
+		var total int64
+		best := 0
+		for b, q := range qty {
+			total += q // at most buckets × MaxInt64/buckets: see Put
+			if q > qty[best] {
+				best = b
+			}
+		}
+		if total < n {
+			return ErrSoldOut
+		}
+		if qty[best] >= n {
+			taken, _, err := s.takeBucket(ctx, key, best, n)
+			if err == nil && !taken {
+				err = errBucketsMoved
+			}
+			return err
+		}
+		return s.transact(ctx, key, n, qty)
+	}, func(err error) bool { return errors.Is(err, errBucketsMoved) }, nil)
+	var exhausted *backoff.ExhaustedError
+	if errors.As(err, &exhausted) {
+		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
+	}
+	return err
+}
+
+// transact takes n units across buckets in one TransactWriteItems, as
+// levelled plans it. Each update is conditioned on the bucket still
+// holding the units it gives, so a concurrent take that leaves enough does
+// not cancel the transaction, and one that does not cannot drive a bucket
+// below zero.
+func (s *DynamoStock) transact(ctx context.Context, key string, n int64, qty []int64) error {
+	var items []types.TransactWriteItem
+	for b, d := range levelled(qty, n) {
+		if d == 0 {
+			continue
+		}
+		items = append(items, types.TransactWriteItem{Update: &types.Update{
+			TableName:                 aws.String(s.table),
+			Key:                       s.itemKey(key, b),
+			UpdateExpression:          aws.String("SET #q = #q - :d"),
+			ConditionExpression:       aws.String("#q >= :d"),
+			ExpressionAttributeNames:  map[string]string{"#q": DynamoQtyAttr},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":d": dynamoNum(d)},
+		}})
+	}
+	_, err := s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, noBlindRetries)
+	var tce *types.TransactionCanceledException
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &tce) && lostRace(tce):
+		// A bucket no longer holds its share (ConditionalCheckFailed), or
+		// another transaction held it (TransactionConflict): read again.
+		return errBucketsMoved
+	case unsupported(err):
+		return fmt.Errorf("conditional: take %q across %d buckets needs TransactWriteItems: %w: %w",
+			key, len(items), errors.ErrUnsupported, err)
+	}
+	return fmt.Errorf("conditional: take %q across buckets: %w", key, dynamoWriteErr(err))
+}
+
+// lostRace reports whether a cancelled transaction lost to concurrent
+// writers only, so that reading again may succeed.
+func lostRace(tce *types.TransactionCanceledException) bool {
+	lost := false
+	for _, r := range tce.CancellationReasons {
+		switch aws.ToString(r.Code) {
+		case "ConditionalCheckFailed", "TransactionConflict":
+			lost = true
+		case "", "None":
+		default:
+			return false
+		}
+	}
+	return lost
+}
+
+// levelled returns how many units to take from each bucket, n in all
+// (n <= the sum of qty), so that the buckets end as level as they can: the
+// fullest are lowered to a common level (within one unit), the others left
+// alone. That leaves every bucket the most units it can keep, so concurrent
+// single-bucket takes rarely leave one short of its share and cancel the
+// transaction. (Taking whole buckets, fullest first, conditioned on the
+// units read, lost to every concurrent take of a bucket it touched: on
+// moto, with 4 buyers of 1 and 4 of 40, no take of 40 was ever granted.)
+func levelled(qty []int64, n int64) []int64 {
+	order := make([]int, len(qty))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(qty[b], qty[a]) })
+	take := make([]int64, len(qty))
+	var sum int64 // of the k fullest; fits, as every bucket holds at most MaxInt64/buckets
+	for k := 1; k <= len(order); k++ {
+		sum += qty[order[k-1]]
+		var next int64
+		if k < len(order) {
+			next = qty[order[k]]
+		}
+		// Lowering the k fullest to the next one's level frees sum - k·next.
+		if sum-int64(k)*next < n {
+			continue
+		}
+		level, extra := (sum-n)/int64(k), (sum-n)%int64(k)
+		for i, b := range order[:k] {
+			final := level
+			if int64(i) < extra {
+				final++
+			}
+			take[b] = qty[b] - final
+		}
+		break
+	}
+	return take
+}
+
+// read returns every bucket's units, reading them one after another with
+// strongly consistent reads; a missing bucket counts as 0, and found says
+// whether any exists.
+func (s *DynamoStock) read(ctx context.Context, key string) (qty []int64, found bool, err error) {
+	qty = make([]int64, s.buckets)
+	for b := range qty {
+		item, err := dynamoGet(ctx, s.client, s.table, s.itemKey(key, b))
+		if err != nil {
+			return nil, false, err
+		}
+		if item == nil {
+			continue
+		}
+		found = true
+		if qty[b], err = dynamoInt(item, DynamoQtyAttr); err != nil {
+			return nil, false, fmt.Errorf("bucket %d: %w", b, err)
+		}
+	}
+	return qty, found, nil
+}
+
+// Put adds n units to key, creating its items as needed: a restock or a
+// return. With buckets, the units are spread evenly over them, one ADD per
+// bucket (each bucket's item is created, with 0 units when n is smaller
+// than the number of buckets). Put is not atomic across buckets: on an
+// error, the message says how many units were added before it, and on
+// ErrAmbiguousCommit one more bucket's share may have been. A bucket holds
+// at most MaxInt64/buckets units (more is refused with an error, before
+// any I/O when n alone is too large), so the sum always fits an int64.
+func (s *DynamoStock) Put(ctx context.Context, key string, n int64) error {
+	if err := validArg("key", key); err != nil {
+		return err
+	}
+	if n <= 0 {
+		return invalid("n must be positive, got %d", n)
+	}
+	limit := math.MaxInt64 / int64(s.buckets)
+	if n > limit*int64(s.buckets) {
+		return invalid("n %d is more than %d buckets can hold", n, s.buckets)
+	}
+	per, extra := n/int64(s.buckets), n%int64(s.buckets)
+	var added int64
+	for b := 0; b < s.buckets; b++ {
+		share := per
+		if int64(b) < extra {
+			share++
+		}
+		_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(s.table),
+			Key:                       s.itemKey(key, b),
+			UpdateExpression:          aws.String("ADD #q :n"),
+			ConditionExpression:       aws.String("attribute_not_exists(#q) OR #q <= :limit"),
+			ExpressionAttributeNames:  map[string]string{"#q": DynamoQtyAttr},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":n": dynamoNum(share), ":limit": dynamoNum(limit - share)},
+		}, noBlindRetries)
+		if _, ok := conditionFailed(err); ok {
+			return fmt.Errorf("conditional: put %q: bucket %d would exceed %d units (%d of %d units added)", key, b, limit, added, n)
+		}
+		if err != nil {
+			return fmt.Errorf("conditional: put %q (%d of %d units added before): %w", key, added, n, dynamoWriteErr(err))
+		}
+		added += share
+	}
+	return nil
+}
+
+// Available returns the units of key not yet taken, summed over its
+// buckets, read one after another with strongly consistent reads (one read
+// per bucket). It is a snapshot, not an atomic one: concurrent takes may
+// change it at once.
+func (s *DynamoStock) Available(ctx context.Context, key string) (int64, error) {
+	if err := validArg("key", key); err != nil {
+		return 0, err
+	}
+	qty, found, err := s.read(ctx, key)
+	if err != nil {
+		return 0, fmt.Errorf("conditional: available %q: %w", key, err)
+	}
+	if !found {
+		return 0, ErrUnknownKey
+	}
+	var total int64
+	for _, q := range qty {
+		total += q
+	}
+	return total, nil
+}

@@ -53,3 +53,10 @@ func Table(t testing.TB, client *dynamodb.Client, withSortKey bool) string {
 	})
 	return name
 }
+
+// DynamoDBEndpoint returns the default server's endpoint URL, for code
+// under test that builds its own client.
+func DynamoDBEndpoint(t testing.TB) string {
+	t.Helper()
+	return need(t, EnvDynamoDB)
+}

@@ -96,3 +96,11 @@ func dropSchema(t testing.TB, dsn, schema string) {
 		t.Errorf("testenv: drop schema %s: %v", schema, err)
 	}
 }
+
+// PostgresFreshDSN returns a DSN whose search_path is a fresh schema,
+// dropped when the test ends: for code under test that opens its own pool.
+func PostgresFreshDSN(t testing.TB) string {
+	t.Helper()
+	_, schema := PostgresSchema(t, 1)
+	return PostgresDSNFor(t, schema)
+}

@@ -28,7 +28,6 @@
 // whose token the storage checks (dynamolock). A lock without a fence is only
 // good for efficiency: avoiding duplicate work, never preventing corruption.
 //
-// The packages land one at a time: today conditional, cas,
-// idempotency, inbox and dynamolock are here;
-// the others are described above as the design they will follow.
+// Start with docs/choosing.md in the repository; `nolock demo` runs the
+// cases on real services.
 package nolock

@@ -1,0 +1,228 @@
+package partition
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Defaults for zero fields of a Config. The group timings are kafka-go's.
+const (
+	DefaultTable             = "nolock_partition"
+	DefaultMaxBatch          = 100
+	DefaultBatchWait         = 50 * time.Millisecond
+	DefaultHeartbeatInterval = 3 * time.Second
+	DefaultSessionTimeout    = 30 * time.Second
+	DefaultRebalanceTimeout  = 30 * time.Second
+	DefaultJoinGroupBackoff  = 5 * time.Second
+	DefaultMaxAttempts       = 10
+)
+
+// maxIdentLen is PostgreSQL's limit on an identifier's length in bytes;
+// a longer name would be truncated silently.
+const maxIdentLen = 63
+
+// ErrInvalid marks a Config that cannot work; the error's text names the
+// field. New returns it before any I/O.
+var ErrInvalid = errors.New("partition: invalid config")
+
+// Config says what to consume and how. Brokers, GroupID, Topics and Handler
+// are required; every other zero field means its default. A Config is a
+// value: New copies it, and later changes have no effect.
+type Config struct {
+	// Brokers are Kafka bootstrap addresses (host:port).
+	Brokers []string
+	// GroupID is the Kafka consumer group. It is also part of the key of
+	// the partitions table, so two groups never share an epoch or an offset.
+	GroupID string
+	// Topics are consumed together by the group; each of their partitions
+	// gets its own worker, epoch and stored offset.
+	Topics []string
+	// Handler applies a batch inside the fenced transaction.
+	Handler Handler
+
+	// Table is the partitions table, one row per (group, topic,
+	// partition); default DefaultTable. It is one identifier, found through
+	// the search_path, and always quoted. Never delete its rows: a deleted
+	// row restarts its epoch at 1 and unfences every old owner.
+	Table string
+
+	// MaxBatch bounds the messages per Handler call; default 100.
+	MaxBatch int
+	// BatchWait bounds how long a batch waits for messages that Kafka
+	// already reported (below the high watermark) but that have not
+	// arrived yet; default 50 ms. A batch never waits for messages that
+	// were not yet produced: it is handed over as soon as the partition's
+	// known backlog is read or MaxBatch is reached.
+	BatchWait time.Duration
+	// BatchTimeout bounds one batch's transaction, Handler included, and is
+	// also set as the transaction's idle_in_transaction_session_timeout, so
+	// PostgreSQL cuts off an owner frozen inside a transaction (which holds
+	// the partition's row lock and would stall the next owner's claim).
+	// Default RebalanceTimeout/2; it must be below RebalanceTimeout, because
+	// a member finishes its batches in flight before it rejoins a
+	// rebalance, and the coordinator drops a member that does not rejoin
+	// within RebalanceTimeout.
+	BatchTimeout time.Duration
+
+	// HeartbeatInterval, SessionTimeout, RebalanceTimeout and
+	// JoinGroupBackoff are kafka-go's consumer group settings (defaults
+	// 3 s, 30 s, 30 s, 5 s). HeartbeatInterval must be below SessionTimeout
+	// (a third of it is the usual choice). The broker bounds SessionTimeout
+	// (group.min.session.timeout.ms, 6 s by default, and
+	// group.max.session.timeout.ms); outside its bounds Run returns the
+	// broker's error. A member that stops heartbeating loses its partitions
+	// after SessionTimeout; that is the handover time after a crash.
+	HeartbeatInterval time.Duration
+	SessionTimeout    time.Duration
+	RebalanceTimeout  time.Duration
+	JoinGroupBackoff  time.Duration
+
+	// StartOffset is where a partition with no stored offset and no offset
+	// committed to Kafka by the group starts: kafka.FirstOffset (default)
+	// or kafka.LastOffset. Once a batch committed, the stored offset rules.
+	StartOffset int64
+
+	// MaxAttempts bounds how often one batch is tried when it fails with
+	// an error that is not transient (typically the Handler's own); then
+	// Run stops and returns the error. Transient errors (lost connections,
+	// serialization failures, deadlocks) are retried for as long as the
+	// generation lasts. Default 10.
+	MaxAttempts int
+
+	// KafkaCommitInterval, if positive, also commits each partition's
+	// stored offset to Kafka, at most this often per partition, for tools
+	// that read consumer lag from Kafka. PostgreSQL stays the truth: the
+	// Kafka offset is read only when the partition's row holds none yet.
+	// Default 0: never.
+	KafkaCommitInterval time.Duration
+
+	// Dialer connects to Kafka (TLS, SASL, client ID); nil means
+	// kafka.DefaultDialer.
+	Dialer *kafka.Dialer
+	// Logger receives claims, releases, retries and kafka-go's own logs;
+	// nil discards them.
+	Logger *slog.Logger
+
+	// OnClaim, if set, is called by a worker after it claimed a partition
+	// and before it reads from it. OnRelease, if set, is called when the
+	// worker stops: with nil when the generation ended or Run is stopping,
+	// ErrFenced (wrapped) when a newer owner took the partition, or the
+	// error that stops Run. Both run on the worker's goroutine, one call at
+	// a time per partition but concurrently across partitions; they must
+	// return quickly.
+	OnClaim   func(Claim)
+	OnRelease func(Claim, error)
+}
+
+// DefaultConfig returns a Config with every default filled in; set
+// Brokers, GroupID, Topics and Handler before passing it to New.
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
+// withDefaults fills zero fields.
+func (c Config) withDefaults() Config {
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.BatchWait == 0 {
+		c.BatchWait = DefaultBatchWait
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = DefaultRebalanceTimeout
+	}
+	if c.JoinGroupBackoff == 0 {
+		c.JoinGroupBackoff = DefaultJoinGroupBackoff
+	}
+	if c.BatchTimeout == 0 {
+		c.BatchTimeout = c.RebalanceTimeout / 2
+	}
+	if c.StartOffset == 0 {
+		c.StartOffset = kafka.FirstOffset
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	return c
+}
+
+// Validate reports the first setting that cannot work, naming it, as
+// ErrInvalid. Zero fields are judged by their defaults.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case len(c.Brokers) == 0:
+		return invalid("Brokers is empty")
+	case c.GroupID == "":
+		return invalid("GroupID is empty")
+	case len(c.Topics) == 0:
+		return invalid("Topics is empty")
+	case c.Handler == nil:
+		return invalid("Handler is nil")
+	}
+	for _, b := range c.Brokers {
+		if strings.TrimSpace(b) == "" {
+			return invalid("Brokers contains an empty address")
+		}
+	}
+	seen := make(map[string]bool, len(c.Topics))
+	for _, t := range c.Topics {
+		switch {
+		case t == "":
+			return invalid("Topics contains an empty name")
+		case seen[t]:
+			return invalid("Topics names %q twice", t)
+		}
+		seen[t] = true
+	}
+	switch {
+	case len(c.Table) > maxIdentLen:
+		return invalid("Table is %d bytes, more than %d", len(c.Table), maxIdentLen)
+	case strings.IndexByte(c.Table, 0) >= 0:
+		return invalid("Table contains a NUL byte")
+	case c.MaxBatch < 0:
+		return invalid("MaxBatch %d is negative", c.MaxBatch)
+	case c.MaxAttempts < 0:
+		return invalid("MaxAttempts %d is negative", c.MaxAttempts)
+	case c.StartOffset != kafka.FirstOffset && c.StartOffset != kafka.LastOffset:
+		return invalid("StartOffset %d is neither kafka.FirstOffset nor kafka.LastOffset", c.StartOffset)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"BatchWait", c.BatchWait}, {"BatchTimeout", c.BatchTimeout},
+		{"HeartbeatInterval", c.HeartbeatInterval}, {"SessionTimeout", c.SessionTimeout},
+		{"RebalanceTimeout", c.RebalanceTimeout}, {"JoinGroupBackoff", c.JoinGroupBackoff},
+		{"KafkaCommitInterval", c.KafkaCommitInterval},
+	} {
+		if d.v < 0 {
+			return invalid("%s %v is negative", d.name, d.v)
+		}
+	}
+	switch {
+	case c.HeartbeatInterval >= c.SessionTimeout:
+		return invalid("HeartbeatInterval %v is not below SessionTimeout %v", c.HeartbeatInterval, c.SessionTimeout)
+	case c.BatchTimeout >= c.RebalanceTimeout:
+		return invalid("BatchTimeout %v is not below RebalanceTimeout %v: a member finishes its batch before it rejoins, and the coordinator drops members that take longer than RebalanceTimeout", c.BatchTimeout, c.RebalanceTimeout)
+	case c.BatchTimeout < time.Millisecond:
+		return invalid("BatchTimeout %v is below 1ms, PostgreSQL's idle_in_transaction_session_timeout resolution", c.BatchTimeout)
+	}
+	return nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,229 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/nolock/nolock/internal/backoff"
+)
+
+// Handler applies one batch of one partition's messages, in offset order,
+// inside the fenced transaction tx: whatever it writes through tx commits
+// together with the partition's next offset, or not at all. It must not
+// commit or roll back tx, and must not write through other connections
+// what it wants fenced.
+//
+// ctx carries the Claim (FromContext) and ends after BatchTimeout. A
+// returned error rolls the batch back; the same batch is tried again (see
+// Config.MaxAttempts). So a Handler may run more than once for a batch,
+// and only a committed run counts; effects outside tx are not fenced.
+//
+// A Handler is called concurrently for different partitions, and one batch
+// at a time for each.
+type Handler func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error
+
+// DB is what a Consumer needs from PostgreSQL: transactions, concurrently.
+// A *pgxpool.Pool fits; size it for one connection per partition this
+// member may own, plus one. It may grow in later versions.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Consumer is one member of a Kafka consumer group whose partitions are
+// applied to PostgreSQL with epoch fencing. Run it in each process that
+// consumes; Kafka spreads the partitions over the members, and the fence
+// keeps a member that lost a partition from writing to it.
+//
+// Guarantee: for each (group, topic, partition), the batches that commit
+// carry consecutive offsets from the stored one, each exactly once and in
+// order, as long as every writer of the partition goes through this
+// package and nobody deletes the partitions table's rows. It holds under
+// pauses, crashes, rebalances, lost commits and group resets.
+//
+// A Consumer's methods are safe for concurrent use; Run may be called once.
+type Consumer struct {
+	db          DB
+	cfg         Config
+	sql         statements
+	idleTimeout string // BatchTimeout in ms, for set_config
+	log         *slog.Logger
+	retry       backoff.Policy
+	kafka       *kafka.Client
+	transport   *kafka.Transport
+
+	running atomic.Bool
+	fatal   struct {
+		once sync.Once
+		err  error
+	}
+
+	// Test hooks, set only by export_test.go.
+	beforeFence func(Claim, []kafka.Message)
+	unfenced    bool
+}
+
+// New returns a Consumer applying cfg.Topics to db with cfg.Handler. It
+// validates cfg (ErrInvalid names the bad field) and does no I/O: create
+// the table with CreateSchema, or put Schema in your migrations, before
+// Run.
+func New(db DB, cfg Config) (*Consumer, error) {
+	if db == nil {
+		return nil, invalid("db is nil")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	cfg.Brokers = append([]string(nil), cfg.Brokers...)
+	cfg.Topics = append([]string(nil), cfg.Topics...)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	tr := &kafka.Transport{}
+	if d := cfg.Dialer; d != nil {
+		tr.Dial, tr.TLS, tr.SASL, tr.ClientID = d.DialFunc, d.TLS, d.SASLMechanism, d.ClientID
+	}
+	return &Consumer{
+		db:          db,
+		cfg:         cfg,
+		sql:         newStatements(cfg.Table),
+		idleTimeout: strconv.FormatInt(cfg.BatchTimeout.Milliseconds(), 10),
+		log:         log.With("group", cfg.GroupID),
+		retry:       backoff.Policy{Base: 10 * time.Millisecond, Cap: time.Second},
+		kafka:       &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: tr, Timeout: cfg.SessionTimeout},
+		transport:   tr,
+	}, nil
+}
+
+// Schema returns the partitions table's DDL (idempotent), for migration
+// tools.
+func (c *Consumer) Schema() string { return c.sql.schema }
+
+// CreateSchema creates the partitions table if it does not exist.
+func (c *Consumer) CreateSchema(ctx context.Context) error {
+	if err := pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, c.sql.schema)
+		return err
+	}); err != nil {
+		return fmt.Errorf("partition: create schema: %w", err)
+	}
+	return nil
+}
+
+// Run joins the group and applies the partitions Kafka assigns to this
+// member until ctx ends, then returns nil once every worker has stopped
+// and the member has left the group. A worker stops at the end of its
+// generation; a batch in flight then (or when ctx ends) is finished, within
+// BatchTimeout, rather than cut off. Run returns an error only when it
+// cannot go on: a batch failed MaxAttempts times with a non-transient
+// error, or the broker refused the group's settings.
+//
+// Transient trouble is waited out inside Run: Kafka or PostgreSQL being
+// unreachable, rebalances, a claim that Kafka refused, a fenced worker.
+// Run may be called once per Consumer.
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return errors.New("partition: Run called twice")
+	}
+	defer c.transport.CloseIdleConnections()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                c.cfg.GroupID,
+		Brokers:           c.cfg.Brokers,
+		Dialer:            c.cfg.Dialer,
+		Topics:            c.cfg.Topics,
+		HeartbeatInterval: c.cfg.HeartbeatInterval,
+		SessionTimeout:    c.cfg.SessionTimeout,
+		RebalanceTimeout:  c.cfg.RebalanceTimeout,
+		JoinGroupBackoff:  c.cfg.JoinGroupBackoff,
+		StartOffset:       c.cfg.StartOffset,
+		Logger:            kafkaLogger(c.log, slog.LevelDebug),
+		ErrorLogger:       kafkaLogger(c.log, slog.LevelWarn),
+	})
+	if err != nil {
+		return fmt.Errorf("%w: kafka-go consumer group: %v", ErrInvalid, err)
+	}
+	var workers sync.WaitGroup
+	for ctx.Err() == nil {
+		gen, err := cg.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if brokerRefused(err) {
+				c.fail(fmt.Errorf("partition: join group %s: %w", c.cfg.GroupID, err))
+				break
+			}
+			c.log.Warn("partition: next generation", "err", err)
+			continue
+		}
+		c.log.Info("partition: generation", "generation", gen.ID, "member", gen.MemberID, "assignments", gen.Assignments)
+		for _, topic := range c.cfg.Topics {
+			for _, pa := range gen.Assignments[topic] {
+				a := assignment{topic: topic, partition: pa.ID, generation: gen.ID, member: gen.MemberID, offset: pa.Offset}
+				workers.Add(1)
+				// kafka-go ends the generation as soon as any function
+				// started here returns, and rejoins only after all did.
+				gen.Start(func(genCtx context.Context) {
+					defer workers.Done()
+					if err := c.work(ctx, genCtx, gen, a); err != nil {
+						c.fail(err)
+						cancel()
+					}
+				})
+			}
+		}
+	}
+	cancel()
+	_ = cg.Close() // ends the generation, waits for its workers, leaves the group
+	workers.Wait() // and those kafka-go started after the generation had ended
+	return c.fatal.err
+}
+
+// fail records the error that stops Run; the first one wins.
+func (c *Consumer) fail(err error) {
+	c.fatal.once.Do(func() { c.fatal.err = err })
+}
+
+// brokerRefused reports join errors that retrying cannot fix.
+func brokerRefused(err error) bool {
+	var kerr kafka.Error
+	if !errors.As(err, &kerr) {
+		return false
+	}
+	switch kerr {
+	case kafka.InvalidSessionTimeout, kafka.GroupAuthorizationFailed, kafka.TopicAuthorizationFailed,
+		kafka.InvalidGroupId, kafka.InconsistentGroupProtocol:
+		return true
+	}
+	return false
+}
+
+// kafkaLogger sends kafka-go's printf-style logs to log at level.
+func kafkaLogger(log *slog.Logger, level slog.Level) kafka.Logger {
+	return kafka.LoggerFunc(func(msg string, args ...any) {
+		if log.Enabled(context.Background(), level) {
+			log.Log(context.Background(), level, "kafka-go: "+fmt.Sprintf(msg, args...))
+		}
+	})
+}
+
+type claimKey struct{}
+
+// FromContext returns the Claim under which a Handler runs, from the ctx
+// it was given.
+func FromContext(ctx context.Context) (Claim, bool) {
+	cl, ok := ctx.Value(claimKey{}).(Claim)
+	return cl, ok
+}

@@ -1,0 +1,210 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/nolock/nolock/internal/backoff"
+)
+
+// errGenerationEnded stops a worker's retries when its generation ends.
+var errGenerationEnded = errors.New("partition: generation ended")
+
+// work owns one partition for one generation: it claims the partition,
+// reads it from the stored offset and applies it batch by batch until the
+// generation ends or the worker is fenced. It returns an error only when
+// Run must stop. runCtx carries the caller's values; genCtx ends with the
+// generation.
+//
+// Returning ends the generation for the whole member (kafka-go's rule), so
+// the worker returns only when it is done with the partition: transient
+// errors are retried here, with backoff, for as long as the generation
+// lasts.
+func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a assignment) error {
+	if genCtx.Err() != nil {
+		return nil // kafka-go starts functions even after the generation ended
+	}
+	log := c.log.With("topic", a.topic, "partition", a.partition, "generation", a.generation)
+	cl, prev, err := c.claimRetrying(genCtx, a, log)
+	if err != nil {
+		if errors.Is(err, errGenerationEnded) {
+			err = nil
+		}
+		c.release(cl, err, log)
+		return nil
+	}
+	log = log.With("epoch", cl.Epoch)
+	log.Info("partition: claimed", "offset", cl.Offset)
+	if c.cfg.OnClaim != nil {
+		c.cfg.OnClaim(cl)
+	}
+
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:       c.cfg.Brokers,
+		Topic:         a.topic,
+		Partition:     a.partition,
+		Dialer:        c.cfg.Dialer,
+		MaxWait:       time.Second,
+		QueueCapacity: max(100, c.cfg.MaxBatch),
+		Logger:        kafkaLogger(log, slog.LevelDebug-4), // below Debug: the reader is chatty
+		ErrorLogger:   kafkaLogger(log, slog.LevelWarn),
+	})
+	defer r.Close()
+	if err := r.SetOffset(cl.Offset); err != nil {
+		c.release(cl, err, log)
+		return nil
+	}
+
+	var lastKafkaCommit time.Time
+	for {
+		msgs, err := c.fetch(genCtx, r)
+		if err != nil {
+			if genCtx.Err() != nil {
+				err = nil
+			}
+			c.release(cl, err, log)
+			return nil
+		}
+		next := msgs[len(msgs)-1].Offset + 1
+		switch err := c.applyRetrying(runCtx, genCtx, cl, prev, next, msgs, log); {
+		case err == nil:
+		case errors.Is(err, errGenerationEnded):
+			c.release(cl, nil, log)
+			return nil
+		case errors.Is(err, ErrFenced):
+			c.release(cl, err, log)
+			return nil
+		default:
+			c.release(cl, err, log)
+			return err
+		}
+		prev = &next
+		if iv := c.cfg.KafkaCommitInterval; iv > 0 && time.Since(lastKafkaCommit) >= iv {
+			lastKafkaCommit = time.Now()
+			if err := gen.CommitOffsets(map[string]map[int]int64{a.topic: {a.partition: next}}); err != nil {
+				log.Debug("partition: kafka commit (informational) failed", "err", err)
+			}
+		}
+		if genCtx.Err() != nil {
+			c.release(cl, nil, log)
+			return nil
+		}
+	}
+}
+
+// claimRetrying claims a's partition, retrying transient failures for as
+// long as the generation lasts. A refusal (ErrFenced) is final.
+func (c *Consumer) claimRetrying(genCtx context.Context, a assignment, log *slog.Logger) (Claim, *int64, error) {
+	for attempt := 1; ; attempt++ {
+		cl, prev, err := c.claim(genCtx, a)
+		if err == nil || errors.Is(err, ErrFenced) {
+			return cl, prev, err
+		}
+		if genCtx.Err() != nil {
+			return cl, nil, errGenerationEnded
+		}
+		log.Warn("partition: claim failed, retrying", "attempt", attempt, "err", err)
+		if backoff.Sleep(genCtx, c.retry.Delay(min(attempt+1, 30))) != nil {
+			return cl, nil, errGenerationEnded
+		}
+	}
+}
+
+// fetch returns the next batch: it waits for one message as long as the
+// generation lasts, then takes the messages Kafka already reported behind
+// it (the reader's lag), up to MaxBatch, waiting at most BatchWait for
+// them. It never waits for messages not yet produced.
+func (c *Consumer) fetch(genCtx context.Context, r *kafka.Reader) ([]kafka.Message, error) {
+	m, err := r.FetchMessage(genCtx)
+	if err != nil {
+		return nil, err
+	}
+	msgs := []kafka.Message{m}
+	if c.cfg.MaxBatch == 1 || r.Lag() <= 0 {
+		return msgs, nil
+	}
+	ctx, cancel := context.WithTimeout(genCtx, c.cfg.BatchWait)
+	defer cancel()
+	for len(msgs) < c.cfg.MaxBatch && r.Lag() > 0 {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			break // hand over what we have; the message stays queued
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
+}
+
+// applyRetrying applies one batch, retrying transient failures for as long
+// as the generation lasts and other failures up to MaxAttempts in all.
+func (c *Consumer) applyRetrying(runCtx, genCtx context.Context, cl Claim, prev *int64, next int64, msgs []kafka.Message, log *slog.Logger) error {
+	failures := 0
+	for attempt := 1; ; attempt++ {
+		retry, err := c.apply(runCtx, cl, prev, next, msgs)
+		if err == nil || errors.Is(err, ErrFenced) {
+			return err
+		}
+		if !retry {
+			if failures++; failures >= c.cfg.MaxAttempts {
+				return fmt.Errorf("partition: %s: batch at offset %d failed %d times: %w", cl, msgs[0].Offset, failures, err)
+			}
+		}
+		log.Warn("partition: batch failed, retrying", "offset", msgs[0].Offset, "attempt", attempt, "transient", retry, "err", err)
+		if backoff.Sleep(genCtx, c.retry.Delay(min(attempt+1, 30))) != nil {
+			return errGenerationEnded
+		}
+	}
+}
+
+// apply runs one attempt of a batch: begin, fence, handler, commit. It
+// reports whether a failure is transient. Its context carries the claim
+// and lasts BatchTimeout; it does not end with the generation or with Run,
+// so a batch in flight finishes instead of being cut off.
+func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int64, msgs []kafka.Message) (retry bool, err error) {
+	if c.beforeFence != nil {
+		c.beforeFence(cl, msgs)
+	}
+	ctx, cancel := context.WithTimeout(context.WithValue(context.WithoutCancel(runCtx), claimKey{}, cl), c.cfg.BatchTimeout)
+	defer cancel()
+	tx, err := c.db.Begin(ctx)
+	if err != nil {
+		return ctx.Err() == nil, fmt.Errorf("partition: begin %s: %w", cl, err)
+	}
+	defer rollback(tx)
+	outcome, err := c.checkFence(ctx, tx, cl, prev, next)
+	if err != nil {
+		return transient(err, tx) && ctx.Err() == nil, err
+	}
+	if outcome == fenceApplied {
+		return false, nil
+	}
+	if err := c.cfg.Handler(ctx, tx, msgs); err != nil {
+		return transient(err, tx) && ctx.Err() == nil, fmt.Errorf("partition: handler on %s at offset %d: %w", cl, msgs[0].Offset, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		// A lost commit may have applied: the next attempt's fence finds
+		// the row at this batch's end and does not run it again.
+		return transient(err, tx) && ctx.Err() == nil, fmt.Errorf("partition: commit %s at offset %d: %w", cl, msgs[0].Offset, err)
+	}
+	return false, nil
+}
+
+// release reports the end of a worker's ownership.
+func (c *Consumer) release(cl Claim, err error, log *slog.Logger) {
+	switch {
+	case err == nil:
+		log.Info("partition: released")
+	case errors.Is(err, ErrFenced):
+		log.Info("partition: fenced", "err", err)
+	default:
+		log.Warn("partition: worker stopped", "err", err)
+	}
+	if c.cfg.OnRelease != nil {
+		c.cfg.OnRelease(cl, err)
+	}
+}

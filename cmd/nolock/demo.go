@@ -51,6 +51,7 @@ var scenarios = []scenario{
 	{"wallet", "400 payments of 500 against a wallet holding 180,000, each sent three times at once (a client that\nretried, a duplicate delivery). The idempotency key, the debit and the ledger row commit in one\ntransaction: a retry replays the first answer; payments past the balance are declined, also once.", wallet},
 	{"nightly cron", "Six replicas wake at 02:00 each night and try the same lock, named by date. Exactly one runs\nthe report; the others see it held and go back to sleep.", cron},
 	{"kafka worker", "A consumer applies 500 payments (plus producer duplicates), crashes before committing any\nKafka offset, and a new consumer gets everything again. The inbox skips what was applied.", kafkaWorker},
+	{"paused partition owner", "One member owns a Kafka partition and stalls inside a batch, transaction open, past the\ngroup's session timeout. The partition moves to another member, which claims a higher epoch. When\nthe first wakes, its batch has been cut off (BatchTimeout) and its late write is refused; a new\ntransaction of its would meet the epoch fence. Every offset applied once, in order.", zombie},
 }
 
 // demo runs every scenario, prints a transcript and a table whose numbers a

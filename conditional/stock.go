@@ -252,9 +252,22 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 	if len(reqs) == 1 {
 		return s.runOne(ctx, s.db, k, reqs[0])
 	}
+	// While the stock covers the whole batch (all of a sale but its end),
+	// the plain decrement by the batch's sum grants every request.
+	var sum int64
+	for _, n := range reqs {
+		sum += n
+	}
+	tag, err := s.db.Exec(ctx, s.takeSQL, k.key, k.bucket, sum)
+	if err != nil {
+		return nil, fmt.Errorf("conditional: take %q: %w", k.key, classify(err))
+	}
+	if tag.RowsAffected() == 1 {
+		return make([]error, len(reqs)), nil
+	}
 	var before int64
 	var granted []bool
-	err := s.db.QueryRow(ctx, s.batchSQL, k.key, k.bucket, reqs).Scan(&before, &granted)
+	err = s.db.QueryRow(ctx, s.batchSQL, k.key, k.bucket, reqs).Scan(&before, &granted)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrUnknownKey
 	}

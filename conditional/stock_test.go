@@ -387,3 +387,53 @@ func TestStockKilledBatchFailsEveryTake(t *testing.T) {
 		t.Fatalf("available %d after two killed statements, want 10", got)
 	}
 }
+
+// A batch the stock covers only in part grants whole requests first fit in
+// arrival order and refuses the rest with ErrSoldOut; a batch it covers in
+// full is granted by one decrement of the batch's sum.
+func TestStockBatchGrantsFirstFitInArrivalOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, release := lockedStock(t, testenv.Postgres(t))
+	first := make(chan error, 1)
+	go func() { first <- s.Take(ctx, "sku", 1) }() // a batch of one, blocked on the lock
+	time.Sleep(100 * time.Millisecond)
+	sizes := []int64{4, 6, 2, 1} // 9 left after the first: 4 fits, 6 not, 2 and 1 fit
+	want := []error{nil, conditional.ErrSoldOut, nil, nil}
+	got := make([]chan error, len(sizes))
+	for i, n := range sizes {
+		got[i] = make(chan error, 1)
+		go func() { got[i] <- s.Take(ctx, "sku", n) }()
+		time.Sleep(50 * time.Millisecond) // keep arrival order
+	}
+	release()
+	if err := <-first; err != nil {
+		t.Fatalf("first take: %v", err)
+	}
+	for i, c := range got {
+		if err := <-c; !errors.Is(err, want[i]) || (err == nil) != (want[i] == nil) {
+			t.Errorf("take %d of %d units: %v, want %v", i, sizes[i], err, want[i])
+		}
+	}
+	if n := available(t, s, "sku"); n != 2 {
+		t.Fatalf("available %d after taking 1+4+2+1 of 10, want 2", n)
+	}
+
+	// Now a batch the 2 units cover in full: two takes of 1 queued behind a held lock.
+	s2, release2 := lockedStock(t, testenv.Postgres(t))
+	go func() { first <- s2.Take(ctx, "sku", 8) }()
+	time.Sleep(100 * time.Millisecond)
+	for i := range 2 {
+		go func() { got[i] <- s2.Take(ctx, "sku", 1) }()
+	}
+	time.Sleep(50 * time.Millisecond)
+	release2()
+	for _, c := range append([]chan error{first}, got[:2]...) {
+		if err := <-c; err != nil {
+			t.Fatalf("take covered by the stock: %v", err)
+		}
+	}
+	if n := available(t, s2, "sku"); n != 0 {
+		t.Fatalf("available %d after taking 8+1+1 of 10, want 0", n)
+	}
+}

@@ -41,11 +41,13 @@ type Combiner[K comparable, Req, Res any] struct {
 }
 
 // A call moves from waiting to either sent (claimed by a drainer) or
-// withdrawn (its caller gave up first); never both.
+// withdrawn (its caller gave up first), never both; a sent call becomes
+// answered when its outcome is known.
 const (
 	waiting int32 = iota
 	sent
 	withdrawn
+	answered // sent, and its outcome is in res and err
 )
 
 type call[Req, Res any] struct {
@@ -81,8 +83,13 @@ func (c *Combiner[K, Req, Res]) Do(ctx context.Context, key K, req Req) (Res, er
 	q, active := c.queues[key]
 	c.queues[key] = append(q, cl)
 	if !active {
+		// No operation in flight for key: this caller runs it, without a
+		// goroutine switch on the uncontended path, and hands any requests
+		// that arrived meanwhile to a drainer goroutine.
 		c.wg.Add(1)
-		go c.drain(key)
+		c.mu.Unlock()
+		c.drain(key, cl)
+		return cl.res, cl.err
 	}
 	c.mu.Unlock()
 
@@ -98,26 +105,33 @@ func (c *Combiner[K, Req, Res]) Do(ctx context.Context, key K, req Req) (Res, er
 	}
 }
 
-// drain runs key's operations until its queue is empty.
-func (c *Combiner[K, Req, Res]) drain(key K) {
-	defer c.wg.Done()
-	batch := make([]*call[Req, Res], 0, c.max)
-	reqs := make([]Req, 0, c.max)
+// drain runs key's operations until its queue is empty. A caller draining
+// inline (own != nil) returns as soon as its own request is answered,
+// leaving the rest of the queue to a new drainer goroutine.
+func (c *Combiner[K, Req, Res]) drain(key K, own *call[Req, Res]) {
+	var batch []*call[Req, Res] // grown on demand: an uncontended key allocates little
+	var reqs []Req
 	for {
 		batch, reqs = batch[:0], reqs[:0]
 		c.mu.Lock()
 		q := c.queues[key]
+		if len(q) == 0 {
+			delete(c.queues, key)
+			c.mu.Unlock()
+			c.wg.Done()
+			return
+		}
+		if own != nil && own.state.Load() == answered {
+			c.mu.Unlock()
+			go c.drain(key, nil) // inherits this drainer's wg count
+			return
+		}
 		i := 0
 		for ; i < len(q) && len(batch) < c.max; i++ {
 			if q[i].state.CompareAndSwap(waiting, sent) {
 				batch = append(batch, q[i])
 				reqs = append(reqs, q[i].req)
 			}
-		}
-		if len(batch) == 0 && i == len(q) {
-			delete(c.queues, key)
-			c.mu.Unlock()
-			return
 		}
 		c.queues[key] = q[i:]
 		c.mu.Unlock()
@@ -134,6 +148,7 @@ func (c *Combiner[K, Req, Res]) drain(key K) {
 			} else {
 				cl.res, cl.err = res[j], errs[j]
 			}
+			cl.state.Store(answered)
 			close(cl.done)
 		}
 	}

@@ -1,0 +1,492 @@
+package conditional
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/nolock/nolock/internal/backoff"
+)
+
+// DynamoHolds is Holds on DynamoDB: timed holds on resources (seats,
+// slots, rooms), which a holder confirms or releases, without a lock
+// service. Each change is one conditional UpdateItem (HoldAll: one
+// TransactWriteItems), and the item decides.
+//
+// Item layout: one item per resource, whose partition key (DynamoKeyAttr,
+// "pk", a string) is the resource's name, with DynamoHoldStateAttr
+// ("free", "held" or "confirmed"), DynamoHolderAttr (held or confirmed)
+// and DynamoHoldUntilAttr (held only). Add creates the items; nothing here
+// deletes one. Keep other items out of the table.
+//
+// The clock. DynamoDB has no clock a condition can read, so a hold's end
+// is an absolute instant, Unix milliseconds on the clock of the caller
+// that held it (WithDynamoHoldsClock, default time.Now), and each call
+// judges ends by its own caller's clock, sent as ":now". What this
+// guarantees, however far apart the callers' clocks are: every write is
+// conditioned on the item's holder, so the item names one holder at a
+// time, two holders never both confirm one resource, and a confirmed
+// resource is never held again. What it does not: agreement on when a
+// hold ends. A caller whose clock runs d ahead of the holder's sees the
+// hold end d early and may take it over then, while the holder still
+// believes it holds; a holder whose clock runs d behind the others' may
+// confirm its own hold up to d after its end, if nobody took it meanwhile.
+// So skew between callers moves when a hold is seen as expired, by that
+// skew, and nothing else: keep clocks synchronised and TTLs long against
+// their skew. (Holds on PostgreSQL judge by the database's clock alone.)
+//
+// A hold protects only what Confirm decides: work a holder does elsewhere
+// while it thinks it holds is not fenced (see DynamoFenced). Cancelling
+// ctx abandons a call; a write already sent may have applied
+// (ErrAmbiguousCommit).
+//
+// A DynamoHolds holds no state but its clock: it is safe for concurrent
+// use if the clock is, and starts no goroutines.
+type DynamoHolds struct {
+	client DynamoDBAPI
+	table  string
+	clock  func() time.Time
+	retry  backoff.Policy
+}
+
+// Attribute names of a DynamoHolds item, besides DynamoKeyAttr.
+const (
+	// DynamoHoldStateAttr holds a resource's state, the string "free",
+	// "held" or "confirmed".
+	DynamoHoldStateAttr = "state"
+	// DynamoHolderAttr holds the holder of a held or confirmed resource.
+	DynamoHolderAttr = "holder"
+	// DynamoHoldUntilAttr holds a held resource's end: a number, Unix
+	// milliseconds on the clock of the caller that held it.
+	DynamoHoldUntilAttr = "hold_until"
+)
+
+// MaxDynamoHoldAll bounds HoldAll's resources: a DynamoDB transaction
+// holds at most 100 actions.
+const MaxDynamoHoldAll = 100
+
+// The values of DynamoHoldStateAttr.
+const (
+	holdFree      = "free"
+	holdHeld      = "held"
+	holdConfirmed = "confirmed"
+)
+
+// DynamoHoldsOption configures NewDynamoHolds.
+type DynamoHoldsOption func(*dynamoHoldsConfig)
+
+type dynamoHoldsConfig struct {
+	clock func() time.Time
+}
+
+// WithDynamoHoldsClock sets the clock that holds' ends are set from and
+// judged by (default time.Now). Every DynamoHolds on a table should read a
+// synchronised clock: see DynamoHolds.
+func WithDynamoHoldsClock(now func() time.Time) DynamoHoldsOption {
+	return func(c *dynamoHoldsConfig) { c.clock = now }
+}
+
+// NewDynamoHolds returns a DynamoHolds on table, whose partition key is
+// the string attribute DynamoKeyAttr. client is usually a
+// *dynamodb.Client.
+func NewDynamoHolds(client DynamoDBAPI, table string, opts ...DynamoHoldsOption) (*DynamoHolds, error) {
+	cfg := dynamoHoldsConfig{clock: time.Now}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if client == nil {
+		return nil, invalid("client is nil")
+	}
+	if err := validDynamoName("table", table); err != nil {
+		return nil, err
+	}
+	if cfg.clock == nil {
+		return nil, invalid("clock is nil")
+	}
+	return &DynamoHolds{
+		client: client, table: table, clock: cfg.clock,
+		retry: backoff.Policy{Base: 5 * time.Millisecond, Cap: 200 * time.Millisecond, Attempts: 16},
+	}, nil
+}
+
+func (h *DynamoHolds) key(resource string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{DynamoKeyAttr: dynamoStr(resource)}
+}
+
+// Add creates free resources, one conditional write each in sorted order;
+// those that exist already are left as they are, so Add is idempotent. It
+// is not atomic: on an error, the resources sorted before the one it names
+// exist, and a retry is safe. Add with no resources does nothing.
+func (h *DynamoHolds) Add(ctx context.Context, resources ...string) error {
+	for i, r := range resources {
+		if err := validArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
+			return err
+		}
+	}
+	for _, r := range slices.Compact(slices.Sorted(slices.Values(resources))) {
+		_, err := h.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(h.table),
+			Key:                       h.key(r),
+			UpdateExpression:          aws.String("SET #s = :free"),
+			ConditionExpression:       aws.String("attribute_not_exists(#k)"),
+			ExpressionAttributeNames:  map[string]string{"#k": DynamoKeyAttr, "#s": DynamoHoldStateAttr},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":free": dynamoStr(holdFree)},
+		}, noBlindRetries)
+		if _, exists := conditionFailed(err); err != nil && !exists {
+			return fmt.Errorf("conditional: add %q: %w", r, dynamoWriteErr(err))
+		}
+	}
+	return nil
+}
+
+// Hold holds resource for holder until ttl from now by this DynamoHolds'
+// clock, and returns that end (rounded down to whole milliseconds, as
+// stored; compare it only with the same clock). It succeeds when the
+// resource is free, when its hold has expired by this clock, or when
+// holder holds it already: then the hold is reset to end ttl from now
+// (which may shorten it), so a retried Hold is idempotent. Otherwise it
+// returns a *HoldError wrapping ErrHeld (another holder's hold has not
+// expired), ErrConfirmed or ErrUnknownKey (no such resource; see Add), and
+// nothing changed.
+//
+// The reason for a refusal is the item the server judged, where it returns
+// it, else a strongly consistent read just after: then a resource freed in
+// between reports ErrHeld; either way it was not yours. ErrAmbiguousCommit
+// means the write was sent and its answer lost: retry (Hold is
+// idempotent). A write that meets a transaction in progress on the item is
+// retried with backoff, then ErrConflict; nothing changed.
+func (h *DynamoHolds) Hold(ctx context.Context, resource, holder string, ttl time.Duration) (until time.Time, err error) {
+	if err := validHolder(resource, holder); err != nil {
+		return time.Time{}, err
+	}
+	if err := validDynamoTTL(ttl); err != nil {
+		return time.Time{}, err
+	}
+	var end int64
+	item, refused, err := h.write(ctx, resource, func(now int64) *types.Update {
+		end = now + ttl.Milliseconds()
+		return h.holdUpdate(resource, holder, now, end)
+	})
+	switch {
+	case err != nil:
+		return time.Time{}, fmt.Errorf("conditional: hold %q: %w", resource, err)
+	case refused:
+		return time.Time{}, &HoldError{resource, holdRefusal(item)}
+	}
+	return time.UnixMilli(end), nil
+}
+
+// HoldAll holds every one of resources for holder, or none of them, in one
+// TransactWriteItems with Hold's rule per resource and one end for all,
+// which it returns. When any resource cannot be held it returns a
+// *HoldError naming it (an unknown resource if the server reports one,
+// else the first refused in sorted order) and nothing was held or changed.
+//
+// At most MaxDynamoHoldAll resources; duplicate or empty entries are
+// ErrInvalid; the slice is not modified. HoldAll is idempotent like Hold;
+// ErrAmbiguousCommit means the outcome is unknown. A transaction cancelled
+// only by others in progress on its items is retried with backoff, then
+// ErrConflict. On a server without transactions (dynalite) it fails with
+// an error wrapping errors.ErrUnsupported.
+func (h *DynamoHolds) HoldAll(ctx context.Context, resources []string, holder string, ttl time.Duration) (until time.Time, err error) {
+	if len(resources) == 0 {
+		return time.Time{}, invalid("resources is empty")
+	}
+	if len(resources) > MaxDynamoHoldAll {
+		return time.Time{}, invalid("resources has %d entries, more than %d", len(resources), MaxDynamoHoldAll)
+	}
+	for i, r := range resources {
+		if err := validArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
+			return time.Time{}, err
+		}
+	}
+	if err := validArg("holder", holder); err != nil {
+		return time.Time{}, err
+	}
+	if err := validDynamoTTL(ttl); err != nil {
+		return time.Time{}, err
+	}
+	sorted := slices.Sorted(slices.Values(resources))
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			return time.Time{}, invalid("resources has %q twice", sorted[i])
+		}
+	}
+
+	var end int64
+	err = h.retryConflicts(ctx, func(ctx context.Context) error {
+		now := h.clock().UnixMilli()
+		end = now + ttl.Milliseconds()
+		items := make([]types.TransactWriteItem, len(sorted))
+		for i, r := range sorted {
+			items[i] = types.TransactWriteItem{Update: h.holdUpdate(r, holder, now, end)}
+		}
+		_, err := h.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, noBlindRetries)
+		if err != nil {
+			return dynamoWriteErr(err)
+		}
+		return nil
+	})
+	if err == nil {
+		return time.UnixMilli(end), nil
+	}
+	if unsupported(err) {
+		return time.Time{}, fmt.Errorf("conditional: hold %d resources needs TransactWriteItems: %w: %w", len(sorted), errors.ErrUnsupported, err)
+	}
+	refusal, rerr := h.refusal(ctx, err, sorted)
+	switch {
+	case rerr != nil:
+		return time.Time{}, fmt.Errorf("conditional: hold %d resources refused; reading why: %w", len(sorted), rerr)
+	case refusal != nil:
+		return time.Time{}, refusal
+	}
+	return time.Time{}, fmt.Errorf("conditional: hold %d resources: %w", len(sorted), err)
+}
+
+// refusal names the resource whose condition cancelled HoldAll's
+// transaction: an unknown one first, else the first in sorted order. It
+// returns nil when no condition failed.
+func (h *DynamoHolds) refusal(ctx context.Context, err error, sorted []string) (*HoldError, error) {
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) {
+		return nil, nil
+	}
+	var first *HoldError
+	for i, r := range sorted {
+		if !ConditionFailedAt(err, i) {
+			continue
+		}
+		item := tce.CancellationReasons[i].Item
+		if len(item) == 0 { // none returned: read it
+			var rerr error
+			if item, rerr = dynamoGet(ctx, h.client, h.table, h.key(r)); rerr != nil {
+				return nil, rerr
+			}
+		}
+		he := &HoldError{r, holdRefusal(item)}
+		if he.Err == ErrUnknownKey {
+			return he, nil
+		}
+		if first == nil {
+			first = he
+		}
+	}
+	return first, nil
+}
+
+// Confirm makes holder's hold on resource final: the resource stays
+// holder's and is never held again. It succeeds only while the hold has
+// not expired by this DynamoHolds' clock; confirming again what holder
+// confirmed already succeeds, so a retried Confirm is safe. Otherwise it
+// returns ErrNotHolder (free, held by another, confirmed by another, or
+// holder's hold expired, even if no one has taken it since) or
+// ErrUnknownKey, and nothing changed. To confirm together with your own
+// writes, use ConfirmItem.
+func (h *DynamoHolds) Confirm(ctx context.Context, resource, holder string) error {
+	if err := validHolder(resource, holder); err != nil {
+		return err
+	}
+	return h.settle(ctx, "confirm", resource, func(now int64) *types.Update { return h.confirmUpdate(resource, holder, now) })
+}
+
+// Release frees resource if holder holds it, expired or not. Otherwise it
+// returns ErrNotHolder (free, held by another, or confirmed) or
+// ErrUnknownKey, and nothing changed. A retried Release whose first
+// attempt freed the resource returns ErrNotHolder: either way holder does
+// not hold it.
+func (h *DynamoHolds) Release(ctx context.Context, resource, holder string) error {
+	if err := validHolder(resource, holder); err != nil {
+		return err
+	}
+	return h.settle(ctx, "release", resource, func(int64) *types.Update { return h.releaseUpdate(resource, holder) })
+}
+
+// ConfirmItem returns Confirm's write as an action for your own
+// TransactWriteItems (the order, the payment), so the confirmation applies
+// with your other writes or not at all. Expiry is judged by the clock's
+// reading when ConfirmItem is called: build the item just before sending
+// it. A refusal shows as a TransactionCanceledException in which
+// ConditionFailedAt reports this action (with the item, where the server
+// returns it). Bad input is ErrInvalid.
+func (h *DynamoHolds) ConfirmItem(resource, holder string) (types.TransactWriteItem, error) {
+	if err := validHolder(resource, holder); err != nil {
+		return types.TransactWriteItem{}, err
+	}
+	return types.TransactWriteItem{Update: h.confirmUpdate(resource, holder, h.clock().UnixMilli())}, nil
+}
+
+// ReleaseItem returns Release's write as an action for your own
+// TransactWriteItems (cancelling an order frees its seat). A refusal shows
+// as a TransactionCanceledException in which ConditionFailedAt reports
+// this action. Bad input is ErrInvalid.
+func (h *DynamoHolds) ReleaseItem(resource, holder string) (types.TransactWriteItem, error) {
+	if err := validHolder(resource, holder); err != nil {
+		return types.TransactWriteItem{}, err
+	}
+	return types.TransactWriteItem{Update: h.releaseUpdate(resource, holder)}, nil
+}
+
+// holdNames are the attribute names of the hold, confirm and release
+// expressions, each of which uses all three.
+func holdNames() map[string]string {
+	return map[string]string{"#s": DynamoHoldStateAttr, "#h": DynamoHolderAttr, "#u": DynamoHoldUntilAttr}
+}
+
+// holdUpdate holds resource for holder until end (Unix ms) if it is free,
+// held by holder, or held past its end by now. A missing item has no
+// state, so the condition fails and no item is created.
+func (h *DynamoHolds) holdUpdate(resource, holder string, now, end int64) *types.Update {
+	return &types.Update{
+		TableName:                aws.String(h.table),
+		Key:                      h.key(resource),
+		UpdateExpression:         aws.String("SET #s = :held, #h = :holder, #u = :end"),
+		ConditionExpression:      aws.String("#s = :free OR (#s = :held AND (#h = :holder OR #u <= :now))"),
+		ExpressionAttributeNames: holdNames(),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":free": dynamoStr(holdFree), ":held": dynamoStr(holdHeld), ":holder": dynamoStr(holder),
+			":end": dynamoNum(end), ":now": dynamoNum(now),
+		},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+}
+
+// confirmUpdate confirms holder's hold if it has not ended by now; a
+// resource holder confirmed already is confirmed again, a no-op.
+func (h *DynamoHolds) confirmUpdate(resource, holder string, now int64) *types.Update {
+	return &types.Update{
+		TableName:                aws.String(h.table),
+		Key:                      h.key(resource),
+		UpdateExpression:         aws.String("SET #s = :confirmed REMOVE #u"),
+		ConditionExpression:      aws.String("#h = :holder AND (#s = :confirmed OR (#s = :held AND #u > :now))"),
+		ExpressionAttributeNames: holdNames(),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":confirmed": dynamoStr(holdConfirmed), ":held": dynamoStr(holdHeld), ":holder": dynamoStr(holder),
+			":now": dynamoNum(now),
+		},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+}
+
+// releaseUpdate frees the resource if holder holds it, expired or not.
+func (h *DynamoHolds) releaseUpdate(resource, holder string) *types.Update {
+	return &types.Update{
+		TableName:                           aws.String(h.table),
+		Key:                                 h.key(resource),
+		UpdateExpression:                    aws.String("SET #s = :free REMOVE #h, #u"),
+		ConditionExpression:                 aws.String("#s = :held AND #h = :holder"),
+		ExpressionAttributeNames:            holdNames(),
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":free": dynamoStr(holdFree), ":held": dynamoStr(holdHeld), ":holder": dynamoStr(holder)},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+}
+
+// settle runs Confirm's or Release's write.
+func (h *DynamoHolds) settle(ctx context.Context, op, resource string, build func(now int64) *types.Update) error {
+	item, refused, err := h.write(ctx, resource, build)
+	switch {
+	case err != nil:
+		return fmt.Errorf("conditional: %s %q: %w", op, resource, err)
+	case !refused:
+		return nil
+	case item == nil:
+		return fmt.Errorf("conditional: %s %q: %w", op, resource, ErrUnknownKey)
+	}
+	return fmt.Errorf("conditional: %s %q: %w", op, resource, ErrNotHolder)
+}
+
+// write sends the update build makes for the clock's reading (Unix ms) as
+// one UpdateItem. On a failed condition it returns refused and the item
+// the condition judged, or, when the server returned none, a strongly
+// consistent read of it (nil: no item).
+func (h *DynamoHolds) write(ctx context.Context, resource string, build func(now int64) *types.Update) (item map[string]types.AttributeValue, refused bool, err error) {
+	err = h.retryConflicts(ctx, func(ctx context.Context) error {
+		u := build(h.clock().UnixMilli())
+		_, err := h.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
+			ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames,
+			ExpressionAttributeValues:           u.ExpressionAttributeValues,
+			ReturnValuesOnConditionCheckFailure: u.ReturnValuesOnConditionCheckFailure,
+		}, noBlindRetries)
+		if item, refused = conditionFailed(err); err == nil || refused {
+			return nil
+		}
+		return dynamoWriteErr(err)
+	})
+	if err != nil || !refused || item != nil {
+		return item, refused, err
+	}
+	if item, err = dynamoGet(ctx, h.client, h.table, h.key(resource)); err != nil {
+		return nil, true, fmt.Errorf("refused; reading the item: %w", err)
+	}
+	return item, true, nil
+}
+
+// retryConflicts runs op, and again with jittered backoff while DynamoDB
+// refuses it for a transaction in progress on one of its items (nothing
+// was applied); when the attempts run out, the error wraps ErrConflict.
+func (h *DynamoHolds) retryConflicts(ctx context.Context, op func(context.Context) error) error {
+	err := h.retry.Retry(ctx, func(ctx context.Context, _ int) error { return op(ctx) }, txConflict, nil)
+	var exhausted *backoff.ExhaustedError
+	if errors.As(err, &exhausted) {
+		return fmt.Errorf("%w: %w", ErrConflict, err)
+	}
+	return err
+}
+
+// txConflict reports whether err is a write refused only because a
+// transaction was in progress on its item: a TransactionConflictException
+// for one write, or a transaction cancelled for TransactionConflict alone.
+func txConflict(err error) bool {
+	var conflict *types.TransactionConflictException
+	if errors.As(err, &conflict) {
+		return true
+	}
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) {
+		return false
+	}
+	found := false
+	for _, r := range tce.CancellationReasons {
+		switch aws.ToString(r.Code) {
+		case "TransactionConflict":
+			found = true
+		case "", "None":
+		default:
+			return false
+		}
+	}
+	return found
+}
+
+// holdRefusal says why a resource whose item is item could not be held.
+func holdRefusal(item map[string]types.AttributeValue) error {
+	if item == nil {
+		return ErrUnknownKey
+	}
+	if s, _ := item[DynamoHoldStateAttr].(*types.AttributeValueMemberS); s != nil && s.Value == holdConfirmed {
+		return ErrConfirmed
+	}
+	return ErrHeld
+}
+
+// validHolder checks a resource and a holder argument.
+func validHolder(resource, holder string) error {
+	if err := validArg("resource", resource); err != nil {
+		return err
+	}
+	return validArg("holder", holder)
+}
+
+// validDynamoTTL checks a hold's TTL: at least the stored resolution.
+func validDynamoTTL(ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return invalid("ttl %v is below 1ms", ttl)
+	}
+	return nil
+}

@@ -14,14 +14,20 @@ import (
 )
 
 // BenchmarkBatchTransaction isolates the fence's cost from Kafka: 4
-// workers (one per partition row) commit batches of 10 rows back to back,
+// workers (one per partition row) commit batches of 1 and of 10 rows back to back,
 // either through the Consumer's batch transaction (fence with the idle
 // timeout in one statement, handler, commit) or through the bare
 // transaction of BenchmarkThroughput's baseline (handler, offset upsert,
 // commit), with a BatchTimeout deadline in both. Rounds of each
 // alternate; x-bare is the median round's ratio.
 func BenchmarkBatchTransaction(b *testing.B) {
-	const workers, batch, round = 4, 10, 300 * time.Millisecond
+	for _, batch := range []int{1, 10} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) { benchBatchTransaction(b, batch) })
+	}
+}
+
+func benchBatchTransaction(b *testing.B, batch int) {
+	const workers, round = 4, 300 * time.Millisecond
 	ctx := context.Background()
 	pool := testenv.Postgres(b)
 	insert := func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
@@ -59,7 +65,7 @@ func BenchmarkBatchTransaction(b *testing.B) {
 	}
 	fenced := func(p int) error {
 		msgs := msgsAt(p, nextF[p])
-		prev, end := nextF[p], nextF[p]+batch
+		prev, end := nextF[p], nextF[p]+int64(batch)
 		if _, err := c.apply(ctx, Claim{GroupID: "g", Topic: "t", Partition: p, Epoch: 1}, &prev, end, msgs); err != nil {
 			return err
 		}
@@ -68,7 +74,7 @@ func BenchmarkBatchTransaction(b *testing.B) {
 	}
 	bare := func(p int) error {
 		msgs := msgsAt(p, nextB[p])
-		end := nextB[p] + batch
+		end := nextB[p] + int64(batch)
 		ctx, cancel := context.WithTimeout(ctx, c.cfg.BatchTimeout) // bounded, as in the Consumer
 		defer cancel()
 		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -130,7 +136,7 @@ func BenchmarkBatchTransaction(b *testing.B) {
 	b.StopTimer()
 	slices.Sort(ratios)
 	b.Logf("fenced/bare per round, sorted: %s", fmt.Sprintf("%.3f", ratios))
-	b.ReportMetric(sumF/float64(b.N)*batch, "fenced-msgs/s")
-	b.ReportMetric(sumB/float64(b.N)*batch, "bare-msgs/s")
+	b.ReportMetric(sumF/float64(b.N)*float64(batch), "fenced-msgs/s")
+	b.ReportMetric(sumB/float64(b.N)*float64(batch), "bare-msgs/s")
 	b.ReportMetric(ratios[len(ratios)/2], "x-bare")
 }

@@ -137,9 +137,12 @@ type statements struct {
 }
 
 // idle sets the transaction's idle_in_transaction_session_timeout (the
-// frozen-owner cut-off) from within the statement that follows it: one
+// frozen-owner cut-off) from within the claim's lock statement: one
 // statement, one round trip. set_config is volatile, so the CTE is not
-// inlined away; the statement's row comes from joining it.
+// inlined away; the statement's row comes from joining it. The fence, run
+// once per batch, sets it in its WHERE clause instead (set_config there
+// references no column, so it runs once whatever the row): no CTE scan and
+// no join, which measured 5-10 % of a one-message batch transaction.
 const idle = `WITH idle AS (SELECT set_config('idle_in_transaction_session_timeout', $4::text, true))
 `
 
@@ -153,8 +156,9 @@ ON CONFLICT (group_id, topic, partition_id) DO UPDATE SET epoch = p.epoch
 RETURNING p.epoch, p.generation, p.member_id, p.next_offset`,
 		bump: `UPDATE ` + t + ` SET epoch = epoch + 1, generation = $4, member_id = $5, claimed_at = now()
 WHERE ` + key + ` RETURNING epoch, next_offset`,
-		fence: idle + `UPDATE ` + t + ` SET next_offset = $7 FROM idle
-WHERE ` + key + ` AND epoch = $5 AND next_offset IS NOT DISTINCT FROM $6`,
+		fence: `UPDATE ` + t + ` SET next_offset = $7
+WHERE ` + key + ` AND epoch = $5 AND next_offset IS NOT DISTINCT FROM $6
+  AND set_config('idle_in_transaction_session_timeout', $4::text, true) IS NOT NULL`,
 		// unfenced is the same write without the fence, for the tests that
 		// prove the fence is what keeps a zombie out.
 		unfenced: idle + `UPDATE ` + t + ` SET next_offset = $7 FROM idle

@@ -27,8 +27,12 @@ import (
 //	forupdate  BEGIN; SELECT … FOR UPDATE; UPDATE; COMMIT
 //	advisory   BEGIN; pg_advisory_xact_lock(key); SELECT the key; UPDATE; INSERT the key; COMMIT
 //	do         Store.Do with the UPDATE as fn, a new key each time
+//	exec       Store.Exec with the UPDATE … RETURNING, a new key each time
+//	stmt       the UPDATE … RETURNING alone, autocommit, no key
+//	exec-stmt  exec against stmt as its baseline: the key's cost over one statement
 //	read       SELECT a stored result by key, no transaction (the baseline of replay)
 //	replay     Store.Do on a key already used: the stored result, fn not run
+//	exec-replay  Store.Exec on a key already used
 func BenchmarkDebit(b *testing.B) {
 	ctx := context.Background()
 	pool, _ := testenv.PostgresSchema(b, 80)
@@ -65,6 +69,11 @@ func BenchmarkDebit(b *testing.B) {
 	type op func(ctx context.Context, client int) error
 	bare := func(ctx context.Context, c int) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return debited(tx, ctx, c) })
+	}
+	const debitReturning = debit + ` RETURNING balance`
+	stmt := func(ctx context.Context, c int) error {
+		var n int64
+		return pool.QueryRow(ctx, debitReturning, wallet(c)).Scan(&n)
 	}
 	read := func(ctx context.Context, c int) error {
 		var body []byte
@@ -117,11 +126,30 @@ func BenchmarkDebit(b *testing.B) {
 			})
 			return err
 		}, bare},
+		{"exec", func(ctx context.Context, c int) error {
+			res, err := store.Exec(ctx, "bench", next("e"), nil, debitReturning, wallet(c))
+			if err == nil && res.Terminal {
+				err = fmt.Errorf("not debited")
+			}
+			return err
+		}, bare},
+		{"stmt", stmt, bare},
+		{"exec-stmt", func(ctx context.Context, c int) error {
+			_, err := store.Exec(ctx, "bench", next("s"), nil, debitReturning, wallet(c))
+			return err
+		}, stmt},
 		{"read", read, nil},
 		{"replay", func(ctx context.Context, c int) error {
 			res, err := store.Do(ctx, "bench", fmt.Sprint("old-", seq.Add(1)%replayKeys), nil, func(context.Context, pgx.Tx) ([]byte, error) {
 				return nil, fmt.Errorf("replay ran fn")
 			})
+			if err == nil && !res.Replayed {
+				err = fmt.Errorf("not a replay")
+			}
+			return err
+		}, read},
+		{"exec-replay", func(ctx context.Context, c int) error {
+			res, err := store.Exec(ctx, "bench", fmt.Sprint("old-", seq.Add(1)%replayKeys), nil, debitReturning, wallet(c))
 			if err == nil && !res.Replayed {
 				err = fmt.Errorf("not a replay")
 			}

@@ -15,7 +15,8 @@
 // key's index entry, then replays its result, or runs if the first rolled
 // back (bounded: ErrInProgress, HTTP 409).
 //
-// Store is the PostgreSQL ledger (Do, Get, Reap); Middleware wraps a
+// Store is the PostgreSQL ledger (Do, Get, Reap; Exec when the effect is
+// one SQL statement, which then carries the record too); Middleware wraps a
 // net/http handler for the Idempotency-Key header; DynamoDB does the same
 // on DynamoDB with TransactWriteItems.
 //

@@ -52,6 +52,7 @@ type Store struct {
 	wait      time.Duration
 	policy    backoff.Policy
 
+	table                                                                 string // quoted
 	schemaSQL, claimSQL, readSQL, getSQL, takeoverSQL, recordSQL, reapSQL string
 }
 
@@ -215,10 +216,11 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if cfg.dynamo != "" {
 		return nil, invalid("%s applies to DynamoDB only", cfg.dynamo)
 	}
-	sql := strings.NewReplacer("{{table}}", pgx.Identifier{cfg.table}.Sanitize(),
+	table := pgx.Identifier{cfg.table}.Sanitize()
+	sql := strings.NewReplacer("{{table}}", table,
 		"{{expires_index}}", pgx.Identifier{cfg.table + "_expires_at"}.Sanitize()).Replace
 	return &Store{
-		db: db, retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts},
+		db: db, table: table, retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts},
 		schemaSQL: sql(storeSQL), claimSQL: sql(claimSQL), readSQL: sql(readSQL), getSQL: sql(getSQL),
 		takeoverSQL: sql(takeoverSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),
 	}, nil
@@ -484,6 +486,11 @@ func (s *Store) Get(ctx context.Context, scope, key string) (Record, error) {
 	if err := validRequest(scope, key, nil, false); err != nil {
 		return Record{}, err
 	}
+	return s.get(ctx, scope, key)
+}
+
+// get is Get without the argument checks.
+func (s *Store) get(ctx context.Context, scope, key string) (Record, error) {
 	rec := Record{Scope: scope, Key: key}
 	err := s.db.QueryRow(ctx, s.getSQL, scope, key).
 		Scan(&rec.Fingerprint, &rec.Terminal, &rec.Body, &rec.CreatedAt, &rec.ExpiresAt)

@@ -61,7 +61,19 @@ func TestBadInputIsRefusedBeforeIO(t *testing.T) {
 			if !errors.Is(err, idempotency.ErrInvalid) || !strings.Contains(err.Error(), tc.names) {
 				t.Fatalf("Do: %v, want ErrInvalid naming %s", err, tc.names)
 			}
+			if tc.fn == nil {
+				return // Exec takes no fn
+			}
+			_, err = store.Exec(ctx, tc.scope, tc.key, tc.fp, "SELECT 1")
+			if !errors.Is(err, idempotency.ErrInvalid) || !strings.Contains(err.Error(), tc.names) {
+				t.Fatalf("Exec: %v, want ErrInvalid naming %s", err, tc.names)
+			}
 		})
+	}
+	for _, sql := range []string{"", "  ", " ;\n"} {
+		if _, err := store.Exec(ctx, "", "k", nil, sql); !errors.Is(err, idempotency.ErrInvalid) || !strings.Contains(err.Error(), "sql") {
+			t.Fatalf("Exec with sql %q: %v, want ErrInvalid naming sql", sql, err)
+		}
 	}
 	if _, err := store.Get(ctx, "", ""); !errors.Is(err, idempotency.ErrInvalid) {
 		t.Fatalf("Get with an empty key: %v", err)

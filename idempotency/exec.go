@@ -1,0 +1,159 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/nolock/nolock/internal/backoff"
+)
+
+// execSQL wraps the caller's statement (%[1]s) so that its effect and the
+// key's record are written by one statement, in one implicit transaction.
+// Parameters $%[2]d to $%[6]d follow the caller's own.
+//
+//   - nolock_bound runs first (the effect is pulled only through a LATERAL
+//     join on it, and a MATERIALIZED CTE is not folded into its user): it
+//     bounds every lock wait of the statement by lock_timeout ($%[2]d), for
+//     this implicit transaction only.
+//   - nolock_effect is the caller's statement; its RETURNING rows become
+//     the record's result (a JSON array; no row at all is stored as a
+//     terminal outcome, such as a debit refused for insufficient funds).
+//   - nolock_record inserts the record, or takes over an expired one in
+//     place. A live record (committed since Exec read the key, or by a
+//     concurrent duplicate this insert waited for on the key's index entry)
+//     makes it write nothing, and then the final aggregate (which runs on
+//     no row too) raises an error naming keyInUse: the effect rolls back,
+//     so no effect ever commits without its key. That cast fails at run
+//     time only: it applies to a CASE, not to a constant the planner folds.
+const execSQL = `WITH nolock_bound AS MATERIALIZED (
+  SELECT set_config('lock_timeout', coalesce($%[2]d, current_setting('lock_timeout')), true) AS lock_timeout),
+nolock_effect AS (%[1]s),
+nolock_record AS (
+  INSERT INTO {{table}} AS t (scope, key, fingerprint, result, terminal, expires_at)
+  SELECT $%[3]d, $%[4]d, $%[5]d, convert_to(coalesce(r.rows, '[]'), 'UTF8'), r.rows IS NULL,
+         now() + $%[6]d::bigint * interval '1 microsecond'
+  FROM nolock_bound b, LATERAL (SELECT json_agg(e)::text AS rows FROM nolock_effect e WHERE b.lock_timeout IS NOT NULL) r
+  ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, result = EXCLUDED.result,
+    terminal = EXCLUDED.terminal, created_at = now(), expires_at = EXCLUDED.expires_at
+  WHERE t.expires_at + interval '0 s' <= now()
+  RETURNING created_at, expires_at, result, terminal)
+SELECT max(created_at), max(expires_at), (array_agg(result))[1], bool_or(terminal),
+  (CASE count(*) WHEN 1 THEN '1' ELSE '` + keyInUse + `' END)::int
+FROM nolock_record`
+
+// keyInUse is in the error the statement raises when a live record stood
+// in its way: the failed cast names it.
+const keyInUse = "nolock: idempotency key in use"
+
+// Exec is Do for an effect that is one SQL statement: an INSERT, UPDATE or
+// DELETE with a RETURNING clause (or a SELECT), with its arguments. Exec
+// reads the key's record, and if there is none, writes the effect and the
+// record in one statement, one implicit transaction: no BEGIN, no COMMIT.
+// The statement's RETURNING rows are stored as the result, a JSON array of
+// objects (column name to value, as json_agg writes them); a statement
+// that returns no row is stored as a terminal outcome (Terminal set, Body
+// "[]"), so a debit refused for insufficient funds is replayed as refused.
+//
+//   - A live record with the same fingerprint is replayed, one with
+//     another fingerprint is a *MismatchError; either way the statement
+//     does not run: a replay is one read.
+//   - A concurrent request with the same key still in flight: the
+//     statement runs its effect, then waits for the other on the key; if
+//     the other commits, the effect rolls back and Exec replays the
+//     other's record; if it rolls back, Exec's effect and record commit.
+//   - Every lock wait of the statement, for the key or for the effect's
+//     rows, is bounded by WithWait (shortened by ctx's deadline); when it
+//     runs out, Exec returns ErrInProgress and nothing was written.
+//   - An error of the statement itself rolls everything back and is
+//     returned; ErrAmbiguousCommit means the connection failed after the
+//     statement was sent: call Exec again with the same key.
+//
+// The statement runs inside a WITH clause, so it must not itself contain
+// a data-modifying WITH, and $1 to $len(args) are its own parameters. Use
+// Do when the effect needs more than one statement or a decision in Go.
+func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte, sql string, args ...any) (Result, error) {
+	if err := validRequest(scope, key, fingerprint, false); err != nil {
+		return Result{}, err
+	}
+	sql = strings.TrimRight(strings.TrimSpace(sql), "; \t\n")
+	if sql == "" {
+		return Result{}, invalid("sql is empty")
+	}
+	if fingerprint == nil {
+		fingerprint = []byte{}
+	}
+	var res Result
+	err := s.policy.Retry(ctx, func(ctx context.Context, _ int) error {
+		var err error
+		res, err = s.execOnce(ctx, scope, key, fingerprint, sql, args)
+		return err
+	}, retryable, nil)
+	var exhausted *backoff.ExhaustedError
+	if errors.As(err, &exhausted) {
+		return Result{}, fmt.Errorf("idempotency: key %q: %w", key, err)
+	}
+	return res, err
+}
+
+// execOnce is one attempt of Exec: a read of the key's record, which
+// answers a replay by itself, and only when there is no live record, the
+// statement.
+func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, sql string, args []any) (Result, error) {
+	if res, err := s.replay(ctx, scope, key, fp); !errors.Is(err, ErrNotFound) {
+		return res, err
+	}
+	var bound any // lock_timeout for the statement, in ms; nil keeps the connection's
+	wait := s.waitFor(ctx)
+	if wait > 0 {
+		bound = strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
+	}
+	n := len(args)
+	stmt := strings.ReplaceAll(fmt.Sprintf(execSQL, sql, n+1, n+2, n+3, n+4, n+5), "{{table}}", s.table)
+	rec := Record{Scope: scope, Key: key, Fingerprint: fp}
+	err := s.db.QueryRow(ctx, stmt, append(slices.Clip(args), bound, scope, key, fp, s.retention.Microseconds())...).
+		Scan(&rec.CreatedAt, &rec.ExpiresAt, &rec.Body, &rec.Terminal, nil)
+	switch {
+	case err == nil:
+		return Result{Record: rec}, nil
+	case errors.Is(commitError(key, err), ErrAmbiguousCommit):
+		return Result{}, commitError(key, err)
+	}
+	// Rolled back. If a record stands in the way now, it is the answer.
+	if res, rerr := s.replay(ctx, scope, key, fp); !errors.Is(rerr, ErrNotFound) {
+		return res, rerr
+	}
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "55P03":
+		return Result{}, claimError(key, wait, err)
+	case errors.As(err, &pgErr) && strings.Contains(pgErr.Message, keyInUse):
+		return Result{}, errVanished // the record it met expired or was reaped since
+	}
+	return Result{}, fmt.Errorf("idempotency: exec %q: %w", key, err)
+}
+
+// replay returns the live record of (scope, key) as replayOf does, or
+// ErrNotFound.
+func (s *Store) replay(ctx context.Context, scope, key string, fp []byte) (Result, error) {
+	rec, err := s.get(ctx, scope, key)
+	if err != nil {
+		return Result{}, err
+	}
+	return s.replayOf(rec, fp)
+}
+
+// replayOf answers a request with fingerprint fp from a live record: a
+// replay, or a *MismatchError if the fingerprints differ.
+func (s *Store) replayOf(rec Record, fp []byte) (Result, error) {
+	if !bytes.Equal(rec.Fingerprint, fp) {
+		return Result{}, &MismatchError{Fingerprint: fp, Stored: rec}
+	}
+	return Result{Record: rec, Replayed: true}, nil
+}

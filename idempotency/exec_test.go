@@ -1,0 +1,232 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nolock/nolock/idempotency"
+)
+
+// debitSQL is the seed's debit as one statement; its RETURNING row is the
+// stored result, and no row (insufficient funds) a terminal outcome.
+const debitSQL = `UPDATE wallets SET balance = balance - $2 WHERE account = $1 AND balance >= $2 RETURNING balance`
+
+// execPay debits alice through Exec under key, fingerprinted by the amount.
+func (b *bed) execPay(ctx context.Context, key string, amount int64) (idempotency.Result, error) {
+	return b.store.Exec(ctx, "alice", key, fingerprint("alice", key, amount), debitSQL, "alice", amount)
+}
+
+func TestExecRunsOnceThenReplays(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	res, err := b.execPay(ctx, "pay-1", 500)
+	want := fmt.Sprintf(`[{"balance":%d}]`, initial-500)
+	if err != nil || res.Replayed || res.Terminal || string(res.Body) != want {
+		t.Fatalf("first Exec: %+v, %v; want a fresh run with body %s", res, err, want)
+	}
+	again, err := b.execPay(ctx, "pay-1", 500)
+	if err != nil || !again.Replayed || string(again.Body) != want || !again.CreatedAt.Equal(res.CreatedAt) {
+		t.Fatalf("retry: %+v, %v; want a replay of %+v", again, err, res)
+	}
+	_, err = b.execPay(ctx, "pay-1", 700)
+	var mm *idempotency.MismatchError
+	if !errors.As(err, &mm) || string(mm.Stored.Body) != want {
+		t.Fatalf("same key, other amount: %v; want a MismatchError carrying %s", err, want)
+	}
+	if got := b.balance("alice"); got != initial-500 {
+		t.Fatalf("balance %d, want %d: one debit", got, initial-500)
+	}
+}
+
+func TestExecNoRowIsTerminal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	for i, wantReplay := range []bool{false, true} {
+		res, err := b.execPay(ctx, "too-much", initial+1)
+		if err != nil || res.Replayed != wantReplay || !res.Terminal || string(res.Body) != "[]" {
+			t.Fatalf("call %d: %+v, %v; want Terminal with body [] (replayed: %v)", i, res, err, wantReplay)
+		}
+	}
+	if got := b.balance("alice"); got != initial {
+		t.Fatalf("balance %d after a refused debit, want %d", got, initial)
+	}
+}
+
+// The statement's own error rolls back everything: no effect, no record,
+// and the key is free for a retry.
+func TestExecStatementErrorStoresNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	_, err := b.store.Exec(ctx, "alice", "pay-1", nil, `UPDATE wallets SET balance = balance - $1 WHERE account = 'alice' RETURNING balance`, initial+1)
+	if err == nil || errors.Is(err, idempotency.ErrAmbiguousCommit) {
+		t.Fatalf("a debit below zero: %v, want the check violation", err)
+	}
+	if _, err := b.store.Get(ctx, "alice", "pay-1"); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Fatalf("record after a failed statement: %v, want ErrNotFound", err)
+	}
+	if res, err := b.store.Exec(ctx, "alice", "pay-1", nil, debitSQL, "alice", 1); err != nil || res.Replayed {
+		t.Fatalf("retry with the same key: %+v, %v; want a fresh run", res, err)
+	}
+	if got := b.balance("alice"); got != initial-1 {
+		t.Fatalf("balance %d, want %d", got, initial-1)
+	}
+}
+
+// Many clients send each of a few payments several times at once: each
+// payment debits exactly once, every other call is a replay of it.
+func TestExecConcurrentDuplicatesTakeEffectOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	const payments, copies = 8, 6
+	var fresh, replays atomic.Int64
+	var wg sync.WaitGroup
+	for c := 0; c < copies; c++ {
+		for p := 0; p < payments; p++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := b.execPay(ctx, fmt.Sprint("pay-", p), 10)
+				switch {
+				case err != nil:
+					t.Error(err)
+				case res.Replayed:
+					replays.Add(1)
+				default:
+					fresh.Add(1)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if fresh.Load() != payments || replays.Load() != payments*(copies-1) {
+		t.Fatalf("%d fresh runs and %d replays, want %d and %d", fresh.Load(), replays.Load(), payments, payments*(copies-1))
+	}
+	if got := b.balance("alice"); got != initial-payments*10 {
+		t.Fatalf("balance %d, want %d", got, initial-payments*10)
+	}
+}
+
+// A duplicate of a request still in its transaction waits for it, bounded
+// by WithWait; once it commits, Exec replays its result.
+func TestExecWaitsForInFlightDuplicate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t, idempotency.WithWait(300*time.Millisecond))
+	release, first := b.holdFirst(ctx) // Do holds pay-1 for 500, uncommitted
+	start := time.Now()
+	_, err := b.store.Exec(ctx, "alice", "pay-1", fingerprint("alice", "pay-1", 500), debitSQL, "alice", 500)
+	if took := time.Since(start); !errors.Is(err, idempotency.ErrInProgress) || took < 200*time.Millisecond {
+		t.Fatalf("duplicate of a request in flight: %v after %v, want ErrInProgress after about 300ms", err, took)
+	}
+	got := make(chan error, 1)
+	go func() {
+		res, err := b.store.Exec(ctx, "alice", "pay-1", fingerprint("alice", "pay-1", 500), debitSQL, "alice", 500)
+		if err == nil && (!res.Replayed || string(res.Body) != "paid pay-1 500") {
+			err = fmt.Errorf("got %+v, want a replay of the first's result", res)
+		}
+		got <- err
+	}()
+	b.waitBlocked(1)
+	release(nil)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	b.check(1, initial-500) // one debit: the first's
+}
+
+func TestExecExpiredRecordIsTakenOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t, idempotency.WithRetention(50*time.Millisecond))
+	if _, err := b.execPay(ctx, "pay-1", 10); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	res, err := b.execPay(ctx, "pay-1", 10)
+	if err != nil || res.Replayed {
+		t.Fatalf("Exec on an expired key: %+v, %v; want a fresh run", res, err)
+	}
+	if got := b.balance("alice"); got != initial-20 {
+		t.Fatalf("balance %d, want %d: the expired key counts as unused", got, initial-20)
+	}
+}
+
+// Fault: the backend is terminated while the statement waits on the
+// wallet's row lock. The caller gets ErrAmbiguousCommit; nothing
+// committed, and a retry with the same key debits exactly once.
+func TestExecKilledStatementConvergesToOneEffect(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM wallets WHERE account = 'alice' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := b.execPay(ctx, "pay-1", 500); done <- err }()
+	b.waitBlocked(1)
+	mustExec(t, b.pool, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE application_name = $1 AND wait_event_type = 'Lock'`, b.schema)
+	if err := <-done; !errors.Is(err, idempotency.ErrAmbiguousCommit) {
+		t.Fatalf("Exec whose backend died: %v, want ErrAmbiguousCommit", err)
+	}
+	tx.Rollback(ctx)
+	for i, wantReplay := range []bool{false, true} {
+		res, err := b.execPay(ctx, "pay-1", 500)
+		if err != nil || res.Replayed != wantReplay {
+			t.Fatalf("retry %d: %+v, %v; want replayed %v", i, res, err, wantReplay)
+		}
+	}
+	if got := b.balance("alice"); got != initial-500 {
+		t.Fatalf("balance %d, want %d: exactly one debit", got, initial-500)
+	}
+}
+
+// A replay does not run the statement: it neither changes the wallet nor
+// waits for the wallet's row lock, held here by another transaction.
+func TestExecReplayTakesNoLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t, idempotency.WithWait(0)) // a wait would last until ctx's deadline
+	first, err := b.execPay(ctx, "pay-1", 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM wallets WHERE account = 'alice' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := b.execPay(cctx, "pay-1", 500)
+	if err != nil || !res.Replayed || string(res.Body) != string(first.Body) {
+		t.Fatalf("replay while the wallet is locked: %+v, %v; want a replay of %s", res, err, first.Body)
+	}
+	if _, err := b.execPay(cctx, "pay-1", 900); !errors.Is(err, idempotency.ErrMismatch) {
+		t.Fatalf("mismatch while the wallet is locked: %v, want ErrMismatch", err)
+	}
+	tx.Rollback(ctx)
+	if got := b.balance("alice"); got != initial-500 {
+		t.Fatalf("balance %d, want %d: the replays ran no debit", got, initial-500)
+	}
+}

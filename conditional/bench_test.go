@@ -2,8 +2,12 @@ package conditional_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -116,5 +120,67 @@ func mustExec(b testing.TB, pool *pgxpool.Pool, sql string) {
 	b.Helper()
 	if _, err := pool.Exec(context.Background(), sql); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// BenchmarkStockSellOut sells a whole stock of 2,000 units over 64 buckets
+// to 64 clients buying one unit at a time until it is gone, with and
+// without the endgame (WithEndgame(500)), and reports units/s over the
+// whole sale, the end included: that is where random buckets are mostly
+// empty and takes go across buckets.
+func BenchmarkStockSellOut(b *testing.B) {
+	ctx := context.Background()
+	pool, _ := testenv.PostgresSchema(b, 80)
+	for _, sc := range []struct {
+		name string
+		opts []conditional.StockOption
+	}{
+		{"buckets=64", []conditional.StockOption{conditional.WithBuckets(64)}},
+		{"buckets=64+endgame", []conditional.StockOption{conditional.WithBuckets(64), conditional.WithEndgame(500)}},
+	} {
+		b.Run(sc.name, func(b *testing.B) {
+			s, err := conditional.NewStock(pool, append(sc.opts, conditional.WithStockTable("sellout"))...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.CreateSchema(ctx); err != nil {
+				b.Fatal(err)
+			}
+			const units, clients = 2000, 64
+			var took time.Duration
+			for i := 0; i < b.N; i++ {
+				key := fmt.Sprintf("%s-%d", sc.name, i)
+				if err := s.Put(ctx, key, units); err != nil {
+					b.Fatal(err)
+				}
+				var sold atomic.Int64
+				var wg sync.WaitGroup
+				start := time.Now()
+				for c := 0; c < clients; c++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for {
+							err := s.Take(ctx, key, 1)
+							if errors.Is(err, conditional.ErrSoldOut) {
+								return
+							}
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							sold.Add(1)
+						}
+					}()
+				}
+				wg.Wait()
+				took += time.Since(start)
+				if sold.Load() != units {
+					b.Fatalf("sold %d of %d", sold.Load(), units)
+				}
+			}
+			b.ReportMetric(float64(units*b.N)/took.Seconds(), "units/s")
+		})
 	}
 }

@@ -40,6 +40,10 @@ type Stock struct {
 	soldOutTTL time.Duration
 	now        func() time.Time
 
+	endgame  int64               // gather a key's buckets into bucket 0 at this many units or fewer; 0: never
+	gathered map[string]struct{} // keys this process saw gathered: their takes go to bucket 0
+	gatherMu sync.Mutex
+
 	adds *combine.Combiner[bucketKey, int64, struct{}]
 
 	schemaSQL, batchSQL, takeSQL, addSQL, qtySQL, acrossSQL, acrossUpdateSQL, availableSQL, putSQL, openSQL string
@@ -104,6 +108,7 @@ type stockConfig struct {
 	keyArg     string // what errors call a key: "key", or "account"
 	amountArg  string // what errors call a quantity: "n", or "amount"
 	buckets    int
+	endgame    int64
 	coalesce   bool
 	maxBatch   int
 	timeout    time.Duration
@@ -120,6 +125,15 @@ func WithStockTable(name string) StockOption { return func(c *stockConfig) { c.t
 // several processes write one hot key; within one process coalescing is
 // usually enough. Measure before choosing.
 func WithBuckets(n int) StockOption { return func(c *stockConfig) { c.buckets = n } }
+
+// WithEndgame gathers a key's units into its first bucket once a take
+// across buckets finds at most units left (default 0: never). From then on
+// this process sends the key's takes to that bucket, where they coalesce,
+// instead of to random buckets that are mostly empty and each send the
+// take across all buckets; other processes follow when their own take
+// across buckets finds the key gathered. Put spreads the units out again.
+// Only with WithBuckets.
+func WithEndgame(units int64) StockOption { return func(c *stockConfig) { c.endgame = units } }
 
 // WithCoalescing turns coalescing of concurrent takes of one key on (the
 // default) or off. Off, the Stock still admits only one statement per key
@@ -167,6 +181,10 @@ func newStock(db DB, cfg stockConfig, opts []StockOption) (*Stock, error) {
 		return nil, invalid("statement timeout %v is not positive", cfg.timeout)
 	case cfg.soldOutTTL < 0:
 		return nil, invalid("sold-out cache %v is negative", cfg.soldOutTTL)
+	case cfg.endgame < 0:
+		return nil, invalid("endgame %d is negative", cfg.endgame)
+	case cfg.endgame > 0 && cfg.buckets == 1:
+		return nil, invalid("endgame needs buckets > 1")
 	}
 	if !cfg.coalesce {
 		cfg.maxBatch = 1
@@ -176,6 +194,7 @@ func newStock(db DB, cfg stockConfig, opts []StockOption) (*Stock, error) {
 	s := &Stock{
 		db: db, table: t, buckets: cfg.buckets, rand: rand.IntN, keyArg: cfg.keyArg, amountArg: cfg.amountArg,
 		soldOut: map[string]time.Time{}, soldOutTTL: cfg.soldOutTTL, now: time.Now,
+		endgame: cfg.endgame, gathered: map[string]struct{}{},
 		schemaSQL: sql(stockSQL), batchSQL: sql(batchSQL), takeSQL: sql(takeSQL), addSQL: sql(addSQL),
 		qtySQL: sql(qtySQL), acrossSQL: sql(acrossSQL), acrossUpdateSQL: sql(acrossUpdateSQL),
 		availableSQL: sql(availableSQL), putSQL: sql(putSQL), openSQL: sql(openSQL),
@@ -219,7 +238,7 @@ func (s *Stock) take(ctx context.Context, tx DB, key string, n int64) error {
 		return ErrSoldOut
 	}
 	b := 0
-	if s.buckets > 1 {
+	if s.buckets > 1 && !s.isGathered(key) {
 		b = s.rand(s.buckets)
 	}
 	var err error
@@ -365,10 +384,18 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, key string, n int64) erro
 	case total < n:
 		return ErrSoldOut
 	}
-	// Take from the fullest buckets first, leaving the rest to single-bucket takes.
 	var newBuckets []int
 	var newQty []int64
-	for rest := n; rest > 0; {
+	gather := s.endgame > 0 && total <= s.endgame
+	if gather {
+		// Endgame: everything left goes to the first bucket, where this
+		// process's later takes of the key coalesce.
+		newBuckets, newQty = bucket, make([]int64, len(bucket))
+		newQty[0] = total - n
+	}
+	// Otherwise take from the fullest buckets first, leaving the rest to
+	// single-bucket takes.
+	for rest := n; rest > 0 && !gather; {
 		best := 0
 		for i := range qty {
 			if qty[i] > qty[best] {
@@ -386,6 +413,9 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, key string, n int64) erro
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("conditional: take %q across buckets: %w", key, classifyOn(db, err))
+	}
+	if gather {
+		s.setGathered(key, true)
 	}
 	return nil
 }
@@ -446,6 +476,7 @@ func (s *Stock) put(ctx context.Context, key string, n int64) error {
 		return fmt.Errorf("conditional: put %q: %w", key, classify(err))
 	}
 	s.clearSoldOut(key)
+	s.setGathered(key, false)
 	return nil
 }
 
@@ -520,4 +551,27 @@ func (s *Stock) markSoldOut(key string) {
 	s.soldOutMu.Lock()
 	s.soldOut[key] = s.now()
 	s.soldOutMu.Unlock()
+}
+
+func (s *Stock) isGathered(key string) bool {
+	if s.endgame == 0 {
+		return false
+	}
+	s.gatherMu.Lock()
+	defer s.gatherMu.Unlock()
+	_, ok := s.gathered[key]
+	return ok
+}
+
+func (s *Stock) setGathered(key string, on bool) {
+	if s.endgame == 0 {
+		return
+	}
+	s.gatherMu.Lock()
+	defer s.gatherMu.Unlock()
+	if on {
+		s.gathered[key] = struct{}{}
+	} else {
+		delete(s.gathered, key)
+	}
 }

@@ -437,3 +437,77 @@ func TestStockBatchGrantsFirstFitInArrivalOrder(t *testing.T) {
 		t.Fatalf("available %d after taking 8+1+1 of 10, want 0", n)
 	}
 }
+
+// The endgame gathers a key's last units into its first bucket, and later
+// takes go there, whatever bucket they would have drawn.
+func TestStockEndgameGathersTheLastUnits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	s := newStock(t, pool, conditional.WithBuckets(16), conditional.WithEndgame(200))
+	if err := s.Put(ctx, "sku", 160); err != nil { // 10 per bucket
+		t.Fatal(err)
+	}
+	buckets := func() []int64 {
+		t.Helper()
+		rows, err := pool.Query(ctx, `SELECT qty FROM nolock_stock WHERE key = 'sku' ORDER BY bucket`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var q []int64
+		for rows.Next() {
+			var n int64
+			if err := rows.Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			q = append(q, n)
+		}
+		return q
+	}
+	// 11 units: more than any bucket holds, so the take goes across
+	// buckets, finds 160 <= 200 left, and gathers them.
+	if err := s.Take(ctx, "sku", 11); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if err := s.Take(ctx, "sku", 1); err != nil {
+			t.Fatalf("take %d after gathering: %v", i, err)
+		}
+	}
+	q := buckets()
+	if q[0] != 160-11-20 {
+		t.Fatalf("first bucket holds %d after gathering and 20 takes, want %d (buckets %v)", q[0], 160-11-20, q)
+	}
+	for b, n := range q[1:] {
+		if n != 0 {
+			t.Fatalf("bucket %d holds %d after gathering, want 0 (buckets %v)", b+1, n, q)
+		}
+	}
+	for _, bad := range []conditional.StockOption{conditional.WithEndgame(-1)} {
+		if _, err := conditional.NewStock(pool, conditional.WithBuckets(4), bad); !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), "endgame") {
+			t.Fatalf("negative endgame: %v, want ErrInvalid naming endgame", err)
+		}
+	}
+	if _, err := conditional.NewStock(pool, conditional.WithEndgame(10)); !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), "buckets") {
+		t.Fatalf("endgame without buckets: %v, want ErrInvalid naming buckets", err)
+	}
+}
+
+// With the endgame on, concurrent buyers still sell exactly the stock,
+// across several processes (pools).
+func TestStockEndgameSellsExactly(t *testing.T) {
+	t.Parallel()
+	for _, buckets := range []int{4, 16, 64} {
+		t.Run(fmt.Sprintf("buckets=%d", buckets), func(t *testing.T) {
+			t.Parallel()
+			pool, schema := testenv.PostgresSchema(t, 8)
+			stocks := []*conditional.Stock{newStock(t, pool, conditional.WithBuckets(buckets), conditional.WithEndgame(300))}
+			for i := 0; i < 2; i++ {
+				other := testenv.Pool(t, testenv.PostgresDSNFor(t, schema), 8)
+				stocks = append(stocks, newStock(t, other, conditional.WithBuckets(buckets), conditional.WithEndgame(300)))
+			}
+			sellOut(t, stocks, 2000, 36, func(w int) int64 { return []int64{1, 1, 3}[w%3] })
+		})
+	}
+}

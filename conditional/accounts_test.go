@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -238,5 +239,76 @@ func TestAccountsDebitInWithLedgerKey(t *testing.T) {
 	}
 	if got := balance(t, a, "wallet"); got != before {
 		t.Fatalf("balance %d after a rolled-back debit, want %d", got, before)
+	}
+}
+
+// A batch whose amounts add up past int64 is still exact: debits of 2^62
+// queued with a debit of 1 against a balance of 10 are refused, not
+// granted by a wrapped sum; of credits of 2^62 only the one that fits the
+// column lands.
+func TestAccountsBatchPastInt64IsExact(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	a, err := conditional.NewAccounts(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if err := a.CreateSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Open(ctx, "acct", 10); err != nil {
+		t.Fatal(err)
+	}
+	// queue runs op on amounts behind a transaction holding the row, so
+	// they go out as one batch once it ends, and returns their errors.
+	queue := func(op func(context.Context, string, int64) error, amounts ...int64) []error {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM nolock_accounts WHERE key = 'acct' FOR UPDATE`); err != nil {
+			t.Fatal(err)
+		}
+		first := make(chan error, 1)
+		go func() { first <- op(ctx, "acct", 1) }() // a batch of one, blocked
+		time.Sleep(100 * time.Millisecond)
+		out := make([]chan error, len(amounts))
+		for i, n := range amounts {
+			out[i] = make(chan error, 1)
+			go func() { out[i] <- op(ctx, "acct", n) }()
+			time.Sleep(30 * time.Millisecond) // keep arrival order
+		}
+		tx.Rollback(ctx)
+		errs := []error{<-first}
+		for _, c := range out {
+			errs = append(errs, <-c)
+		}
+		return errs
+	}
+	const huge = int64(1) << 62
+	errs := queue(a.Debit, 1, huge, huge, huge)
+	for i, want := range []error{nil, nil, conditional.ErrInsufficient, conditional.ErrInsufficient, conditional.ErrInsufficient} {
+		if (want == nil) != (errs[i] == nil) || want != nil && !errors.Is(errs[i], want) {
+			t.Errorf("debit %d: %v, want %v", i, errs[i], want)
+		}
+	}
+	if b := balance(t, a, "acct"); b != 8 {
+		t.Fatalf("balance %d after debits of 1 and 1 (and three refused of 2^62), want 8", b)
+	}
+	errs = queue(a.Credit, huge, huge, huge)
+	landed := 0
+	for _, err := range errs[1:] {
+		if err == nil {
+			landed++
+		}
+	}
+	if errs[0] != nil || landed != 1 {
+		t.Fatalf("credits: %v; want the credit of 1 and exactly one of 2^62 to land", errs)
+	}
+	if b := balance(t, a, "acct"); b != 9+huge {
+		t.Fatalf("balance %d, want %d", b, 9+huge)
 	}
 }

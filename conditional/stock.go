@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -130,9 +131,12 @@ func WithBuckets(n int) StockOption { return func(c *stockConfig) { c.buckets = 
 // across buckets finds at most units left (default 0: never). From then on
 // this process sends the key's takes to that bucket, where they coalesce,
 // instead of to random buckets that are mostly empty and each send the
-// take across all buckets; other processes follow when their own take
-// across buckets finds the key gathered. Put spreads the units out again.
-// Only with WithBuckets.
+// take across all buckets. The routing is this process's: another process
+// follows when its own take across buckets finds at most its own endgame
+// left (it needs WithEndgame too). A restock (Put, or a credit, in this
+// process; any restock that a later take across buckets sees) sends takes
+// to random buckets again; Put spreads only the units it adds. Only with
+// WithBuckets.
 func WithEndgame(units int64) StockOption { return func(c *stockConfig) { c.endgame = units } }
 
 // WithCoalescing turns coalescing of concurrent takes of one key on (the
@@ -272,21 +276,20 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 		return s.runOne(ctx, s.db, k, reqs[0])
 	}
 	// While the stock covers the whole batch (all of a sale but its end),
-	// the plain decrement by the batch's sum grants every request.
-	var sum int64
-	for _, n := range reqs {
-		sum += n
-	}
-	tag, err := s.db.Exec(ctx, s.takeSQL, k.key, k.bucket, sum)
-	if err != nil {
-		return nil, fmt.Errorf("conditional: take %q: %w", k.key, classify(err))
-	}
-	if tag.RowsAffected() == 1 {
-		return make([]error, len(reqs)), nil
+	// the plain decrement by the batch's sum grants every request. A sum
+	// past int64 cannot be covered: the first-fit statement sorts it out.
+	if sum, ok := sumOf(reqs); ok {
+		tag, err := s.db.Exec(ctx, s.takeSQL, k.key, k.bucket, sum)
+		if err != nil {
+			return nil, fmt.Errorf("conditional: take %q: %w", k.key, classify(err))
+		}
+		if tag.RowsAffected() == 1 {
+			return make([]error, len(reqs)), nil
+		}
 	}
 	var before int64
 	var granted []bool
-	err = s.db.QueryRow(ctx, s.batchSQL, k.key, k.bucket, reqs).Scan(&before, &granted)
+	err := s.db.QueryRow(ctx, s.batchSQL, k.key, k.bucket, reqs).Scan(&before, &granted)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrUnknownKey
 	}
@@ -380,6 +383,7 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, key string, n int64) erro
 		return ErrUnknownKey
 	case total == 0:
 		s.markSoldOut(key)
+		s.setGathered(key, false)
 		return ErrSoldOut
 	case total < n:
 		return ErrSoldOut
@@ -390,8 +394,15 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, key string, n int64) erro
 	if gather {
 		// Endgame: everything left goes to the first bucket, where this
 		// process's later takes of the key coalesce.
-		newBuckets, newQty = bucket, make([]int64, len(bucket))
-		newQty[0] = total - n
+		for i := range bucket {
+			want := int64(0)
+			if i == 0 {
+				want = total - n
+			}
+			if qty[i] != want {
+				newBuckets, newQty = append(newBuckets, bucket[i]), append(newQty, want)
+			}
+		}
 	}
 	// Otherwise take from the fullest buckets first, leaving the rest to
 	// single-bucket takes.
@@ -414,20 +425,34 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, key string, n int64) erro
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("conditional: take %q across buckets: %w", key, classifyOn(db, err))
 	}
-	if gather {
-		s.setGathered(key, true)
-	}
+	s.setGathered(key, gather) // a restock elsewhere ends an endgame seen here
 	return nil
 }
 
 // runAdd is the add combiner's statement: one unconditional increment of
 // one bucket by the sum of a batch.
 func (s *Stock) runAdd(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
-	var sum int64
+	if sum, ok := sumOf(reqs); ok {
+		return make([]error, len(reqs)), s.addOne(ctx, s.db, k, sum)
+	}
+	// The sum is past int64: one statement per request, so each gets its
+	// own answer (those that overflow the column fail alone).
+	errs := make([]error, len(reqs))
+	for i, n := range reqs {
+		errs[i] = s.addOne(ctx, s.db, k, n)
+	}
+	return errs, nil
+}
+
+// sumOf adds up positive amounts; ok is false if the sum overflows int64.
+func sumOf(reqs []int64) (sum int64, ok bool) {
 	for _, n := range reqs {
+		if n > math.MaxInt64-sum {
+			return 0, false
+		}
 		sum += n
 	}
-	return make([]error, len(reqs)), s.addOne(ctx, s.db, k, sum)
+	return sum, true
 }
 
 // addOne adds n to an existing bucket of key.
@@ -457,6 +482,7 @@ func (s *Stock) add(ctx context.Context, tx DB, key string, n int64) error {
 	_, err := s.adds.Do(ctx, k, n)
 	if err == nil {
 		s.clearSoldOut(key)
+		s.setGathered(key, false)
 	}
 	return err
 }

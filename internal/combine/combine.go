@@ -17,6 +17,7 @@ package combine
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +70,11 @@ func New[K comparable, Req, Res any](max int, timeout time.Duration, errClosed e
 // request is sent, Do withdraws it and returns ctx.Err(); once sent, it
 // waits for the operation's outcome (bounded by the Combiner's timeout), so
 // a caller never gives up on a request that then succeeds.
+//
+// The first request for an idle key runs the operation in Do's own
+// goroutine (no goroutine switch when there is no contention); a panic in
+// the operation then reaches that caller, after the batch's other callers
+// have been answered with an error and the key handed on.
 func (c *Combiner[K, Req, Res]) Do(ctx context.Context, key K, req Req) (Res, error) {
 	var zero Res
 	if err := ctx.Err(); err != nil {
@@ -115,15 +121,9 @@ func (c *Combiner[K, Req, Res]) drain(key K, own *call[Req, Res]) {
 		batch, reqs = batch[:0], reqs[:0]
 		c.mu.Lock()
 		q := c.queues[key]
-		if len(q) == 0 {
-			delete(c.queues, key)
+		if len(q) == 0 || own != nil && own.state.Load() == answered {
 			c.mu.Unlock()
-			c.wg.Done()
-			return
-		}
-		if own != nil && own.state.Load() == answered {
-			c.mu.Unlock()
-			go c.drain(key, nil) // inherits this drainer's wg count
+			c.release(key)
 			return
 		}
 		i := 0
@@ -135,23 +135,62 @@ func (c *Combiner[K, Req, Res]) drain(key K, own *call[Req, Res]) {
 		}
 		c.queues[key] = q[i:]
 		c.mu.Unlock()
-		if len(batch) == 0 {
-			continue
+		if len(batch) > 0 {
+			c.operate(key, batch, reqs)
 		}
+	}
+}
 
-		ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-		res, errs, err := c.run(ctx, key, reqs)
-		cancel()
-		for j, cl := range batch {
-			if err != nil {
-				cl.err = err
-			} else {
-				cl.res, cl.err = res[j], errs[j]
-			}
+// operate runs one operation and answers each caller of its batch. If the
+// operation panics (or exits its goroutine), every caller of the batch
+// gets an error, the key goes to a new drainer, and the panic goes on up
+// this goroutine: the inline caller's, or a drainer goroutine's.
+func (c *Combiner[K, Req, Res]) operate(key K, batch []*call[Req, Res], reqs []Req) {
+	done := false
+	defer func() {
+		if done {
+			return
+		}
+		p := recover()
+		err := fmt.Errorf("combine: the operation panicked: %v", p)
+		for _, cl := range batch {
+			cl.err = err
 			cl.state.Store(answered)
 			close(cl.done)
 		}
+		c.release(key)
+		if p != nil {
+			panic(p)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	res, errs, err := c.run(ctx, key, reqs)
+	cancel()
+	for j, cl := range batch {
+		if err != nil {
+			cl.err = err
+		} else {
+			cl.res, cl.err = res[j], errs[j]
+		}
+		cl.state.Store(answered)
+		close(cl.done)
 	}
+	done = true
+}
+
+// release ends a drainer: a new drainer goroutine takes over key's queue
+// (inheriting the drainer's WaitGroup count), or, if the queue is empty,
+// the key goes idle.
+func (c *Combiner[K, Req, Res]) release(key K) {
+	c.mu.Lock()
+	if len(c.queues[key]) > 0 {
+		c.mu.Unlock()
+		go c.drain(key, nil)
+		return
+	}
+	delete(c.queues, key)
+	c.mu.Unlock()
+	c.wg.Done()
 }
 
 // Close fails every request not yet sent with errClosed and waits for the

@@ -144,3 +144,52 @@ func TestBatchErrorFailsEveryRequestOfTheBatch(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A panicking operation run inline reaches its caller; the requests queued
+// behind it are still served, and the Combiner still closes.
+func TestPanicReachesTheInlineCallerAndTheKeyGoesOn(t *testing.T) {
+	g := newGate()
+	run := func(ctx context.Context, key string, reqs []int) ([]string, []error, error) {
+		if slices.Contains(reqs, -1) {
+			g.started <- struct{}{}
+			<-g.release
+			panic("boom")
+		}
+		return g.run(ctx, key, reqs)
+	}
+	c := New(4, time.Second, errClosed, run)
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		c.Do(context.Background(), "k", -1)
+	}()
+	<-g.started
+	queued := make(chan error, 1)
+	go func() {
+		r, err := c.Do(context.Background(), "k", 5)
+		if err == nil && r != "k:5" {
+			err = fmt.Errorf("got %q", r)
+		}
+		queued <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	g.release <- struct{}{} // the panicking batch
+	if p := <-panicked; p != "boom" {
+		t.Fatalf("the inline caller recovered %v, want the operation's panic", p)
+	}
+	<-g.started // the queued request's batch, on a new drainer
+	close(g.release)
+	if err := <-queued; err != nil {
+		t.Fatalf("request queued behind the panic: %v", err)
+	}
+	if r, err := c.Do(context.Background(), "k", 6); err != nil || r != "k:6" {
+		t.Fatalf("after the panic: %q, %v", r, err)
+	}
+	closed := make(chan struct{})
+	go func() { c.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close hung after a panic")
+	}
+}

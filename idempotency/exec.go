@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/backoff"
@@ -34,7 +35,8 @@ import (
 //     time only: it applies to a CASE, not to a constant the planner folds.
 const execSQL = `WITH nolock_bound AS MATERIALIZED (
   SELECT set_config('lock_timeout', coalesce($%[2]d, current_setting('lock_timeout')), true) AS lock_timeout),
-nolock_effect AS (%[1]s),
+nolock_effect AS (%[1]s
+),
 nolock_record AS (
   INSERT INTO {{table}} AS t (scope, key, fingerprint, result, terminal, expires_at)
   SELECT $%[3]d, $%[4]d, $%[5]d, convert_to(coalesce(r.rows, '[]'), 'UTF8'), r.rows IS NULL,
@@ -70,13 +72,18 @@ const keyInUse = "nolock: idempotency key in use"
 //     other's record; if it rolls back, Exec's effect and record commit.
 //   - Every lock wait of the statement, for the key or for the effect's
 //     rows, is bounded by WithWait (shortened by ctx's deadline); when it
-//     runs out, Exec returns ErrInProgress and nothing was written.
+//     runs out, Exec returns ErrInProgress (the text says which locks it
+//     may have been) and nothing was written. Exec takes the effect's
+//     locks before the key's, Do the key's first: the two on one key with
+//     overlapping rows can deadlock, which the server breaks after its
+//     deadlock_timeout, and the loser's attempt is retried (WithAttempts).
 //   - An error of the statement itself rolls everything back and is
 //     returned; ErrAmbiguousCommit means the connection failed after the
 //     statement was sent: call Exec again with the same key.
 //
 // The statement runs inside a WITH clause, so it must not itself contain
-// a data-modifying WITH, and $1 to $len(args) are its own parameters. Use
+// a data-modifying WITH, and $1 to $len(args) are its own parameters, so
+// args must be positional (not pgx.NamedArgs or a query option). Use
 // Do when the effect needs more than one statement or a decision in Go.
 func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte, sql string, args ...any) (Result, error) {
 	if err := validRequest(scope, key, fingerprint, false); err != nil {
@@ -85,6 +92,12 @@ func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte,
 	sql = strings.TrimRight(strings.TrimSpace(sql), "; \t\n")
 	if sql == "" {
 		return Result{}, invalid("sql is empty")
+	}
+	if len(args) > 0 {
+		switch args[0].(type) {
+		case pgx.NamedArgs, pgx.StrictNamedArgs, pgx.QueryExecMode, pgx.QueryRewriter:
+			return Result{}, invalid("args[0] is a %T: Exec numbers its own parameters after the statement's, so pass plain positional arguments", args[0])
+		}
 	}
 	if fingerprint == nil {
 		fingerprint = []byte{}
@@ -115,7 +128,7 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, sql 
 		bound = strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
 	}
 	n := len(args)
-	stmt := strings.ReplaceAll(fmt.Sprintf(execSQL, sql, n+1, n+2, n+3, n+4, n+5), "{{table}}", s.table)
+	stmt := fmt.Sprintf(s.execSQL, sql, n+1, n+2, n+3, n+4, n+5)
 	rec := Record{Scope: scope, Key: key, Fingerprint: fp}
 	err := s.db.QueryRow(ctx, stmt, append(slices.Clip(args), bound, scope, key, fp, s.retention.Microseconds())...).
 		Scan(&rec.CreatedAt, &rec.ExpiresAt, &rec.Body, &rec.Terminal, nil)
@@ -132,9 +145,12 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, sql 
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "55P03":
-		return Result{}, claimError(key, wait, err)
-	case errors.As(err, &pgErr) && strings.Contains(pgErr.Message, keyInUse):
-		return Result{}, errVanished // the record it met expired or was reaped since
+		return Result{}, fmt.Errorf("%w: key %q: a lock the statement needed (the key's, held by a request in flight, or one of the effect's rows) was not granted within %v: %w",
+			ErrInProgress, key, wait, err)
+	case errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, keyInUse):
+		// Our own cast (the server has no other way to name the error):
+		// the record it met expired or was reaped since.
+		return Result{}, errVanished
 	}
 	return Result{}, fmt.Errorf("idempotency: exec %q: %w", key, err)
 }

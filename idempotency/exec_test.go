@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/idempotency"
 )
@@ -228,5 +231,21 @@ func TestExecReplayTakesNoLock(t *testing.T) {
 	tx.Rollback(ctx)
 	if got := b.balance("alice"); got != initial-500 {
 		t.Fatalf("balance %d, want %d: the replays ran no debit", got, initial-500)
+	}
+}
+
+// The caller's statement is spliced in as it is: a trailing line comment
+// or the text {{table}} in it changes nothing around it.
+func TestExecStatementTextIsKeptApart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	res, err := b.store.Exec(ctx, "alice", "k1", nil, "SELECT '{{table}}' AS s -- a trailing comment")
+	if err != nil || string(res.Body) != `[{"s":"{{table}}"}]` {
+		t.Fatalf("Exec: %+v, %v; want the text back untouched", res, err)
+	}
+	_, err = b.store.Exec(ctx, "alice", "k2", nil, debitSQL, pgx.NamedArgs{"a": 1})
+	if !errors.Is(err, idempotency.ErrInvalid) || !strings.Contains(err.Error(), "args[0]") {
+		t.Fatalf("Exec with NamedArgs: %v, want ErrInvalid naming args[0]", err)
 	}
 }

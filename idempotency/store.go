@@ -52,8 +52,11 @@ type Store struct {
 	wait      time.Duration
 	policy    backoff.Policy
 
-	table                                                                 string // quoted
 	schemaSQL, claimSQL, readSQL, getSQL, takeoverSQL, recordSQL, reapSQL string
+
+	// execSQL is a format: Exec puts the caller's statement and its
+	// parameters' count in.
+	execSQL string
 }
 
 // Defaults for New.
@@ -220,7 +223,8 @@ func New(db DB, opts ...Option) (*Store, error) {
 	sql := strings.NewReplacer("{{table}}", table,
 		"{{expires_index}}", pgx.Identifier{cfg.table + "_expires_at"}.Sanitize()).Replace
 	return &Store{
-		db: db, table: table, retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts},
+		db: db, execSQL: strings.ReplaceAll(execSQL, "{{table}}", strings.ReplaceAll(table, "%", "%%")),
+		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts},
 		schemaSQL: sql(storeSQL), claimSQL: sql(claimSQL), readSQL: sql(readSQL), getSQL: sql(getSQL),
 		takeoverSQL: sql(takeoverSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),
 	}, nil

@@ -235,44 +235,65 @@ var benchScenarios = []benchScenario{
 		}, nil
 	}},
 	{name: "idempotency.Do + DebitIn", setup: func(ctx context.Context, env *benchEnv) (trial, error) {
-		accounts, err := conditional.NewAccounts(env.pool)
-		if err != nil {
-			return trial{}, err
-		}
-		keys, err := idempotency.New(env.pool)
-		if err != nil {
-			accounts.Close()
-			return trial{}, err
-		}
-		account := env.unique("wallet")
-		if err := accounts.Open(ctx, account, benchStock); err != nil {
-			accounts.Close()
-			return trial{}, err
-		}
-		return trial{
-			op: func(ctx context.Context, _ int) error {
+		return idempotentDebit(ctx, env, func(keys *idempotency.Store, accounts *conditional.Accounts, account string) func(context.Context, int) error {
+			return func(ctx context.Context, _ int) error {
 				_, err := keys.Do(ctx, account, env.unique("pay"), nil, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 					return []byte("paid"), accounts.DebitIn(ctx, tx, account, 1)
 				})
 				return err
-			},
-			effect: func(ctx context.Context) (int64, error) {
-				balance, err := accounts.Balance(ctx, account)
-				if err != nil {
-					return 0, err
-				}
-				var records int64
-				if err := env.pool.QueryRow(ctx, `SELECT count(*) FROM nolock_idempotency WHERE scope = $1`, account).Scan(&records); err != nil {
-					return 0, err
-				}
-				if records != benchStock-balance {
-					return 0, fmt.Errorf("%d idempotency records but %d debits", records, benchStock-balance)
-				}
-				return benchStock - balance, nil
-			},
-			done: func() { accounts.Close() },
-		}, nil
+			}
+		})
 	}},
+	{name: "idempotency.Exec debit", setup: func(ctx context.Context, env *benchEnv) (trial, error) {
+		return idempotentDebit(ctx, env, func(keys *idempotency.Store, _ *conditional.Accounts, account string) func(context.Context, int) error {
+			return func(ctx context.Context, _ int) error {
+				res, err := keys.Exec(ctx, account, env.unique("pay"), nil,
+					`UPDATE nolock_accounts SET balance = balance - 1 WHERE key = $1 AND bucket = 0 AND balance >= 1 RETURNING balance`, account)
+				if err == nil && res.Terminal {
+					err = errors.New("debit refused")
+				}
+				return err
+			}
+		})
+	}},
+}
+
+// idempotentDebit is a trial debiting one hot account by 1 per operation
+// under a new idempotency key each time, the operation made by op; its
+// effect checks one idempotency record per debit.
+func idempotentDebit(ctx context.Context, env *benchEnv, op func(*idempotency.Store, *conditional.Accounts, string) func(context.Context, int) error) (trial, error) {
+	accounts, err := conditional.NewAccounts(env.pool)
+	if err != nil {
+		return trial{}, err
+	}
+	keys, err := idempotency.New(env.pool)
+	if err != nil {
+		accounts.Close()
+		return trial{}, err
+	}
+	account := env.unique("wallet")
+	if err := accounts.Open(ctx, account, benchStock); err != nil {
+		accounts.Close()
+		return trial{}, err
+	}
+	return trial{
+		op: op(keys, accounts, account),
+		effect: func(ctx context.Context) (int64, error) {
+			balance, err := accounts.Balance(ctx, account)
+			if err != nil {
+				return 0, err
+			}
+			var records int64
+			if err := env.pool.QueryRow(ctx, `SELECT count(*) FROM nolock_idempotency WHERE scope = $1`, account).Scan(&records); err != nil {
+				return 0, err
+			}
+			if records != benchStock-balance {
+				return 0, fmt.Errorf("%d idempotency records but %d debits", records, benchStock-balance)
+			}
+			return benchStock - balance, nil
+		},
+		done: func() { accounts.Close() },
+	}, nil
 }
 
 // bench runs every scenario at every client count in a fresh schema it

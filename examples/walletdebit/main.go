@@ -1,7 +1,9 @@
 // Command walletdebit shows the seed article's UPI-style wallet debit with
 // idempotency.Store: in one transaction, "UPDATE wallets SET balance =
 // balance - $a WHERE account = $1 AND balance >= $a" and the payment's
-// ledger row, keyed by the payment's idempotency key. Payments arrive
+// ledger row, keyed by the payment's idempotency key (Store.Do). With
+// -via exec the debit is one statement through Store.Exec, and the key's
+// record, written by the same statement, is the payment's ledger row. Payments arrive
 // concurrently, each delivered several times at once (duplicate
 // deliveries), and every delivery retries through timeouts and lost
 // replies (client retries). Some wallets run dry, so some payments are
@@ -13,7 +15,7 @@
 // one none), every delivery of a payment got the same answer, and no
 // balance ever went below zero.
 //
-//	go run ./examples/walletdebit -dsn postgres://… [-wallets 5] [-payments 300] [-deliveries 3]
+//	go run ./examples/walletdebit -dsn postgres://… [-wallets 5] [-payments 300] [-deliveries 3] [-via do|exec]
 //
 // The DSN defaults to $NOLOCK_TEST_POSTGRES (see scripts/services).
 package main
@@ -44,8 +46,9 @@ func main() {
 	payments := flag.Int("payments", 300, "payments")
 	deliveries := flag.Int("deliveries", 3, "concurrent deliveries of each payment")
 	clients := flag.Int("clients", 16, "payments in flight at once")
+	via := flag.String("via", "do", "do: Store.Do with a ledger row; exec: Store.Exec, one statement")
 	flag.Parse()
-	if err := run(context.Background(), *dsn, *wallets, *payments, *deliveries, *clients); err != nil {
+	if err := run(context.Background(), *dsn, *wallets, *payments, *deliveries, *clients, *via); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -79,12 +82,43 @@ func debit(ctx context.Context, tx pgx.Tx, account, payment string, amount int64
 	return []byte("paid"), nil
 }
 
+// debitSQL is the debit as one statement, for Store.Exec: its RETURNING
+// row is the stored answer, and no row (insufficient balance) is stored
+// as a terminal outcome.
+const debitSQL = `UPDATE walletdebit_wallets SET balance = balance - $2 WHERE account = $1 AND balance >= $2 RETURNING balance`
+
+// pay runs one attempt of payment p through the Store, via Do or Exec,
+// and returns its answer: "paid" or "declined".
+func pay(ctx context.Context, store *idempotency.Store, via string, p payment, fp []byte) (idempotency.Result, string, error) {
+	if via == "exec" {
+		res, err := store.Exec(ctx, "", p.id, fp, debitSQL, p.account, p.amount)
+		if res.Terminal {
+			return res, "declined", err
+		}
+		return res, "paid", err
+	}
+	res, err := store.Do(ctx, "", p.id, fp, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		return debit(ctx, tx, p.account, p.id, p.amount)
+	})
+	return res, string(res.Body), err
+}
+
+// ledgerSQL counts the ledger rows of the payments matching a LIKE
+// pattern: with Exec, the key records of paid payments are the ledger.
+var ledgerSQL = map[string]string{
+	"do":   `SELECT count(*) FROM walletdebit_ledger WHERE payment LIKE $1`,
+	"exec": `SELECT count(*) FROM nolock_idempotency WHERE key LIKE $1 AND NOT terminal`,
+}
+
 type payment struct {
 	id, account string
 	amount      int64
 }
 
-func run(ctx context.Context, dsn string, nWallets, nPayments, nDeliveries, nClients int) error {
+func run(ctx context.Context, dsn string, nWallets, nPayments, nDeliveries, nClients int, via string) error {
+	if via != "do" && via != "exec" {
+		return fmt.Errorf("-via %q: want do or exec", via)
+	}
 	if dsn == "" {
 		return errors.New("no -dsn and no NOLOCK_TEST_POSTGRES: run scripts/services up, then eval \"$(scripts/services env)\"")
 	}
@@ -147,9 +181,7 @@ func run(ctx context.Context, dsn string, nWallets, nPayments, nDeliveries, nCli
 					}
 					attempts.Add(1)
 					actx, cancel := context.WithTimeout(ctx, time.Duration(5+rand.IntN(100))*time.Millisecond)
-					res, err := store.Do(actx, "", p.id, fp, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-						return debit(ctx, tx, p.account, p.id, p.amount)
-					})
+					res, answer, err := pay(actx, store, via, p, fp)
 					cancel()
 					switch {
 					case errors.Is(err, idempotency.ErrInProgress):
@@ -166,7 +198,7 @@ func run(ctx context.Context, dsn string, nWallets, nPayments, nDeliveries, nCli
 						replays.Add(1)
 					}
 					mu.Lock()
-					answers[i] = append(answers[i], string(res.Body))
+					answers[i] = append(answers[i], answer)
 					mu.Unlock()
 					return
 				}
@@ -179,8 +211,7 @@ func run(ctx context.Context, dsn string, nWallets, nPayments, nDeliveries, nCli
 
 	// A client that reuses a key for another payment is refused, with the
 	// stored record to show what the key was used for.
-	_, err = store.Do(ctx, "", pays[0].id, idempotency.Fingerprint([]byte("someone-else"), []byte("1")),
-		func(context.Context, pgx.Tx) ([]byte, error) { return nil, errors.New("must not run") })
+	_, _, err = pay(ctx, store, via, payment{pays[0].id, wallets[0], 1}, idempotency.Fingerprint([]byte("someone-else"), []byte("1")))
 	var mm *idempotency.MismatchError
 	if !errors.As(err, &mm) {
 		return fmt.Errorf("key reused for another payment: %v, want a *MismatchError", err)
@@ -200,7 +231,7 @@ func run(ctx context.Context, dsn string, nWallets, nPayments, nDeliveries, nCli
 			return fmt.Errorf("payment %s: %d answers for %d deliveries", p.id, len(answers[i]), nDeliveries)
 		}
 		var rows int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM walletdebit_ledger WHERE payment = $1`, p.id).Scan(&rows); err != nil {
+		if err := pool.QueryRow(ctx, ledgerSQL[via], p.id).Scan(&rows); err != nil {
 			return err
 		}
 		switch answers[i][0] {
@@ -229,7 +260,7 @@ func run(ctx context.Context, dsn string, nWallets, nPayments, nDeliveries, nCli
 		}
 	}
 	var ledgerRows int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM walletdebit_ledger WHERE payment LIKE $1`, runID+"/%").Scan(&ledgerRows); err != nil {
+	if err := pool.QueryRow(ctx, ledgerSQL[via], runID+"/%").Scan(&ledgerRows); err != nil {
 		return err
 	}
 	fmt.Printf("%d payments × %d deliveries: %d attempts (%d cut short, %d replies lost, %d waited out), %d answers replayed\n",

@@ -10,7 +10,11 @@ import (
 // The example runs end to end on the test services and its own checks
 // (which return an error when an invariant breaks) pass.
 func TestExample(t *testing.T) {
-	if err := run(context.Background(), testenv.PostgresFreshDSN(t), 3, 100, 3, 8); err != nil {
-		t.Fatal(err)
+	for _, via := range []string{"do", "exec"} {
+		t.Run(via, func(t *testing.T) {
+			if err := run(context.Background(), testenv.PostgresFreshDSN(t), 3, 100, 3, 8, via); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -19,6 +19,11 @@
 // write to your own table conditional on a fencing token, so a paused
 // ex-holder's late write is refused.
 //
+// DynamoStock, DynamoAccounts, DynamoHolds and DynamoFenced do the same on
+// DynamoDB with condition expressions, one conditional write each (no
+// coalescing; buckets are the lever there). DynamoHolds judges a hold's end
+// by the callers' clocks, DynamoDB having none a condition can read.
+//
 // Use this package when the change fits in one statement on one table.
 // When it does not (the new value needs application logic), use package cas.
 // When a retry must not apply twice, record an idempotency key in the same

@@ -201,3 +201,15 @@ func unsupported(err error) bool {
 	var api interface{ ErrorCode() string }
 	return errors.As(err, &api) && api.ErrorCode() == "UnknownOperationException"
 }
+
+// updateItem sends u, built for a transaction, as one UpdateItem, without
+// the SDK's blind retries (see noBlindRetries).
+func updateItem(ctx context.Context, client DynamoDBAPI, u *types.Update) error {
+	_, err := client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
+		ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames,
+		ExpressionAttributeValues:           u.ExpressionAttributeValues,
+		ReturnValuesOnConditionCheckFailure: u.ReturnValuesOnConditionCheckFailure,
+	}, noBlindRetries)
+	return err
+}

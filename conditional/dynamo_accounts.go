@@ -192,12 +192,7 @@ func (a *DynamoAccounts) credit(account string, amount int64) (*types.Update, er
 // no item (told by the item the server returned, or a consistent read),
 // else refusal.
 func (a *DynamoAccounts) apply(ctx context.Context, op, account string, u *types.Update, refusal error) error {
-	_, err := a.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
-		ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames,
-		ExpressionAttributeValues:           u.ExpressionAttributeValues,
-		ReturnValuesOnConditionCheckFailure: u.ReturnValuesOnConditionCheckFailure,
-	}, noBlindRetries)
+	err := updateItem(ctx, a.client, u)
 	if err == nil {
 		return nil
 	}

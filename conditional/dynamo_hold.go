@@ -407,12 +407,7 @@ func (h *DynamoHolds) settle(ctx context.Context, op, resource string, build fun
 func (h *DynamoHolds) write(ctx context.Context, resource string, build func(now int64) *types.Update) (item map[string]types.AttributeValue, refused bool, err error) {
 	err = h.retryConflicts(ctx, func(ctx context.Context) error {
 		u := build(h.clock().UnixMilli())
-		_, err := h.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
-			ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames,
-			ExpressionAttributeValues:           u.ExpressionAttributeValues,
-			ReturnValuesOnConditionCheckFailure: u.ReturnValuesOnConditionCheckFailure,
-		}, noBlindRetries)
+		err := updateItem(ctx, h.client, u)
 		if item, refused = conditionFailed(err); err == nil || refused {
 			return nil
 		}

@@ -78,7 +78,9 @@ SELECT o.qty, (SELECT array_agg(ok ORDER BY i) FROM g WHERE i > 0) FROM o`
 	acrossSQL       = `SELECT bucket, {{qty}} FROM {{table}} WHERE key = $1 ORDER BY bucket FOR UPDATE`
 	acrossUpdateSQL = `UPDATE {{table}} s SET {{qty}} = v.qty FROM unnest($2::int[], $3::bigint[]) AS v(bucket, qty)
 WHERE s.key = $1 AND s.bucket = v.bucket`
-	availableSQL = `SELECT sum({{qty}})::bigint FROM {{table}} WHERE key = $1`
+	// availableSQL saturates at the largest bigint: buckets may hold more
+	// between them than one int64.
+	availableSQL = `SELECT least(sum({{qty}}), 9223372036854775807)::bigint FROM {{table}} WHERE key = $1`
 	// spread lays n out over the buckets, the remainder to the first ones.
 	spread = `INSERT INTO {{table}} AS s (key, bucket, {{qty}})
 SELECT $1, b, $2::bigint / $3::int + CASE WHEN b < $2::bigint % $3::int THEN 1 ELSE 0 END FROM generate_series(0, $3::int - 1) AS b
@@ -373,7 +375,8 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, key string, n int64) erro
 		if err := rows.Scan(&b, &q); err != nil {
 			return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
 		}
-		bucket, qty, total = append(bucket, b), append(qty, q), total+q
+		bucket, qty = append(bucket, b), append(qty, q)
+		total += min(q, math.MaxInt64-total) // saturates: only total >= n matters past int64
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
@@ -519,7 +522,8 @@ func (s *Stock) valid(key string, n int64) error {
 }
 
 // Available returns the units of key not yet taken, summed over its
-// buckets. It is a snapshot: concurrent takes may change it at once.
+// buckets (at most math.MaxInt64). It is a snapshot: concurrent takes may
+// change it at once.
 func (s *Stock) Available(ctx context.Context, key string) (int64, error) {
 	if err := validArg(s.keyArg, key); err != nil {
 		return 0, err

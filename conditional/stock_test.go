@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -509,5 +510,26 @@ func TestStockEndgameSellsExactly(t *testing.T) {
 			}
 			sellOut(t, stocks, 2000, 36, func(w int) int64 { return []int64{1, 1, 3}[w%3] })
 		})
+	}
+}
+
+// Buckets may hold more between them than one int64: Available saturates,
+// and a take across buckets still sees enough stock.
+func TestStockBucketsPastInt64(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStock(t, testenv.Postgres(t), conditional.WithBuckets(4))
+	const half = int64(1) << 62
+	for range 3 { // 3 × 2^62 over 4 buckets: each under 2^62, together past int64
+		if err := s.Put(ctx, "sku", half); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := available(t, s, "sku"); got != math.MaxInt64 {
+		t.Fatalf("available %d, want it saturated at %d", got, int64(math.MaxInt64))
+	}
+	// More than any one bucket holds (3 × 2^60 each): taken across buckets.
+	if err := s.Take(ctx, "sku", half); err != nil {
+		t.Fatalf("take of 2^62 from 3 × 2^62: %v", err)
 	}
 }

@@ -1,7 +1,6 @@
 package idempotency
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -154,10 +153,7 @@ func (d *DynamoDB) once(ctx context.Context, scope, key string, fp []byte, fn Dy
 		return Result{}, err
 	}
 	if found && stored.ExpiresAt.After(now) {
-		if !bytes.Equal(stored.Fingerprint, fp) {
-			return Result{}, &MismatchError{Fingerprint: fp, Stored: stored}
-		}
-		return Result{Record: stored, Replayed: true}, nil
+		return replayOf(stored, fp)
 	}
 	writes, body, ferr := fn(ctx)
 	terminal := ferr != nil && isTerminal(ferr)

@@ -1,7 +1,6 @@
 package idempotency
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -155,21 +154,12 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, sql 
 	return Result{}, fmt.Errorf("idempotency: exec %q: %w", key, err)
 }
 
-// replay returns the live record of (scope, key) as replayOf does, or
+// replay answers from the live record of (scope, key) as replayOf does, or
 // ErrNotFound.
 func (s *Store) replay(ctx context.Context, scope, key string, fp []byte) (Result, error) {
 	rec, err := s.get(ctx, scope, key)
 	if err != nil {
 		return Result{}, err
 	}
-	return s.replayOf(rec, fp)
-}
-
-// replayOf answers a request with fingerprint fp from a live record: a
-// replay, or a *MismatchError if the fingerprints differ.
-func (s *Store) replayOf(rec Record, fp []byte) (Result, error) {
-	if !bytes.Equal(rec.Fingerprint, fp) {
-		return Result{}, &MismatchError{Fingerprint: fp, Stored: rec}
-	}
-	return Result{Record: rec, Replayed: true}, nil
+	return replayOf(rec, fp)
 }

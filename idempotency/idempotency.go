@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -159,6 +160,16 @@ func ValidKey(scope, key string) error {
 		return err
 	}
 	return validText("key", key, MaxKeyLen, false)
+}
+
+// replayOf answers a request with fingerprint fp from a live record: a
+// replay, or a *MismatchError if the fingerprints differ. Every backend
+// answers this way.
+func replayOf(rec Record, fp []byte) (Result, error) {
+	if !bytes.Equal(rec.Fingerprint, fp) {
+		return Result{}, &MismatchError{Fingerprint: fp, Stored: rec}
+	}
+	return Result{Record: rec, Replayed: true}, nil
 }
 
 // validRequest checks the arguments every backend's Do takes.

@@ -1,7 +1,6 @@
 package idempotency
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	_ "embed"
@@ -344,10 +343,7 @@ func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func)
 			return Result{}, errVanished
 		case !expired:
 			stored.Scope, stored.Key = scope, key
-			if !bytes.Equal(stored.Fingerprint, fp) {
-				return Result{}, &MismatchError{Fingerprint: fp, Stored: stored}
-			}
-			return Result{Record: stored, Replayed: true}, nil
+			return replayOf(stored, fp)
 		}
 		// An expired record counts as absent: take the key over.
 		if tx, claimed, err = s.claim(ctx, conn, s.takeoverSQL, &rec); err != nil {

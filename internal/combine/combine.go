@@ -164,8 +164,8 @@ func (c *Combiner[K, Req, Res]) operate(key K, batch []*call[Req, Res], reqs []R
 		}
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
 	res, errs, err := c.run(ctx, key, reqs)
-	cancel()
 	for j, cl := range batch {
 		if err != nil {
 			cl.err = err

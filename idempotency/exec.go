@@ -21,7 +21,10 @@ import (
 //   - nolock_bound runs first (the effect is pulled only through a LATERAL
 //     join on it, and a MATERIALIZED CTE is not folded into its user): it
 //     bounds every lock wait of the statement by lock_timeout ($%[2]d), for
-//     this implicit transaction only.
+//     this implicit transaction only. Not just the key's: a duplicate of a
+//     request in flight usually waits first for the effect's rows, which
+//     that request holds, so a bound on the key's wait alone would bound
+//     nothing (tried: TestExecWaitsForInFlightDuplicate then hangs).
 //   - nolock_effect is the caller's statement; its RETURNING rows become
 //     the record's result (a JSON array; no row at all is stored as a
 //     terminal outcome, such as a debit refused for insufficient funds).

@@ -78,9 +78,11 @@ SELECT o.qty, (SELECT array_agg(ok ORDER BY i) FROM g WHERE i > 0) FROM o`
 	acrossSQL       = `SELECT bucket, {{qty}} FROM {{table}} WHERE key = $1 ORDER BY bucket FOR UPDATE`
 	acrossUpdateSQL = `UPDATE {{table}} s SET {{qty}} = v.qty FROM unnest($2::int[], $3::bigint[]) AS v(bucket, qty)
 WHERE s.key = $1 AND s.bucket = v.bucket`
-	// availableSQL saturates at the largest bigint: buckets may hold more
-	// between them than one int64.
-	availableSQL = `SELECT least(sum({{qty}}), 9223372036854775807)::bigint FROM {{table}} WHERE key = $1`
+	// availableSQL saturates at the largest bigint (buckets may hold more
+	// between them than one int64) and is NULL for a key without rows
+	// (least would skip the NULL).
+	availableSQL = `SELECT (CASE WHEN sum({{qty}}) > 9223372036854775807 THEN 9223372036854775807 ELSE sum({{qty}}) END)::bigint
+FROM {{table}} WHERE key = $1`
 	// spread lays n out over the buckets, the remainder to the first ones.
 	spread = `INSERT INTO {{table}} AS s (key, bucket, {{qty}})
 SELECT $1, b, $2::bigint / $3::int + CASE WHEN b < $2::bigint % $3::int THEN 1 ELSE 0 END FROM generate_series(0, $3::int - 1) AS b

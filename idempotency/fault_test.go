@@ -6,9 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"net"
-	"net/url"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,72 +111,18 @@ type commitDropper struct {
 	dsn     string
 	armed   atomic.Bool
 	dropped atomic.Int64
-	ln      net.Listener
-	mu      sync.Mutex
-	conns   []net.Conn
-	wg      sync.WaitGroup
 }
 
 func newCommitDropper(t *testing.T, schema string) *commitDropper {
 	t.Helper()
-	u, err := url.Parse(testenv.PostgresDSNFor(t, schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	target := u.Host
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = ln.Addr().String()
-	p := &commitDropper{dsn: u.String(), ln: ln}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			client, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			server, err := net.Dial("tcp", target)
-			if err != nil {
-				client.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, client, server)
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go func() {
-				defer p.wg.Done()
-				_, _ = io.Copy(server, client)
-				server.Close()
-			}()
-			go func() {
-				defer p.wg.Done()
-				p.relay(client, server)
-				client.Close()
-				server.Close()
-			}()
-		}
-	}()
-	// Registered before the cleanup of the pool that uses the proxy, so it
-	// runs after that pool has closed; it ends every relay goroutine.
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
+	p := &commitDropper{}
+	p.dsn = testenv.Proxy(t, testenv.PostgresDSNFor(t, schema), nil, p.relay)
 	return p
 }
 
 // relay copies the server's messages (a type byte, a 4-byte length that
 // counts itself, the body) to the client, except the armed drop.
-func (p *commitDropper) relay(client, server net.Conn) {
+func (p *commitDropper) relay(client io.Writer, server io.Reader) {
 	var head [5]byte
 	for {
 		if _, err := io.ReadFull(server, head[:]); err != nil {

@@ -259,3 +259,22 @@ func TestDynamoDBSurvivesAbortedRequests(t *testing.T) {
 		t.Fatalf("server gone after aborted requests: %v", err)
 	}
 }
+
+// A query through a Delay proxy takes at least its two one-way delays.
+func TestProxyDelays(t *testing.T) {
+	t.Parallel()
+	const oneWay = 30 * time.Millisecond
+	dsn := testenv.Proxy(t, testenv.PostgresDSN(t), testenv.Delay(oneWay), testenv.Delay(oneWay))
+	pool := testenv.Pool(t, dsn, 1)
+	var one int
+	if err := pool.QueryRow(context.Background(), "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("through the proxy: %d, %v", one, err)
+	}
+	start := time.Now()
+	if err := pool.QueryRow(context.Background(), "SELECT 1").Scan(&one); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 2*oneWay {
+		t.Fatalf("a round trip took %v through a proxy delaying %v each way", took, oneWay)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -261,8 +260,8 @@ func TestAccountsBatchPastInt64IsExact(t *testing.T) {
 	if err := a.Open(ctx, "acct", 10); err != nil {
 		t.Fatal(err)
 	}
-	// queue runs op on amounts behind a transaction holding the row, so
-	// they go out as one batch once it ends, and returns their errors.
+	// queue sends a 1 and then amounts through op while a transaction
+	// holds the account's row, so the amounts go out as one batch.
 	queue := func(op func(context.Context, string, int64) error, amounts ...int64) []error {
 		tx, err := pool.Begin(ctx)
 		if err != nil {
@@ -272,21 +271,7 @@ func TestAccountsBatchPastInt64IsExact(t *testing.T) {
 		if _, err := tx.Exec(ctx, `SELECT 1 FROM nolock_accounts WHERE key = 'acct' FOR UPDATE`); err != nil {
 			t.Fatal(err)
 		}
-		first := make(chan error, 1)
-		go func() { first <- op(ctx, "acct", 1) }() // a batch of one, blocked
-		time.Sleep(100 * time.Millisecond)
-		out := make([]chan error, len(amounts))
-		for i, n := range amounts {
-			out[i] = make(chan error, 1)
-			go func() { out[i] <- op(ctx, "acct", n) }()
-			time.Sleep(30 * time.Millisecond) // keep arrival order
-		}
-		tx.Rollback(ctx)
-		errs := []error{<-first}
-		for _, c := range out {
-			errs = append(errs, <-c)
-		}
-		return errs
+		return batchBehind(func() { tx.Rollback(ctx) }, func(n int64) error { return op(ctx, "acct", n) }, append([]int64{1}, amounts...)...)
 	}
 	const huge = int64(1) << 62
 	errs := queue(a.Debit, 1, huge, huge, huge)

@@ -396,24 +396,12 @@ func TestStockBatchGrantsFirstFitInArrivalOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, release := lockedStock(t, testenv.Postgres(t))
-	first := make(chan error, 1)
-	go func() { first <- s.Take(ctx, "sku", 1) }() // a batch of one, blocked on the lock
-	time.Sleep(100 * time.Millisecond)
-	sizes := []int64{4, 6, 2, 1} // 9 left after the first: 4 fits, 6 not, 2 and 1 fit
-	want := []error{nil, conditional.ErrSoldOut, nil, nil}
-	got := make([]chan error, len(sizes))
-	for i, n := range sizes {
-		got[i] = make(chan error, 1)
-		go func() { got[i] <- s.Take(ctx, "sku", n) }()
-		time.Sleep(50 * time.Millisecond) // keep arrival order
-	}
-	release()
-	if err := <-first; err != nil {
-		t.Fatalf("first take: %v", err)
-	}
-	for i, c := range got {
-		if err := <-c; !errors.Is(err, want[i]) || (err == nil) != (want[i] == nil) {
-			t.Errorf("take %d of %d units: %v, want %v", i, sizes[i], err, want[i])
+	take := func(n int64) error { return s.Take(ctx, "sku", n) }
+	// 9 left after the first take of 1: 4 fits, 6 not, 2 and 1 fit.
+	errs := batchBehind(release, take, 1, 4, 6, 2, 1)
+	for i, want := range []error{nil, nil, conditional.ErrSoldOut, nil, nil} {
+		if err := errs[i]; !errors.Is(err, want) || (err == nil) != (want == nil) {
+			t.Errorf("take %d: %v, want %v", i, err, want)
 		}
 	}
 	if n := available(t, s, "sku"); n != 2 {
@@ -422,21 +410,37 @@ func TestStockBatchGrantsFirstFitInArrivalOrder(t *testing.T) {
 
 	// Now a batch the 2 units cover in full: two takes of 1 queued behind a held lock.
 	s2, release2 := lockedStock(t, testenv.Postgres(t))
-	go func() { first <- s2.Take(ctx, "sku", 8) }()
-	time.Sleep(100 * time.Millisecond)
-	for i := range 2 {
-		go func() { got[i] <- s2.Take(ctx, "sku", 1) }()
-	}
-	time.Sleep(50 * time.Millisecond)
-	release2()
-	for _, c := range append([]chan error{first}, got[:2]...) {
-		if err := <-c; err != nil {
-			t.Fatalf("take covered by the stock: %v", err)
+	for i, err := range batchBehind(release2, func(n int64) error { return s2.Take(ctx, "sku", n) }, 8, 1, 1) {
+		if err != nil {
+			t.Fatalf("take %d, covered by the stock: %v", i, err)
 		}
 	}
 	if n := available(t, s2, "sku"); n != 0 {
 		t.Fatalf("available %d after taking 8+1+1 of 10, want 0", n)
 	}
+}
+
+// batchBehind runs op(amounts[0]) while a transaction holds the row, so
+// it blocks alone, queues op on the other amounts behind it in arrival
+// order, so they go out as one batch, then calls release and returns
+// every call's error, in order.
+func batchBehind(release func(), op func(int64) error, amounts ...int64) []error {
+	out := make([]chan error, len(amounts))
+	for i, n := range amounts {
+		out[i] = make(chan error, 1)
+		go func() { out[i] <- op(n) }()
+		if i == 0 {
+			time.Sleep(100 * time.Millisecond) // the first is sent and blocked
+		} else {
+			time.Sleep(30 * time.Millisecond) // keep arrival order
+		}
+	}
+	release()
+	errs := make([]error, len(out))
+	for i, c := range out {
+		errs[i] = <-c
+	}
+	return errs
 }
 
 // The endgame gathers a key's last units into its first bucket, and later

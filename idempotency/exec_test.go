@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/idempotency"
 )
@@ -163,6 +164,87 @@ func TestExecExpiredRecordIsTakenOver(t *testing.T) {
 	}
 	if got := b.balance("alice"); got != initial-20 {
 		t.Fatalf("balance %d, want %d: the expired key counts as unused", got, initial-20)
+	}
+
+	// Six concurrent calls on a key whose record just expired: one deletes
+	// it and runs, the others meet the new record (at the read, or as a
+	// unique violation that rolls their debit back) and replay it. The new
+	// record lives 24 h, so a slow machine cannot expire it mid-test.
+	long, err := idempotency.New(b.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, b.pool, `UPDATE nolock_idempotency SET expires_at = now() - interval '1 s'`)
+	var ran, replayed atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := long.Exec(ctx, "alice", "pay-1", fingerprint("alice", "pay-1", 10), debitSQL, "alice", 10)
+			switch {
+			case err != nil:
+				t.Error(err)
+			case res.Replayed:
+				replayed.Add(1)
+			default:
+				ran.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if ran.Load() != 1 || replayed.Load() != 5 {
+		t.Fatalf("concurrent takeover of an expired key: %d ran, %d replayed; want 1 and 5", ran.Load(), replayed.Load())
+	}
+	if got := b.balance("alice"); got != initial-30 {
+		t.Fatalf("balance %d, want %d", got, initial-30)
+	}
+}
+
+// A duplicate that waited for a request in flight meets its record
+// already expired (it lives 1 ms): the unique violation rolls the
+// duplicate's debit back, and the retry, the key now counting as unused,
+// runs it.
+func TestExecRunsWhenTheRecordWaitedForHasExpired(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t, idempotency.WithRetention(time.Millisecond))
+	release, first := b.holdFirst(ctx)
+	got := make(chan error, 1)
+	go func() {
+		res, err := b.store.Exec(ctx, "alice", "pay-1", fingerprint("alice", "pay-1", 500), debitSQL, "alice", 500)
+		if err == nil && res.Replayed {
+			err = fmt.Errorf("got a replay of an expired record: %+v", res)
+		}
+		got <- err
+	}()
+	b.waitBlocked(1)
+	release(nil)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if got := b.balance("alice"); got != initial-1000 {
+		t.Fatalf("balance %d, want %d: both ran, the first's record having expired", got, initial-1000)
+	}
+}
+
+// The statement's own unique violation is its error, returned as it is:
+// not mistaken for the key's record standing in the way.
+func TestExecStatementUniqueViolationIsReturned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	mustExec(t, b.pool, `INSERT INTO ledger VALUES ('p1', 'alice', 5)`)
+	_, err := b.store.Exec(ctx, "alice", "pay-1", nil, `INSERT INTO ledger VALUES ('p1', 'alice', 5) RETURNING payment`)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.TableName != "ledger" {
+		t.Fatalf("a duplicate ledger row: %v, want the ledger's unique violation", err)
+	}
+	if _, err := b.store.Get(ctx, "alice", "pay-1"); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Fatalf("record after a failed statement: %v, want ErrNotFound", err)
 	}
 }
 

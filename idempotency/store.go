@@ -51,7 +51,8 @@ type Store struct {
 	wait      time.Duration
 	policy    backoff.Policy
 
-	schemaSQL, claimSQL, readSQL, getSQL, takeoverSQL, recordSQL, reapSQL string
+	table                                                                    string // unquoted
+	schemaSQL, claimSQL, readSQL, expireSQL, takeoverSQL, recordSQL, reapSQL string
 
 	// execSQL is a format: Exec puts the caller's statement and its
 	// parameters' count in.
@@ -97,13 +98,17 @@ FROM (SELECT set_config('nolock.lock_timeout', current_setting('lock_timeout'), 
              set_config('lock_timeout', coalesce($5, current_setting('lock_timeout')), true)) AS bound
 ON CONFLICT (scope, key) DO NOTHING
 RETURNING created_at, expires_at, set_config('lock_timeout', current_setting('nolock.lock_timeout'), true)`
-	// readSQL reads the row a failed claim met, with a snapshot taken
-	// after the claim's wait. "+ interval '0 s'" keeps the planner on the
+	// readSQL reads a key's record and whether it has expired: the row a
+	// failed claim met (with a snapshot taken after the claim's wait), or
+	// the one Get and Exec look up. "+ interval '0 s'" keeps the planner on the
 	// primary key rather than the expiry index.
+	// expireSQL deletes an expired record, for Exec to insert a new one.
+	// Its wait is bounded like the claim's: a takeover by Do holds the row.
+	expireSQL = `DELETE FROM {{table}}
+USING (SELECT set_config('lock_timeout', coalesce($3, current_setting('lock_timeout')), true)) AS bound
+WHERE scope = $1 AND key = $2 AND expires_at + interval '0 s' <= now()`
 	readSQL = `SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now()
 FROM {{table}} WHERE scope = $1 AND key = $2`
-	getSQL = `SELECT fingerprint, terminal, result, created_at, expires_at FROM {{table}}
-WHERE scope = $1 AND key = $2 AND expires_at + interval '0 s' > now()`
 	// takeoverSQL claims a key whose record has expired, in place, its wait
 	// bounded like the claim's. Two takers queue on the row lock; the second
 	// re-checks the row the first left and takes it only if the first
@@ -224,7 +229,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	return &Store{
 		db: db, execSQL: strings.ReplaceAll(execSQL, "{{table}}", strings.ReplaceAll(table, "%", "%%")),
 		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts},
-		schemaSQL: sql(storeSQL), claimSQL: sql(claimSQL), readSQL: sql(readSQL), getSQL: sql(getSQL),
+		schemaSQL: sql(storeSQL), table: cfg.table, claimSQL: sql(claimSQL), readSQL: sql(readSQL), expireSQL: sql(expireSQL),
 		takeoverSQL: sql(takeoverSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),
 	}, nil
 }
@@ -491,16 +496,26 @@ func (s *Store) Get(ctx context.Context, scope, key string) (Record, error) {
 
 // get is Get without the argument checks.
 func (s *Store) get(ctx context.Context, scope, key string) (Record, error) {
-	rec := Record{Scope: scope, Key: key}
-	err := s.db.QueryRow(ctx, s.getSQL, scope, key).
-		Scan(&rec.Fingerprint, &rec.Terminal, &rec.Body, &rec.CreatedAt, &rec.ExpiresAt)
+	rec, expired, err := s.lookup(ctx, scope, key)
+	if err == nil && expired {
+		return Record{}, ErrNotFound
+	}
+	return rec, err
+}
+
+// lookup returns the record of (scope, key), live or expired, and whether
+// it has expired by the database's clock; ErrNotFound if there is none.
+func (s *Store) lookup(ctx context.Context, scope, key string) (rec Record, expired bool, err error) {
+	rec = Record{Scope: scope, Key: key}
+	err = s.db.QueryRow(ctx, s.readSQL, scope, key).
+		Scan(&rec.Fingerprint, &rec.Terminal, &rec.Body, &rec.CreatedAt, &rec.ExpiresAt, &expired)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return Record{}, ErrNotFound
+		return Record{}, false, ErrNotFound
 	case err != nil:
-		return Record{}, fmt.Errorf("idempotency: get %q: %w", key, err)
+		return Record{}, false, fmt.Errorf("idempotency: get %q: %w", key, err)
 	}
-	return rec, nil
+	return rec, expired, nil
 }
 
 // Reap deletes expired records, at most batch per statement (each its own

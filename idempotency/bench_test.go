@@ -32,6 +32,7 @@ import (
 //	exec       Store.Exec with the UPDATE … RETURNING, a new key each time
 //	stmt       the UPDATE … RETURNING alone, autocommit, no key
 //	exec-stmt  exec against stmt as its baseline: the key's cost over one statement
+//	exec-noread  exec's statement without the read before it (what the read costs)
 //	read       SELECT a stored result by key, no transaction (the baseline of replay)
 //	replay     Store.Do on a key already used: the stored result, fn not run
 //	exec-replay  Store.Exec on a key already used
@@ -151,6 +152,10 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 			if err == nil && res.Terminal {
 				err = fmt.Errorf("not debited")
 			}
+			return err
+		}, bare},
+		{"exec-noread", func(ctx context.Context, c int) error {
+			_, err := store.ExecStatementOnly(ctx, "bench", next("n"), debitReturning, wallet(c))
 			return err
 		}, bare},
 		{"stmt", stmt, bare},

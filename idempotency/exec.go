@@ -128,11 +128,7 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, sql 
 	case !errors.Is(err, ErrNotFound):
 		return Result{}, err
 	}
-	n := len(args)
-	stmt := fmt.Sprintf(s.execSQL, sql, n+1, n+2, n+3, n+4, n+5)
-	rec := Record{Scope: scope, Key: key, Fingerprint: fp}
-	err := s.db.QueryRow(ctx, stmt, append(slices.Clip(args), bound, scope, key, fp, s.retention.Microseconds())...).
-		Scan(&rec.CreatedAt, &rec.ExpiresAt, &rec.Body, &rec.Terminal)
+	rec, err := s.execStatement(ctx, scope, key, fp, sql, args, bound)
 	switch {
 	case err == nil:
 		return Result{Record: rec}, nil
@@ -144,6 +140,16 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, sql 
 		return res, rerr
 	}
 	return Result{}, s.execError(key, wait, err)
+}
+
+// execStatement runs sql wrapped in execSQL: the effect and its record.
+func (s *Store) execStatement(ctx context.Context, scope, key string, fp []byte, sql string, args []any, bound any) (Record, error) {
+	n := len(args)
+	stmt := fmt.Sprintf(s.execSQL, sql, n+1, n+2, n+3, n+4, n+5)
+	rec := Record{Scope: scope, Key: key, Fingerprint: fp}
+	err := s.db.QueryRow(ctx, stmt, append(slices.Clip(args), bound, scope, key, fp, s.retention.Microseconds())...).
+		Scan(&rec.CreatedAt, &rec.ExpiresAt, &rec.Body, &rec.Terminal)
+	return rec, err
 }
 
 // execError classifies an error of Exec's statements when no live record

@@ -29,14 +29,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/dynamolock"
+	"github.com/nolock/nolock/internal/services"
 )
 
 const lease = time.Second
@@ -54,18 +53,13 @@ func run(ctx context.Context, endpoint, dsn string) error {
 	if endpoint == "" || dsn == "" {
 		return errors.New("no -endpoint/-dsn and no NOLOCK_TEST_DYNAMODB/NOLOCK_TEST_POSTGRES: run scripts/services up, then eval \"$(scripts/services env)\"")
 	}
-	db := dynamodb.New(dynamodb.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "local", SecretAccessKey: "local"}, nil
-		}),
-	})
+	db := services.DynamoDBClient(endpoint, nil)
 	suffix := time.Now().UnixNano()
 	table := fmt.Sprintf("nolock_compaction_%d", suffix)
-	if err := createTable(ctx, db, table); err != nil {
+	if err := services.CreateTableKeyed(ctx, db, table, "key"); err != nil { // dynamolock's default key name
 		return err
 	}
-	defer db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+	defer services.DeleteTable(context.Background(), db, table)
 
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
@@ -184,27 +178,4 @@ func (f freezable) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput,
 		return nil, errFrozen
 	}
 	return f.Client.DeleteItem(ctx, in, o...)
-}
-
-// createTable creates the lock table: a string partition key named "key".
-func createTable(ctx context.Context, db *dynamodb.Client, table string) error {
-	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
-		TableName:            aws.String(table),
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("key"), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("key"), KeyType: types.KeyTypeHash}},
-		BillingMode:          types.BillingModePayPerRequest,
-	})
-	if err != nil {
-		return err
-	}
-	for {
-		out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
-		if err != nil {
-			return err
-		}
-		if out.Table.TableStatus == types.TableStatusActive {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

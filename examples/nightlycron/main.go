@@ -29,11 +29,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/nolock/nolock/dynamolock"
+	"github.com/nolock/nolock/internal/services"
 )
 
 const lease = 2 * time.Second
@@ -74,17 +73,12 @@ func run(ctx context.Context, endpoint string, replicas, nights int) error {
 	if endpoint == "" {
 		return errors.New("no -endpoint and no NOLOCK_TEST_DYNAMODB: run scripts/services up, then eval \"$(scripts/services env)\"")
 	}
-	db := dynamodb.New(dynamodb.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "local", SecretAccessKey: "local"}, nil
-		}),
-	})
+	db := services.DynamoDBClient(endpoint, nil)
 	table := fmt.Sprintf("nolock_cron_%d", time.Now().UnixNano())
-	if err := createTable(ctx, db, table); err != nil {
+	if err := services.CreateTableKeyed(ctx, db, table, "key"); err != nil { // dynamolock's default key name
 		return err
 	}
-	defer db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+	defer services.DeleteTable(context.Background(), db, table)
 
 	// Each replica has its own client, as each would in its own process.
 	// crashed[i] cuts replica i off from DynamoDB, like a process that died.
@@ -190,28 +184,4 @@ func (c cutOff) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o 
 		return nil, errCrashed
 	}
 	return c.Client.DeleteItem(ctx, in, o...)
-}
-
-// createTable creates the lock table: a string partition key named "key",
-// as the Java lock client expects.
-func createTable(ctx context.Context, db *dynamodb.Client, table string) error {
-	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
-		TableName:            aws.String(table),
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("key"), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("key"), KeyType: types.KeyTypeHash}},
-		BillingMode:          types.BillingModePayPerRequest,
-	})
-	if err != nil {
-		return err
-	}
-	for {
-		out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
-		if err != nil {
-			return err
-		}
-		if out.Table.TableStatus == types.TableStatusActive {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

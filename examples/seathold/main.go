@@ -1,11 +1,14 @@
-// Command seathold shows Tatkal-style seat holds with conditional.Holds:
-// many passengers race for the last seats, each seat goes to exactly one,
-// and a passenger who stalls past the hold's expiry (judged by the
-// database's clock) cannot confirm a seat someone else has since taken.
+// Command seathold shows Tatkal-style seat holds with conditional.Holds
+// (PostgreSQL) or conditional.DynamoHolds: many passengers race for the
+// last seats, each seat goes to exactly one, and a passenger who stalls
+// past the hold's expiry cannot confirm a seat someone else has since
+// taken. PostgreSQL judges expiry by the database's clock; DynamoDB, which
+// has no clock a condition can read, by the callers'.
 //
-//	go run ./examples/seathold -dsn postgres://… [-seats 10] [-passengers 200]
+//	go run ./examples/seathold [-backend postgres|dynamodb] [-seats 10] [-passengers 200]
 //
-// The DSN defaults to $NOLOCK_TEST_POSTGRES (see scripts/services).
+// The DSN defaults to $NOLOCK_TEST_POSTGRES, the endpoint to
+// $NOLOCK_TEST_DYNAMODB (see scripts/services).
 package main
 
 import (
@@ -21,34 +24,93 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/internal/services"
 )
 
 func main() {
+	backend := flag.String("backend", "postgres", "where the seats live: postgres or dynamodb")
 	dsn := flag.String("dsn", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
+	endpoint := flag.String("endpoint", os.Getenv("NOLOCK_TEST_DYNAMODB"), "DynamoDB endpoint URL")
 	seats := flag.Int("seats", 10, "seats on the train")
 	passengers := flag.Int("passengers", 200, "passengers racing for them")
 	flag.Parse()
-	if err := run(context.Background(), *dsn, *seats, *passengers); err != nil {
+	ctx := context.Background()
+	var holds seatHolds
+	var done func()
+	var err error
+	switch *backend {
+	case "postgres":
+		holds, done, err = onPostgres(ctx, *dsn)
+	case "dynamodb":
+		holds, done, err = onDynamoDB(ctx, *endpoint)
+	default:
+		err = fmt.Errorf("-backend %q: want postgres or dynamodb", *backend)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = run(ctx, holds, *seats, *passengers)
+	done()
+	if err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, dsn string, seats, passengers int) error {
+// seatHolds is what the example uses of conditional.Holds and
+// conditional.DynamoHolds: both have these methods, with the same
+// guarantees.
+type seatHolds interface {
+	Add(ctx context.Context, resources ...string) error
+	Hold(ctx context.Context, resource, holder string, ttl time.Duration) (until time.Time, err error)
+	Confirm(ctx context.Context, resource, holder string) error
+}
+
+const noServices = "run scripts/services up, then eval \"$(scripts/services env)\""
+
+// onPostgres returns Holds on dsn's database, its table created, and a
+// func that closes the pool.
+func onPostgres(ctx context.Context, dsn string) (*conditional.Holds, func(), error) {
 	if dsn == "" {
-		return errors.New("no -dsn and no NOLOCK_TEST_POSTGRES: run scripts/services up, then eval \"$(scripts/services env)\"")
+		return nil, nil, errors.New("no -dsn and no NOLOCK_TEST_POSTGRES: " + noServices)
 	}
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer pool.Close()
 	holds, err := conditional.NewHolds(pool)
+	if err == nil {
+		err = holds.CreateSchema(ctx)
+	}
 	if err != nil {
-		return err
+		pool.Close()
+		return nil, nil, err
 	}
-	if err := holds.CreateSchema(ctx); err != nil {
-		return err
+	return holds, pool.Close, nil
+}
+
+// onDynamoDB returns DynamoHolds on a new table at endpoint, and a func
+// that deletes the table.
+func onDynamoDB(ctx context.Context, endpoint string) (*conditional.DynamoHolds, func(), error) {
+	if endpoint == "" {
+		return nil, nil, errors.New("no -endpoint and no NOLOCK_TEST_DYNAMODB: " + noServices)
 	}
+	db := services.DynamoDBClient(endpoint, nil)
+	table := fmt.Sprintf("nolock_seats_%d", time.Now().UnixNano())
+	if err := services.CreateTableKeyed(ctx, db, table, conditional.DynamoKeyAttr); err != nil {
+		return nil, nil, err
+	}
+	drop := func() { _ = services.DeleteTable(context.Background(), db, table) }
+	holds, err := conditional.NewDynamoHolds(db, table)
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	return holds, drop, nil
+}
+
+// run races passengers for seats on holds, then shows a stalled holder
+// refused, and returns an error if any invariant broke.
+func run(ctx context.Context, holds seatHolds, seats, passengers int) error {
 	train := fmt.Sprintf("train-%d", time.Now().UnixNano())
 	seat := func(i int) string { return fmt.Sprintf("%s/seat-%02d", train, i) }
 	all := make([]string, seats)
@@ -102,7 +164,7 @@ func run(ctx context.Context, dsn string, seats, passengers int) error {
 
 	// A stalled passenger: Asha holds a seat for 300 ms, then stalls (a GC
 	// pause, a tunnel) for a second. Ravi takes the expired seat. Asha wakes
-	// and tries to confirm: refused, because the row decides.
+	// and tries to confirm: refused, because the row (or item) decides.
 	extra := train + "/seat-extra"
 	if err := holds.Add(ctx, extra); err != nil {
 		return err
@@ -110,14 +172,14 @@ func run(ctx context.Context, dsn string, seats, passengers int) error {
 	if _, err := holds.Hold(ctx, extra, "asha", 300*time.Millisecond); err != nil {
 		return err
 	}
-	time.Sleep(time.Second) // Asha is paused; her hold expires by the database's clock
+	time.Sleep(time.Second) // Asha is paused; her hold expires
 	if _, err := holds.Hold(ctx, extra, "ravi", time.Minute); err != nil {
 		return fmt.Errorf("ravi could not take the expired hold: %w", err)
 	}
 	if err := holds.Confirm(ctx, extra, "ravi"); err != nil {
 		return err
 	}
-	err = holds.Confirm(ctx, extra, "asha")
+	err := holds.Confirm(ctx, extra, "asha")
 	fmt.Printf("asha wakes after her hold expired and confirms: %v\n", err)
 	if !errors.Is(err, conditional.ErrNotHolder) {
 		return fmt.Errorf("asha's late confirm: %v, want ErrNotHolder", err)

@@ -36,14 +36,29 @@ func DynamoDBClient(endpoint string, httpClient *http.Client) *dynamodb.Client {
 // it is active. It polls DescribeTable itself: some local servers never
 // satisfy the SDK's waiter.
 func CreateTable(ctx context.Context, client *dynamodb.Client, name string, withSortKey bool) error {
-	attrs := []types.AttributeDefinition{{AttributeName: aws.String("pk"), AttributeType: types.ScalarAttributeTypeS}}
-	keys := []types.KeySchemaElement{{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash}}
 	if withSortKey {
-		attrs = append(attrs, types.AttributeDefinition{AttributeName: aws.String("sk"), AttributeType: types.ScalarAttributeTypeS})
-		keys = append(keys, types.KeySchemaElement{AttributeName: aws.String("sk"), KeyType: types.KeyTypeRange})
+		return createTable(ctx, client, name, "pk", "sk")
+	}
+	return createTable(ctx, client, name, "pk")
+}
+
+// CreateTableKeyed is CreateTable for a table whose string hash key is
+// named hashKey, such as dynamolock's "key".
+func CreateTableKeyed(ctx context.Context, client *dynamodb.Client, name, hashKey string) error {
+	return createTable(ctx, client, name, hashKey)
+}
+
+// createTable creates an on-demand table whose key is keys[0] (hash) and
+// keys[1] (range, if given), both strings, and waits until it is active.
+func createTable(ctx context.Context, client *dynamodb.Client, name string, keys ...string) error {
+	var attrs []types.AttributeDefinition
+	var schema []types.KeySchemaElement
+	for i, k := range keys {
+		attrs = append(attrs, types.AttributeDefinition{AttributeName: aws.String(k), AttributeType: types.ScalarAttributeTypeS})
+		schema = append(schema, types.KeySchemaElement{AttributeName: aws.String(k), KeyType: []types.KeyType{types.KeyTypeHash, types.KeyTypeRange}[i]})
 	}
 	_, err := client.CreateTable(ctx, &dynamodb.CreateTableInput{
-		TableName: aws.String(name), AttributeDefinitions: attrs, KeySchema: keys,
+		TableName: aws.String(name), AttributeDefinitions: attrs, KeySchema: schema,
 		BillingMode: types.BillingModePayPerRequest,
 	})
 	if err != nil {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,28 +89,11 @@ func TestExecConcurrentDuplicatesTakeEffectOnce(t *testing.T) {
 	ctx := context.Background()
 	b := newBed(t)
 	const payments, copies = 8, 6
-	var fresh, replays atomic.Int64
-	var wg sync.WaitGroup
-	for c := 0; c < copies; c++ {
-		for p := 0; p < payments; p++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				res, err := b.execPay(ctx, fmt.Sprint("pay-", p), 10)
-				switch {
-				case err != nil:
-					t.Error(err)
-				case res.Replayed:
-					replays.Add(1)
-				default:
-					fresh.Add(1)
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	if fresh.Load() != payments || replays.Load() != payments*(copies-1) {
-		t.Fatalf("%d fresh runs and %d replays, want %d and %d", fresh.Load(), replays.Load(), payments, payments*(copies-1))
+	fresh, replays := race(t, payments*copies, func(i int) (idempotency.Result, error) {
+		return b.execPay(ctx, fmt.Sprint("pay-", i%payments), 10)
+	})
+	if fresh != payments || replays != payments*(copies-1) {
+		t.Fatalf("%d fresh runs and %d replays, want %d and %d", fresh, replays, payments, payments*(copies-1))
 	}
 	if got := b.balance("alice"); got != initial-payments*10 {
 		t.Fatalf("balance %d, want %d", got, initial-payments*10)
@@ -175,26 +156,11 @@ func TestExecExpiredRecordIsTakenOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustExec(t, b.pool, `UPDATE nolock_idempotency SET expires_at = now() - interval '1 s'`)
-	var ran, replayed atomic.Int64
-	var wg sync.WaitGroup
-	for i := 0; i < 6; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, err := long.Exec(ctx, "alice", "pay-1", fingerprint("alice", "pay-1", 10), debitSQL, "alice", 10)
-			switch {
-			case err != nil:
-				t.Error(err)
-			case res.Replayed:
-				replayed.Add(1)
-			default:
-				ran.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if ran.Load() != 1 || replayed.Load() != 5 {
-		t.Fatalf("concurrent takeover of an expired key: %d ran, %d replayed; want 1 and 5", ran.Load(), replayed.Load())
+	ran, replayed := race(t, 6, func(int) (idempotency.Result, error) {
+		return long.Exec(ctx, "alice", "pay-1", fingerprint("alice", "pay-1", 10), debitSQL, "alice", 10)
+	})
+	if ran != 1 || replayed != 5 {
+		t.Fatalf("concurrent takeover of an expired key: %d ran, %d replayed; want 1 and 5", ran, replayed)
 	}
 	if got := b.balance("alice"); got != initial-30 {
 		t.Fatalf("balance %d, want %d", got, initial-30)

@@ -11,24 +11,19 @@ import (
 // checks (which return an error when an invariant breaks) pass.
 func TestExample(t *testing.T) {
 	ctx := context.Background()
-	t.Run("postgres", func(t *testing.T) {
-		holds, done, err := onPostgres(ctx, testenv.PostgresFreshDSN(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer done()
-		if err := run(ctx, holds, 10, 100); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Run("dynamodb", func(t *testing.T) {
-		holds, done, err := onDynamoDB(ctx, testenv.DynamoDBEndpoint(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer done()
-		if err := run(ctx, holds, 10, 100); err != nil {
-			t.Fatal(err)
-		}
-	})
+	for name, open := range map[string]func(t *testing.T) (seatHolds, func(), error){
+		"postgres": func(t *testing.T) (seatHolds, func(), error) { return onPostgres(ctx, testenv.PostgresFreshDSN(t)) },
+		"dynamodb": func(t *testing.T) (seatHolds, func(), error) { return onDynamoDB(ctx, testenv.DynamoDBEndpoint(t)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			holds, done, err := open(t)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer done()
+			if err := run(ctx, holds, 10, 100); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -50,6 +49,8 @@ RETURNING created_at, expires_at, result, terminal`
 // DELETE with a RETURNING clause (or a SELECT), with its arguments. Exec
 // reads the key's record, and if there is none, writes the effect and the
 // record in one statement, one implicit transaction: no BEGIN, no COMMIT.
+// (An expired record counts as none: Exec deletes it first, one more
+// statement.)
 // The statement's RETURNING rows are stored as the result, a JSON array of
 // objects (column name to value, as json_agg writes them); a statement
 // that returns no row is stored as a terminal outcome (Terminal set, Body
@@ -63,14 +64,17 @@ RETURNING created_at, expires_at, result, terminal`
 //     the other commits, the effect rolls back and Exec replays the
 //     other's record; if it rolls back, Exec's effect and record commit.
 //   - Every lock wait of the statement, for the key or for the effect's
-//     rows, is bounded by WithWait (shortened by ctx's deadline); when it
-//     runs out, Exec returns ErrInProgress (the text says which locks it
-//     may have been) and nothing was written. Exec takes the effect's
+//     rows, is bounded by WithWait (shortened by ctx's deadline), and so
+//     is the delete of an expired record, each statement on its own; when
+//     it runs out, Exec returns ErrInProgress (the text says which locks
+//     it may have been) and nothing was written. Exec takes the effect's
 //     locks before the key's, Do the key's first: the two on one key with
 //     overlapping rows can deadlock, which the server breaks after its
 //     deadlock_timeout, and the loser's attempt is retried (WithAttempts).
 //   - An error of the statement itself rolls everything back and is
-//     returned; ErrAmbiguousCommit means the connection failed after the
+//     returned (unless it is a unique violation on a table named as the
+//     Store's, which Exec takes for its own record in the way);
+//     ErrAmbiguousCommit means the connection failed after the
 //     statement was sent: call Exec again with the same key.
 //
 // The statement runs inside a WITH clause, so it must not itself contain
@@ -111,35 +115,33 @@ func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte,
 // answers a replay by itself, and only when there is no live record, the
 // statement.
 func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, sql string, args []any) (Result, error) {
-	var bound any // lock_timeout for the statement, in ms; nil keeps the connection's
-	wait := s.waitFor(ctx)
-	if wait > 0 {
-		bound = strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
-	}
 	switch stored, expired, err := s.lookup(ctx, scope, key); {
 	case err == nil && !expired:
 		return replayOf(stored, fp)
 	case err == nil:
-		// An expired record counts as absent: delete it (unless a taker
-		// renewed it meanwhile, which the statement will then meet).
+		// An expired record counts as absent: delete it (unless a takeover
+		// by Do renewed it meanwhile, which the statement will then meet).
+		// Its lock is the key's alone.
+		wait, bound := s.bound(ctx)
 		if _, err := s.db.Exec(ctx, s.expireSQL, scope, key, bound); err != nil {
-			return Result{}, s.execError(key, wait, err)
+			return Result{}, s.execError(key, "the key's record, held by a takeover in flight", wait, err)
 		}
 	case !errors.Is(err, ErrNotFound):
 		return Result{}, err
 	}
+	wait, bound := s.bound(ctx)
 	rec, err := s.execStatement(ctx, scope, key, fp, sql, args, bound)
-	switch {
-	case err == nil:
+	if err == nil {
 		return Result{Record: rec}, nil
-	case errors.Is(commitError(key, err), ErrAmbiguousCommit):
-		return Result{}, commitError(key, err)
+	}
+	if cerr := commitError(key, err); errors.Is(cerr, ErrAmbiguousCommit) {
+		return Result{}, cerr
 	}
 	// Rolled back. If a live record stands in the way now, it is the answer.
 	if res, rerr := s.replay(ctx, scope, key, fp); !errors.Is(rerr, ErrNotFound) {
 		return res, rerr
 	}
-	return Result{}, s.execError(key, wait, err)
+	return Result{}, s.execError(key, "the key's, held by a request in flight, or one of the effect's rows", wait, err)
 }
 
 // execStatement runs sql wrapped in execSQL: the effect and its record.
@@ -152,17 +154,19 @@ func (s *Store) execStatement(ctx context.Context, scope, key string, fp []byte,
 	return rec, err
 }
 
-// execError classifies an error of Exec's statements when no live record
-// answers instead.
-func (s *Store) execError(key string, wait time.Duration, err error) error {
+// execError classifies an error of one of Exec's statements, when no live
+// record answers instead; locks says which locks it may have waited for.
+func (s *Store) execError(key, locks string, wait time.Duration, err error) error {
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "55P03":
-		return fmt.Errorf("%w: key %q: a lock the statement needed (the key's, held by a request in flight, or one of the effect's rows) was not granted within %v: %w",
-			ErrInProgress, key, wait, err)
+		return fmt.Errorf("%w: key %q: a lock the statement needed (%s) was not granted within %v: %w",
+			ErrInProgress, key, locks, wait, err)
 	case errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.TableName == s.table:
-		// The record the insert met has expired or was reaped since.
-		return errVanished
+		// The record the insert met has expired or was reaped since. (A
+		// table of the same name in another schema would land here too:
+		// its error is kept, and shows once the attempts run out.)
+		return fmt.Errorf("%w: %w", errVanished, err)
 	}
 	return fmt.Errorf("idempotency: exec %q: %w", key, err)
 }

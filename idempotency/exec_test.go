@@ -167,7 +167,8 @@ func TestExecExpiredRecordIsTakenOver(t *testing.T) {
 	}
 }
 
-// A duplicate that waited for a request in flight meets its record
+// A duplicate of a request in flight (it waits on the wallet's row, which
+// the first's debit holds) meets the first's record, committed meanwhile,
 // already expired (it lives 1 ms): the unique violation rolls the
 // duplicate's debit back, and the retry, the key now counting as unused,
 // runs it.
@@ -185,6 +186,7 @@ func TestExecRunsWhenTheRecordWaitedForHasExpired(t *testing.T) {
 		got <- err
 	}()
 	b.waitBlocked(1)
+	time.Sleep(5 * time.Millisecond) // past the first's record's 1 ms
 	release(nil)
 	if err := <-first; err != nil {
 		t.Fatal(err)
@@ -194,6 +196,38 @@ func TestExecRunsWhenTheRecordWaitedForHasExpired(t *testing.T) {
 	}
 	if got := b.balance("alice"); got != initial-1000 {
 		t.Fatalf("balance %d, want %d: both ran, the first's record having expired", got, initial-1000)
+	}
+}
+
+// Exec meets an expired record that Do is taking over, its transaction
+// still open: the delete of the expired record waits for the takeover,
+// bounded by WithWait (ErrInProgress, nothing written); once Do commits,
+// Exec replays Do's result.
+func TestExecWaitsForTakeoverInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t, idempotency.WithWait(200*time.Millisecond))
+	if _, err := b.execPay(ctx, "pay-1", 10); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, b.pool, `UPDATE nolock_idempotency SET expires_at = now() - interval '1 s'`)
+	release, first := b.holdFirst(ctx) // Do takes pay-1 over, for 500, uncommitted
+	fp := fingerprint("alice", "pay-1", 500)
+	start := time.Now()
+	_, err := b.store.Exec(ctx, "alice", "pay-1", fp, debitSQL, "alice", 500)
+	if took := time.Since(start); !errors.Is(err, idempotency.ErrInProgress) || !strings.Contains(err.Error(), "takeover") || took < 150*time.Millisecond {
+		t.Fatalf("Exec during a takeover: %v after %v, want ErrInProgress naming the takeover after about 200ms", err, took)
+	}
+	release(nil)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.store.Exec(ctx, "alice", "pay-1", fp, debitSQL, "alice", 500)
+	if err != nil || !res.Replayed || string(res.Body) != "paid pay-1 500" {
+		t.Fatalf("Exec after the takeover committed: %+v, %v; want a replay of Do's result", res, err)
+	}
+	if got := b.balance("alice"); got != initial-510 {
+		t.Fatalf("balance %d, want %d: the first debit and Do's", got, initial-510)
 	}
 }
 

@@ -51,7 +51,8 @@ type Store struct {
 	wait      time.Duration
 	policy    backoff.Policy
 
-	table                                                                    string // unquoted
+	table string // unquoted, for matching errors' TableName
+
 	schemaSQL, claimSQL, readSQL, expireSQL, takeoverSQL, recordSQL, reapSQL string
 
 	// execSQL is a format: Exec puts the caller's statement and its
@@ -67,6 +68,13 @@ const (
 	DefaultAttempts  = 3
 	// MaxReapBatch bounds Reap's batch size.
 	MaxReapBatch = 100_000
+)
+
+// expiresSuffix names the expiry index after the table; maxTableLen keeps
+// that name within PostgreSQL's identifier length (63 bytes).
+const (
+	expiresSuffix = "_expires_at"
+	maxTableLen   = 63 - len(expiresSuffix)
 )
 
 // commitTimeout bounds the final round trip (record and COMMIT), which is
@@ -100,15 +108,15 @@ ON CONFLICT (scope, key) DO NOTHING
 RETURNING created_at, expires_at, set_config('lock_timeout', current_setting('nolock.lock_timeout'), true)`
 	// readSQL reads a key's record and whether it has expired: the row a
 	// failed claim met (with a snapshot taken after the claim's wait), or
-	// the one Get and Exec look up. "+ interval '0 s'" keeps the planner on the
-	// primary key rather than the expiry index.
+	// the one Get and Exec look up. "+ interval '0 s'" keeps the planner
+	// on the primary key rather than the expiry index.
+	readSQL = `SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now()
+FROM {{table}} WHERE scope = $1 AND key = $2`
 	// expireSQL deletes an expired record, for Exec to insert a new one.
 	// Its wait is bounded like the claim's: a takeover by Do holds the row.
 	expireSQL = `DELETE FROM {{table}}
 USING (SELECT set_config('lock_timeout', coalesce($3, current_setting('lock_timeout')), true)) AS bound
 WHERE scope = $1 AND key = $2 AND expires_at + interval '0 s' <= now()`
-	readSQL = `SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now()
-FROM {{table}} WHERE scope = $1 AND key = $2`
 	// takeoverSQL claims a key whose record has expired, in place, its wait
 	// bounded like the claim's. Two takers queue on the row lock; the second
 	// re-checks the row the first left and takes it only if the first
@@ -144,8 +152,9 @@ type config struct {
 	dynamo    string // the name of a DynamoDB-only option used, if any
 }
 
-// WithTable sets the table's name (default "nolock_idempotency"). The name
-// is quoted, never interpolated raw. Several Stores may share a table.
+// WithTable sets the table's name (default "nolock_idempotency"), at most
+// 52 bytes (New refuses longer ones). The name is quoted, never
+// interpolated raw. Several Stores may share a table.
 // PostgreSQL only: NewDynamoDB takes the table as an argument.
 func WithTable(name string) Option {
 	return func(c *config) { c.table, c.pgOnly = name, "WithTable" }
@@ -223,9 +232,14 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if cfg.dynamo != "" {
 		return nil, invalid("%s applies to DynamoDB only", cfg.dynamo)
 	}
+	if n := len(cfg.table); n > maxTableLen {
+		// The server would cut longer names (and the index's) short, and
+		// Exec would not recognise its own table in errors.
+		return nil, invalid("table name is %d bytes, over %d (PostgreSQL's 63, less the expiry index's suffix %q)", n, maxTableLen, expiresSuffix)
+	}
 	table := pgx.Identifier{cfg.table}.Sanitize()
 	sql := strings.NewReplacer("{{table}}", table,
-		"{{expires_index}}", pgx.Identifier{cfg.table + "_expires_at"}.Sanitize()).Replace
+		"{{expires_index}}", pgx.Identifier{cfg.table + expiresSuffix}.Sanitize()).Replace
 	return &Store{
 		db: db, execSQL: strings.ReplaceAll(execSQL, "{{table}}", strings.ReplaceAll(table, "%", "%%")),
 		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts},
@@ -297,9 +311,10 @@ func (s *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, f
 	return res, err
 }
 
-// errVanished means the record Do waited for was gone by the time it read
-// it (it expired, or was reaped, in between): Do tries again.
-var errVanished = errors.New("idempotency: the record waited for vanished")
+// errVanished means the record that stood in the way of a claim (Do) or
+// an insert (Exec) was gone or expired by the time it was read: the
+// attempt is made again.
+var errVanished = errors.New("idempotency: the key's record vanished while in the way")
 
 // retryable reports whether Do may run the whole transaction again: it
 // rolled back for a reason a new attempt may not meet.
@@ -402,11 +417,7 @@ func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func)
 // the key. The transaction is left open either way, unless an error is
 // returned.
 func (s *Store) claim(ctx context.Context, conn *pgx.Conn, sql string, rec *Record) (tx pgx.Tx, claimed bool, err error) {
-	var bound any // lock_timeout for the claim, in ms; nil keeps the connection's
-	wait := s.waitFor(ctx)
-	if wait > 0 {
-		bound = strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
-	}
+	wait, bound := s.bound(ctx)
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	var restored string
@@ -475,6 +486,17 @@ func (s *Store) waitFor(ctx context.Context) time.Duration {
 		}
 	}
 	return w
+}
+
+// bound returns waitFor(ctx) and the lock_timeout parameter of a claim's
+// or Exec's statement for it: milliseconds as text, or nil (no bound)
+// to keep the connection's.
+func (s *Store) bound(ctx context.Context) (time.Duration, any) {
+	wait := s.waitFor(ctx)
+	if wait <= 0 {
+		return 0, nil
+	}
+	return wait, strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
 }
 
 // rollback ends tx even when ctx is cancelled. A failure closes the

@@ -5,11 +5,15 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/internal/testenv"
 )
@@ -140,4 +144,142 @@ func (p *commitDropper) relay(client io.Writer, server io.Reader) {
 			return
 		}
 	}
+}
+
+// Fault: the PostgreSQL server crashes (every server process killed at
+// once, as by a power cut; a cluster of the test's own) while 16 workers
+// pay 240 payments, each delivered twice, half through Exec and half
+// through Do, each delivery retrying whatever error it gets. After the
+// restart every payment has exactly one record and at most one effect:
+// each balance is its opening balance less its paid payments, each paid
+// Do payment has one ledger row, and both deliveries of a payment got the
+// same answer.
+func TestServerCrashConvergesToOneEffect(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv := testenv.PostgresServer(t)
+	pool := testenv.Pool(t, srv.DSN(), 16)
+	store, err := idempotency.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CreateSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const wallets, opening, payments, workers = 4, 1500, 240, 16
+	mustExec(t, pool, `CREATE TABLE wallets (account text PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0))`)
+	mustExec(t, pool, `INSERT INTO wallets SELECT 'w' || i, $1 FROM generate_series(0, $2 - 1) i`, opening, wallets)
+	mustExec(t, pool, `CREATE TABLE ledger (payment text PRIMARY KEY, account text NOT NULL, amount bigint NOT NULL)`)
+
+	type payment struct {
+		key, account string
+		amount       int64
+		exec         bool
+	}
+	all := make([]payment, payments)
+	for i := range all {
+		all[i] = payment{fmt.Sprint("pay-", i), fmt.Sprint("w", i%wallets), int64(10 + i%51), i%2 == 0}
+	}
+	deliver := func(p payment) (idempotency.Result, error) {
+		fp := fingerprint(p.account, p.key, p.amount)
+		if p.exec {
+			return store.Exec(ctx, p.account, p.key, fp, debitSQL, p.account, p.amount)
+		}
+		return store.Do(ctx, p.account, p.key, fp, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			tag, err := tx.Exec(ctx, `UPDATE wallets SET balance = balance - $2 WHERE account = $1 AND balance >= $2`, p.account, p.amount)
+			if err == nil && tag.RowsAffected() == 0 {
+				return []byte("declined"), idempotency.Terminal(errors.New("insufficient funds"))
+			}
+			if err == nil {
+				_, err = tx.Exec(ctx, `INSERT INTO ledger VALUES ($1, $2, $3)`, p.key, p.account, p.amount)
+			}
+			return []byte("paid"), err
+		})
+	}
+
+	queue := make(chan int, 2*payments)
+	for _, i := range rand.Perm(2 * payments) {
+		queue <- i % payments
+	}
+	close(queue)
+	var answered, failed, ambiguous atomic.Int64
+	answers := make([][]idempotency.Result, payments)
+	var mu sync.Mutex
+	crash := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range queue {
+				for {
+					res, err := deliver(all[i])
+					if err == nil {
+						mu.Lock()
+						answers[i] = append(answers[i], res)
+						mu.Unlock()
+						if answered.Add(1) == 2*payments/3 {
+							close(crash)
+						}
+						break
+					}
+					if errors.Is(err, idempotency.ErrMismatch) || ctx.Err() != nil {
+						t.Errorf("%s: %v", all[i].key, err)
+						return
+					}
+					failed.Add(1)
+					if errors.Is(err, idempotency.ErrAmbiguousCommit) {
+						ambiguous.Add(1)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	<-crash
+	srv.Crash()
+	time.Sleep(300 * time.Millisecond)
+	srv.Start()
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if failed.Load() == 0 {
+		t.Fatal("the crash failed no call: the test tested nothing")
+	}
+
+	paid := map[string]int64{} // account -> sum of its paid payments
+	var paidDo, records int64
+	for i, res := range answers {
+		p := all[i]
+		if len(res) != 2 || !bytes.Equal(res[0].Body, res[1].Body) || res[0].Terminal != res[1].Terminal {
+			t.Fatalf("%s: answers %+v, want two, the same", p.key, res)
+		}
+		if !res[0].Terminal {
+			paid[p.account] += p.amount
+			if !p.exec {
+				paidDo++
+			}
+		}
+	}
+	for w := 0; w < wallets; w++ {
+		account := fmt.Sprint("w", w)
+		var balance int64
+		if err := pool.QueryRow(ctx, `SELECT balance FROM wallets WHERE account = $1`, account).Scan(&balance); err != nil {
+			t.Fatal(err)
+		}
+		if balance != opening-paid[account] {
+			t.Errorf("%s: balance %d, want %d less its paid payments %d", account, balance, opening, paid[account])
+		}
+	}
+	var ledger int64
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM ledger), (SELECT count(*) FROM nolock_idempotency)`).Scan(&ledger, &records); err != nil {
+		t.Fatal(err)
+	}
+	if ledger != paidDo || records != payments {
+		t.Fatalf("%d ledger rows and %d records, want %d (paid through Do) and %d", ledger, records, paidDo, payments)
+	}
+	t.Logf("%d calls failed across the crash and were retried (%d of them ErrAmbiguousCommit); %d payments answered twice each",
+		failed.Load(), ambiguous.Load(), payments)
 }

@@ -248,6 +248,12 @@ func TestServerCrashConvergesToOneEffect(t *testing.T) {
 	if failed.Load() == 0 {
 		t.Fatal("the crash failed no call: the test tested nothing")
 	}
+	// Only a call in flight at the crash (or one more through a connection
+	// that died idle) can end in ErrAmbiguousCommit; one that found the
+	// server down sent nothing.
+	if ambiguous.Load() > 2*workers {
+		t.Fatalf("%d calls ended in ErrAmbiguousCommit, more than the %d that can have been in flight", ambiguous.Load(), 2*workers)
+	}
 
 	paid := map[string]int64{} // account -> sum of its paid payments
 	var paidDo, records int64

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/pgerr"
 )
 
 // DB is what a Store needs from pgx: a *pgxpool.Pool satisfies it. Do
@@ -468,7 +469,7 @@ func claimError(key string, wait time.Duration, err error) error {
 // ErrAmbiguousCommit.
 func commitError(key string, err error) error {
 	var pgErr *pgconn.PgError
-	if pgconn.SafeToRetry(err) || errors.As(err, &pgErr) && cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) == "ERROR" {
+	if pgerr.NotSent(err) || errors.As(err, &pgErr) && cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) == "ERROR" {
 		return fmt.Errorf("idempotency: commit %q: rolled back: %w", key, err)
 	}
 	return fmt.Errorf("%w: key %q: %w", ErrAmbiguousCommit, key, err)

@@ -323,7 +323,7 @@ func transient(err error, tx pgx.Tx) bool {
 	if err == nil || errors.Is(err, ErrFenced) {
 		return false
 	}
-	if pgerr.Conflict(err) || pgerr.Ambiguous(err) || pgconn.SafeToRetry(err) {
+	if pgerr.Conflict(err) || pgerr.Ambiguous(err) || pgerr.NotSent(err) {
 		return true
 	}
 	var pgErr *pgconn.PgError

@@ -29,6 +29,13 @@ func TestAmbiguousAndConflict(t *testing.T) {
 	if Ambiguous(nil) {
 		t.Error("Ambiguous(nil)")
 	}
+	// A connection that could not be made (as a pool's Acquire reports
+	// while the server is down) sent nothing. Port 1 on loopback refuses.
+	_, err := pgconn.Connect(context.Background(), "postgres://u@127.0.0.1:1/db?connect_timeout=5")
+	var connErr *pgconn.ConnectError
+	if !errors.As(err, &connErr) || Ambiguous(err) || !NotSent(err) || Ambiguous(fmt.Errorf("acquire: %w", err)) {
+		t.Errorf("a refused connection (%v): want NotSent and not Ambiguous", err)
+	}
 	if !Conflict(&pgconn.PgError{Code: "40001"}) || !Conflict(fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "40P01"})) || Conflict(&pgconn.PgError{Code: "23505"}) {
 		t.Error("Conflict must be true for 40001 and 40P01 only")
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
+	"github.com/nolock/nolock/internal/ddberr"
 )
 
 // DynamoDBAPI is what DynamoDBBackend needs from a *dynamodb.Client, narrow
@@ -163,12 +163,11 @@ func failedCondition(err error) bool {
 	return errors.As(err, &ccf)
 }
 
-// dynamoAmbiguous wraps err with ErrAmbiguousCommit unless DynamoDB
-// definitely refused the request (a client-fault API error): a lost
-// response, a timeout or a server fault may follow an applied write.
+// dynamoAmbiguous wraps err with ErrAmbiguousCommit unless it proves the
+// write was not applied (ddberr.Refused): a lost response, a timeout or a
+// server fault may follow an applied write.
 func dynamoAmbiguous(err error) error {
-	var apiErr smithy.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorFault() == smithy.FaultClient {
+	if ddberr.Refused(err) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)

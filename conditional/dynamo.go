@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/nolock/nolock/internal/ddberr"
 )
 
 // DynamoDBAPI is what this package needs from DynamoDB: a *dynamodb.Client
@@ -137,19 +137,6 @@ func ConditionFailedAt(err error, i int) bool {
 	return aws.ToString(tce.CancellationReasons[i].Code) == "ConditionalCheckFailed"
 }
 
-// refused reports whether err proves that a request was not applied: the
-// server answered it with a 4xx status (a failed condition, a cancelled
-// transaction, throttling, a validation error), or no connection to the
-// server was made.
-func refused(err error) bool {
-	var resp interface{ HTTPStatusCode() int }
-	if errors.As(err, &resp) {
-		return resp.HTTPStatusCode() >= 400 && resp.HTTPStatusCode() < 500
-	}
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
-
 // dynamoWriteErr classifies the error of a write that failed for another
 // reason than a failed condition. A write the server refused, or that never
 // left for the server, is returned as is. Any other error (a 5xx answer, a
@@ -157,7 +144,7 @@ func refused(err error) bool {
 // context, an error from a wrapping client) leaves the outcome unknown: the
 // write may have applied, so it is ErrAmbiguousCommit.
 func dynamoWriteErr(err error) error {
-	if refused(err) {
+	if ddberr.Refused(err) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
@@ -185,7 +172,7 @@ func noBlindRetries(o *dynamodb.Options) {
 type refusedOnly struct{ aws.RetryerV2 }
 
 func (r refusedOnly) IsErrorRetryable(err error) bool {
-	return refused(err) && r.RetryerV2.IsErrorRetryable(err)
+	return ddberr.Refused(err) && r.RetryerV2.IsErrorRetryable(err)
 }
 
 // retryerV2 adapts an aws.Retryer the way the SDK does.

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/ddberr"
 )
 
 // DynamoDBAPI is what DynamoDB needs from a *dynamodb.Client; tests wrap it
@@ -185,7 +186,6 @@ func (d *DynamoDB) once(ctx context.Context, scope, key string, fp []byte, fn Dy
 		TransactItems: append(append([]types.TransactWriteItem(nil), writes...), put),
 	})
 	var canceled *types.TransactionCanceledException
-	var status interface{ HTTPStatusCode() int }
 	switch {
 	case err == nil:
 		return Result{Record: rec}, nil
@@ -206,7 +206,7 @@ func (d *DynamoDB) once(ctx context.Context, scope, key string, fp []byte, fn Dy
 			return Result{}, fmt.Errorf("%w: %w", errConflict, err)
 		}
 		return Result{}, fmt.Errorf("idempotency: key %q: transaction canceled, nothing written: %w", key, err)
-	case errors.As(err, &status) && status.HTTPStatusCode() < 500:
+	case ddberr.Refused(err):
 		return Result{}, fmt.Errorf("idempotency: key %q: %w", key, err)
 	default:
 		return Result{}, fmt.Errorf("%w: key %q: %w", ErrAmbiguousCommit, key, err)

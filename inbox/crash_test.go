@@ -1,0 +1,91 @@
+package inbox_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nolock/nolock/inbox"
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// Fault: the PostgreSQL server crashes (every server process killed at
+// once; a cluster of the test's own) a third of the way through 600
+// messages, consumed in batches of 8, and comes back 300 ms later. Run
+// rides it out: every message's effect is applied exactly once, none is
+// parked, and Run returns nil when stopped.
+func TestRunSurvivesServerCrash(t *testing.T) {
+	t.Parallel()
+	srv := testenv.PostgresServer(t)
+	pool := testenv.Pool(t, srv.DSN(), 8)
+	var retries lineCounter // Run's warnings about failed batches it retries
+	in := newInbox(t, pool, inbox.WithLogger(slog.New(slog.NewTextHandler(&retries, nil))))
+	brokers, topic := testenv.Topic(t, 1)
+	const n = 600
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprint("m", i)
+	}
+	produce(t, brokers, topic, ids, func(id string) string { return "v-" + id })
+	r := groupReader(brokers, topic, testenv.Name("g"))
+	defer r.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- in.Run(ctx, r, record, inbox.WithBatch(8, 20*time.Millisecond), inbox.WithRetryBackoff(10*time.Millisecond, 200*time.Millisecond))
+	}()
+	applied := func() int { // -1 while the server is down
+		var k int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM effects`).Scan(&k); err != nil {
+			return -1
+		}
+		return k
+	}
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within a minute (%d effects applied)", what, applied())
+			}
+		}
+	}
+	waitUntil("a third applied", func() bool { return applied() >= n/3 })
+	srv.Crash()
+	time.Sleep(300 * time.Millisecond)
+	srv.Start()
+	waitUntil("all applied after the restart", func() bool { return applied() == n })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	got := effects(t, pool)
+	for _, id := range ids {
+		if got[id] != 1 {
+			t.Errorf("effect %s applied %d times, want 1", id, got[id])
+		}
+	}
+	if retries.n.Load() == 0 {
+		t.Error("Run retried no batch: the crash hit nothing")
+	}
+	t.Logf("Run logged %d warnings across the crash", retries.n.Load())
+	if len(got) != n {
+		t.Errorf("%d distinct effects, want %d", len(got), n)
+	}
+	if k := count(t, pool, `SELECT count(*) FROM nolock_inbox_parked`); k != 0 {
+		t.Errorf("%d messages parked, want 0: a database outage is not the message's fault", k)
+	}
+}
+
+// lineCounter counts the log lines written to it.
+type lineCounter struct{ n atomic.Int64 }
+
+func (c *lineCounter) Write(p []byte) (int, error) {
+	c.n.Add(int64(bytes.Count(p, []byte("\n"))))
+	return len(p), nil
+}

@@ -54,8 +54,14 @@ type bed struct {
 
 func newBed(t testing.TB, partitions int) *bed {
 	t.Helper()
-	brokers, topic := testenv.Topic(t, partitions)
 	pool, schema := testenv.PostgresSchema(t, 16)
+	return newBedOn(t, partitions, pool, schema)
+}
+
+// newBedOn is newBed on pool, whose search_path is schema.
+func newBedOn(t testing.TB, partitions int, pool *pgxpool.Pool, schema string) *bed {
+	t.Helper()
+	brokers, topic := testenv.Topic(t, partitions)
 	b := &bed{brokers: brokers, topic: topic, group: testenv.Name("g"), schema: schema, pool: pool}
 	ctx := context.Background()
 	c, err := partition.New(pool, b.config("setup", nil))

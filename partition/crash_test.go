@@ -1,0 +1,87 @@
+package partition_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/partition"
+)
+
+// Fault: the PostgreSQL server crashes (every server process killed at
+// once; a cluster of the test's own) while two members consume a
+// two-partition topic, and comes back 300 ms later. The members ride it
+// out (failed batches retried, claims kept or taken again): every offset
+// is applied exactly once, in order, and both Runs end cleanly.
+func TestServerCrash(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const per = 300
+	srv := testenv.PostgresServer(t)
+	b := newBedOn(t, 2, testenv.Pool(t, srv.DSN(), 16), "public")
+	produce(t, b.brokers, b.topic, 2, 0, per)
+	var retries atomic.Int64 // batches and claims retried, as the members log them
+	cfg := func(name string) partition.Config {
+		cfg := b.config(name, nil)
+		cfg.Logger = slog.New(countRetries{slog.DiscardHandler, &retries})
+		return cfg
+	}
+	a := startMember(t, b.pool, cfg("a"))
+	c := startMember(t, b.pool, cfg("c"))
+	if err := waitRows(ctx, b.pool, 2*per/3, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	srv.Crash()
+	time.Sleep(300 * time.Millisecond)
+	srv.Start()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		tl, err := count(ctx, b.pool, 2, per)
+		if err == nil && tl.missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not all applied a minute after the restart: %v (%v)", tl, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for name, m := range map[string]*member{"a": a, "c": c} {
+		if err := m.stop(); err != nil {
+			t.Errorf("member %s: Run: %v", name, err)
+		}
+	}
+	if retries.Load() == 0 {
+		t.Error("no batch or claim was retried: the crash hit nothing")
+	}
+	tl, err := count(ctx, b.pool, 2, per)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d retries logged across the crash", retries.Load())
+	if !tl.exact() || tl.rows != 2*per {
+		t.Fatalf("results %v, want each of the %d offsets once, in order", tl, 2*per)
+	}
+}
+
+// countRetries counts the records whose message says something is
+// retried.
+type countRetries struct {
+	slog.Handler
+	n *atomic.Int64
+}
+
+func (c countRetries) Enabled(context.Context, slog.Level) bool { return true }
+
+func (c countRetries) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, "retrying") {
+		c.n.Add(1)
+	}
+	return nil
+}
+
+func (c countRetries) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c countRetries) WithGroup(string) slog.Handler      { return c }

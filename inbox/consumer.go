@@ -193,6 +193,8 @@ func (in *Inbox) handleOne(ctx context.Context, m kafka.Message, h Handler, retr
 			} else if parked {
 				return nil
 			}
+		default:
+			in.log.Warn("inbox: message failed; retrying", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset, "attempt", attempt, "err", err)
 		}
 		if serr := backoff.Sleep(ctx, retry.Delay(attempt+1)); serr != nil {
 			return errors.Join(serr, err)

@@ -218,9 +218,10 @@ type Outcome struct {
 // transaction: either every new message's effect and record commit, or
 // none does. A message already recorded is skipped and counted as a
 // duplicate. On a handler error the transaction rolls back and the error
-// is returned (wrapped with the message's position); nothing is recorded,
-// so the batch can be retried. Process does not retry, count attempts or
-// park: Run does.
+// is returned as a *HandlerError (with the message's position); nothing is
+// recorded, so the batch can be retried. A handler error on a connection
+// that died meanwhile is the database's, not the message's: it is not a
+// *HandlerError. Process does not retry, count attempts or park: Run does.
 func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (Outcome, error) {
 	if h == nil {
 		return Outcome{}, invalid("handler is nil")
@@ -251,6 +252,11 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 				continue
 			}
 			if err := h(ctx, tx, m); err != nil {
+				if tx.Conn().IsClosed() {
+					// The connection died under the handler: the
+					// database's trouble, not the message's.
+					return fmt.Errorf("inbox: message %d (%s/%d@%d): connection lost: %w", i, m.Topic, m.Partition, m.Offset, err)
+				}
 				return &HandlerError{Msg: m, Index: i, Err: err}
 			}
 			out.Processed++

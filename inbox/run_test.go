@@ -192,3 +192,38 @@ func TestRunRedeliveryIsSkipped(t *testing.T) {
 		})
 	}
 }
+
+// A handler whose connection dies under it (here its backend is
+// terminated, while the server stays up) did not fail on its message:
+// with one attempt allowed, nothing is parked, every message is applied
+// once.
+func TestRunConnectionLossIsNotTheMessagesFault(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	var parked atomic.Int64
+	in := newInbox(t, pool, inbox.WithMaxAttempts(1), inbox.WithOnPark(func(kafka.Message, error) { parked.Add(1) }))
+	brokers, topic := testenv.Topic(t, 1)
+	ids := []string{"m0", "m1", "m2", "m3", "m4", "m5"}
+	produce(t, brokers, topic, ids, func(id string) string { return "v-" + id })
+	r := groupReader(brokers, topic, testenv.Name("g"))
+	defer r.Close()
+	var kills atomic.Int64
+	h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+		if string(m.Value) == "v-m2" && kills.Add(1) <= 3 {
+			_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
+			return err
+		}
+		return record(ctx, tx, m)
+	}
+	runUntil(t, in, r, h, func() bool { return parked.Load() > 0 || count(t, pool, `SELECT count(*) FROM effects`) == len(ids) },
+		inbox.WithBatch(4, 20*time.Millisecond), inbox.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
+	got := effects(t, pool)
+	for _, id := range ids {
+		if got[id] != 1 {
+			t.Errorf("effect %s applied %d times, want 1", id, got[id])
+		}
+	}
+	if k := count(t, pool, `SELECT (SELECT count(*) FROM nolock_inbox_parked) + (SELECT count(*) FROM nolock_inbox_attempts)`); k != 0 || kills.Load() < 3 {
+		t.Fatalf("%d parked or counted failures after %d backend kills, want 0 after at least 3", k, kills.Load())
+	}
+}

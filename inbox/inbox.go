@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -86,7 +87,8 @@ func ByHeader(name string) Identity {
 }
 
 // ByFunc identifies a message by a function of it (e.g. a field of the
-// payload).
+// payload). An error from id, or an empty id, means the message has no
+// identity (ErrNoID): it is parked at once, known by its offset.
 func ByFunc(id func(kafka.Message) (string, error)) Identity {
 	return Identity{name: "func", id: id}
 }
@@ -192,8 +194,8 @@ ON CONFLICT (consumer, id) DO UPDATE SET attempts = a.attempts + 1, last_error =
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING`
 	in.clearSQL = `DELETE FROM ` + att + ` WHERE consumer = $1 AND id = $2`
 	in.reapSQL = `DELETE FROM ` + t + ` WHERE ctid = ANY (ARRAY(SELECT ctid FROM ` + t + `
-WHERE processed_at < now() - $1::interval LIMIT $2))`
-	in.reapAttemptsSQL = `DELETE FROM ` + att + ` WHERE updated_at < now() - $1::interval`
+WHERE processed_at < now() - $1::interval AND consumer = $3 LIMIT $2))`
+	in.reapAttemptsSQL = `DELETE FROM ` + att + ` WHERE updated_at < now() - $1::interval AND consumer = $2`
 	return in, nil
 }
 
@@ -232,7 +234,7 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 	ids := make([]string, len(msgs))
 	if !in.identity.watermark {
 		for i, m := range msgs {
-			id, err := in.identity.id(m)
+			id, err := in.id(m)
 			if err != nil {
 				return Outcome{}, fmt.Errorf("inbox: message %d (%s/%d@%d): %w", i, m.Topic, m.Partition, m.Offset, err)
 			}
@@ -252,7 +254,7 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 				continue
 			}
 			if err := h(ctx, tx, m); err != nil {
-				if tx.Conn().IsClosed() {
+				if tx.Conn().IsClosed() && !ownDeadline(ctx, err) {
 					// The connection died under the handler: the
 					// database's trouble, not the message's.
 					return fmt.Errorf("inbox: message %d (%s/%d@%d): connection lost: %w", i, m.Topic, m.Partition, m.Offset, err)
@@ -373,7 +375,9 @@ func (in *Inbox) inTx(ctx context.Context, f func(pgx.Tx) error) error {
 // fail counts a failed attempt at msg outside any transaction and, when it
 // is permanent or the attempts ran out, parks it: records it as processed
 // (so it never runs again) and keeps it in the parked table, in one
-// transaction, then calls the hook. It reports whether msg was parked.
+// transaction, then calls the hook. A message found processed meanwhile
+// (another member applied it, or it was parked before) is not parked
+// again. It reports whether msg is done with.
 func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error) (parked bool, err error) {
 	id, idErr := in.id(msg)
 	if idErr != nil {
@@ -383,30 +387,31 @@ func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error) (park
 		id, _ = ByOffset().id(msg)
 	}
 	var attempts int
-	if err := in.db.QueryRow(ctx, in.attemptSQL, in.consumer, id, cause.Error()).Scan(&attempts); err != nil {
+	if err := in.db.QueryRow(ctx, in.attemptSQL, in.consumer, id, text(cause.Error())).Scan(&attempts); err != nil {
 		return false, fmt.Errorf("inbox: count attempt: %w", err)
 	}
 	if !IsPermanent(cause) && idErr == nil && attempts < in.max {
 		in.log.Warn("inbox: handler failed; will retry", "topic", msg.Topic, "partition", msg.Partition, "offset", msg.Offset, "attempt", attempts, "err", cause)
 		return false, nil
 	}
-	headers := map[string]string{}
-	for _, h := range msg.Headers {
-		headers[h.Key] = string(h.Value)
-	}
-	hj, _ := json.Marshal(headers)
+	var fresh []bool
+	reason := text(cause.Error())
 	err = in.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := in.claim(ctx, tx, []kafka.Message{msg}, []string{id}); err != nil {
+		var err error
+		if fresh, err = in.claim(ctx, tx, []kafka.Message{msg}, []string{id}); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, in.parkSQL, in.consumer, id, msg.Topic, msg.Partition, msg.Offset, msg.Key, msg.Value, hj, cause.Error(), attempts); err != nil {
-			return fmt.Errorf("inbox: park: %w", err)
+		if fresh[0] { // else processed meanwhile (by another member, or parked before): nothing to park
+			_, err = tx.Exec(ctx, in.parkSQL, in.consumer, id, msg.Topic, msg.Partition, msg.Offset, msg.Key, msg.Value, headersJSON(msg.Headers), reason, attempts)
+			if err != nil {
+				return fmt.Errorf("inbox: park: %w", err)
+			}
 		}
-		_, err := tx.Exec(ctx, in.clearSQL, in.consumer, id)
+		_, err = tx.Exec(ctx, in.clearSQL, in.consumer, id)
 		return err
 	})
-	if err != nil {
-		return false, err
+	if err != nil || !fresh[0] {
+		return err == nil, err
 	}
 	in.log.Error("inbox: message parked", "topic", msg.Topic, "partition", msg.Partition, "offset", msg.Offset, "attempts", attempts, "err", cause)
 	if in.hook != nil {
@@ -415,16 +420,70 @@ func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error) (park
 	return true, nil
 }
 
+// text makes s storable as PostgreSQL text: valid UTF-8, no NUL bytes.
+func text(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// headersJSON is the parked headers column: a JSON array of {"key", "value"}
+// in order (repeated keys kept), a value that is not storable text given as
+// "base64" instead.
+func headersJSON(hs []kafka.Header) []byte {
+	type header struct {
+		Key    string `json:"key"`
+		Value  string `json:"value,omitempty"`
+		Base64 []byte `json:"base64,omitempty"`
+	}
+	out := make([]header, len(hs))
+	for i, h := range hs {
+		out[i].Key = text(h.Key)
+		if v := string(h.Value); text(v) == v {
+			out[i].Value = v
+		} else {
+			out[i].Base64 = h.Value
+		}
+	}
+	b, _ := json.Marshal(out) // strings and bytes only: cannot fail
+	return b
+}
+
 // id is the identity of msg for the attempts and parked tables (watermark
 // mode records those by offset).
 func (in *Inbox) id(msg kafka.Message) (string, error) {
 	if in.identity.watermark {
 		return ByOffset().id(msg)
 	}
-	return in.identity.id(msg)
+	id, err := in.identity.id(msg)
+	switch {
+	case err != nil && !errors.Is(err, ErrNoID):
+		return "", fmt.Errorf("%w: %w", ErrNoID, err)
+	case err != nil:
+		return "", err
+	case id == "":
+		return "", fmt.Errorf("%w: the %s identity is empty", ErrNoID, in.identity.name)
+	case len(id) > MaxIDLen:
+		return "", fmt.Errorf("%w: the %s identity is %d bytes, over %d", ErrNoID, in.identity.name, len(id), MaxIDLen)
+	case !utf8.ValidString(id) || strings.ContainsRune(id, 0):
+		// PostgreSQL's text takes neither (a raw binary UUID, say).
+		return "", fmt.Errorf("%w: the %s identity %q is not text without NUL bytes", ErrNoID, in.identity.name, id)
+	}
+	return id, nil
 }
 
-// Reap deletes inbox records older than retention, at most batch rows per
+// MaxIDLen bounds a message's identity in bytes: identities live in a
+// primary-key index. A longer one counts as no identity (ErrNoID).
+const MaxIDLen = 512
+
+// ownDeadline reports whether the handler's err is its own context's
+// deadline or cancellation, ctx (Process's) still being live: pgx closes a
+// connection whose query's context ends, but that is the handler's
+// failure, not the database's.
+func ownDeadline(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled))
+}
+
+// Reap deletes this Inbox's consumer's records older than retention (other
+// consumers sharing the tables keep theirs), at most batch rows per
 // statement, until none is left, and returns how many it deleted. Keep
 // retention at least as long as the longest redelivery horizon (the topic's
 // retention, or how far back a consumer group can be reset): a record
@@ -440,7 +499,7 @@ func (in *Inbox) Reap(ctx context.Context, retention time.Duration, batch int) (
 	iv := fmt.Sprintf("%d microseconds", retention.Microseconds())
 	var total int64
 	for {
-		tag, err := in.db.Exec(ctx, in.reapSQL, iv, batch)
+		tag, err := in.db.Exec(ctx, in.reapSQL, iv, batch, in.consumer)
 		if err != nil {
 			return total, fmt.Errorf("inbox: reap: %w", err)
 		}
@@ -449,7 +508,7 @@ func (in *Inbox) Reap(ctx context.Context, retention time.Duration, batch int) (
 			break
 		}
 	}
-	if _, err := in.db.Exec(ctx, in.reapAttemptsSQL, iv); err != nil {
+	if _, err := in.db.Exec(ctx, in.reapAttemptsSQL, iv, in.consumer); err != nil {
 		return total, fmt.Errorf("inbox: reap attempts: %w", err)
 	}
 	return total, nil

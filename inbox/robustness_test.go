@@ -1,0 +1,246 @@
+package inbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/nolock/nolock/inbox"
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// sliceReader hands out msgs in order, then blocks until ctx ends: Run
+// without Kafka, for tests of what Run does with odd messages.
+type sliceReader struct {
+	mu   sync.Mutex
+	msgs []kafka.Message
+}
+
+func (s *sliceReader) FetchMessage(ctx context.Context) (kafka.Message, error) {
+	s.mu.Lock()
+	if len(s.msgs) > 0 {
+		m := s.msgs[0]
+		s.msgs = s.msgs[1:]
+		s.mu.Unlock()
+		return m, nil
+	}
+	s.mu.Unlock()
+	<-ctx.Done()
+	return kafka.Message{}, ctx.Err()
+}
+
+func (s *sliceReader) CommitMessages(context.Context, ...kafka.Message) error { return nil }
+
+// runSlice runs in over msgs until done holds (runUntil: at most a
+// minute), then stops Run.
+func runSlice(t *testing.T, in *inbox.Inbox, msgs []kafka.Message, h inbox.Handler, done func() bool) {
+	t.Helper()
+	runUntil(t, in, &sliceReader{msgs: msgs}, h, done,
+		inbox.WithRetryBackoff(time.Millisecond, 5*time.Millisecond), inbox.WithShutdownTimeout(100*time.Millisecond))
+}
+
+// parkCounter is a WithOnPark hook that counts.
+func parkCounter() (*atomic.Int64, inbox.Option) {
+	var n atomic.Int64
+	return &n, inbox.WithOnPark(func(kafka.Message, error) { n.Add(1) })
+}
+
+// Identities PostgreSQL cannot store as text (a raw binary UUID, a NUL
+// byte) or index (4,000 bytes) count as no identity: parked at once, by
+// offset, and the partition moves on.
+func TestUnstorableIDsAreParked(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	parked, hook := parkCounter()
+	in := newInbox(t, pool, hook)
+	bad := []kafka.Message{msg("x", 0, 0), msg("x", 0, 1), msg("x", 0, 2)}
+	bad[0].Headers[0].Value = []byte{0x8f, 0xa1, 0xc3, 0x28, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc}
+	bad[1].Headers[0].Value = []byte("a\x00b")
+	bad[2].Headers[0].Value = []byte(strings.Repeat("i", inbox.MaxIDLen+1))
+	for _, m := range bad {
+		if _, err := in.Process(context.Background(), []kafka.Message{m}, record); !errors.Is(err, inbox.ErrNoID) {
+			t.Fatalf("Process of an id of %d bytes: %v, want ErrNoID", len(m.Headers[0].Value), err)
+		}
+	}
+	runSlice(t, in, append(bad, msg("next", 0, 3)), record, func() bool { return parked.Load() == 3 && len(effects(t, pool)) == 1 })
+	if got := effects(t, pool); got["next"] != 1 {
+		t.Fatalf("effects %v, want next once", got)
+	}
+}
+
+// ByFunc's empty identity or error is ErrNoID: distinct messages without
+// one are parked, never skipped as duplicates of each other.
+func TestByFuncWithoutIdentity(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	parked, hook := parkCounter()
+	in := newInbox(t, pool, hook, inbox.WithIdentity(inbox.ByFunc(func(m kafka.Message) (string, error) {
+		switch string(m.Value) {
+		case "v-a", "v-b":
+			return "", nil // the payload's id field is absent
+		case "v-c":
+			return "", errors.New("payload is not JSON")
+		}
+		return string(m.Value), nil
+	})))
+	msgs := []kafka.Message{msg("a", 0, 0), msg("b", 0, 1), msg("c", 0, 2), msg("d", 0, 3)}
+	if _, err := in.Process(context.Background(), msgs[:2], record); !errors.Is(err, inbox.ErrNoID) {
+		t.Fatalf("Process with empty identities: %v, want ErrNoID", err)
+	}
+	runSlice(t, in, msgs, record, func() bool { return parked.Load() == 3 && len(effects(t, pool)) == 1 })
+	if got := effects(t, pool); got["d"] != 1 {
+		t.Fatalf("effects %v, want d once", got)
+	}
+}
+
+// A message is parked whatever its headers and its handler's error hold:
+// a NUL byte in a header (kept as base64, in order, repeated keys too) or
+// an error text that is not UTF-8.
+func TestParkStoresAnyHeadersAndError(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	parked, hook := parkCounter()
+	in := newInbox(t, pool, hook)
+	noID := msg("", 0, 0)
+	noID.Headers = []kafka.Header{{Key: "trace-bin", Value: []byte{0, 1, 2}}, {Key: "tag", Value: []byte("a")}, {Key: "tag", Value: []byte("b")}}
+	h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+		if string(m.Value) == "v-bad" {
+			return inbox.Permanent(fmt.Errorf("cannot decode payload: %s", []byte{0xff, 0xfe}))
+		}
+		return record(ctx, tx, m)
+	}
+	runSlice(t, in, []kafka.Message{noID, msg("bad", 0, 1), msg("next", 0, 2)}, h,
+		func() bool { return parked.Load() == 2 && len(effects(t, pool)) == 1 })
+	var headers []byte
+	if err := pool.QueryRow(context.Background(), `SELECT headers FROM nolock_inbox_parked WHERE "offset" = 0`).Scan(&headers); err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal(headers, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := `[map[base64:AAEC key:trace-bin] map[key:tag value:a] map[key:tag value:b]]`
+	if fmt.Sprint(got) != want {
+		t.Fatalf("parked headers %v, want %s", got, want)
+	}
+}
+
+// A message another member applied while this one's attempt failed is not
+// parked too (a replay of the parked queue would apply it twice); a
+// message without identity redelivered is parked once, its hook called
+// once.
+func TestParkOnlyWhatWasNotProcessed(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	parked, hook := parkCounter()
+	a := newInbox(t, pool, inbox.WithMaxAttempts(1), hook)
+	b := newInbox(t, pool)
+	m := msg("x", 0, 0)
+	bDone := make(chan error, 1)
+	var once sync.Once
+	runSlice(t, a, []kafka.Message{m}, func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+		once.Do(func() {
+			go func() { _, err := b.Process(context.Background(), []kafka.Message{m}, record); bDone <- err }()
+			waitBlockedOnce(t, pool) // b waits on a's claim
+		})
+		return errors.New("downstream timeout")
+	}, func() bool { return len(effects(t, pool)) == 1 })
+	if err := <-bDone; err != nil {
+		t.Fatal(err)
+	}
+	if k := count(t, pool, `SELECT count(*) FROM nolock_inbox_parked`); k != 0 || parked.Load() != 0 {
+		t.Fatalf("x applied by b and also parked by a: %d parked rows, %d hook calls", k, parked.Load())
+	}
+	for pass := 0; pass < 3; pass++ {
+		runSlice(t, a, []kafka.Message{msg("", 0, 7)}, record, func() bool { return parked.Load() >= 1 })
+	}
+	if k := count(t, pool, `SELECT count(*) FROM nolock_inbox_parked`); k != 1 || parked.Load() != 1 {
+		t.Fatalf("a message without identity delivered 3 times: %d parked rows, %d hook calls; want 1 and 1", k, parked.Load())
+	}
+	if k := count(t, pool, `SELECT count(*) FROM nolock_inbox_attempts`); k != 0 {
+		t.Fatalf("%d attempt counters left", k)
+	}
+}
+
+// waitBlockedOnce waits until a backend of the test's schema waits on a
+// lock.
+func waitBlockedOnce(t *testing.T, pool interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var n int
+		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND application_name = current_setting('application_name')`).Scan(&n)
+		if err == nil && n > 0 {
+			return
+		}
+	}
+	t.Fatal("no backend blocked on a lock within 10 s")
+}
+
+// A handler whose own query times out (pgx then closes the connection)
+// failed on its message: counted, and parked after the attempts.
+func TestHandlerTimeoutIsTheMessagesFault(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	parked, hook := parkCounter()
+	in := newInbox(t, pool, inbox.WithMaxAttempts(2), hook)
+	h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+		if string(m.Value) == "v-slow" {
+			qctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			_, err := tx.Exec(qctx, `SELECT pg_sleep(1)`)
+			return err
+		}
+		return record(ctx, tx, m)
+	}
+	runSlice(t, in, []kafka.Message{msg("slow", 0, 0), msg("next", 0, 1)}, h,
+		func() bool { return parked.Load() == 1 && len(effects(t, pool)) == 1 })
+}
+
+// Reap deletes its own consumer's records only: another consumer sharing
+// the tables keeps its own, and still skips what it processed.
+func TestReapKeepsOtherConsumers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	shipping, err := inbox.New(pool, "shipping")
+	if err != nil {
+		t.Fatal(err)
+	}
+	billing := newInbox(t, pool)
+	if _, err := shipping.Process(ctx, []kafka.Message{msg("s1", 0, 0)}, record); err != nil {
+		t.Fatal(err)
+	}
+	mustExecInbox(t, pool, `UPDATE nolock_inbox SET processed_at = now() - interval '2 hours'`)
+	if n, err := billing.Reap(ctx, time.Hour, 100); err != nil || n != 0 {
+		t.Fatalf("billing's Reap: %d, %v; want 0 (the old record is shipping's)", n, err)
+	}
+	out, err := shipping.Process(ctx, []kafka.Message{msg("s1", 0, 0)}, record)
+	if err != nil || out.Duplicates != 1 {
+		t.Fatalf("shipping's redelivery: %+v, %v; want a duplicate", out, err)
+	}
+	if n, err := shipping.Reap(ctx, time.Hour, 100); err != nil || n != 1 {
+		t.Fatalf("shipping's Reap: %d, %v; want 1", n, err)
+	}
+}
+
+func mustExecInbox(t *testing.T, pool interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, sql string) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), sql); err != nil {
+		t.Fatal(err)
+	}
+}

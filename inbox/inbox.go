@@ -183,8 +183,10 @@ func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
 	// One statement claims a batch: the ids inserted are the new messages;
 	// an id already there (or repeated in the batch) is a duplicate. A
 	// concurrent claim of the same id waits on the unique index until the
-	// other transaction ends, then sees its row or inserts its own.
-	in.claimSQL = `INSERT INTO ` + t + ` (consumer, id) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING RETURNING id`
+	// other transaction ends, then sees its row or inserts its own. Ids go
+	// in sorted order, so two batches sharing ids cannot deadlock.
+	in.claimSQL = `INSERT INTO ` + t + ` (consumer, id) SELECT $1, id FROM unnest($2::text[]) AS u(id) ORDER BY id
+ON CONFLICT DO NOTHING RETURNING id`
 	in.wmInitSQL = `INSERT INTO ` + wm + ` (consumer, topic, partition, next) VALUES ($1, $2, $3, 0) ON CONFLICT DO NOTHING`
 	in.wmLockSQL = `SELECT next FROM ` + wm + ` WHERE consumer = $1 AND topic = $2 AND partition = $3 FOR UPDATE`
 	in.wmSetSQL = `UPDATE ` + wm + ` SET next = $4 WHERE consumer = $1 AND topic = $2 AND partition = $3`
@@ -265,7 +267,10 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return Outcome{}, err
+	}
+	return out, nil
 }
 
 // HandlerError is a handler's failure on one message of a batch.

@@ -174,13 +174,21 @@ func (in *Inbox) processBatch(ctx context.Context, batch []kafka.Message, h Hand
 	}
 }
 
-// handleOne processes m until it succeeds or is parked.
+// handleOne processes m until it succeeds or is parked. Once it succeeds
+// after counted failures, it drops their counter (best effort: Reap drops
+// what is left).
 func (in *Inbox) handleOne(ctx context.Context, m kafka.Message, h Handler, retry backoff.Policy) error {
+	counted := false
 	for attempt := 1; ; attempt++ {
 		_, err := in.Process(ctx, []kafka.Message{m}, h)
 		var he *HandlerError
 		switch {
 		case err == nil:
+			if id, _ := in.id(m); counted {
+				if _, err := in.db.Exec(ctx, in.clearSQL, in.consumer, id); err != nil {
+					in.log.Warn("inbox: clearing an attempt counter failed", "err", err)
+				}
+			}
 			return nil
 		case errors.As(err, &he) || errors.Is(err, ErrNoID):
 			cause := err
@@ -188,6 +196,7 @@ func (in *Inbox) handleOne(ctx context.Context, m kafka.Message, h Handler, retr
 				cause = he.Err
 			}
 			parked, ferr := in.fail(ctx, m, cause)
+			counted = counted || ferr == nil
 			if ferr != nil {
 				err = ferr // the database is in trouble: back off below
 			} else if parked {

@@ -244,3 +244,22 @@ func mustExecInbox(t *testing.T, pool interface {
 		t.Fatal(err)
 	}
 }
+
+// A message that fails twice and then succeeds leaves no attempt counter
+// behind (ByWatermark's "no cleanup" holds).
+func TestSuccessDropsAttemptCounter(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	in := newInbox(t, pool, inbox.WithIdentity(inbox.ByWatermark()))
+	var calls atomic.Int64
+	h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+		if string(m.Value) == "v-flaky" && calls.Add(1) <= 2 {
+			return errors.New("downstream blip")
+		}
+		return record(ctx, tx, m)
+	}
+	runSlice(t, in, []kafka.Message{msg("flaky", 0, 0), msg("next", 0, 1)}, h, func() bool { return len(effects(t, pool)) == 2 })
+	if k := count(t, pool, `SELECT count(*) FROM nolock_inbox_attempts`); k != 0 || calls.Load() < 3 {
+		t.Fatalf("%d attempt counters left after %d calls, want 0 after at least 3", k, calls.Load())
+	}
+}

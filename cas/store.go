@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime/debug"
 
 	"github.com/nolock/nolock/internal/combine"
 )
@@ -165,9 +166,14 @@ func NoCombine() UpdateOption { return func(c *updateConfig) { c.alone = true } 
 //
 // Concurrent Updates of one key in this process are combined: one write
 // applies each caller's fn in turn to the result of the previous one, and
-// each caller gets its own result. An fn that returns an error gets that
-// error, leaves the value as it found it, and does not affect the others.
-// fn may run several times (once per attempt): it must only compute.
+// each caller gets its own result. Every fn gets its own copy of the value
+// (a fresh decode), so an fn that fails leaves nothing behind, even what it
+// changed in place, and does not affect the others: if it returns an error,
+// or its result cannot be encoded or is too large (ErrTooLarge), its caller
+// gets that error and the zero Versioned. A panic in fn, which may run on
+// another goroutine, is recovered there and raised again in the goroutine
+// that called Update. fn may run several times (once per attempt): it must
+// only compute.
 //
 // ErrNotFound if key has no value (use Create); ErrAmbiguousCommit if the
 // write's outcome is unknown. Cancelling ctx withdraws an Update not yet
@@ -183,55 +189,103 @@ func (s *Store[T]) Update(ctx context.Context, key string, fn func(cur T) (T, er
 	for _, o := range opts {
 		o(&uc)
 	}
+	var v Versioned[T]
+	var err error
 	if uc.alone {
-		res, errs, err := s.update(ctx, key, []func(T) (T, error){fn})
-		if err != nil {
-			return Versioned[T]{}, err
+		var res []Versioned[T]
+		var errs []error
+		if res, errs, err = s.update(ctx, key, []func(T) (T, error){fn}); err == nil {
+			v, err = res[0], errs[0]
 		}
-		return res[0], errs[0]
+	} else {
+		v, err = s.comb.Do(ctx, key, fn)
 	}
-	return s.comb.Do(ctx, key, fn)
+	if p, ok := err.(*panicError); ok {
+		panic(p.value)
+	}
+	return v, err
 }
 
 // update is one combined read-modify-write of key for fns, retried on
 // conflict. It returns one result and one error per fn, or an error for all.
 func (s *Store[T]) update(ctx context.Context, key string, fns []func(T) (T, error)) ([]Versioned[T], []error, error) {
-	res := make([]Versioned[T], len(fns))
-	errs := make([]error, len(fns))
-	err := s.cfg.retry(ctx, key, func(ctx context.Context) error {
-		cur, err := s.Get(ctx, key)
-		if err != nil {
-			return err
-		}
-		v, changed := cur.Value, false
-		for i, fn := range fns {
-			next, err := fn(v)
-			if errs[i] = err; err == nil {
-				v, changed = next, true
-				res[i].Value = next
-			}
-		}
-		if !changed {
-			return nil
-		}
-		b, err := s.encode(v)
-		if err != nil {
-			return err
-		}
-		ver, err := s.b.Put(ctx, key, b, cur.Version)
-		if err != nil {
-			return err
-		}
-		s.cfg.committed()
-		for i := range res {
-			res[i].Version = ver
-		}
-		return nil
+	var res []Versioned[T]
+	var errs []error
+	err := s.cfg.retry(ctx, key, func(ctx context.Context) (err error) {
+		res, errs, err = s.attempt(ctx, key, fns)
+		return err
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	return res, errs, nil
+}
+
+// attempt reads key once, applies each fn in turn and writes the last
+// value a fn produced, conditioned on the version read. Each fn gets its
+// own decode of the last value that succeeded, and its result is encoded
+// before the next fn runs, so a fn that fails (returns an error, panics, or
+// produces a value that cannot be encoded or is too large) fails alone and
+// leaves nothing behind, even if it changed its argument in place.
+func (s *Store[T]) attempt(ctx context.Context, key string, fns []func(T) (T, error)) ([]Versioned[T], []error, error) {
+	last, ver, err := s.b.Get(ctx, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	res := make([]Versioned[T], len(fns))
+	errs := make([]error, len(fns))
+	changed := false
+	for i, fn := range fns {
+		v, b, err := s.apply(key, fn, last)
+		if errs[i] = err; err == nil {
+			res[i].Value, last, changed = v, b, true
+		}
+	}
+	if !changed {
+		return res, errs, nil
+	}
+	ver, err = s.b.Put(ctx, key, last, ver)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.cfg.committed()
+	for i := range res {
+		if errs[i] == nil {
+			res[i].Version = ver
+		}
+	}
+	return res, errs, nil
+}
+
+// apply runs fn on a fresh decode of cur and returns its result with the
+// result's encoding. A panic in fn (or the codec) is returned as a
+// *panicError, which Update raises again in its caller's goroutine.
+func (s *Store[T]) apply(key string, fn func(T) (T, error), cur []byte) (v T, b []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &panicError{value: p, stack: debug.Stack()}
+		}
+	}()
+	in, err := s.codec.Decode(cur)
+	if err != nil {
+		return v, nil, fmt.Errorf("cas: decode %q: %w", key, err)
+	}
+	if v, err = fn(in); err != nil {
+		return v, nil, err
+	}
+	b, err = s.encode(v)
+	return v, b, err
+}
+
+// panicError carries a panic out of an Update's fn, which may run on
+// another caller's goroutine, to its own caller.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string {
+	return fmt.Sprintf("cas: fn panicked: %v\n\n%s", e.value, e.stack)
 }
 
 func (s *Store[T]) encode(v T) ([]byte, error) {

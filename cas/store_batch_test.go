@@ -1,0 +1,202 @@
+package cas_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nolock/nolock/cas"
+)
+
+// holdLeader starts an Update of key whose fn blocks until release, so that
+// the Updates started next queue behind it and run as one batch.
+func holdLeader[T any](t *testing.T, s *cas.Store[T], key string) (release func(), wait func()) {
+	t.Helper()
+	ch := make(chan struct{})
+	var once sync.Once
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := s.Update(context.Background(), key, func(v T) (T, error) { once.Do(func() { <-ch }); return v, nil }); err != nil {
+			t.Errorf("leader: %v", err)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	return func() { close(ch) }, func() { <-done }
+}
+
+// outcome is what one Update returned, or the value it panicked with.
+type outcome[T any] struct {
+	v     cas.Versioned[T]
+	err   error
+	panic any
+}
+
+// inOneBatch runs fns, in this order, as concurrent Updates of key that
+// queue behind a held leader and so run as one batch. Each Update's panic
+// is recovered in its own goroutine. Count the Store's commits to check
+// that the batch formed: the leader's and the batch's.
+func inOneBatch[T any](t *testing.T, s *cas.Store[T], key string, fns ...func(T) (T, error)) []outcome[T] {
+	t.Helper()
+	release, wait := holdLeader(t, s, key)
+	out := make([]outcome[T], len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { out[i].panic = recover() }()
+			out[i].v, out[i].err = s.Update(context.Background(), key, fn)
+		}()
+		time.Sleep(10 * time.Millisecond) // queue in order
+	}
+	time.Sleep(50 * time.Millisecond)
+	release()
+	wait()
+	wg.Wait()
+	return out
+}
+
+// A fn that changes its value in place and then refuses must leave nothing
+// behind: with one unit in stock, of two buyers in one batch one gets it
+// and the other is told it is sold out. The batch used to hand both fns
+// the same map, so the refused buyer's decrement was written (stock -1),
+// and the winner's result showed it.
+func TestStoreRefusedFnChangesAreNotWritten(t *testing.T) {
+	conformance(t, func(t *testing.T, b cas.Backend) {
+		ctx := context.Background()
+		var stats cas.Stats
+		s, err := cas.NewStore[map[string]int](b, nil, cas.WithStats(&stats))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		if err := s.Create(ctx, "stock", map[string]int{"stock": 1}); err != nil {
+			t.Fatal(err)
+		}
+		soldOut := errors.New("sold out")
+		buy := func(m map[string]int) (map[string]int, error) {
+			m["stock"]--
+			if m["stock"] < 0 {
+				return m, soldOut
+			}
+			return m, nil
+		}
+		out := inOneBatch(t, s, "stock", buy, buy)
+		if c := stats.Load().Commits; c != 2 {
+			t.Fatalf("%d commits, want 2 (the leader's and the batch's): the buyers did not share a batch", c)
+		}
+		won, lost := out[0], out[1]
+		if won.err != nil || !errors.Is(lost.err, soldOut) {
+			t.Fatalf("buyers got %v and %v; want success, then sold out", won.err, lost.err)
+		}
+		if won.v.Value["stock"] != 0 || won.v.Version != 3 {
+			t.Errorf("the winner got %+v, want stock 0 at version 3", won.v)
+		}
+		if lost.v.Version != 0 || lost.v.Value != nil {
+			t.Errorf("the refused buyer got %+v, want the zero Versioned", lost.v)
+		}
+		if got, err := s.Get(ctx, "stock"); err != nil || got.Value["stock"] != 0 {
+			t.Fatalf("stored %+v (%v), want stock 0", got, err)
+		}
+	})
+}
+
+// A value too large to store, or one the codec cannot encode, fails only
+// the fn that produced it; the rest of its batch is written.
+func TestStoreBatchBadResultFailsOnlyItsFn(t *testing.T) {
+	conformance(t, func(t *testing.T, b cas.Backend) {
+		ctx := context.Background()
+		t.Run("too large", func(t *testing.T) {
+			var stats cas.Stats
+			s := newStore(t, b, cas.WithStats(&stats))
+			if err := s.Create(ctx, "big", doc{}); err != nil {
+				t.Fatal(err)
+			}
+			inc := func(d doc) (doc, error) { d.N++; return d, nil }
+			huge := func(d doc) (doc, error) { d.Title = strings.Repeat("x", b.MaxValue()); return d, nil }
+			out := inOneBatch(t, s, "big", inc, huge, inc)
+			if c := stats.Load().Commits; c != 2 {
+				t.Fatalf("%d commits, want 2: the batch did not form", c)
+			}
+			if out[0].err != nil || !errors.Is(out[1].err, cas.ErrTooLarge) || out[2].err != nil {
+				t.Fatalf("errors %v, %v, %v; want nil, ErrTooLarge, nil", out[0].err, out[1].err, out[2].err)
+			}
+			if out[0].v.Value.N != 1 || out[1].v.Version != 0 || out[2].v.Value.N != 2 {
+				t.Errorf("results %+v, %+v, %+v; want N 1, nothing, N 2", out[0].v, out[1].v, out[2].v)
+			}
+			if got, err := s.Get(ctx, "big"); err != nil || got.Value.N != 2 || got.Value.Title != "" {
+				t.Fatalf("stored N=%d, title of %d bytes (%v); want N 2, no title", got.Value.N, len(got.Value.Title), err)
+			}
+		})
+		t.Run("unencodable", func(t *testing.T) {
+			s, err := cas.NewStore[map[string]float64](b, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			if err := s.Create(ctx, "floats", map[string]float64{"n": 0}); err != nil {
+				t.Fatal(err)
+			}
+			inc := func(m map[string]float64) (map[string]float64, error) { m["n"]++; return m, nil }
+			nan := func(m map[string]float64) (map[string]float64, error) { m["n"] = math.NaN(); return m, nil }
+			out := inOneBatch(t, s, "floats", inc, nan, inc)
+			if out[0].err != nil || out[1].err == nil || out[2].err != nil {
+				t.Fatalf("errors %v, %v, %v; want nil, an encode error, nil", out[0].err, out[1].err, out[2].err)
+			}
+			if got, err := s.Get(ctx, "floats"); err != nil || got.Value["n"] != 2 {
+				t.Fatalf("stored %v (%v), want n 2", got.Value, err)
+			}
+		})
+	})
+}
+
+var errBoom = errors.New("boom")
+
+// A panic in one fn of a batch reaches that fn's caller, in its own
+// goroutine, with the value it panicked with; the others of the batch are
+// written and answered. It used to run up the drainer goroutine and crash
+// the process. The NoCombine path re-raises the same way.
+func TestStoreFnPanicReachesItsCaller(t *testing.T) {
+	conformance(t, func(t *testing.T, b cas.Backend) {
+		ctx := context.Background()
+		var stats cas.Stats
+		s := newStore(t, b, cas.WithStats(&stats))
+		if err := s.Create(ctx, "p", doc{}); err != nil {
+			t.Fatal(err)
+		}
+		inc := func(d doc) (doc, error) { d.N++; return d, nil }
+		boom := func(d doc) (doc, error) { d.N += 100; panic(errBoom) }
+		out := inOneBatch(t, s, "p", inc, boom, inc)
+		if c := stats.Load().Commits; c != 2 {
+			t.Fatalf("%d commits, want 2: the batch did not form", c)
+		}
+		if out[1].panic != errBoom {
+			t.Fatalf("the panicking caller recovered %v (err %v), want errBoom", out[1].panic, out[1].err)
+		}
+		for _, i := range []int{0, 2} {
+			if out[i].panic != nil || out[i].err != nil {
+				t.Errorf("caller %d: panic %v, err %v; want success", i, out[i].panic, out[i].err)
+			}
+		}
+		if got, err := s.Get(ctx, "p"); err != nil || got.Value.N != 2 {
+			t.Fatalf("stored N=%d (%v), want 2", got.Value.N, err)
+		}
+
+		var p any
+		func() {
+			defer func() { p = recover() }()
+			s.Update(ctx, "p", boom, cas.NoCombine())
+		}()
+		if p != errBoom {
+			t.Fatalf("NoCombine: recovered %v, want errBoom", p)
+		}
+		if got, err := s.Update(ctx, "p", inc); err != nil || got.Value.N != 3 {
+			t.Fatalf("Update after the panics: %+v, %v; want N 3", got, err)
+		}
+	})
+}

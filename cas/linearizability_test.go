@@ -70,14 +70,20 @@ var registerModel = porcupine.Model{
 
 // history creates keys at 0, runs clients × ops random operations on them
 // and records them for porcupine.
-func history(t *testing.T, s *cas.Store[int], keys []string, clients, ops int, opts ...cas.UpdateOption) []porcupine.Operation {
+// createKeys creates keys at 0; keys that exist are left as they are.
+func createKeys(t *testing.T, s *cas.Store[int], keys []string) {
 	t.Helper()
-	ctx := context.Background()
 	for _, k := range keys {
-		if err := s.Create(ctx, k, 0); err != nil {
+		if err := s.Create(context.Background(), k, 0); err != nil && !errors.Is(err, cas.ErrExists) {
 			t.Fatal(err)
 		}
 	}
+}
+
+func history(t *testing.T, s *cas.Store[int], keys []string, clients, ops int, opts ...cas.UpdateOption) []porcupine.Operation {
+	t.Helper()
+	ctx := context.Background()
+	createKeys(t, s, keys)
 	start := time.Now()
 	now := func() int64 { return int64(time.Since(start)) }
 	var mu sync.Mutex
@@ -165,6 +171,8 @@ func TestStoreLinearizableUnderConnectionKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	keys := []string{"a", "b", "c"}
+	createKeys(t, s, keys) // before the killer starts: setup is not under test
 	killer := testenv.Pool(t, testenv.PostgresDSNFor(t, "public"), 1)
 	stop := make(chan struct{})
 	var kills atomic.Int64
@@ -181,7 +189,7 @@ WHERE application_name = $1 AND state = 'active' AND pid <> pg_backend_pid()`, s
 			kills.Add(n)
 		}
 	}()
-	hist := history(t, s, []string{"a", "b", "c"}, 8, 60)
+	hist := history(t, s, keys, 8, 60)
 	close(stop)
 	t.Logf("%d backends killed", kills.Load())
 	if kills.Load() == 0 {

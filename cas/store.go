@@ -3,6 +3,7 @@ package cas
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime/debug"
 
@@ -61,7 +62,7 @@ type Store[T any] struct {
 	b     Backend
 	codec Codec[T]
 	cfg   config
-	comb  *combine.Combiner[string, func(T) (T, error), Versioned[T]]
+	comb  *combine.Combiner[string, request[T], Versioned[T]]
 }
 
 // MaxKeyLen bounds a key's length in bytes.
@@ -161,8 +162,9 @@ func NoCombine() UpdateOption { return func(c *updateConfig) { c.alone = true } 
 
 // Update reads key's value, applies fn, and writes the result only if the
 // version is unchanged; on a conflict it runs again on a fresh read after a
-// backoff, within the Store's attempts and ctx. It returns the value fn
-// produced and the version it was stored at.
+// backoff, within the Store's attempts and ctx (and, combined, the Store's
+// 30 s bound on one batch). It returns the value fn produced and the
+// version it was stored at.
 //
 // Concurrent Updates of one key in this process are combined: one write
 // applies each caller's fn in turn to the result of the previous one, and
@@ -176,8 +178,12 @@ func NoCombine() UpdateOption { return func(c *updateConfig) { c.alone = true } 
 // only compute.
 //
 // ErrNotFound if key has no value (use Create); ErrAmbiguousCommit if the
-// write's outcome is unknown. Cancelling ctx withdraws an Update not yet
-// sent; once sent, Update waits for the outcome.
+// write's outcome is unknown. When ctx ends before the write carrying fn's
+// result is sent (while the Update waits its turn, or between attempts),
+// Update returns an error wrapping ctx.Err() and nothing of fn's is
+// written. Combined, a write already sent is waited for, so Update never
+// gives up on a write that then succeeds; under NoCombine ctx also bounds
+// the round trips, and ending it mid-write gives ErrAmbiguousCommit.
 func (s *Store[T]) Update(ctx context.Context, key string, fn func(cur T) (T, error), opts ...UpdateOption) (Versioned[T], error) {
 	if err := validKey(key); err != nil {
 		return Versioned[T]{}, err
@@ -194,11 +200,17 @@ func (s *Store[T]) Update(ctx context.Context, key string, fn func(cur T) (T, er
 	if uc.alone {
 		var res []Versioned[T]
 		var errs []error
-		if res, errs, err = s.update(ctx, key, []func(T) (T, error){fn}); err == nil {
+		if res, errs, err = s.update(ctx, key, []request[T]{{ctx, fn}}); err == nil {
 			v, err = res[0], errs[0]
 		}
 	} else {
-		v, err = s.comb.Do(ctx, key, fn)
+		for {
+			// A batch that stopped for a caller who left sent
+			// nothing for the others: send again.
+			if v, err = s.comb.Do(ctx, key, request[T]{ctx, fn}); err != errResend {
+				break
+			}
+		}
 	}
 	if p, ok := err.(*panicError); ok {
 		panic(p.value)
@@ -206,19 +218,53 @@ func (s *Store[T]) Update(ctx context.Context, key string, fn func(cur T) (T, er
 	return v, err
 }
 
-// update is one combined read-modify-write of key for fns, retried on
-// conflict. It returns one result and one error per fn, or an error for all.
-func (s *Store[T]) update(ctx context.Context, key string, fns []func(T) (T, error)) ([]Versioned[T], []error, error) {
+// request is one Update's fn and its caller's context.
+type request[T any] struct {
+	ctx context.Context
+	fn  func(T) (T, error)
+}
+
+// errResend answers the callers of a batch that stopped retrying because
+// another of its callers left: nothing was written for them.
+var errResend = errors.New("cas: batch stopped for a caller that left; send again")
+
+// update is one combined read-modify-write of key for reqs, retried on
+// conflict. It returns one result and one error per request, or an error
+// for all.
+//
+// A request whose caller leaves (its ctx ends) stops the retries at the
+// next attempt or backoff: that caller gets its ctx's error, and the others
+// get errResend, so that Update sends them again instead of keeping the
+// leaver waiting on their retries. The attempt in flight runs on under
+// ctx: a write is never cut off because a caller left.
+func (s *Store[T]) update(ctx context.Context, key string, reqs []request[T]) ([]Versioned[T], []error, error) {
+	retryCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	for _, r := range reqs {
+		unwatch := context.AfterFunc(r.ctx, stop)
+		defer unwatch()
+	}
 	var res []Versioned[T]
 	var errs []error
-	err := s.cfg.retry(ctx, key, func(ctx context.Context) (err error) {
-		res, errs, err = s.attempt(ctx, key, fns)
+	err := s.cfg.retry(retryCtx, key, func(context.Context) (err error) {
+		res, errs, err = s.attempt(ctx, key, reqs)
 		return err
 	})
-	if err != nil {
+	switch {
+	case err == nil:
+		return res, errs, nil
+	case ctx.Err() != nil || retryCtx.Err() == nil || !errors.Is(err, context.Canceled):
 		return nil, nil, err
 	}
-	return res, errs, nil
+	// The retries stopped because a caller left.
+	errs = make([]error, len(reqs))
+	for i, r := range reqs {
+		errs[i] = errResend
+		if err := r.ctx.Err(); err != nil {
+			errs[i] = fmt.Errorf("cas: update %q: ctx ended before the write was sent, nothing written: %w", key, err)
+		}
+	}
+	return make([]Versioned[T], len(reqs)), errs, nil
 }
 
 // attempt reads key once, applies each fn in turn and writes the last
@@ -227,16 +273,16 @@ func (s *Store[T]) update(ctx context.Context, key string, fns []func(T) (T, err
 // before the next fn runs, so a fn that fails (returns an error, panics, or
 // produces a value that cannot be encoded or is too large) fails alone and
 // leaves nothing behind, even if it changed its argument in place.
-func (s *Store[T]) attempt(ctx context.Context, key string, fns []func(T) (T, error)) ([]Versioned[T], []error, error) {
+func (s *Store[T]) attempt(ctx context.Context, key string, reqs []request[T]) ([]Versioned[T], []error, error) {
 	last, ver, err := s.b.Get(ctx, key)
 	if err != nil {
 		return nil, nil, err
 	}
-	res := make([]Versioned[T], len(fns))
-	errs := make([]error, len(fns))
+	res := make([]Versioned[T], len(reqs))
+	errs := make([]error, len(reqs))
 	changed := false
-	for i, fn := range fns {
-		v, b, err := s.apply(key, fn, last)
+	for i, r := range reqs {
+		v, b, err := s.apply(key, r.fn, last)
 		if errs[i] = err; err == nil {
 			res[i].Value, last, changed = v, b, true
 		}

@@ -113,12 +113,12 @@ func TestStoreBatchBadResultFailsOnlyItsFn(t *testing.T) {
 		ctx := context.Background()
 		t.Run("too large", func(t *testing.T) {
 			var stats cas.Stats
-			s := newStore(t, b, cas.WithStats(&stats))
+			s := newStore(t, capped{b, 1 << 10}, cas.WithStats(&stats))
 			if err := s.Create(ctx, "big", doc{}); err != nil {
 				t.Fatal(err)
 			}
 			inc := func(d doc) (doc, error) { d.N++; return d, nil }
-			huge := func(d doc) (doc, error) { d.Title = strings.Repeat("x", b.MaxValue()); return d, nil }
+			huge := func(d doc) (doc, error) { d.Title = strings.Repeat("x", 1<<10); return d, nil }
 			out := inOneBatch(t, s, "big", inc, huge, inc)
 			if c := stats.Load().Commits; c != 2 {
 				t.Fatalf("%d commits, want 2: the batch did not form", c)
@@ -154,6 +154,15 @@ func TestStoreBatchBadResultFailsOnlyItsFn(t *testing.T) {
 		})
 	})
 }
+
+// capped is a backend that takes smaller values, so that a test can
+// exceed its limit cheaply.
+type capped struct {
+	cas.Backend
+	max int
+}
+
+func (c capped) MaxValue() int { return c.max }
 
 var errBoom = errors.New("boom")
 
@@ -197,6 +206,76 @@ func TestStoreFnPanicReachesItsCaller(t *testing.T) {
 		}
 		if got, err := s.Update(ctx, "p", inc); err != nil || got.Value.N != 3 {
 			t.Fatalf("Update after the panics: %+v, %v; want N 3", got, err)
+		}
+	})
+}
+
+// A combined Update whose caller gives up while its batch retries
+// conflicts returns the context's error at the next retry, and its fn's
+// change is not written; an Update of the same batch whose caller waits
+// still succeeds. The batch used to retry on under the combiner's own
+// timeout (30 s), ignoring the caller's context.
+func TestStoreCombinedUpdateHonoursCtxWhileRetrying(t *testing.T) {
+	conformance(t, func(t *testing.T, b cas.Backend) {
+		ctx := context.Background()
+		s := newStore(t, b, cas.WithAttempts(10000), cas.WithBackoff(5*time.Millisecond, 20*time.Millisecond))
+		other := newStore(t, b)
+		if err := s.Create(ctx, "c", doc{}); err != nil {
+			t.Fatal(err)
+		}
+		// The impatient caller's fn moves the version on behind the batch's
+		// back, so every attempt of a batch that holds it conflicts.
+		impatient := func(d doc) (doc, error) {
+			if _, err := other.Update(context.Background(), "c", func(d doc) (doc, error) {
+				d.Edits = append(d.Edits, "bump")
+				return d, nil
+			}); err != nil {
+				return d, err
+			}
+			d.N += 100
+			return d, nil
+		}
+		inc := func(d doc) (doc, error) { d.N++; return d, nil }
+
+		release, wait := holdLeader(t, s, "c")
+		defer wait()
+		type answer struct {
+			err  error
+			took time.Duration
+		}
+		gaveUp, waited := make(chan answer, 1), make(chan answer, 1)
+		start := time.Now()
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			defer cancel()
+			_, err := s.Update(ctx, "c", impatient)
+			gaveUp <- answer{err, time.Since(start)}
+		}()
+		time.Sleep(10 * time.Millisecond)
+		go func() {
+			_, err := s.Update(ctx, "c", inc)
+			waited <- answer{err, time.Since(start)}
+		}()
+		time.Sleep(50 * time.Millisecond)
+		release()
+		for _, w := range []struct {
+			name string
+			ch   chan answer
+			want error
+		}{{"impatient", gaveUp, context.DeadlineExceeded}, {"patient", waited, nil}} {
+			select {
+			case a := <-w.ch:
+				if !errors.Is(a.err, w.want) && (w.want != nil || a.err != nil) {
+					t.Errorf("%s caller: %v after %v, want %v", w.name, a.err, a.took, w.want)
+				}
+				t.Logf("%s caller: %v after %v", w.name, a.err, a.took)
+			case <-time.After(10 * time.Second): // well before the batch's own 30 s
+				t.Fatalf("%s caller: no answer within 10 s", w.name)
+			}
+		}
+		got, err := s.Get(ctx, "c")
+		if err != nil || got.Value.N != 1 || len(got.Value.Edits) == 0 {
+			t.Fatalf("stored N=%d after %d bumps (%v); want N 1 (the patient increment only) and some bumps", got.Value.N, len(got.Value.Edits), err)
 		}
 	})
 }

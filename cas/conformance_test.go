@@ -159,6 +159,34 @@ func TestStoreBadInput(t *testing.T) {
 	})
 }
 
+// Keys that are not valid UTF-8, or hold a NUL byte, are refused before
+// any I/O. DynamoDB used to store "user-\xff" and "user-\xfe" as one item
+// (both become "user-\uFFFD"); PostgreSQL failed them after sending.
+func TestStoreRefusesKeysNotUTF8(t *testing.T) {
+	conformance(t, func(t *testing.T, b cas.Backend) {
+		ctx := context.Background()
+		s := newStore(t, b)
+		for _, key := range []string{"user-\xff", "user-\xfe", "a\x00b"} {
+			inc := func(d doc) (doc, error) { d.N++; return d, nil }
+			for op, err := range map[string]error{
+				"Create": s.Create(ctx, key, doc{}),
+				"Get":    func() error { _, err := s.Get(ctx, key); return err }(),
+				"Update": func() error { _, err := s.Update(ctx, key, inc); return err }(),
+				"Delete": s.Delete(ctx, key, 1),
+			} {
+				if !errors.Is(err, cas.ErrInvalid) {
+					t.Errorf("%s(%q): %v, want ErrInvalid", op, key, err)
+				}
+			}
+			for _, k := range []string{key, strings.ToValidUTF8(key, "\uFFFD")} {
+				if _, _, err := b.Get(ctx, k); err == nil {
+					t.Errorf("a record was written under %q", k)
+				}
+			}
+		}
+	})
+}
+
 // Concurrent increments of one key never lose an update, combined or not;
 // fns that fail leave the value alone and do not disturb the others.
 func TestStoreConcurrentUpdatesLoseNothing(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/nolock/nolock/internal/combine"
 )
@@ -65,15 +67,24 @@ type Store[T any] struct {
 	comb  *combine.Combiner[string, request[T], Versioned[T]]
 }
 
-// MaxKeyLen bounds a key's length in bytes.
+// MaxKeyLen bounds a key's length in bytes. A key must also be non-empty
+// valid UTF-8 without NUL bytes; any other key is ErrInvalid, before I/O.
 const MaxKeyLen = 512
 
+// validKey admits the keys both backends store as themselves: non-empty,
+// at most MaxKeyLen bytes, valid UTF-8 without NUL. PostgreSQL's text
+// refuses the others after they are sent; DynamoDB would replace invalid
+// bytes with U+FFFD, so two such keys would share one record.
 func validKey(key string) error {
 	switch {
 	case key == "":
 		return invalid("key is empty")
 	case len(key) > MaxKeyLen:
 		return invalid("key is %d bytes, more than %d", len(key), MaxKeyLen)
+	case !utf8.ValidString(key):
+		return invalid("key %q is not valid UTF-8", key)
+	case strings.IndexByte(key, 0) >= 0:
+		return invalid("key %q contains a NUL byte", key)
 	}
 	return nil
 }

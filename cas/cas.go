@@ -41,6 +41,16 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
+// notSent returns an error wrapping ctx.Err(), naming the write, if ctx has
+// ended: a backend checks it before sending, so that a write never sent is
+// not reported as ErrAmbiguousCommit.
+func notSent(ctx context.Context, op, key string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("cas: %s %q not sent: %w", op, key, err)
+	}
+	return nil
+}
+
 // conflict reports whether err is worth a fresh attempt.
 func conflict(err error) bool { return errors.Is(err, ErrConflict) || pgerr.Conflict(err) }
 

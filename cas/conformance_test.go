@@ -187,6 +187,38 @@ func TestStoreRefusesKeysNotUTF8(t *testing.T) {
 	})
 }
 
+// A write whose context has already ended is not sent, and says so: the
+// context's error, not ErrAmbiguousCommit.
+func TestStoreWriteWithEndedCtxIsNotAmbiguous(t *testing.T) {
+	conformance(t, func(t *testing.T, b cas.Backend) {
+		s := newStore(t, b)
+		if err := s.Create(context.Background(), "k", doc{Title: "kept"}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		inc := func(d doc) (doc, error) { d.N++; return d, nil }
+		for op, err := range map[string]error{
+			"Store.Create":            s.Create(ctx, "new", doc{}),
+			"Store.Delete":            s.Delete(ctx, "k", 1),
+			"Store.Update(NoCombine)": func() error { _, err := s.Update(ctx, "k", inc, cas.NoCombine()); return err }(),
+			"Backend.Create":          b.Create(ctx, "new", []byte(`{}`)),
+			"Backend.Put":             func() error { _, err := b.Put(ctx, "k", []byte(`{"n":7}`), 1); return err }(),
+			"Backend.Delete":          b.Delete(ctx, "k", 1),
+		} {
+			if !errors.Is(err, context.Canceled) || errors.Is(err, cas.ErrAmbiguousCommit) {
+				t.Errorf("%s: %v, want context.Canceled and not ErrAmbiguousCommit", op, err)
+			}
+		}
+		if got, err := s.Get(context.Background(), "k"); err != nil || got.Version != 1 || got.Value.Title != "kept" {
+			t.Fatalf("stored %+v (%v), want the original at version 1", got, err)
+		}
+		if _, err := s.Get(context.Background(), "new"); !errors.Is(err, cas.ErrNotFound) {
+			t.Fatalf("Get(new): %v, want ErrNotFound", err)
+		}
+	})
+}
+
 // Concurrent increments of one key never lose an update, combined or not;
 // fns that fail leave the value alone and do not disturb the others.
 func TestStoreConcurrentUpdatesLoseNothing(t *testing.T) {

@@ -91,6 +91,9 @@ func (d *DynamoDBBackend) Get(ctx context.Context, key string) ([]byte, int64, e
 
 // Create implements Backend.
 func (d *DynamoDBBackend) Create(ctx context.Context, key string, value []byte) error {
+	if err := notSent(ctx, "create", key); err != nil {
+		return err
+	}
 	item := d.key(key)
 	item[DynamoVersionAttr] = num(1)
 	item[DynamoValueAttr] = &types.AttributeValueMemberB{Value: value}
@@ -110,6 +113,9 @@ func (d *DynamoDBBackend) Create(ctx context.Context, key string, value []byte) 
 
 // Put implements Backend.
 func (d *DynamoDBBackend) Put(ctx context.Context, key string, value []byte, version int64) (int64, error) {
+	if err := notSent(ctx, "put", key); err != nil {
+		return 0, err
+	}
 	out, err := d.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &d.table, Key: d.key(key),
 		UpdateExpression:          aws.String("SET #val = :val, #ver = #ver + :one"),
@@ -133,6 +139,9 @@ func (d *DynamoDBBackend) Put(ctx context.Context, key string, value []byte, ver
 
 // Delete implements Backend.
 func (d *DynamoDBBackend) Delete(ctx context.Context, key string, version int64) error {
+	if err := notSent(ctx, "delete", key); err != nil {
+		return err
+	}
 	_, err := d.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName: &d.table, Key: d.key(key),
 		ConditionExpression:       aws.String("#ver = :ver"),

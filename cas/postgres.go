@@ -92,6 +92,9 @@ func (p *PostgresBackend) Get(ctx context.Context, key string) ([]byte, int64, e
 
 // Create implements Backend.
 func (p *PostgresBackend) Create(ctx context.Context, key string, value []byte) error {
+	if err := notSent(ctx, "create", key); err != nil {
+		return err
+	}
 	tag, err := p.db.Exec(ctx, p.createSQL, key, value)
 	if err != nil {
 		return fmt.Errorf("cas: create %q: %w", key, ambiguous(err))
@@ -104,6 +107,9 @@ func (p *PostgresBackend) Create(ctx context.Context, key string, value []byte) 
 
 // Put implements Backend.
 func (p *PostgresBackend) Put(ctx context.Context, key string, value []byte, version int64) (int64, error) {
+	if err := notSent(ctx, "put", key); err != nil {
+		return 0, err
+	}
 	var ver *int64
 	var existed bool
 	if err := p.db.QueryRow(ctx, p.putSQL, key, value, version).Scan(&ver, &existed); err != nil {
@@ -120,6 +126,9 @@ func (p *PostgresBackend) Put(ctx context.Context, key string, value []byte, ver
 
 // Delete implements Backend.
 func (p *PostgresBackend) Delete(ctx context.Context, key string, version int64) error {
+	if err := notSent(ctx, "delete", key); err != nil {
+		return err
+	}
 	var deleted, existed bool
 	if err := p.db.QueryRow(ctx, p.deleteSQL, key, version).Scan(&deleted, &existed); err != nil {
 		return fmt.Errorf("cas: delete %q: %w", key, ambiguous(err))

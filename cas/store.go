@@ -16,7 +16,8 @@ import (
 // at 1 and grow by one per successful Put. Implementations: PostgresBackend,
 // DynamoDBBackend. Every method is one conditional operation; a failed write
 // changes nothing, except that a write whose outcome is unknown must be
-// reported wrapping ErrAmbiguousCommit.
+// reported wrapping ErrAmbiguousCommit. A write whose ctx has already ended
+// is not sent: its error wraps ctx.Err(), not ErrAmbiguousCommit.
 type Backend interface {
 	// Get returns the value and version, or ErrNotFound.
 	Get(ctx context.Context, key string) (value []byte, version int64, err error)

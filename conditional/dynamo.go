@@ -150,38 +150,6 @@ func dynamoWriteErr(err error) error {
 	return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
 }
 
-// noBlindRetries is passed with every write. The SDK retries a request
-// after a lost connection, a timeout or a 5xx answer; for a write that is
-// not idempotent (a decrement) a retry after one that applied but whose
-// answer was lost would apply it twice, and a conditional retry would
-// report the first one's effect as a refusal (ErrSoldOut for the unit the
-// caller got). So the SDK may retry only what the server refused
-// (throttling), and anything else reaches the caller as ErrAmbiguousCommit.
-func noBlindRetries(o *dynamodb.Options) {
-	if o.Retryer == nil {
-		return
-	}
-	inner, ok := o.Retryer.(aws.RetryerV2)
-	if !ok {
-		inner = retryerV2{o.Retryer}
-	}
-	o.Retryer = refusedOnly{inner}
-}
-
-// refusedOnly narrows a retryer to errors that prove nothing was applied.
-type refusedOnly struct{ aws.RetryerV2 }
-
-func (r refusedOnly) IsErrorRetryable(err error) bool {
-	return ddberr.Refused(err) && r.RetryerV2.IsErrorRetryable(err)
-}
-
-// retryerV2 adapts an aws.Retryer the way the SDK does.
-type retryerV2 struct{ aws.Retryer }
-
-func (r retryerV2) GetAttemptToken(context.Context) (func(error) error, error) {
-	return r.GetInitialToken(), nil
-}
-
 // unsupported reports whether the server does not know the operation, as
 // dynalite answers TransactWriteItems.
 func unsupported(err error) bool {
@@ -190,13 +158,13 @@ func unsupported(err error) bool {
 }
 
 // updateItem sends u, built for a transaction, as one UpdateItem, without
-// the SDK's blind retries (see noBlindRetries).
+// the SDK's blind retries (see ddberr.NoBlindRetries).
 func updateItem(ctx context.Context, client DynamoDBAPI, u *types.Update) error {
 	_, err := client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
 		ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames,
 		ExpressionAttributeValues:           u.ExpressionAttributeValues,
 		ReturnValuesOnConditionCheckFailure: u.ReturnValuesOnConditionCheckFailure,
-	}, noBlindRetries)
+	}, ddberr.NoBlindRetries)
 	return err
 }

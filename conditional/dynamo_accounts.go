@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/nolock/nolock/internal/ddberr"
 )
 
 // DynamoAccounts keeps balances (credits, quota, money in minor units) in a
@@ -69,7 +70,7 @@ func (a *DynamoAccounts) Open(ctx context.Context, account string, balance int64
 		ConditionExpression:       aws.String("attribute_not_exists(#k)"),
 		ExpressionAttributeNames:  map[string]string{"#k": DynamoKeyAttr, "#b": DynamoBalanceAttr},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":b": dynamoNum(balance)},
-	}, noBlindRetries)
+	}, ddberr.NoBlindRetries)
 	if _, exists := conditionFailed(err); err == nil || exists {
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/ddberr"
 )
 
 // DynamoHolds is Holds on DynamoDB: timed holds on resources (seats,
@@ -137,7 +138,7 @@ func (h *DynamoHolds) Add(ctx context.Context, resources ...string) error {
 			ConditionExpression:       aws.String("attribute_not_exists(#k)"),
 			ExpressionAttributeNames:  map[string]string{"#k": DynamoKeyAttr, "#s": DynamoHoldStateAttr},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":free": dynamoStr(holdFree)},
-		}, noBlindRetries)
+		}, ddberr.NoBlindRetries)
 		if _, exists := conditionFailed(err); err != nil && !exists {
 			return fmt.Errorf("conditional: add %q: %w", r, dynamoWriteErr(err))
 		}
@@ -227,7 +228,7 @@ func (h *DynamoHolds) HoldAll(ctx context.Context, resources []string, holder st
 		for i, r := range sorted {
 			items[i] = types.TransactWriteItem{Update: h.holdUpdate(r, holder, now, end)}
 		}
-		_, err := h.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, noBlindRetries)
+		_, err := h.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, ddberr.NoBlindRetries)
 		if err != nil {
 			return dynamoWriteErr(err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/ddberr"
 )
 
 // DynamoStock sells units of keys (SKUs, tickets, quota) from a DynamoDB
@@ -163,7 +164,7 @@ func (s *DynamoStock) takeBucket(ctx context.Context, key string, bucket int, n 
 		ExpressionAttributeNames:            map[string]string{"#q": DynamoQtyAttr},
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":n": dynamoNum(n)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}, noBlindRetries)
+	}, ddberr.NoBlindRetries)
 	if err == nil {
 		return true, nil, nil
 	}
@@ -237,7 +238,7 @@ func (s *DynamoStock) transact(ctx context.Context, key string, n int64, qty []i
 			ExpressionAttributeValues: map[string]types.AttributeValue{":d": dynamoNum(d)},
 		}})
 	}
-	_, err := s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, noBlindRetries)
+	_, err := s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, ddberr.NoBlindRetries)
 	var tce *types.TransactionCanceledException
 	switch {
 	case err == nil:
@@ -362,7 +363,7 @@ func (s *DynamoStock) Put(ctx context.Context, key string, n int64) error {
 			ConditionExpression:       aws.String("attribute_not_exists(#q) OR #q <= :limit"),
 			ExpressionAttributeNames:  map[string]string{"#q": DynamoQtyAttr},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":n": dynamoNum(share), ":limit": dynamoNum(limit - share)},
-		}, noBlindRetries)
+		}, ddberr.NoBlindRetries)
 		if _, ok := conditionFailed(err); ok {
 			return fmt.Errorf("conditional: put %q: bucket %d would exceed %d units (%d of %d units added)", key, b, limit, added, n)
 		}

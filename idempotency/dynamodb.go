@@ -182,9 +182,11 @@ func (d *DynamoDB) once(ctx context.Context, scope, key string, fp []byte, fn Dy
 		ExpressionAttributeNames:  map[string]string{"#pk": d.pk, "#exp": attrExpires},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":now": millis(now)},
 	}}
+	// The SDK may retry only what the server refused: a retry after a
+	// lost reply could end in a throttle that hides the first commit.
 	_, err = d.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
 		TransactItems: append(append([]types.TransactWriteItem(nil), writes...), put),
-	})
+	}, ddberr.NoBlindRetries)
 	var canceled *types.TransactionCanceledException
 	switch {
 	case err == nil:

@@ -95,13 +95,16 @@ func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte,
 			return Result{}, invalid("args[0] is a %T: Exec numbers its own parameters after the statement's, so pass plain positional arguments", args[0])
 		}
 	}
+	if err := s.checkParams(ctx, sql, len(args)); err != nil {
+		return Result{}, err
+	}
 	if fingerprint == nil {
 		fingerprint = []byte{}
 	}
 	var res Result
 	err := s.policy.Retry(ctx, func(ctx context.Context, _ int) error {
 		var err error
-		res, err = s.execOnce(ctx, scope, key, fingerprint, sql, args)
+		res, err = settled(ctx, func() (Result, error) { return s.execOnce(ctx, scope, key, fingerprint, sql, args) })
 		return err
 	}, retryable, nil)
 	var exhausted *backoff.ExhaustedError
@@ -109,6 +112,31 @@ func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte,
 		return Result{}, fmt.Errorf("idempotency: key %q: %w", key, err)
 	}
 	return res, err
+}
+
+// checkParams refuses sql unless it uses exactly n parameters: Exec's own
+// follow the caller's, so a missing argument would silently bind one of
+// them (a debit "WHERE account = $1" matching nothing, stored as refused).
+// The first call with a statement text describes it (one round trip, no
+// execution); the count is kept for the Store's life.
+func (s *Store) checkParams(ctx context.Context, sql string, n int) error {
+	want, ok := s.params.Load(sql)
+	if !ok {
+		c, err := s.db.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("idempotency: acquire a connection: %w", err)
+		}
+		d, err := c.Conn().Prepare(ctx, "", sql)
+		c.Release()
+		if err != nil {
+			return fmt.Errorf("idempotency: describe the statement: %w", err)
+		}
+		want, _ = s.params.LoadOrStore(sql, len(d.ParamOIDs))
+	}
+	if want != n {
+		return invalid("sql uses %d parameters and %d args were given", want, n)
+	}
+	return nil
 }
 
 // execOnce is one attempt of Exec: a read of the key's record, which

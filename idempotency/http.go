@@ -286,8 +286,11 @@ type recorder struct {
 
 func (r *recorder) Header() http.Header { return r.header }
 
+// WriteHeader keeps the first final status. An informational one (1xx,
+// such as 103 Early Hints) is dropped: net/http lets a final status
+// follow it, and the final one decides what is stored and committed.
 func (r *recorder) WriteHeader(status int) {
-	if r.status == 0 {
+	if r.status == 0 && status >= 200 {
 		r.status = status
 	}
 }

@@ -6,8 +6,11 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,6 +62,8 @@ type Store struct {
 	// execSQL is a format: Exec puts the caller's statement and its
 	// parameters' count in.
 	execSQL string
+	// params caches how many parameters each statement given to Exec uses.
+	params sync.Map // string → int
 }
 
 // Defaults for New.
@@ -67,6 +72,9 @@ const (
 	DefaultRetention = 24 * time.Hour
 	DefaultWait      = 5 * time.Second
 	DefaultAttempts  = 3
+	// MaxWait bounds WithWait: PostgreSQL's lock_timeout takes at most
+	// 2^31-1 ms (about 24.8 days).
+	MaxWait = math.MaxInt32 * time.Millisecond
 	// MaxReapBatch bounds Reap's batch size.
 	MaxReapBatch = 100_000
 )
@@ -210,6 +218,8 @@ func newConfig(opts []Option) (config, error) {
 		return cfg, invalid("retention %v is below 1ms", cfg.retention)
 	case cfg.wait < 0:
 		return cfg, invalid("wait %v is negative", cfg.wait)
+	case cfg.wait > MaxWait:
+		return cfg, invalid("wait %v is over %v, PostgreSQL's longest lock_timeout", cfg.wait, MaxWait)
 	case cfg.attempts < 1 || cfg.attempts > 100:
 		return cfg, invalid("attempts %d outside [1, 100]", cfg.attempts)
 	}
@@ -302,7 +312,7 @@ func (s *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, f
 	var res Result
 	err := s.policy.Retry(ctx, func(ctx context.Context, _ int) error {
 		var err error
-		res, err = s.once(ctx, scope, key, fingerprint, fn)
+		res, err = settled(ctx, func() (Result, error) { return s.once(ctx, scope, key, fingerprint, fn) })
 		return err
 	}, retryable, nil)
 	var exhausted *backoff.ExhaustedError
@@ -316,6 +326,18 @@ func (s *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, f
 // an insert (Exec) was gone or expired by the time it was read: the
 // attempt is made again.
 var errVanished = errors.New("idempotency: the key's record vanished while in the way")
+
+// settled runs attempt again (up to 10 times, while ctx lives) as long as
+// it ends in errVanished: nothing ran then, so these do not count against
+// WithAttempts, which bounds runs of the effect that rolled back.
+func settled(ctx context.Context, attempt func() (Result, error)) (Result, error) {
+	for i := 0; ; i++ {
+		res, err := attempt()
+		if !errors.Is(err, errVanished) || i == 9 || ctx.Err() != nil {
+			return res, err
+		}
+	}
+}
 
 // retryable reports whether Do may run the whole transaction again: it
 // rolled back for a reason a new attempt may not meet.
@@ -376,7 +398,7 @@ func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func)
 		}
 	}
 
-	ftx := &fnTx{Tx: tx}
+	ftx := &fnTx{Tx: tx, closed: new(atomic.Bool)}
 	body, ferr := func() ([]byte, error) {
 		defer ftx.closed.Store(true)
 		return fn(ctx, ftx)
@@ -486,7 +508,7 @@ func (s *Store) waitFor(ctx context.Context) time.Duration {
 			w = max(left, time.Millisecond)
 		}
 	}
-	return w
+	return min(w, MaxWait) // lock_timeout's limit
 }
 
 // bound returns waitFor(ctx) and the lock_timeout parameter of a claim's

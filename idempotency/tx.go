@@ -16,20 +16,43 @@ var errTxOwned = errors.New("idempotency: the transaction belongs to Do: return 
 // fnTx is the transaction fn sees: Do's, begun in the claim's round trip.
 // Do commits it together with the record, so fn may not end it, and it
 // refuses use once fn has returned (its connection is back in the pool by
-// then). Begin still gives savepoints.
+// then). Begin still gives savepoints, which fn may commit or roll back,
+// refused as well once fn has returned: they share the closed flag.
 type fnTx struct {
 	pgx.Tx
-	closed atomic.Bool
+	closed    *atomic.Bool
+	savepoint bool
 }
 
-func (t *fnTx) Commit(context.Context) error   { return errTxOwned }
-func (t *fnTx) Rollback(context.Context) error { return errTxOwned }
+func (t *fnTx) Commit(ctx context.Context) error {
+	switch {
+	case !t.savepoint:
+		return errTxOwned
+	case t.closed.Load():
+		return pgx.ErrTxClosed
+	}
+	return t.Tx.Commit(ctx)
+}
+
+func (t *fnTx) Rollback(ctx context.Context) error {
+	switch {
+	case !t.savepoint:
+		return errTxOwned
+	case t.closed.Load():
+		return pgx.ErrTxClosed
+	}
+	return t.Tx.Rollback(ctx)
+}
 
 func (t *fnTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if t.closed.Load() {
 		return nil, pgx.ErrTxClosed
 	}
-	return t.Tx.Begin(ctx)
+	sp, err := t.Tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &fnTx{Tx: sp, closed: t.closed, savepoint: true}, nil
 }
 
 func (t *fnTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {

@@ -104,6 +104,7 @@ func TestNewRefusesBadSettings(t *testing.T) {
 		{"negative retention", noIO{t}, []idempotency.Option{idempotency.WithRetention(-time.Hour)}, "retention"},
 		{"retention below 1ms", noIO{t}, []idempotency.Option{idempotency.WithRetention(time.Microsecond)}, "retention"},
 		{"negative wait", noIO{t}, []idempotency.Option{idempotency.WithWait(-time.Second)}, "wait"},
+		{"wait past lock_timeout", noIO{t}, []idempotency.Option{idempotency.WithWait(30 * 24 * time.Hour)}, "PostgreSQL's longest lock_timeout"},
 		{"zero attempts", noIO{t}, []idempotency.Option{idempotency.WithAttempts(0)}, "attempts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

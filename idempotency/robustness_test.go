@@ -1,0 +1,188 @@
+package idempotency_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nolock/nolock/idempotency"
+	"github.com/nolock/nolock/internal/services"
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// A handler that sends 103 Early Hints and then fails with 500 failed:
+// nothing commits, nothing is stored, the client gets the 500.
+func TestMiddlewareInformationalStatusIsNotFinal(t *testing.T) {
+	t.Parallel()
+	b := newBed(t)
+	mw, err := idempotency.Middleware(b.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idempotency.TxFromContext(r.Context())
+		if err := debit(r.Context(), tx, "alice", 500); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Link", "</style.css>; rel=preload; as=style")
+		w.WriteHeader(http.StatusEarlyHints)
+		http.Error(w, "ledger unavailable", http.StatusInternalServerError)
+	})))
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("x"))
+	req.Header.Set(idempotency.HeaderKey, "k1")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	_, gerr := b.store.Get(context.Background(), "", "k1")
+	if resp.StatusCode != http.StatusInternalServerError || !errors.Is(gerr, idempotency.ErrNotFound) || b.balance("alice") != initial {
+		t.Fatalf("103 then 500: client got %d, record: %v, balance %d; want 500, no record, %d", resp.StatusCode, gerr, b.balance("alice"), initial)
+	}
+}
+
+// lostThenThrottled delivers the first TransactWriteItems and loses its
+// reply, then answers every later one with a throttle (400): what the
+// SDK's own retries would turn into a plain error hiding the commit.
+type lostThenThrottled struct {
+	next  http.RoundTripper
+	armed atomic.Bool
+	seen  atomic.Int64
+}
+
+func (l *lostThenThrottled) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !l.armed.Load() || !strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".TransactWriteItems") {
+		return l.next.RoundTrip(req)
+	}
+	if l.seen.Add(1) == 1 {
+		resp, err := l.next.RoundTrip(req)
+		if err != nil {
+			return nil, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return nil, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	}
+	body := `{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"Rate of requests exceeds the allowed throughput."}`
+	return &http.Response{StatusCode: 400, Status: "400 Bad Request", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": {"application/x-amz-json-1.0"}},
+		Body:   io.NopCloser(bytes.NewReader([]byte(body))), ContentLength: int64(len(body)), Request: req}, nil
+}
+
+// The SDK does not retry a transaction whose reply was lost: Do reports
+// ErrAmbiguousCommit (the debit did commit), not the later throttle.
+func TestDynamoDBLostReplyIsNotHiddenBySDKRetries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newDynamoBed(t, nil)
+	tr := &lostThenThrottled{next: services.OwnBody(http.DefaultTransport.(*http.Transport).Clone())}
+	client := services.DynamoDBClient(os.Getenv(testenv.EnvDynamoDBTx), &http.Client{Transport: tr})
+	store, err := idempotency.NewDynamoDB(client, b.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.armed.Store(true)
+	_, err = store.Do(ctx, "alice", "pay-1", fingerprint("alice", "pay-1", 500), b.pay("pay-1", 500))
+	if !errors.Is(err, idempotency.ErrAmbiguousCommit) || tr.seen.Load() != 1 || b.amount("wallet/alice") != initial-500 {
+		t.Fatalf("lost reply: %v after %d sends, balance %d; want ErrAmbiguousCommit after 1, the debit committed",
+			err, tr.seen.Load(), b.amount("wallet/alice"))
+	}
+}
+
+// With WithAttempts(1) (never run fn twice) concurrent deliveries of a key
+// whose record just expired still replay: finding the record gone again
+// is not a run of fn and does not spend the attempt.
+func TestVanishedRecordIsNotAnAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	one, err := idempotency.New(b.pool, idempotency.WithAttempts(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	noop := func(context.Context, pgx.Tx) ([]byte, error) { return []byte("x"), nil }
+	if _, err := one.Do(ctx, "s", "k", nil, noop); err != nil {
+		t.Fatal(err)
+	}
+	var failed atomic.Int64
+	for round := 0; round < 20; round++ {
+		mustExec(t, b.pool, `UPDATE nolock_idempotency SET expires_at = now() - interval '1 s'`)
+		var wg sync.WaitGroup
+		for range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := one.Do(ctx, "s", "k", nil, noop); err != nil {
+					t.Log(err)
+					failed.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	if failed.Load() > 0 {
+		t.Fatalf("%d of 120 deliveries failed instead of running or replaying", failed.Load())
+	}
+}
+
+// A savepoint fn kept is refused once fn has returned, like fn's tx.
+func TestSavepointIsClosedAfterFn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	var sp pgx.Tx
+	_, err := b.store.Do(ctx, "s", "k", nil, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		var err error
+		if sp, err = tx.Begin(ctx); err != nil {
+			return nil, err
+		}
+		if _, err := sp.Exec(ctx, `INSERT INTO ledger VALUES ('inside', 'alice', 1)`); err != nil {
+			return nil, err
+		}
+		return []byte("ok"), sp.Commit(ctx) // releasing a savepoint is fn's to do
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sp.Exec(ctx, `INSERT INTO ledger VALUES ('stray', 'alice', 1)`)
+	var stray, inside int
+	if qerr := b.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE payment = 'stray'), count(*) FILTER (WHERE payment = 'inside') FROM ledger`).Scan(&stray, &inside); qerr != nil {
+		t.Fatal(qerr)
+	}
+	if !errors.Is(err, pgx.ErrTxClosed) || stray != 0 || inside != 1 {
+		t.Fatalf("savepoint used after fn: %v, %d stray rows, %d inside; want ErrTxClosed, 0 and 1", err, stray, inside)
+	}
+}
+
+// A statement missing an argument is refused before it runs: its $1
+// would otherwise bind one of Exec's own parameters, and a debit matching
+// no row would be stored as declined.
+func TestExecRefusesMissingArguments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	_, err := b.store.Exec(ctx, "alice", "pay-1", nil, debitSQL, "alice")
+	if !errors.Is(err, idempotency.ErrInvalid) || !strings.Contains(err.Error(), "2 parameters and 1 args") {
+		t.Fatalf("Exec with one of two arguments: %v, want ErrInvalid naming the counts", err)
+	}
+	if _, err := b.store.Get(ctx, "alice", "pay-1"); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Fatalf("record after a refused Exec: %v, want ErrNotFound", err)
+	}
+	if res, err := b.store.Exec(ctx, "alice", "pay-1", nil, debitSQL, "alice", int64(5)); err != nil || res.Terminal {
+		t.Fatalf("Exec with both: %+v, %v", res, err)
+	}
+}

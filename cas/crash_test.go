@@ -76,9 +76,7 @@ func TestStoreServerCrash(t *testing.T) {
 		}()
 	}
 	<-crash
-	srv.Crash()
-	time.Sleep(300 * time.Millisecond)
-	srv.Start()
+	srv.CrashFor(300 * time.Millisecond)
 	wg.Wait()
 	if t.Failed() {
 		return

@@ -64,9 +64,7 @@ func TestStockServerCrash(t *testing.T) {
 		}()
 	}
 	<-crash
-	srv.Crash()
-	time.Sleep(300 * time.Millisecond)
-	srv.Start()
+	srv.CrashFor(300 * time.Millisecond)
 	wg.Wait()
 	if t.Failed() {
 		return

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // PGServer is a PostgreSQL cluster of the test's own, for fault tests that
@@ -102,6 +103,14 @@ func (s *PGServer) DSN() string {
 // killed at once, with no checkpoint, and its clients' connections break.
 // What had committed (fsync is on) survives; the next Start recovers it.
 func (s *PGServer) Crash() { s.pgctl("stop", "-m", "immediate") }
+
+// CrashFor crashes the server, keeps it down for d, and starts it again:
+// a restart after a crash, as its clients see one.
+func (s *PGServer) CrashFor(d time.Duration) {
+	s.Crash()
+	time.Sleep(d)
+	s.Start()
+}
 
 // Start starts the server and waits until it accepts connections.
 func (s *PGServer) Start() {

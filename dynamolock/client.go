@@ -220,6 +220,19 @@ func (c *config) validate(client DynamoDBAPI, table string) error {
 	return nil
 }
 
+// callTimeout bounds one heartbeat call: long enough for a slow answer
+// (at least a heartbeat period), short enough that a call whose answer
+// never comes leaves about two retries within the lease. The timed-out
+// write stays pending, so a retry conditional on its RVN succeeds whether
+// it applied or not.
+func (c *config) callTimeout() time.Duration {
+	return max(c.heartbeat, (c.lease-c.heartbeat)/3)
+}
+
+// releaseTimeout bounds one release attempt, so that a release whose
+// answer never comes is retried within Close's budget of one lease.
+func (c *config) releaseTimeout() time.Duration { return c.lease / 4 }
+
 // Owner returns the owner name this Client writes to its lock items.
 func (c *Client) Owner() string { return c.cfg.owner }
 

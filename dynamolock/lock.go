@@ -400,7 +400,7 @@ func (c *Client) writeRelease(ctx context.Context, ac acquireConfig, rvns []stri
 		names := map[string]string{"#rvn": AttrRVN}
 		values := map[string]types.AttributeValue{}
 		var err error
-		wctx, cancel := context.WithTimeout(ctx, c.cfg.lease)
+		wctx, cancel := context.WithTimeout(ctx, c.cfg.releaseTimeout())
 		if c.cfg.fencing {
 			names["#rel"] = AttrReleased
 			values[":relv"] = str(releasedValue)
@@ -587,7 +587,8 @@ func (l *Lock) lose(err error) {
 // version numbers, so it can neither release a newer holder's lock nor be
 // undone by a late heartbeat. With fencing on the item stays, marked
 // released, so the token never restarts. A release whose answer was lost is
-// retried until ctx ends.
+// retried until ctx ends; each attempt waits at most a quarter of the lease
+// for its answer, so one answer that never comes does not use up ctx.
 //
 // It returns nil if the lock was held until the release; the *LostError if
 // it had been lost before (the release is still written after an expiry,
@@ -634,7 +635,8 @@ func (l *Lock) releaseItem(ctx context.Context) {
 	})
 }
 
-// Close is Release with a context bounded by the lease, for defer.
+// Close is Release with a context bounded by the lease, for defer: a
+// release whose answer is lost is retried (several times) within it.
 func (l *Lock) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), l.c.cfg.lease)
 	defer cancel()
@@ -654,7 +656,9 @@ func (l *Lock) rvnsLocked() []string {
 // period, watches the local validity and the maximum hold, and ends the
 // lock when one of them runs out or a heartbeat is refused. A heartbeat
 // call runs in its own goroutine, so a slow one delays neither the warning
-// nor the end of the lock.
+// nor the end of the lock, and is cut off after callTimeout, so one whose
+// answer never comes is retried (conditional on its RVN too) well within
+// the lease.
 func (l *Lock) run(ctx context.Context) {
 	defer l.c.wg.Done()
 	defer close(l.done)
@@ -672,6 +676,7 @@ func (l *Lock) run(ctx context.Context) {
 	}
 	results := make(chan result, 1)
 	var cancelCall context.CancelFunc // non-nil while a heartbeat is in flight
+	var callAt time.Time              // when it was started
 	// settle cancels the heartbeat in flight, if any, and waits for it, so
 	// that the RVNs it may have written are known.
 	settle := func() {
@@ -716,6 +721,17 @@ func (l *Lock) run(ctx context.Context) {
 			warned = true
 		}
 		if !now.Before(valid) {
+			if cancelCall != nil {
+				// The heartbeat on the wire has had no answer: DynamoDB (or
+				// the way to it) hangs. Say so, rather than nothing, which
+				// would read like a paused process.
+				hung := fmt.Errorf("dynamolock: a heartbeat sent %v before the lease ran out had no answer: %w",
+					now.Sub(callAt).Round(time.Millisecond), context.DeadlineExceeded)
+				if last != nil {
+					hung = fmt.Errorf("%w (the heartbeat before it failed: %w)", hung, last)
+				}
+				last = hung
+			}
 			l.lose(&LostError{Key: l.ac.key, SortKey: l.ac.sortKey, Cause: Expired, Last: last})
 			return
 		}
@@ -729,6 +745,7 @@ func (l *Lock) run(ctx context.Context) {
 			}
 			var callCtx context.Context
 			callCtx, cancelCall = context.WithCancel(ctx)
+			callAt = now
 			go func() {
 				s, err := l.heartbeat(callCtx, valid)
 				results <- result{s, err}
@@ -792,7 +809,7 @@ func (l *Lock) heartbeat(ctx context.Context, valid time.Time) (sent, error) {
 	}
 	l.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(ctx, valid.Sub(s.at))
+	ctx, cancel := context.WithTimeout(ctx, min(valid.Sub(s.at), c.cfg.callTimeout()))
 	defer cancel()
 	values := map[string]types.AttributeValue{":new": str(s.rvn), ":lease": str(formatLease(c.cfg.lease))}
 	_, err := c.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{

@@ -1,0 +1,130 @@
+package dynamolock_test
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nolock/nolock/dynamolock"
+	"github.com/nolock/nolock/internal/services"
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// proxied returns a DynamoDB client whose connections go through a proxy
+// that swallows answers: once dropNext is set, the next chunk any server
+// answers is swallowed, with everything after it on that connection (the
+// request applied, the answer never comes, the connection stays open);
+// while blackhole is set, every answer is swallowed.
+func proxied(t *testing.T, dropNext, blackhole *atomic.Bool) dynamolock.DynamoDBAPI {
+	t.Helper()
+	down := func(dst io.Writer, src io.Reader) {
+		dead := false
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				if !dead && dropNext.CompareAndSwap(true, false) {
+					dead = true
+				}
+				if !dead && !blackhole.Load() {
+					if _, werr := dst.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	endpoint := testenv.Proxy(t, testenv.DynamoDBEndpoint(t), nil, down)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	return services.DynamoDBClient(endpoint, &http.Client{Transport: services.OwnBody(tr)})
+}
+
+// One heartbeat whose answer never comes (it applied; the reply was
+// swallowed and the connection hangs) does not cost the holder its lock:
+// the call is bounded well under the lease, and the retry, conditional on
+// the hung write's RVN too, succeeds.
+func TestHungHeartbeatKeepsLock(t *testing.T) {
+	t.Parallel()
+	server, table := newTable(t)
+	var dropNext, blackhole atomic.Bool
+	api := proxied(t, &dropNext, &blackhole)
+	c := newClient(t, api, table, dynamolock.WithHeartbeat(50*time.Millisecond))
+	l := mustAcquire(t, c, "k")
+	time.Sleep(100 * time.Millisecond)
+	before := attrS(readItem(t, server, table, "k"), dynamolock.AttrRVN)
+	dropNext.Store(true)
+	if waitClosed(l.Lost(), 2*testLease) {
+		t.Fatalf("one hung heartbeat lost the lock: %v", l.Err())
+	}
+	if dropNext.Load() {
+		t.Fatal("no answer was swallowed: the test tested nothing")
+	}
+	if after := attrS(readItem(t, server, table, "k"), dynamolock.AttrRVN); after == before {
+		t.Fatalf("record version unchanged (%s) over two leases: heartbeats stalled", after)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+}
+
+// A release whose answer never comes is retried within Close's budget: the
+// retry, conditional on the release's own RVN, succeeds, so Close returns
+// nil promptly and the item ends released.
+func TestHungReleaseRetried(t *testing.T) {
+	t.Parallel()
+	server, table := newTable(t)
+	var dropNext, blackhole atomic.Bool
+	api := proxied(t, &dropNext, &blackhole)
+	c := newClient(t, api, table, dynamolock.WithHeartbeat(400*time.Millisecond))
+	l := mustAcquire(t, c, "k")
+	time.Sleep(30 * time.Millisecond)
+	dropNext.Store(true)
+	start := time.Now()
+	err := l.Close()
+	took := time.Since(start)
+	if dropNext.Load() {
+		t.Fatal("no answer was swallowed: the test tested nothing")
+	}
+	if item := readItem(t, server, table, "k"); attrS(item, dynamolock.AttrReleased) != "1" {
+		t.Fatalf("item after Close: %v; want it released", item)
+	}
+	if err != nil {
+		t.Fatalf("Close returned %v after %v, but the item was released", err, took)
+	}
+	if took > testLease/2 {
+		t.Fatalf("Close took %v; want well under a lease (%v)", took, testLease)
+	}
+	t.Logf("Close took %v", took.Round(time.Millisecond))
+}
+
+// When DynamoDB hangs (no answer at all, rather than an error), the lock
+// expires with a Last error that says so, so "unreachable" is told apart
+// from "process paused".
+func TestHungDynamoDBExpiresWithLast(t *testing.T) {
+	t.Parallel()
+	_, table := newTable(t)
+	var dropNext, blackhole atomic.Bool
+	api := proxied(t, &dropNext, &blackhole)
+	c := newClient(t, api, table, dynamolock.WithHeartbeat(50*time.Millisecond))
+	l := mustAcquire(t, c, "k")
+	blackhole.Store(true)
+	if !waitClosed(l.Lost(), 3*testLease) {
+		t.Fatal("never lost while DynamoDB hung")
+	}
+	var lost *dynamolock.LostError
+	if !errors.As(l.Err(), &lost) || lost.Cause != dynamolock.Expired {
+		t.Fatalf("err %v; want a *LostError with Cause Expired", l.Err())
+	}
+	if lost.Last == nil {
+		t.Fatalf("err %v: Last is nil; want the hung call's error", l.Err())
+	}
+	t.Logf("lost: %v", l.Err())
+	blackhole.Store(false)
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 )
@@ -46,9 +47,10 @@ const (
 type config struct {
 	pkName, skName string
 	lease          time.Duration
-	heartbeat      time.Duration // 0: lease/4
-	poll           time.Duration // 0: min(DefaultPollMax, lease/4)
-	warning        time.Duration // -1: lease/4
+	heartbeat      time.Duration                           // unset: lease/4
+	poll           time.Duration                           // unset: min(DefaultPollMax, lease/4)
+	warning        time.Duration                           // unset: lease/4
+	set            struct{ heartbeat, poll, warning bool } // which of the three an option gave
 	owner          string
 	logger         *slog.Logger
 	now            func() time.Time
@@ -78,21 +80,25 @@ func WithLease(d time.Duration) Option { return func(c *config) { c.lease = d } 
 // WithHeartbeat sets how often a held lock writes a new record version
 // number. It must be positive and at most half the lease; the default is a
 // quarter of the lease.
-func WithHeartbeat(d time.Duration) Option { return func(c *config) { c.heartbeat = d } }
+func WithHeartbeat(d time.Duration) Option {
+	return func(c *config) { c.heartbeat, c.set.heartbeat = d, true }
+}
 
 // WithPoll sets how often a waiting Acquire reads the lock item (each wait
-// is jittered down to half of it). It bounds how late a waiter notices a
+// is jittered down to half of it); it must be positive. It bounds how late a waiter notices a
 // release or an expired lease: a dead holder's lock is taken over at most
 // one lease plus one poll after its last heartbeat. Default: a second, or
 // a quarter of the lease if that is shorter; at most the lease.
-func WithPoll(d time.Duration) Option { return func(c *config) { c.poll = d } }
+func WithPoll(d time.Duration) Option { return func(c *config) { c.poll, c.set.poll = d, true } }
 
 // WithExpiryWarning sets the margin of (*Lock).Expiring: it is closed when
 // less than margin of the lock's local validity (or of its maximum hold)
 // is left. It must be at least 0 and less than the lease minus the
 // heartbeat, so it stays silent while heartbeats succeed; the default is a
 // quarter of the lease.
-func WithExpiryWarning(margin time.Duration) Option { return func(c *config) { c.warning = margin } }
+func WithExpiryWarning(margin time.Duration) Option {
+	return func(c *config) { c.warning, c.set.warning = margin, true }
+}
 
 // WithOwner sets the owner name written to the lock items, for people and
 // tools reading the table (it plays no part in ownership, which the record
@@ -146,7 +152,7 @@ type Client struct {
 // invalid settings return an error wrapping ErrInvalid that names them.
 // New does not contact DynamoDB.
 func New(client DynamoDBAPI, table string, opts ...Option) (*Client, error) {
-	cfg := config{pkName: "key", lease: DefaultLease, warning: -1, now: time.Now, fencing: true}
+	cfg := config{pkName: "key", lease: DefaultLease, now: time.Now, fencing: true}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
@@ -174,6 +180,8 @@ func (c *config) validate(client DynamoDBAPI, table string) error {
 		return invalid("table is empty")
 	case c.pkName == "" || len(c.pkName) > maxNameLen:
 		return invalid("partition key name %q must be 1 to %d bytes", c.pkName, maxNameLen)
+	case !utf8.ValidString(c.pkName) || !utf8.ValidString(c.skName):
+		return invalid("key attribute names %q, %q must be valid UTF-8", c.pkName, c.skName)
 	case len(c.skName) > maxNameLen:
 		return invalid("sort key name is %d bytes, more than %d", len(c.skName), maxNameLen)
 	case c.skName != "" && c.skName == c.pkName:
@@ -189,19 +197,19 @@ func (c *config) validate(client DynamoDBAPI, table string) error {
 			return invalid("key attribute name %q is one of the lock's own attributes", name)
 		}
 	}
-	if c.heartbeat == 0 {
+	if !c.set.heartbeat {
 		c.heartbeat = c.lease / 4
 	}
 	if c.heartbeat <= 0 || c.heartbeat > c.lease/2 {
 		return invalid("heartbeat %v must be positive and at most half the lease %v", c.heartbeat, c.lease)
 	}
-	if c.poll == 0 {
+	if !c.set.poll {
 		c.poll = min(DefaultPollMax, c.lease/4)
 	}
 	if c.poll <= 0 || c.poll > c.lease {
 		return invalid("poll %v must be positive and at most the lease %v", c.poll, c.lease)
 	}
-	if c.warning == -1 {
+	if !c.set.warning {
 		c.warning = c.lease / 4
 	}
 	if c.warning < 0 || c.warning >= c.lease-c.heartbeat {
@@ -216,6 +224,9 @@ func (c *config) validate(client DynamoDBAPI, table string) error {
 	}
 	if len(c.owner) > maxOwnerLen {
 		return invalid("owner name is %d bytes, more than %d", len(c.owner), maxOwnerLen)
+	}
+	if !utf8.ValidString(c.owner) {
+		return invalid("owner name %q is not valid UTF-8", c.owner)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
@@ -112,9 +113,10 @@ func FuzzAcquireConfig(f *testing.F) {
 	c := &Client{cfg: config{pkName: "key"}}
 	f.Add("job", "", int64(0))
 	f.Add("", "s", int64(-1))
+	f.Add("job-\xff", "", int64(0))
 	f.Fuzz(func(t *testing.T, key, sortKey string, wait int64) {
 		_, err := c.acquireConfig(key, []AcquireOption{WithSortKey(sortKey), WithWait(time.Duration(wait))})
-		valid := key != "" && len(key) <= MaxKeyLen && sortKey == "" && wait >= 0
+		valid := key != "" && len(key) <= MaxKeyLen && utf8.ValidString(key) && sortKey == "" && wait >= 0
 		if (err == nil) != valid {
 			t.Fatalf("key %q sort key %q wait %d: err %v", key, sortKey, wait, err)
 		}

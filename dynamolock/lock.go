@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -45,9 +46,12 @@ type acquireConfig struct {
 	data         []byte
 }
 
-// WithWait bounds how long Acquire waits for a held lock (it must be
-// positive). When it passes, Acquire returns a *HeldError. Without it,
-// Acquire waits until its context ends. A dead holder's lock can only be
+// WithWait bounds how long Acquire waits for a held lock, or retries while
+// DynamoDB calls fail (it must be positive). When it passes, Acquire
+// returns a *HeldError if it last saw the lock held, or an error wrapping
+// the last DynamoDB error if calls were failing. Without it, Acquire waits
+// until its context ends. A single call that hangs is cut off after at
+// most a lease, so it can overrun the wait by up to that. A dead holder's lock can only be
 // taken over after one lease of waiting, so a wait shorter than the
 // holder's lease only ever gets a lock that is free or released meanwhile.
 func WithWait(d time.Duration) AcquireOption { return func(a *acquireConfig) { a.wait = d } }
@@ -82,6 +86,10 @@ func (c *Client) acquireConfig(key string, opts []AcquireOption) (acquireConfig,
 		return ac, invalid("key is empty")
 	case len(key) > MaxKeyLen:
 		return ac, invalid("key is %d bytes, more than %d", len(key), MaxKeyLen)
+	case !utf8.ValidString(key):
+		return ac, invalid("key %q is not valid UTF-8 (DynamoDB would store U+FFFD for the bad bytes, merging distinct keys)", key)
+	case !utf8.ValidString(ac.sortKey):
+		return ac, invalid("sort key %q is not valid UTF-8 (DynamoDB would store U+FFFD for the bad bytes, merging distinct keys)", ac.sortKey)
 	case c.cfg.skName != "" && ac.sortKey == "":
 		return ac, invalid("sort key is empty; the table's sort key %q needs a value (WithSortKey)", c.cfg.skName)
 	case c.cfg.skName == "" && ac.sortKey != "":
@@ -103,8 +111,12 @@ func (c *Client) acquireConfig(key string, opts []AcquireOption) (acquireConfig,
 
 // Acquire takes the lock named key, waiting while someone else holds it.
 // It returns when the lock is taken; when the wait limit passes (a
-// *HeldError wrapping ErrNotAcquired); when ctx ends (an error wrapping
-// ctx.Err()); or when the Client is closed (ErrClosed).
+// *HeldError wrapping ErrNotAcquired, or the last DynamoDB error if calls
+// were failing; see WithWait); when ctx ends (an error wrapping ctx.Err()
+// and, if the last call failed, its DynamoDB error); or when the Client is
+// closed (ErrClosed). Keys and sort keys must be valid UTF-8 (DynamoDB
+// would merge keys that differ only in invalid bytes): others are refused
+// with ErrInvalid before any I/O.
 //
 // A free or released lock costs one conditional write. A held one is read
 // every poll period; if its record version number stays unchanged for a
@@ -130,7 +142,10 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 // takes over a dead holder's lock without comparing any clocks). Otherwise
 // it returns a *HeldError wrapping ErrNotAcquired at once. It costs one
 // conditional write, plus one read when the lock is held and the server
-// does not return the item with a failed condition.
+// does not return the item with a failed condition. When DynamoDB fails
+// three calls in a row (a write and two reads, a few milliseconds apart),
+// it gives up with an error wrapping the last failure; a write of those
+// that may have applied is released in the background.
 func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
 	return c.acquire(ctx, key, opts, true)
 }
@@ -167,9 +182,15 @@ func (c *Client) acquire(ctx context.Context, key string, opts []AcquireOption, 
 		ours      []sent // our writes that may have applied
 		ambiguous bool   // one of them has an unknown outcome
 		takeover  *string
-		read      bool // read the item instead of writing
-		failed    int  // writes in a row that did not take the lock
+		read      bool  // read the item instead of writing
+		failed    int   // writes in a row that did not take the lock
+		lastErr   error // the last call's DynamoDB error; nil after a call that worked
+		errs      int   // calls in a row that failed with a DynamoDB error
 	)
+	var deadline time.Time // the wait's end, if any
+	if ac.wait > 0 {
+		deadline = start.Add(ac.wait)
+	}
 	giveUp := func(err error) (*Lock, error) {
 		if ambiguous {
 			c.cleanup(ac, ours)
@@ -180,8 +201,31 @@ func (c *Client) acquire(ctx context.Context, key string, opts []AcquireOption, 
 			return nil, ErrClosed
 		case errors.As(err, &held):
 			return nil, held
+		case lastErr != nil && !errors.Is(err, lastErr):
+			return nil, fmt.Errorf("dynamolock: acquire %s: %w (last DynamoDB error: %w)", name, err, lastErr)
 		}
 		return nil, fmt.Errorf("dynamolock: acquire %s: %w", name, err)
+	}
+	// failing records a DynamoDB error and says whether to give up: for
+	// TryAcquire after a few calls in a row (a write and two reads), for a
+	// bounded Acquire once its wait has passed.
+	failing := func(err error) error {
+		lastErr = err
+		errs++
+		switch {
+		case try && errs >= 3:
+			return fmt.Errorf("%d DynamoDB calls in a row failed: %w", errs, err)
+		case !deadline.IsZero() && !c.cfg.now().Before(deadline):
+			return fmt.Errorf("wait of %v passed while DynamoDB calls failed: %w", ac.wait, err)
+		}
+		return nil
+	}
+	// pause waits d, or until the wait's end if that comes first.
+	pause := func(d time.Duration) error {
+		if !deadline.IsZero() {
+			d = min(d, deadline.Sub(c.cfg.now()))
+		}
+		return backoff.Sleep(ctx, d)
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -189,7 +233,7 @@ func (c *Client) acquire(ctx context.Context, key string, opts []AcquireOption, 
 		}
 		var item map[string]types.AttributeValue
 		if !read {
-			if err := backoff.Sleep(ctx, bo.Delay(failed+1)); err != nil {
+			if err := pause(bo.Delay(failed + 1)); err != nil {
 				return giveUp(err)
 			}
 			s := sent{rvn: newRVN(), at: c.cfg.now()}
@@ -207,28 +251,46 @@ func (c *Client) acquire(ctx context.Context, key string, opts []AcquireOption, 
 			switch {
 			case ccf:
 				item = it
+				lastErr, errs = nil, 0
 			case permanent(err):
 				ours = ours[:len(ours)-1]
 				return giveUp(err)
 			default:
 				ambiguous = true
 				c.log.Debug("dynamolock: acquire write outcome unknown; reading the item", "lock", name, "err", err)
+				if ctx.Err() != nil {
+					return giveUp(ctx.Err())
+				}
+				if stop := failing(err); stop != nil {
+					return giveUp(stop)
+				}
 			}
 		}
 		if item == nil {
 			it, err := c.get(ctx, ac)
 			if err != nil {
-				if ctx.Err() != nil || permanent(err) {
+				if ctx.Err() != nil {
+					return giveUp(ctx.Err())
+				}
+				if permanent(err) {
 					return giveUp(err)
 				}
 				c.log.Debug("dynamolock: read failed", "lock", name, "err", err)
+				if stop := failing(err); stop != nil {
+					return giveUp(stop)
+				}
 				read = true
-				if err := backoff.Sleep(ctx, jitter(c.cfg.poll)); err != nil {
+				wait := jitter(c.cfg.poll)
+				if try {
+					wait = bo.Delay(errs + 2)
+				}
+				if err := pause(wait); err != nil {
 					return giveUp(err)
 				}
 				continue
 			}
 			item = it
+			lastErr, errs = nil, 0
 		}
 		seenAt := c.cfg.now()
 		rec := parseItem(item)
@@ -270,8 +332,7 @@ func (c *Client) acquire(ctx context.Context, key string, opts []AcquireOption, 
 		if expires.Before(wake) {
 			wake = expires
 		}
-		if ac.wait > 0 {
-			deadline := start.Add(ac.wait)
+		if !deadline.IsZero() {
 			if !seenAt.Before(deadline) {
 				return giveUp(held)
 			}

@@ -34,6 +34,13 @@ func TestNewValidates(t *testing.T) {
 		{"sort key name equals partition key name", []dynamolock.Option{dynamolock.WithSortKeyName("key")}, "sort key name"},
 		{"key name clashes with an attribute", []dynamolock.Option{dynamolock.WithPartitionKeyName(dynamolock.AttrRVN)}, "key attribute name"},
 		{"nil clock", []dynamolock.Option{dynamolock.WithClock(nil)}, "clock"},
+		{"zero heartbeat", []dynamolock.Option{dynamolock.WithHeartbeat(0)}, "heartbeat"},
+		{"zero poll", []dynamolock.Option{dynamolock.WithPoll(0)}, "poll"},
+		{"negative poll", []dynamolock.Option{dynamolock.WithPoll(-time.Second)}, "poll"},
+		{"warning of -1ns", []dynamolock.Option{dynamolock.WithExpiryWarning(-1)}, "expiry warning"},
+		{"warning of -2ns", []dynamolock.Option{dynamolock.WithExpiryWarning(-2)}, "expiry warning"},
+		{"owner not UTF-8", []dynamolock.Option{dynamolock.WithOwner("me-\xff")}, "owner"},
+		{"key name not UTF-8", []dynamolock.Option{dynamolock.WithPartitionKeyName("k\xff")}, "UTF-8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := dynamolock.New(api, "locks", tc.opts...)

@@ -1,0 +1,101 @@
+package dynamolock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nolock/nolock/dynamolock"
+)
+
+// While DynamoDB fails every call at once, TryAcquire and a bounded Acquire
+// give up promptly (the try after an attempt round, the Acquire when its
+// wait passes), with the DynamoDB error in the chain.
+func TestUnreachableAcquireGivesUp(t *testing.T) {
+	t.Parallel()
+	server, table := newTable(t)
+	api := &faulty{DynamoDBAPI: server}
+	api.blackhole.Store(true)
+	c := newClient(t, api, table)
+	for _, tc := range []struct {
+		name    string
+		acquire func(ctx context.Context) (*dynamolock.Lock, error)
+	}{
+		{"TryAcquire", func(ctx context.Context) (*dynamolock.Lock, error) { return c.TryAcquire(ctx, "k") }},
+		{"Acquire WithWait", func(ctx context.Context) (*dynamolock.Lock, error) {
+			return c.Acquire(ctx, "k", dynamolock.WithWait(200*time.Millisecond))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			start := time.Now()
+			l, err := tc.acquire(ctx)
+			took := time.Since(start)
+			if err == nil {
+				l.Close()
+				t.Fatal("acquired while DynamoDB was unreachable")
+			}
+			if took > 2*time.Second {
+				t.Fatalf("returned after %v (%v); want well under 2s", took, err)
+			}
+			if !errors.Is(err, errInjected) {
+				t.Fatalf("err %v; want the DynamoDB error in its chain", err)
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("err %v: the caller's context did not end", err)
+			}
+			t.Logf("gave up after %v: %v", took.Round(time.Millisecond), err)
+		})
+	}
+	// Without a wait, Acquire keeps trying until its context ends, and then
+	// says what DynamoDB last answered.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.Acquire(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, errInjected) {
+		t.Fatalf("Acquire until ctx ends: %v; want the context's error and the DynamoDB error", err)
+	}
+}
+
+// Keys that are not valid UTF-8 are refused before any I/O: DynamoDB's JSON
+// would replace the bad bytes with U+FFFD, making "job-\xff" and
+// "job-\xfe" one lock.
+func TestInvalidUTF8Refused(t *testing.T) {
+	t.Parallel()
+	api := &counting{} // no server behind: nothing may be called
+	c, err := dynamolock.New(api, "locks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cs, err := dynamolock.New(api, "locks", dynamolock.WithSortKeyName("sk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	for _, tc := range []struct {
+		name string
+		try  func() error
+	}{
+		{"key", func() error { _, err := c.TryAcquire(context.Background(), "job-\xff"); return err }},
+		{"key Acquire", func() error { _, err := c.Acquire(context.Background(), "job-\xfe"); return err }},
+		{"sort key", func() error {
+			_, err := cs.TryAcquire(context.Background(), "job", dynamolock.WithSortKey("s-\xff"))
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.try(); !errors.Is(err, dynamolock.ErrInvalid) || !strings.Contains(err.Error(), "UTF-8") {
+				t.Fatalf("err = %v; want ErrInvalid naming UTF-8", err)
+			}
+		})
+	}
+	if _, err := dynamolock.New(api, "locks", dynamolock.WithOwner("me-\xff")); !errors.Is(err, dynamolock.ErrInvalid) {
+		t.Fatalf("owner with invalid UTF-8: %v; want ErrInvalid", err)
+	}
+	if n := api.total(); n != 0 {
+		t.Fatalf("%d calls reached DynamoDB; invalid keys must be refused before any I/O", n)
+	}
+}

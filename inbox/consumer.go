@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/backoff"
@@ -91,7 +93,7 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler, opts ...RunOption
 			t := time.AfterFunc(cfg.shutdown, cancel)
 			context.AfterFunc(work, func() { t.Stop() })
 		})
-		err = in.handle(work, batch, h, cfg.retry)
+		err = in.handle(work, batch, recovering(h), cfg.retry)
 		if err == nil {
 			err = r.CommitMessages(work, batch...)
 			if err != nil && ctx.Err() == nil {
@@ -109,6 +111,31 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler, opts ...RunOption
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// PanicError is a handler's panic that Run recovered: the message counts
+// as failed (and is parked after the attempts), the process lives on.
+type PanicError struct {
+	Value any    // what the handler panicked with
+	Stack []byte // the handler's goroutine's stack at the panic
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("inbox: handler panicked: %v\n%s", e.Value, e.Stack)
+}
+
+// recovering turns a panic of h into a *PanicError, so that one poison
+// message makes Run park it rather than crash the process on every
+// redelivery.
+func recovering(h Handler) Handler {
+	return func(ctx context.Context, tx pgx.Tx, m kafka.Message) (err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				err = &PanicError{Value: v, Stack: debug.Stack()}
+			}
+		}()
+		return h(ctx, tx, m)
 	}
 }
 

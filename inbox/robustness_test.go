@@ -263,3 +263,31 @@ func TestSuccessDropsAttemptCounter(t *testing.T) {
 		t.Fatalf("%d attempt counters left after %d calls, want 0 after at least 3", k, calls.Load())
 	}
 }
+
+// A handler that panics on a message does not take the process down: Run
+// counts the panic as the message's failure and parks it after the
+// attempts, with the panic and its stack as the error.
+func TestRunRecoversHandlerPanic(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	parked, hook := parkCounter()
+	in := newInbox(t, pool, inbox.WithMaxAttempts(2), hook)
+	var boom atomic.Int64
+	h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+		if string(m.Value) == "v-boom" {
+			boom.Add(1)
+			var nilMap map[string]int
+			nilMap["x"] = 1 // a bug in the handler
+		}
+		return record(ctx, tx, m)
+	}
+	runSlice(t, in, []kafka.Message{msg("boom", 0, 0), msg("next", 0, 1)}, h,
+		func() bool { return parked.Load() == 1 && len(effects(t, pool)) == 1 })
+	var reason string
+	if err := pool.QueryRow(context.Background(), `SELECT error FROM nolock_inbox_parked`).Scan(&reason); err != nil {
+		t.Fatal(err)
+	}
+	if boom.Load() != 2 || !strings.Contains(reason, "handler panicked: assignment to entry in nil map") || !strings.Contains(reason, "TestRunRecoversHandlerPanic") {
+		t.Fatalf("handler ran %d times; parked error %q; want 2 runs and the panic with its stack", boom.Load(), reason)
+	}
+}

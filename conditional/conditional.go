@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -58,8 +59,9 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// validArg checks a key-like argument (a key, resource or holder name) and
-// names it in the error.
+// validArg checks a key-like argument (a key, resource or holder name): it
+// must be non-empty valid UTF-8 of at most MaxKeyLen bytes without NUL. The
+// error names the argument.
 func validArg(name, v string) error {
 	switch {
 	case v == "":
@@ -68,6 +70,11 @@ func validArg(name, v string) error {
 		return invalid("%s is %d bytes, more than %d", name, len(v), MaxKeyLen)
 	case strings.IndexByte(v, 0) >= 0:
 		return invalid("%s contains a NUL byte", name)
+	case !utf8.ValidString(v):
+		// PostgreSQL refuses it only after the round trip, and DynamoDB's
+		// JSON encoder turns every invalid byte into U+FFFD, so two
+		// different names would address one item.
+		return invalid("%s is not valid UTF-8", name)
 	}
 	return nil
 }

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/internal/testenv"
@@ -61,5 +65,159 @@ func TestInvalidUTF8NamesRefused(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestStockSoldOutCacheIgnoresCallerTx: a TakeIn that saw a key empty inside
+// a caller's transaction marked it sold out, so after the transaction
+// rolled back (the units back) every Take in the process answered
+// ErrSoldOut for the cache's TTL. Reads in a caller's transaction no longer
+// mark; with buckets the take across them is covered too.
+func TestStockSoldOutCacheIgnoresCallerTx(t *testing.T) {
+	t.Parallel()
+	for _, buckets := range []int{1, 2} {
+		t.Run(map[int]string{1: "one bucket", 2: "two buckets"}[buckets], func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool := testenv.Postgres(t)
+			s := newStock(t, pool, conditional.WithBuckets(buckets), conditional.WithSoldOutCache(time.Hour))
+			if err := s.Put(ctx, "sku", 4); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.TakeIn(ctx, tx, "sku", 4); err != nil {
+				t.Fatalf("TakeIn the last 4: %v", err)
+			}
+			if err := s.TakeIn(ctx, tx, "sku", 1); !errors.Is(err, conditional.ErrSoldOut) {
+				t.Fatalf("TakeIn from empty: %v, want ErrSoldOut", err)
+			}
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Take(ctx, "sku", 1); err != nil {
+				t.Fatalf("Take after the transaction rolled back: %v, want nil", err)
+			}
+		})
+	}
+}
+
+// TestAccountsCreditInClearsSoldOutCache: a committed CreditIn left the
+// mark of an earlier empty Debit, so Debit answered ErrInsufficient for the
+// cache's TTL though the balance covered it.
+func TestAccountsCreditInClearsSoldOutCache(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	a := newAccounts(t, pool, conditional.WithSoldOutCache(time.Hour))
+	if err := a.Open(ctx, "alice", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Debit(ctx, "alice", 1); !errors.Is(err, conditional.ErrInsufficient) {
+		t.Fatalf("Debit of an empty account: %v, want ErrInsufficient", err)
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return a.CreditIn(ctx, tx, "alice", 100)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Debit(ctx, "alice", 1); err != nil {
+		t.Fatalf("Debit after a committed CreditIn of 100: %v, want nil", err)
+	}
+	if got := balance(t, a, "alice"); got != 99 {
+		t.Fatalf("balance %d, want 99", got)
+	}
+}
+
+// TestStockBucketCountMismatch: a key stocked by a 2-bucket Stock and taken
+// by a 4-bucket one failed about half its takes with ErrUnknownKey (a random
+// bucket without a row) while units were available. Such a take now goes
+// across the key's buckets.
+func TestStockBucketCountMismatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	s2 := newStock(t, pool, conditional.WithBuckets(2))
+	s4 := newStock(t, pool, conditional.WithBuckets(4))
+	if err := s2.Put(ctx, "sku", 40); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		if err := s4.Take(ctx, "sku", 1); err != nil {
+			t.Fatalf("take %d of 40: %v", i+1, err)
+		}
+	}
+	if err := s4.Take(ctx, "sku", 1); !errors.Is(err, conditional.ErrSoldOut) {
+		t.Fatalf("take from empty: %v, want ErrSoldOut", err)
+	}
+	if err := s4.Take(ctx, "nope", 1); !errors.Is(err, conditional.ErrUnknownKey) {
+		t.Fatalf("take of an unknown key: %v, want ErrUnknownKey", err)
+	}
+}
+
+// pausingDB pauses a take's read of one bucket's quantity after the value
+// arrived and before the take acts on it.
+type pausingDB struct {
+	*pgxpool.Pool
+	paused, release chan struct{}
+}
+
+func (p *pausingDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	row := p.Pool.QueryRow(ctx, sql, args...)
+	if !strings.HasPrefix(sql, `SELECT "qty" FROM`) {
+		return row
+	}
+	return pausedRow{row, p}
+}
+
+type pausedRow struct {
+	pgx.Row
+	p *pausingDB
+}
+
+func (r pausedRow) Scan(dest ...any) error {
+	err := r.Row.Scan(dest...)
+	r.p.paused <- struct{}{}
+	<-r.p.release
+	return err
+}
+
+// TestStockPutBeatsOlderSoldOutMark: a take read 0, a Put committed and
+// cleared the cache, then the take marked the key sold out, so Take was
+// refused for the cache's TTL after Put returned. A take now marks only if
+// no restock happened in this process since it read the stock.
+func TestStockPutBeatsOlderSoldOutMark(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	db := &pausingDB{Pool: pool, paused: make(chan struct{}), release: make(chan struct{})}
+	s, err := conditional.NewStock(db, conditional.WithSoldOutCache(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.CreateSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "sku", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Take(ctx, "sku", 1); err != nil {
+		t.Fatal(err)
+	}
+	took := make(chan error, 1)
+	go func() { took <- s.Take(ctx, "sku", 1) }()
+	<-db.paused // the take has read 0
+	if err := s.Put(ctx, "sku", 5); err != nil {
+		t.Fatal(err)
+	}
+	close(db.release)
+	if err := <-took; !errors.Is(err, conditional.ErrSoldOut) {
+		t.Fatalf("the paused take: %v, want ErrSoldOut", err)
+	}
+	if err := s.Take(ctx, "sku", 1); err != nil {
+		t.Fatalf("Take after Put(5) returned: %v, want nil", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,7 +25,11 @@ import (
 // this process are coalesced (see WithCoalescing): one statement in flight
 // per key, each granting a whole batch. Several processes may share a table;
 // the row lock keeps them exact. For keys hotter than one row allows across
-// processes, spread the stock over buckets (WithBuckets).
+// processes, spread the stock over buckets (WithBuckets). Every Stock on a
+// table must use the same WithBuckets: a take with more buckets than the
+// key's rows still finds its units (it goes across the rows), but a Stock
+// with one bucket sees only bucket 0 and answers ErrSoldOut while other
+// buckets hold units.
 //
 // A Stock is safe for concurrent use. Close it to stop its goroutines.
 type Stock struct {
@@ -38,6 +43,7 @@ type Stock struct {
 
 	soldOutMu  sync.Mutex
 	soldOut    map[string]time.Time // key → when this process saw it empty
+	restocks   atomic.Uint64        // bumped, under soldOutMu, by every restock in this process
 	soldOutTTL time.Duration
 	now        func() time.Time
 
@@ -159,8 +165,12 @@ func WithStatementTimeout(d time.Duration) StockOption {
 }
 
 // WithSoldOutCache lets Take answer ErrSoldOut without a query for d after
-// this process found every bucket of a key empty (default 0: off). Put in
-// this process clears it; a restock by another process is seen only after d.
+// this process found every bucket of a key empty (default 0: off). Only
+// takes outside a caller's transaction mark a key (one inside may roll back
+// what it saw). Put, a credit or a CreditIn in this process clears the mark
+// (a CreditIn even if its transaction rolls back), and a take that read
+// the stock before such a restock never marks; a restock by another
+// process is seen only after d.
 func WithSoldOutCache(d time.Duration) StockOption {
 	return func(c *stockConfig) { c.soldOutTTL = d }
 }
@@ -254,13 +264,15 @@ func (s *Stock) take(ctx context.Context, tx DB, key string, n int64) error {
 		_, err = s.batch.Do(ctx, bucketKey{key, b}, n)
 	} else {
 		var errs []error
-		if errs, err = s.runOne(ctx, tx, bucketKey{key, b}, n); err == nil {
+		if errs, err = s.runOne(ctx, tx, true, bucketKey{key, b}, n); err == nil {
 			err = errs[0] // the take's own outcome: nil or ErrSoldOut
 		}
 	}
-	if s.buckets > 1 && errors.Is(err, ErrSoldOut) {
-		// This bucket cannot cover n; the others together may.
-		err = s.takeAcross(ctx, cmp.Or(tx, s.db), key, n)
+	if s.buckets > 1 && (errors.Is(err, ErrSoldOut) || errors.Is(err, ErrUnknownKey)) {
+		// This bucket cannot cover n; the others together may. A bucket
+		// without a row (the key was stocked by a Stock with fewer
+		// buckets) is not an unknown key: takeAcross reads every row.
+		err = s.takeAcross(ctx, cmp.Or(tx, s.db), tx != nil, key, n)
 	}
 	return err
 }
@@ -276,8 +288,9 @@ func errorsOnly(run func(context.Context, bucketKey, []int64) ([]error, error)) 
 // runTake is the take combiner's statement: one conditional update of one bucket
 // for a batch of requests.
 func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
+	gen := s.restockGen()
 	if len(reqs) == 1 {
-		return s.runOne(ctx, s.db, k, reqs[0])
+		return s.runOne(ctx, s.db, false, k, reqs[0])
 	}
 	// While the stock covers the whole batch (all of a sale but its end),
 	// the plain decrement by the batch's sum grants every request. A sum
@@ -304,7 +317,7 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 		return nil, fmt.Errorf("conditional: take %q: %d grant flags for %d requests", k.key, len(granted), len(reqs))
 	}
 	if before == 0 && s.buckets == 1 {
-		s.markSoldOut(k.key)
+		s.markSoldOut(k.key, gen)
 	}
 	errs := make([]error, len(reqs))
 	for i, ok := range granted {
@@ -317,7 +330,10 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 
 // runOne takes n units of one bucket with the plain conditional decrement.
 // Only when it changes nothing does a second read tell sold out from unknown.
-func (s *Stock) runOne(ctx context.Context, db DB, k bucketKey, n int64) ([]error, error) {
+// inTx says db is the caller's transaction, whose reads never mark the key
+// sold out: the transaction may roll back what it saw.
+func (s *Stock) runOne(ctx context.Context, db DB, inTx bool, k bucketKey, n int64) ([]error, error) {
+	gen := s.restockGen()
 	tag, err := db.Exec(ctx, s.takeSQL, k.key, k.bucket, n)
 	if err != nil {
 		return nil, fmt.Errorf("conditional: take %q: %w", k.key, classifyOn(db, err))
@@ -332,8 +348,8 @@ func (s *Stock) runOne(ctx context.Context, db DB, k bucketKey, n int64) ([]erro
 	case err != nil:
 		return nil, fmt.Errorf("conditional: take %q: %w", k.key, err)
 	}
-	if qty == 0 && s.buckets == 1 {
-		s.markSoldOut(k.key)
+	if qty == 0 && s.buckets == 1 && !inTx {
+		s.markSoldOut(k.key, gen)
 	}
 	return []error{ErrSoldOut}, nil
 }
@@ -341,8 +357,11 @@ func (s *Stock) runOne(ctx context.Context, db DB, k bucketKey, n int64) ([]erro
 // takeAcross takes n units from all of key's buckets in one transaction
 // (a savepoint when db is itself a transaction), locking them in ascending
 // order (every multi-row locker uses that order, and single-bucket
-// statements lock one row, so no deadlock).
-func (s *Stock) takeAcross(ctx context.Context, db DB, key string, n int64) error {
+// statements lock one row, so no deadlock). inTx says db is the caller's
+// transaction: what it sees may roll back, so it neither marks the key sold
+// out nor gathers it for this process.
+func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n int64) error {
+	gen := s.restockGen()
 	// Sold-out short-circuit: one unlocked read sees a consistent snapshot
 	// of all buckets; if they cannot cover n then, refusing is correct, and
 	// the endgame's buyers do not queue for every bucket's lock.
@@ -354,8 +373,8 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, key string, n int64) erro
 	case seen == nil:
 		return ErrUnknownKey
 	case *seen < n:
-		if *seen == 0 {
-			s.markSoldOut(key)
+		if *seen == 0 && !inTx {
+			s.markSoldOut(key, gen)
 		}
 		return ErrSoldOut
 	}
@@ -387,8 +406,10 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, key string, n int64) erro
 	case len(bucket) == 0:
 		return ErrUnknownKey
 	case total == 0:
-		s.markSoldOut(key)
-		s.setGathered(key, false)
+		if !inTx {
+			s.markSoldOut(key, gen)
+			s.setGathered(key, false)
+		}
 		return ErrSoldOut
 	case total < n:
 		return ErrSoldOut
@@ -430,7 +451,9 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, key string, n int64) erro
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("conditional: take %q across buckets: %w", key, classifyOn(db, err))
 	}
-	s.setGathered(key, gather) // a restock elsewhere ends an endgame seen here
+	if !inTx {
+		s.setGathered(key, gather) // a restock elsewhere ends an endgame seen here
+	}
 	return nil
 }
 
@@ -481,14 +504,15 @@ func (s *Stock) add(ctx context.Context, tx DB, key string, n int64) error {
 	if s.buckets > 1 {
 		k.bucket = s.rand(s.buckets)
 	}
+	var err error
 	if tx != nil {
-		return s.addOne(ctx, tx, k, n)
+		err = s.addOne(ctx, tx, k, n)
+	} else {
+		_, err = s.adds.Do(ctx, k, n)
 	}
-	_, err := s.adds.Do(ctx, k, n)
-	if err == nil {
-		s.clearSoldOut(key)
-		s.setGathered(key, false)
-	}
+	// Even in a transaction that may roll back, and after an error that may
+	// hide a commit: forgetting a mark costs at most a query.
+	s.restocked(key)
 	return err
 }
 
@@ -503,11 +527,11 @@ func (s *Stock) Put(ctx context.Context, key string, n int64) error {
 
 // put adds n >= 0 units to key, creating its buckets if needed.
 func (s *Stock) put(ctx context.Context, key string, n int64) error {
-	if _, err := s.db.Exec(ctx, s.putSQL, key, n, int64(s.buckets)); err != nil {
+	_, err := s.db.Exec(ctx, s.putSQL, key, n, int64(s.buckets))
+	s.restocked(key) // after an error too: it may hide a commit
+	if err != nil {
 		return fmt.Errorf("conditional: put %q: %w", key, classify(err))
 	}
-	s.clearSoldOut(key)
-	s.setGathered(key, false)
 	return nil
 }
 
@@ -570,18 +594,32 @@ func (s *Stock) cachedSoldOut(key string) bool {
 	return ok && s.now().Sub(at) < s.soldOutTTL
 }
 
-func (s *Stock) clearSoldOut(key string) {
+// restocked forgets that key was seen sold out (or gathered) in this
+// process, and makes every take that read the stock before now unable to
+// mark any key sold out: its read may predate this restock.
+func (s *Stock) restocked(key string) {
 	s.soldOutMu.Lock()
+	s.restocks.Add(1)
 	delete(s.soldOut, key)
 	s.soldOutMu.Unlock()
+	s.setGathered(key, false)
 }
 
-func (s *Stock) markSoldOut(key string) {
+// restockGen returns the restock generation; a take reads it before sending
+// its statement and passes it to markSoldOut.
+func (s *Stock) restockGen() uint64 { return s.restocks.Load() }
+
+// markSoldOut records that key was seen empty by a take that read the
+// restock generation gen before its statement, unless a restock in this
+// process happened since (the empty read may predate it).
+func (s *Stock) markSoldOut(key string, gen uint64) {
 	if s.soldOutTTL == 0 {
 		return
 	}
 	s.soldOutMu.Lock()
-	s.soldOut[key] = s.now()
+	if s.restocks.Load() == gen {
+		s.soldOut[key] = s.now()
+	}
 	s.soldOutMu.Unlock()
 }
 

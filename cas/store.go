@@ -216,10 +216,16 @@ func (s *Store[T]) Update(ctx context.Context, key string, fn func(cur T) (T, er
 			v, err = res[0], errs[0]
 		}
 	} else {
-		for {
-			// A batch that stopped for a caller who left sent
-			// nothing for the others: send again.
+		// A batch that stopped for a caller who left sent nothing for the
+		// others: send again. Each stop followed a conflict (or came
+		// before any attempt), so resends count against the Store's
+		// attempts: a stream of leavers cannot keep a caller going.
+		for sends := 1; ; sends++ {
 			if v, err = s.comb.Do(ctx, key, request[T]{ctx, fn}); err != errResend {
+				break
+			}
+			if sends >= s.cfg.policy.Attempts {
+				err = fmt.Errorf("cas: update %q: gave up after %d batches stopped by callers that left: %w", key, sends, ErrConflict)
 				break
 			}
 		}

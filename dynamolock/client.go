@@ -231,13 +231,13 @@ func (c *config) validate(client DynamoDBAPI, table string) error {
 	return nil
 }
 
-// callTimeout bounds one heartbeat call: long enough for a slow answer
-// (at least a heartbeat period), short enough that a call whose answer
-// never comes leaves about two retries within the lease. The timed-out
-// write stays pending, so a retry conditional on its RVN succeeds whether
-// it applied or not.
+// callTimeout bounds one heartbeat call so that a call whose answer never
+// comes leaves about two retries within the lease, whatever the heartbeat
+// (even the largest allowed, half the lease). The timed-out write stays
+// pending, so a retry conditional on its RVN succeeds whether it applied
+// or not.
 func (c *config) callTimeout() time.Duration {
-	return max(c.heartbeat, (c.lease-c.heartbeat)/3)
+	return (c.lease - c.heartbeat) / 3
 }
 
 // releaseTimeout bounds one release attempt, so that a release whose

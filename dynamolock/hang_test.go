@@ -52,25 +52,31 @@ func proxied(t *testing.T, dropNext, blackhole *atomic.Bool) dynamolock.DynamoDB
 // the hung write's RVN too, succeeds.
 func TestHungHeartbeatKeepsLock(t *testing.T) {
 	t.Parallel()
-	server, table := newTable(t)
-	var dropNext, blackhole atomic.Bool
-	api := proxied(t, &dropNext, &blackhole)
-	c := newClient(t, api, table, dynamolock.WithHeartbeat(50*time.Millisecond))
-	l := mustAcquire(t, c, "k")
-	time.Sleep(100 * time.Millisecond)
-	before := attrS(readItem(t, server, table, "k"), dynamolock.AttrRVN)
-	dropNext.Store(true)
-	if waitClosed(l.Lost(), 2*testLease) {
-		t.Fatalf("one hung heartbeat lost the lock: %v", l.Err())
-	}
-	if dropNext.Load() {
-		t.Fatal("no answer was swallowed: the test tested nothing")
-	}
-	if after := attrS(readItem(t, server, table, "k"), dynamolock.AttrRVN); after == before {
-		t.Fatalf("record version unchanged (%s) over two leases: heartbeats stalled", after)
-	}
-	if err := l.Close(); err != nil {
-		t.Fatalf("close: %v", err)
+	// 50 ms, and the largest heartbeat allowed, half the lease.
+	for _, hb := range []time.Duration{50 * time.Millisecond, testLease / 2} {
+		t.Run(hb.String(), func(t *testing.T) {
+			t.Parallel()
+			server, table := newTable(t)
+			var dropNext, blackhole atomic.Bool
+			api := proxied(t, &dropNext, &blackhole)
+			c := newClient(t, api, table, dynamolock.WithHeartbeat(hb))
+			l := mustAcquire(t, c, "k")
+			time.Sleep(100 * time.Millisecond)
+			before := attrS(readItem(t, server, table, "k"), dynamolock.AttrRVN)
+			dropNext.Store(true)
+			if waitClosed(l.Lost(), 2*testLease) {
+				t.Fatalf("one hung heartbeat lost the lock: %v", l.Err())
+			}
+			if dropNext.Load() {
+				t.Fatal("no answer was swallowed: the test tested nothing")
+			}
+			if after := attrS(readItem(t, server, table, "k"), dynamolock.AttrRVN); after == before {
+				t.Fatalf("record version unchanged (%s) over two leases: heartbeats stalled", after)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+		})
 	}
 }
 

@@ -80,7 +80,10 @@ func (a *Accounts) DebitIn(ctx context.Context, tx DB, account string, amount in
 }
 
 // Credit adds amount to an existing account (ErrUnknownKey otherwise).
-// Concurrent credits of one account are coalesced into one statement.
+// Concurrent credits of one account are coalesced into one statement; if
+// their sum would take the balance past MaxInt64, each is applied alone. A
+// credit that alone would take the balance past MaxInt64 is refused with an
+// error saying so (wrapping PostgreSQL's 22003); nothing is added.
 func (a *Accounts) Credit(ctx context.Context, account string, amount int64) error {
 	return a.s.add(ctx, nil, account, amount)
 }

@@ -3,6 +3,7 @@ package conditional_test
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -219,5 +220,39 @@ func TestStockPutBeatsOlderSoldOutMark(t *testing.T) {
 	}
 	if err := s.Take(ctx, "sku", 1); err != nil {
 		t.Fatalf("Take after Put(5) returned: %v, want nil", err)
+	}
+}
+
+// TestAccountsCoalescedCreditsPastMaxInt64: balance 12 and a batch of
+// credits [MaxInt64-30, 25] whose sum fits int64 but takes the row past it:
+// both failed with a raw "bigint out of range" though the first alone fits.
+// The batch now falls back to one statement per credit, and the one that
+// overflows is refused with an error saying so.
+func TestAccountsCoalescedCreditsPastMaxInt64(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	a := newAccounts(t, pool)
+	if err := a.Open(ctx, "merchant", 11); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM nolock_accounts WHERE key = 'merchant' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	credit := func(n int64) error { return a.Credit(ctx, "merchant", n) }
+	errs := batchBehind(func() { tx.Rollback(ctx) }, credit, 1, math.MaxInt64-30, 25)
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("credits of 1 and MaxInt64-30 to 11: %v, %v; want nil, nil", errs[0], errs[1])
+	}
+	if err := errs[2]; err == nil || !strings.Contains(err.Error(), "would exceed") {
+		t.Fatalf("credit of 25 to MaxInt64-18: %v, want an error naming the overflow (balance %d)", err, balance(t, a, "merchant"))
+	}
+	if got := balance(t, a, "merchant"); got != math.MaxInt64-18 {
+		t.Fatalf("balance %d, want MaxInt64-18", got)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/combine"
 )
@@ -461,10 +462,14 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 // one bucket by the sum of a batch.
 func (s *Stock) runAdd(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
 	if sum, ok := sumOf(reqs); ok {
-		return make([]error, len(reqs)), s.addOne(ctx, s.db, k, sum)
+		err := s.addOne(ctx, s.db, k, sum)
+		if len(reqs) == 1 || !errors.Is(err, errTooLarge) {
+			return make([]error, len(reqs)), err
+		}
 	}
-	// The sum is past int64: one statement per request, so each gets its
-	// own answer (those that overflow the column fail alone).
+	// The sum is past int64, or takes the row past it: one statement per
+	// request, so each gets its own answer (those that overflow the column
+	// fail alone).
 	errs := make([]error, len(reqs))
 	for i, n := range reqs {
 		errs[i] = s.addOne(ctx, s.db, k, n)
@@ -483,10 +488,21 @@ func sumOf(reqs []int64) (sum int64, ok bool) {
 	return sum, true
 }
 
+// errTooLarge marks an add that would take a row past math.MaxInt64.
+var errTooLarge = fmt.Errorf("the total would exceed %d", int64(math.MaxInt64))
+
+// tooLarge reports whether err is PostgreSQL's numeric_value_out_of_range.
+func tooLarge(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22003"
+}
+
 // addOne adds n to an existing bucket of key.
 func (s *Stock) addOne(ctx context.Context, db DB, k bucketKey, n int64) error {
 	tag, err := db.Exec(ctx, s.addSQL, k.key, k.bucket, n)
 	switch {
+	case tooLarge(err):
+		return fmt.Errorf("conditional: add %d to %q: %w (%w)", n, k.key, errTooLarge, err)
 	case err != nil:
 		return fmt.Errorf("conditional: add to %q: %w", k.key, classifyOn(db, err))
 	case tag.RowsAffected() == 0:
@@ -529,6 +545,9 @@ func (s *Stock) Put(ctx context.Context, key string, n int64) error {
 func (s *Stock) put(ctx context.Context, key string, n int64) error {
 	_, err := s.db.Exec(ctx, s.putSQL, key, n, int64(s.buckets))
 	s.restocked(key) // after an error too: it may hide a commit
+	if tooLarge(err) {
+		return fmt.Errorf("conditional: put %d to %q: a bucket's %w (%w)", n, key, errTooLarge, err)
+	}
 	if err != nil {
 		return fmt.Errorf("conditional: put %q: %w", key, classify(err))
 	}

@@ -268,3 +268,44 @@ func TestHandlerErrorStopsRun(t *testing.T) {
 		t.Fatalf("stored offset %d after failed batches, want none", *r.next)
 	}
 }
+
+// A handler that panics on every call: the panic is recovered as a
+// *PanicError counted toward MaxAttempts, Run returns it, and nothing is
+// written. Before, the panic ended the test binary.
+func TestHandlerPanicStopsRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t, 1)
+	produce(t, b.brokers, b.topic, 1, 0, 3)
+	var calls atomic.Int32
+	cfg := b.config("m", func(context.Context, pgx.Tx, []kafka.Message) error {
+		calls.Add(1)
+		panic("poison message")
+	})
+	cfg.MaxAttempts = 2
+	c, err := partition.New(b.pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	err = c.Run(runCtx)
+	var pe *partition.PanicError
+	if !errors.As(err, &pe) || pe.Value != "poison message" || len(pe.Stack) == 0 || runCtx.Err() != nil {
+		t.Fatalf("Run: %v; want the handler's panic before the deadline", err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("%d handler calls, want 2 (MaxAttempts)", n)
+	}
+	r, err := readRow(ctx, b.pool, b.group, b.topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.next != nil {
+		t.Fatalf("stored offset %d after panicking batches, want none", *r.next)
+	}
+	var rows int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM results`).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("results holds %d rows (%v), want 0", rows, err)
+	}
+}

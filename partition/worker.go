@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/backoff"
@@ -183,8 +185,8 @@ func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int
 	if outcome == fenceApplied {
 		return false, nil
 	}
-	if err := c.cfg.Handler(ctx, tx, msgs); err != nil {
-		return transient(err, tx) && ctx.Err() == nil, fmt.Errorf("partition: handler on %s at offset %d: %w", cl, msgs[0].Offset, err)
+	if err := callHandler(ctx, c.cfg.Handler, tx, msgs); err != nil {
+		return handlerTransient(err, tx) && ctx.Err() == nil, fmt.Errorf("partition: handler on %s at offset %d: %w", cl, msgs[0].Offset, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		// A lost commit may have applied: the next attempt's fence finds
@@ -192,6 +194,40 @@ func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int
 		return transient(err, tx) && ctx.Err() == nil, fmt.Errorf("partition: commit %s at offset %d: %w", cl, msgs[0].Offset, err)
 	}
 	return false, nil
+}
+
+// PanicError is a Handler's panic that Run recovered. It counts toward
+// MaxAttempts like any other handler error (never as transient): the batch
+// rolls back, and when the attempts are used up Run stops and returns it,
+// wrapped. The process lives on.
+type PanicError struct {
+	Value any    // what the handler panicked with
+	Stack []byte // the handler's goroutine's stack at the panic
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("partition: handler panicked: %v\n%s", e.Value, e.Stack)
+}
+
+// callHandler runs h, turning a panic into a *PanicError: the handler runs
+// on a kafka-go goroutine, where an unrecovered panic ends the process.
+func callHandler(ctx context.Context, h Handler, tx pgx.Tx, msgs []kafka.Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h(ctx, tx, msgs)
+}
+
+// handlerTransient is transient for an error the handler returned: a
+// panic is never transient.
+func handlerTransient(err error, tx pgx.Tx) bool {
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		return false
+	}
+	return transient(err, tx)
 }
 
 // release reports the end of a worker's ownership.

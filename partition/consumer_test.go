@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/partition"
@@ -307,5 +308,54 @@ func TestHandlerPanicStopsRun(t *testing.T) {
 	var rows int
 	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM results`).Scan(&rows); err != nil || rows != 0 {
 		t.Fatalf("results holds %d rows (%v), want 0", rows, err)
+	}
+}
+
+// A handler statement that always hits statement_timeout (57014) counts
+// toward MaxAttempts: Run returns the error after two handler calls.
+// Before, 57014 and 55P03 were transient wherever they came from, and the
+// batch was retried for as long as the generation lasted.
+func TestHandlerStatementTimeoutStopsRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t, 1)
+	produce(t, b.brokers, b.topic, 1, 0, 3)
+	var calls atomic.Int32
+	cfg := b.config("m", func(ctx context.Context, tx pgx.Tx, _ []kafka.Message) error {
+		calls.Add(1)
+		if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = '20ms'`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT pg_sleep(0.2)`)
+		return err
+	})
+	cfg.MaxAttempts = 2
+	c, err := partition.New(b.pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	for calls.Load() <= 5 {
+		select {
+		case err = <-done:
+		case <-time.After(10 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	if err == nil {
+		cancel()
+		<-done
+		t.Fatalf("%d handler calls and Run goes on; want it to stop after MaxAttempts", calls.Load())
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "57014" || runCtx.Err() != nil {
+		t.Fatalf("Run: %v; want the statement timeout before the deadline", err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("%d handler calls, want 2 (MaxAttempts)", n)
 	}
 }

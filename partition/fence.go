@@ -317,8 +317,8 @@ func rollback(tx pgx.Tx) {
 // transient reports whether a failed batch may succeed as it is on a
 // fresh attempt: the connection failed or the server gave up on it
 // (SQLSTATE classes 08, 53, 57; 25P03, the frozen-owner timeout; 55P03), or
-// a serialization failure or deadlock. Other errors, the handler's own
-// included, count toward MaxAttempts.
+// a serialization failure or deadlock. Other errors count toward
+// MaxAttempts. For the handler's errors, see handlerTransient.
 func transient(err error, tx pgx.Tx) bool {
 	if err == nil || errors.Is(err, ErrFenced) {
 		return false

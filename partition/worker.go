@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/backoff"
@@ -220,11 +221,19 @@ func callHandler(ctx context.Context, h Handler, tx pgx.Tx, msgs []kafka.Message
 	return h(ctx, tx, msgs)
 }
 
-// handlerTransient is transient for an error the handler returned: a
-// panic is never transient.
+// handlerTransient is transient for an error the handler returned. A
+// panic is never transient, and neither are statement_timeout (57014) and
+// lock_timeout (55P03): a handler statement that hits them may hit them on
+// every attempt, so they count toward MaxAttempts instead of being retried
+// for the whole generation. They stay transient for the package's own
+// statements (fence, commit).
 func handlerTransient(err error, tx pgx.Tx) bool {
 	var pe *PanicError
 	if errors.As(err, &pe) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "57014" || pgErr.Code == "55P03") {
 		return false
 	}
 	return transient(err, tx)

@@ -57,6 +57,9 @@ func (a *Accounts) Open(ctx context.Context, account string, balance int64) erro
 	if balance < 0 {
 		return invalid("balance must not be negative, got %d", balance)
 	}
+	if err := unsent(ctx, fmt.Sprintf("open %q", account)); err != nil {
+		return err
+	}
 	if _, err := a.s.db.Exec(ctx, a.s.openSQL, account, balance, int64(a.s.buckets)); err != nil {
 		return fmt.Errorf("conditional: open %q: %w", account, classify(err))
 	}

@@ -79,6 +79,16 @@ func validArg(name, v string) error {
 	return nil
 }
 
+// unsent returns ctx's error, naming op, if ctx is already done. Every
+// write checks it before its first I/O, so a caller whose ctx ended before
+// the call is told nothing was sent, never ErrAmbiguousCommit.
+func unsent(ctx context.Context, op string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("conditional: %s: nothing sent: %w", op, err)
+	}
+	return nil
+}
+
 // MaxKeyLen bounds a key's length in bytes: keys live in a primary-key index.
 const MaxKeyLen = 512
 

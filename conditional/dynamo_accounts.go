@@ -63,6 +63,9 @@ func (a *DynamoAccounts) Open(ctx context.Context, account string, balance int64
 	if balance < 0 {
 		return invalid("balance must not be negative, got %d", balance)
 	}
+	if err := unsent(ctx, fmt.Sprintf("open %q", account)); err != nil {
+		return err
+	}
 	_, err := a.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(a.table),
 		Key:                       a.key(account),
@@ -193,6 +196,9 @@ func (a *DynamoAccounts) credit(account string, amount int64) (*types.Update, er
 // no item (told by the item the server returned, or a consistent read),
 // else refusal.
 func (a *DynamoAccounts) apply(ctx context.Context, op, account string, u *types.Update, refusal error) error {
+	if err := unsent(ctx, fmt.Sprintf("%s %q", op, account)); err != nil {
+		return err
+	}
 	err := updateItem(ctx, a.client, u)
 	if err == nil {
 		return nil

@@ -80,6 +80,9 @@ func (f *DynamoFenced) Update(ctx context.Context, client DynamoDBAPI, key map[s
 		return err
 	}
 	u.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	if err := unsent(ctx, "fenced update"); err != nil {
+		return err
+	}
 	err = updateItem(ctx, client, u)
 	if err == nil {
 		return nil

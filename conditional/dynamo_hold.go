@@ -130,6 +130,11 @@ func (h *DynamoHolds) Add(ctx context.Context, resources ...string) error {
 			return err
 		}
 	}
+	if len(resources) > 0 {
+		if err := unsent(ctx, "add resources"); err != nil {
+			return err
+		}
+	}
 	for _, r := range slices.Compact(slices.Sorted(slices.Values(resources))) {
 		_, err := h.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 aws.String(h.table),
@@ -167,6 +172,9 @@ func (h *DynamoHolds) Hold(ctx context.Context, resource, holder string, ttl tim
 		return time.Time{}, err
 	}
 	if err := validDynamoTTL(ttl); err != nil {
+		return time.Time{}, err
+	}
+	if err := unsent(ctx, fmt.Sprintf("hold %q", resource)); err != nil {
 		return time.Time{}, err
 	}
 	var end int64
@@ -220,6 +228,9 @@ func (h *DynamoHolds) HoldAll(ctx context.Context, resources []string, holder st
 		}
 	}
 
+	if err := unsent(ctx, fmt.Sprintf("hold %d resources", len(sorted))); err != nil {
+		return time.Time{}, err
+	}
 	var end int64
 	err = h.retryConflicts(ctx, func(ctx context.Context) error {
 		now := h.clock().UnixMilli()
@@ -389,6 +400,9 @@ func (h *DynamoHolds) releaseUpdate(resource, holder string) *types.Update {
 
 // settle runs Confirm's or Release's write.
 func (h *DynamoHolds) settle(ctx context.Context, op, resource string, build func(now int64) *types.Update) error {
+	if err := unsent(ctx, fmt.Sprintf("%s %q", op, resource)); err != nil {
+		return err
+	}
 	item, refused, err := h.write(ctx, resource, build)
 	switch {
 	case err != nil:

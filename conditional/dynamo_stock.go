@@ -127,6 +127,9 @@ func (s *DynamoStock) Take(ctx context.Context, key string, n int64) error {
 	if n <= 0 {
 		return invalid("n must be positive, got %d", n)
 	}
+	if err := unsent(ctx, fmt.Sprintf("take %q", key)); err != nil {
+		return err
+	}
 	b := 0
 	if s.buckets > 1 {
 		b = s.rand(s.buckets)
@@ -348,6 +351,9 @@ func (s *DynamoStock) Put(ctx context.Context, key string, n int64) error {
 	limit := math.MaxInt64 / int64(s.buckets)
 	if n > limit*int64(s.buckets) {
 		return invalid("n %d is more than %d buckets can hold", n, s.buckets)
+	}
+	if err := unsent(ctx, fmt.Sprintf("put %q", key)); err != nil {
+		return err
 	}
 	per, extra := n/int64(s.buckets), n%int64(s.buckets)
 	var added int64

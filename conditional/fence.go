@@ -101,6 +101,9 @@ func (f *Fenced) Update(ctx context.Context, db DB, key any, token int64, set ma
 		}
 	}
 
+	if err := unsent(ctx, "fenced update"); err != nil {
+		return err
+	}
 	var b strings.Builder
 	b.WriteString("WITH u AS (UPDATE " + f.table + " SET " + f.fence + " = $1")
 	args := make([]any, 2, 2+len(cols))

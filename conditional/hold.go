@@ -136,6 +136,9 @@ func (h *Holds) Add(ctx context.Context, resources ...string) error {
 	if len(resources) == 0 {
 		return nil
 	}
+	if err := unsent(ctx, "add resources"); err != nil {
+		return err
+	}
 	sorted := slices.Clone(resources)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
@@ -172,6 +175,9 @@ func (h *Holds) Hold(ctx context.Context, resource, holder string, ttl time.Dura
 		return time.Time{}, err
 	}
 	if err := validTTL(ttl); err != nil {
+		return time.Time{}, err
+	}
+	if err := unsent(ctx, fmt.Sprintf("hold %q", resource)); err != nil {
 		return time.Time{}, err
 	}
 	var got *time.Time
@@ -228,6 +234,9 @@ func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, 
 
 	fail := func(err error) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("conditional: hold %d resources: %w", len(sorted), err)
+	}
+	if err := unsent(ctx, fmt.Sprintf("hold %d resources", len(sorted))); err != nil {
+		return time.Time{}, err
 	}
 	tx, err := h.db.Begin(ctx)
 	if err != nil {
@@ -304,6 +313,9 @@ func (h *Holds) settle(ctx context.Context, op, sql, resource, holder string) er
 		return err
 	}
 	if err := validArg("holder", holder); err != nil {
+		return err
+	}
+	if err := unsent(ctx, fmt.Sprintf("%s %q", op, resource)); err != nil {
 		return err
 	}
 	var done, exists bool

@@ -256,3 +256,57 @@ func TestAccountsCoalescedCreditsPastMaxInt64(t *testing.T) {
 		t.Fatalf("balance %d, want MaxInt64-18", got)
 	}
 }
+
+// TestCancelledBeforeCallSendsNothing: a ctx cancelled before the call was
+// reported ErrAmbiguousCommit (Stock.Put, DynamoStock.Take) though nothing
+// had been sent. Writes now check ctx first and return its error.
+func TestCancelledBeforeCallSendsNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	check := func(t *testing.T, what string, err error) {
+		t.Helper()
+		if !errors.Is(err, context.Canceled) || errors.Is(err, conditional.ErrAmbiguousCommit) {
+			t.Errorf("%s with a cancelled ctx: %v, want context.Canceled and not ErrAmbiguousCommit", what, err)
+		}
+	}
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		pool := testenv.Postgres(t)
+		s := newStock(t, pool)
+		if err := s.Put(ctx, "sku", 5); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "Stock.Put", s.Put(cancelled, "sku", 1))
+		check(t, "Stock.Take", s.Take(cancelled, "sku", 1))
+		if got := available(t, s, "sku"); got != 5 {
+			t.Fatalf("available %d, want 5", got)
+		}
+		a := newAccounts(t, pool)
+		if err := a.Open(ctx, "alice", 5); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "Accounts.Credit", a.Credit(cancelled, "alice", 1))
+		check(t, "Accounts.Debit", a.Debit(cancelled, "alice", 1))
+		if got := balance(t, a, "alice"); got != 5 {
+			t.Fatalf("balance %d, want 5", got)
+		}
+	})
+	for _, server := range dynamoServers {
+		t.Run(server.name, func(t *testing.T) {
+			t.Parallel()
+			client := dynamoClient(t, server.tx)
+			table := testenv.Table(t, client, false)
+			s := newDynamoStock(t, client, table, 1)
+			if err := s.Put(ctx, "sku", 5); err != nil {
+				t.Fatal(err)
+			}
+			check(t, "DynamoStock.Take", s.Take(cancelled, "sku", 1))
+			check(t, "DynamoStock.Put", s.Put(cancelled, "sku", 1))
+			if got := dynamoAvailable(t, s, "sku"); got != 5 {
+				t.Fatalf("available %d, want 5", got)
+			}
+		})
+	}
+}

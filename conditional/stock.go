@@ -256,6 +256,9 @@ func (s *Stock) take(ctx context.Context, tx DB, key string, n int64) error {
 	if s.cachedSoldOut(key) {
 		return ErrSoldOut
 	}
+	if err := unsent(ctx, fmt.Sprintf("take %q", key)); err != nil {
+		return err
+	}
 	b := 0
 	if s.buckets > 1 && !s.isGathered(key) {
 		b = s.rand(s.buckets)
@@ -516,6 +519,9 @@ func (s *Stock) add(ctx context.Context, tx DB, key string, n int64) error {
 	if err := s.valid(key, n); err != nil {
 		return err
 	}
+	if err := unsent(ctx, fmt.Sprintf("add to %q", key)); err != nil {
+		return err
+	}
 	k := bucketKey{key, 0}
 	if s.buckets > 1 {
 		k.bucket = s.rand(s.buckets)
@@ -543,6 +549,9 @@ func (s *Stock) Put(ctx context.Context, key string, n int64) error {
 
 // put adds n >= 0 units to key, creating its buckets if needed.
 func (s *Stock) put(ctx context.Context, key string, n int64) error {
+	if err := unsent(ctx, fmt.Sprintf("put %q", key)); err != nil {
+		return err
+	}
 	_, err := s.db.Exec(ctx, s.putSQL, key, n, int64(s.buckets))
 	s.restocked(key) // after an error too: it may hide a commit
 	if tooLarge(err) {

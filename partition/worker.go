@@ -165,7 +165,9 @@ func (c *Consumer) applyRetrying(runCtx, genCtx context.Context, cl Claim, prev 
 }
 
 // apply runs one attempt of a batch: begin, fence, handler, commit. It
-// reports whether a failure is transient. Its context carries the claim
+// reports whether a failure is transient: every failure before the
+// handler runs is, BatchTimeout included; a timeout in the handler or at
+// the commit is not (the batch itself may be too slow). Its context carries the claim
 // and lasts BatchTimeout; it does not end with the generation or with Run,
 // so a batch in flight finishes instead of being cut off.
 func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int64, msgs []kafka.Message) (retry bool, err error) {
@@ -174,14 +176,17 @@ func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int
 	}
 	ctx, cancel := context.WithTimeout(context.WithValue(context.WithoutCancel(runCtx), claimKey{}, cl), c.cfg.BatchTimeout)
 	defer cancel()
+	// Until the handler runs, a failure says nothing about the batch: a
+	// Begin or fence that ran out of BatchTimeout met an unreachable or
+	// stalled PostgreSQL (or a row lock still held), which is waited out.
 	tx, err := c.db.Begin(ctx)
 	if err != nil {
-		return ctx.Err() == nil, fmt.Errorf("partition: begin %s: %w", cl, err)
+		return true, fmt.Errorf("partition: begin %s: %w", cl, err)
 	}
 	defer rollback(tx)
 	outcome, err := c.checkFence(ctx, tx, cl, prev, next)
 	if err != nil {
-		return transient(err, tx) && ctx.Err() == nil, err
+		return !errors.Is(err, ErrFenced) && (ctx.Err() != nil || transient(err, tx)), err
 	}
 	if outcome == fenceApplied {
 		return false, nil

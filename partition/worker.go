@@ -73,6 +73,17 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 			c.release(cl, err, log)
 			return nil
 		}
+		if prev != nil && msgs[0].Offset > *prev {
+			// kafka-go moves an offset below the log start up to it without
+			// a word; tell that apart from a compaction gap.
+			if err := c.checkGap(genCtx, a, *prev, log); err != nil {
+				if errors.Is(err, errGenerationEnded) {
+					err = nil
+				}
+				c.release(cl, err, log)
+				return err
+			}
+		}
 		next := msgs[len(msgs)-1].Offset + 1
 		switch err := c.applyRetrying(runCtx, genCtx, cl, prev, next, msgs, log); {
 		case err == nil:
@@ -116,6 +127,59 @@ func (c *Consumer) claimRetrying(genCtx context.Context, a assignment, log *slog
 			return cl, nil, errGenerationEnded
 		}
 	}
+}
+
+// ErrOffsetLost means the partition's stored next offset is below the
+// first offset Kafka still has (retention deleted the messages, or the
+// records were deleted): the messages in between are lost. The worker
+// applies nothing past the gap and Run stops with an error wrapping
+// ErrOffsetLost that names both offsets; the stored offset stays where it
+// was. Moving next_offset past the gap is an operator's decision.
+var ErrOffsetLost = errors.New("partition: stored offset no longer in Kafka")
+
+// checkGap is called when a batch starts above the stored offset prev. It
+// asks Kafka for the partition's first offset, retrying failures for as
+// long as the generation lasts: above prev, messages were deleted and it
+// returns an error wrapping ErrOffsetLost; otherwise the gap is
+// compaction's and it returns nil.
+func (c *Consumer) checkGap(genCtx context.Context, a assignment, prev int64, log *slog.Logger) error {
+	for attempt := 1; ; attempt++ {
+		first, err := c.firstOffset(genCtx, a)
+		if err == nil {
+			if first > prev {
+				return fmt.Errorf("partition: %s/%d: stored next offset %d is below Kafka's first available offset %d, offsets %d to %d are gone: %w",
+					a.topic, a.partition, prev, first, prev, first-1, ErrOffsetLost)
+			}
+			return nil
+		}
+		if genCtx.Err() != nil {
+			return errGenerationEnded
+		}
+		log.Warn("partition: asking Kafka for the first offset failed, retrying", "attempt", attempt, "err", err)
+		if backoff.Sleep(genCtx, c.retry.Delay(min(attempt+1, 30))) != nil {
+			return errGenerationEnded
+		}
+	}
+}
+
+// firstOffset asks Kafka for a's partition's first (log start) offset.
+func (c *Consumer) firstOffset(ctx context.Context, a assignment) (int64, error) {
+	res, err := c.kafka.ListOffsets(ctx, &kafka.ListOffsetsRequest{
+		Topics: map[string][]kafka.OffsetRequest{a.topic: {kafka.FirstOffsetOf(a.partition)}},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("list offsets: %w", err)
+	}
+	for _, p := range res.Topics[a.topic] {
+		if p.Partition != a.partition {
+			continue
+		}
+		if p.Error != nil {
+			return 0, fmt.Errorf("list offsets: %w", p.Error)
+		}
+		return p.FirstOffset, nil
+	}
+	return 0, fmt.Errorf("list offsets: no answer for %s/%d", a.topic, a.partition)
 }
 
 // fetch returns the next batch: it waits for one message as long as the

@@ -96,8 +96,11 @@ type Config struct {
 
 	// KafkaCommitInterval, if positive, also commits each partition's
 	// stored offset to Kafka, at most this often per partition, for tools
-	// that read consumer lag from Kafka. PostgreSQL stays the truth: the
-	// Kafka offset is read only when the partition's row holds none yet.
+	// that read consumer lag from Kafka: after a batch once the interval
+	// is up, and the last batch's offset when the partition stays idle
+	// until the interval is up or its worker stops (best effort; a failed
+	// commit is logged at Debug). PostgreSQL stays the truth: the Kafka
+	// offset is read only when the partition's row holds none yet.
 	// Default 0: never.
 	KafkaCommitInterval time.Duration
 

@@ -63,13 +63,37 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 		return nil
 	}
 
+	// Informational Kafka commits (KafkaCommitInterval): at most one per
+	// interval, and the trailing offset of a burst once the partition
+	// stays idle until the interval is up, or when the worker lets go.
 	var lastKafkaCommit time.Time
+	var pending int64
+	hasPending := false
+	commitKafka := func() {
+		if !hasPending {
+			return
+		}
+		lastKafkaCommit, hasPending = time.Now(), false
+		if err := gen.CommitOffsets(map[string]map[int]int64{a.topic: {a.partition: pending}}); err != nil {
+			log.Debug("partition: kafka commit (informational) failed", "err", err)
+		}
+	}
 	for {
-		msgs, err := c.fetch(genCtx, r)
+		fetchCtx, cancelFetch := genCtx, context.CancelFunc(func() {})
+		if hasPending {
+			fetchCtx, cancelFetch = context.WithDeadline(genCtx, lastKafkaCommit.Add(c.cfg.KafkaCommitInterval))
+		}
+		msgs, err := c.fetch(fetchCtx, r)
+		cancelFetch()
 		if err != nil {
+			if genCtx.Err() == nil && fetchCtx.Err() != nil {
+				commitKafka() // idle: commit the burst's trailing offset
+				continue
+			}
 			if genCtx.Err() != nil {
 				err = nil
 			}
+			commitKafka()
 			c.release(cl, err, log)
 			return nil
 		}
@@ -80,6 +104,7 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 				if errors.Is(err, errGenerationEnded) {
 					err = nil
 				}
+				commitKafka()
 				c.release(cl, err, log)
 				return err
 			}
@@ -88,23 +113,26 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 		switch err := c.applyRetrying(runCtx, genCtx, cl, prev, next, msgs, log); {
 		case err == nil:
 		case errors.Is(err, errGenerationEnded):
+			commitKafka()
 			c.release(cl, nil, log)
 			return nil
 		case errors.Is(err, ErrFenced):
 			c.release(cl, err, log)
 			return nil
 		default:
+			commitKafka()
 			c.release(cl, err, log)
 			return err
 		}
 		prev = &next
-		if iv := c.cfg.KafkaCommitInterval; iv > 0 && time.Since(lastKafkaCommit) >= iv {
-			lastKafkaCommit = time.Now()
-			if err := gen.CommitOffsets(map[string]map[int]int64{a.topic: {a.partition: next}}); err != nil {
-				log.Debug("partition: kafka commit (informational) failed", "err", err)
+		if iv := c.cfg.KafkaCommitInterval; iv > 0 {
+			pending, hasPending = next, true
+			if time.Since(lastKafkaCommit) >= iv {
+				commitKafka()
 			}
 		}
 		if genCtx.Err() != nil {
+			commitKafka()
 			c.release(cl, nil, log)
 			return nil
 		}

@@ -272,7 +272,17 @@ func (s *Store[T]) update(ctx context.Context, key string, reqs []request[T]) ([
 	case err == nil:
 		return res, errs, nil
 	case ctx.Err() != nil || retryCtx.Err() == nil || !errors.Is(err, context.Canceled):
-		return nil, nil, err
+		// The write failed for all. A fn that failed on its own in the last
+		// attempt keeps its own answer (its error, or its panic): nothing
+		// of it could have been written.
+		own := make([]error, len(reqs))
+		for i := range own {
+			own[i] = err
+			if errs != nil && errs[i] != nil {
+				own[i] = errs[i]
+			}
+		}
+		return make([]Versioned[T], len(reqs)), own, nil
 	}
 	// The retries stopped because a caller left.
 	errs = make([]error, len(reqs))
@@ -310,7 +320,7 @@ func (s *Store[T]) attempt(ctx context.Context, key string, reqs []request[T]) (
 	}
 	ver, err = s.b.Put(ctx, key, last, ver)
 	if err != nil {
-		return nil, nil, err
+		return nil, errs, err // errs: the fns that failed on their own
 	}
 	s.cfg.committed()
 	for i := range res {

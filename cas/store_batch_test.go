@@ -6,10 +6,12 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/internal/testenv"
 )
 
 // holdLeader starts an Update of key whose fn blocks until release, so that
@@ -278,4 +280,44 @@ func TestStoreCombinedUpdateHonoursCtxWhileRetrying(t *testing.T) {
 			t.Fatalf("stored N=%d after %d bumps (%v); want N 1 (the patient increment only) and some bumps", got.Value.N, len(got.Value.Edits), err)
 		}
 	})
+}
+
+// ambiguousPuts lets the first Put through and reports every later one as
+// ErrAmbiguousCommit without sending it.
+type ambiguousPuts struct {
+	cas.Backend
+	puts atomic.Int64
+}
+
+func (a *ambiguousPuts) Put(ctx context.Context, key string, v []byte, version int64) (int64, error) {
+	if a.puts.Add(1) == 1 {
+		return a.Backend.Put(ctx, key, v, version)
+	}
+	return 0, cas.ErrAmbiguousCommit
+}
+
+// When a batch's write fails for all, a fn that failed on its own keeps
+// its own answer: its error, or its panic raised in its caller. Only the
+// fns that were in the write are told ErrAmbiguousCommit.
+func TestStoreFailedBatchKeepsEachFnsOwnFailure(t *testing.T) {
+	t.Parallel()
+	b, err := cas.NewPostgresBackend(testenv.Postgres(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CreateSchema(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, &ambiguousPuts{Backend: b})
+	if err := s.Create(context.Background(), "d", doc{}); err != nil {
+		t.Fatal(err)
+	}
+	refused := errors.New("refused")
+	out := inOneBatch(t, s, "d",
+		func(d doc) (doc, error) { d.N++; return d, nil },
+		func(doc) (doc, error) { panic("boom") },
+		func(d doc) (doc, error) { return d, refused })
+	if !errors.Is(out[0].err, cas.ErrAmbiguousCommit) || out[1].panic != "boom" || !errors.Is(out[2].err, refused) {
+		t.Fatalf("outcomes %+v, %+v, %+v; want ErrAmbiguousCommit, the panic, the fn's own error", out[0], out[1], out[2])
+	}
 }

@@ -143,9 +143,12 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 // it returns a *HeldError wrapping ErrNotAcquired at once. It costs one
 // conditional write, plus one read when the lock is held and the server
 // does not return the item with a failed condition. When DynamoDB fails
-// three calls in a row (a write and two reads, a few milliseconds apart),
-// it gives up with an error wrapping the last failure; a write of those
-// that may have applied is released in the background.
+// three calls in a row (a write and two reads, with a short backoff
+// between them), it gives up with an error wrapping the last failure; a
+// write of those that may have applied is released in the background (if
+// DynamoDB stays down, the item stays held by nobody until a waiter takes
+// it over, a lease later). A call that hangs instead of failing is cut off
+// only after a lease, so TryAcquire can then take up to three leases.
 func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
 	return c.acquire(ctx, key, opts, true)
 }
@@ -495,7 +498,10 @@ func (c *Client) writeRelease(ctx context.Context, ac acquireConfig, rvns []stri
 			continue
 		}
 		if item == nil {
-			if item, err = c.get(ctx, ac); err != nil {
+			rctx, cancel := context.WithTimeout(ctx, c.cfg.releaseTimeout())
+			item, err = c.get(rctx, ac)
+			cancel()
+			if err != nil {
 				unknown = true
 				continue
 			}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -152,8 +153,14 @@ func (f *DynamoFenced) validKey(key map[string]types.AttributeValue, token int64
 		return invalid("key names the fence attribute %q", f.fenceAttr)
 	}
 	for _, name := range slices.Sorted(maps.Keys(key)) {
-		if key[name] == nil {
+		switch v := key[name].(type) {
+		case nil:
 			return invalid("key attribute %q is nil", name)
+		case *types.AttributeValueMemberS:
+			// The SDK would send each invalid byte as U+FFFD: another item.
+			if !utf8.ValidString(v.Value) {
+				return invalid("key attribute %q is not valid UTF-8", name)
+			}
 		}
 	}
 	return nil

@@ -310,3 +310,48 @@ func TestCancelledBeforeCallSendsNothing(t *testing.T) {
 		})
 	}
 }
+
+// Accounts with more buckets than an account was opened with neither
+// mint money on a retried Open (bucket 0 decides whether the account
+// exists) nor refuse its credits as unknown.
+func TestAccountsBucketCountMismatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	a1 := newAccounts(t, pool)
+	a4 := newAccounts(t, pool, conditional.WithBuckets(4))
+	if err := a1.Open(ctx, "alice", 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := a4.Open(ctx, "alice", 100); err != nil {
+		t.Fatal(err)
+	}
+	if got := balance(t, a1, "alice"); got != 100 {
+		t.Fatalf("balance after a second Open with 4 buckets: %d, want 100 (unchanged)", got)
+	}
+	for i := 0; i < 20; i++ {
+		if err := a4.Credit(ctx, "alice", 1); err != nil {
+			t.Fatalf("credit %d through 4 buckets to an account with 1: %v", i, err)
+		}
+	}
+	if got := balance(t, a1, "alice"); got != 120 {
+		t.Fatalf("balance %d, want 120", got)
+	}
+	if err := a4.Credit(ctx, "nobody", 1); !errors.Is(err, conditional.ErrUnknownKey) {
+		t.Fatalf("credit to an account never opened: %v, want ErrUnknownKey", err)
+	}
+}
+
+// A DynamoFenced key that is not valid UTF-8 is refused before I/O: the
+// SDK would send it as another item's key (each invalid byte as U+FFFD).
+func TestDynamoFencedRefusesNonUTF8Key(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := dynamoClient(t, true)
+	table := testenv.Table(t, client, false)
+	f := newDynamoDocs(t, client, table)
+	err := f.Update(ctx, client, dynamoDocKey("doc-\xff"), 7, dynamoBody("x"))
+	if !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), "UTF-8") {
+		t.Fatalf("fenced Update of a non-UTF-8 key: %v, want ErrInvalid naming UTF-8", err)
+	}
+}

@@ -54,7 +54,7 @@ type Stock struct {
 
 	adds *combine.Combiner[bucketKey, int64, struct{}]
 
-	schemaSQL, batchSQL, takeSQL, addSQL, qtySQL, acrossSQL, acrossUpdateSQL, availableSQL, putSQL, openSQL string
+	schemaSQL, batchSQL, takeSQL, addSQL, addFirstSQL, qtySQL, acrossSQL, acrossUpdateSQL, availableSQL, putSQL, openSQL string
 }
 
 // The statements, with {{table}} and {{qty}} replaced by quoted identifiers.
@@ -80,7 +80,10 @@ SELECT o.qty, (SELECT array_agg(ok ORDER BY i) FROM g WHERE i > 0) FROM o`
 	// path the library costs no more than the bare statement.
 	takeSQL = `UPDATE {{table}} SET {{qty}} = {{qty}} - $3 WHERE key = $1 AND bucket = $2 AND {{qty}} >= $3`
 	// addSQL adds to an existing row only (a credit), all of a batch at once.
-	addSQL          = `UPDATE {{table}} SET {{qty}} = {{qty}} + $3 WHERE key = $1 AND bucket = $2`
+	addSQL = `UPDATE {{table}} SET {{qty}} = {{qty}} + $3 WHERE key = $1 AND bucket = $2`
+	// addFirstSQL adds to the key's first bucket: for a key with fewer
+	// buckets than this Stock spreads over.
+	addFirstSQL     = `UPDATE {{table}} SET {{qty}} = {{qty}} + $2 WHERE key = $1 AND bucket = (SELECT min(bucket) FROM {{table}} WHERE key = $1)`
 	qtySQL          = `SELECT {{qty}} FROM {{table}} WHERE key = $1 AND bucket = $2`
 	acrossSQL       = `SELECT bucket, {{qty}} FROM {{table}} WHERE key = $1 ORDER BY bucket FOR UPDATE`
 	acrossUpdateSQL = `UPDATE {{table}} s SET {{qty}} = v.qty FROM unnest($2::int[], $3::bigint[]) AS v(bucket, qty)
@@ -96,8 +99,17 @@ SELECT $1, b, $2::bigint / $3::int + CASE WHEN b < $2::bigint % $3::int THEN 1 E
 ON CONFLICT (key, bucket) `
 	// Put adds n to the key's buckets, creating them if needed.
 	putSQL = spread + `DO UPDATE SET {{qty}} = s.{{qty}} + EXCLUDED.{{qty}}`
-	// openSQL creates the key's buckets only if they do not exist (Accounts.Open).
-	openSQL = spread + `DO NOTHING`
+	// openSQL creates the key's buckets only if the key has no bucket 0:
+	// bucket 0 decides, so an Accounts with more buckets than the key was
+	// opened with adds nothing (a per-row DO NOTHING added the new
+	// buckets' share), and concurrent Opens queue on bucket 0's entry.
+	openSQL = `WITH first AS (
+  INSERT INTO {{table}} (key, bucket, {{qty}}) VALUES ($1, 0, $2::bigint / $3::int + CASE WHEN 0 < $2::bigint % $3::int THEN 1 ELSE 0 END)
+  ON CONFLICT (key, bucket) DO NOTHING RETURNING 1)
+INSERT INTO {{table}} (key, bucket, {{qty}})
+SELECT $1, b, $2::bigint / $3::int + CASE WHEN b < $2::bigint % $3::int THEN 1 ELSE 0 END
+FROM generate_series(1, $3::int - 1) AS b WHERE EXISTS (SELECT FROM first)
+ON CONFLICT (key, bucket) DO NOTHING`
 )
 
 //go:embed stock.sql
@@ -214,7 +226,7 @@ func newStock(db DB, cfg stockConfig, opts []StockOption) (*Stock, error) {
 		db: db, table: t, buckets: cfg.buckets, rand: rand.IntN, keyArg: cfg.keyArg, amountArg: cfg.amountArg,
 		soldOut: map[string]time.Time{}, soldOutTTL: cfg.soldOutTTL, now: time.Now,
 		endgame: cfg.endgame, gathered: map[string]struct{}{},
-		schemaSQL: sql(stockSQL), batchSQL: sql(batchSQL), takeSQL: sql(takeSQL), addSQL: sql(addSQL),
+		schemaSQL: sql(stockSQL), batchSQL: sql(batchSQL), takeSQL: sql(takeSQL), addSQL: sql(addSQL), addFirstSQL: sql(addFirstSQL),
 		qtySQL: sql(qtySQL), acrossSQL: sql(acrossSQL), acrossUpdateSQL: sql(acrossUpdateSQL),
 		availableSQL: sql(availableSQL), putSQL: sql(putSQL), openSQL: sql(openSQL),
 	}
@@ -503,6 +515,9 @@ func tooLarge(err error) bool {
 // addOne adds n to an existing bucket of key.
 func (s *Stock) addOne(ctx context.Context, db DB, k bucketKey, n int64) error {
 	tag, err := db.Exec(ctx, s.addSQL, k.key, k.bucket, n)
+	if err == nil && tag.RowsAffected() == 0 && s.buckets > 1 {
+		tag, err = db.Exec(ctx, s.addFirstSQL, k.key, n) // the key may have fewer buckets
+	}
 	switch {
 	case tooLarge(err):
 		return fmt.Errorf("conditional: add %d to %q: %w (%w)", n, k.key, errTooLarge, err)

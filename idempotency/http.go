@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/textproto"
 	"slices"
@@ -145,7 +146,11 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, m.maxBody+1))
+	limit := m.maxBody
+	if limit < math.MaxInt64 {
+		limit++ // one byte more tells an oversized body
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit))
 	if err != nil {
 		http.Error(w, "idempotency: reading the body: "+err.Error(), http.StatusBadRequest)
 		return
@@ -165,9 +170,19 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if resp.Status >= 500 {
 			return nil, &serverError{resp}
 		}
+		if resp.Status >= 400 && tx.Conn().PgConn().TxStatus() == 'E' {
+			// A 4xx answered after a failed statement (a unique
+			// violation read as "already exists", say): the transaction
+			// cannot commit, so pass the answer on unstored.
+			return nil, &serverError{resp}
+		}
 		enc, err := encodeResponse(resp)
+		if err == nil {
+			_, err = decodeResponse(enc) // what cannot be replayed must not commit
+		}
 		if err != nil {
-			return nil, err
+			return nil, &serverError{response{Status: http.StatusInternalServerError, Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
+				Body: []byte("idempotency: the handler's response cannot be stored (" + err.Error() + "); nothing was committed\n")}}
 		}
 		if resp.Status >= 400 {
 			return enc, Terminal(nil)
@@ -187,8 +202,11 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "idempotency: a request with this key is in progress", http.StatusConflict)
 		return
-	default:
-		http.Error(w, "idempotency: "+err.Error(), http.StatusInternalServerError)
+	case errors.Is(err, ErrAmbiguousCommit):
+		http.Error(w, "idempotency: the outcome is unknown; retry with the same key", http.StatusInternalServerError)
+		return
+	default: // details stay out of the answer: they name tables and constraints
+		http.Error(w, "idempotency: the request failed and was rolled back; retry with the same key", http.StatusInternalServerError)
 		return
 	}
 	resp, err := decodeResponse(res.Body)
@@ -290,6 +308,9 @@ func (r *recorder) Header() http.Header { return r.header }
 // such as 103 Early Hints) is dropped: net/http lets a final status
 // follow it, and the final one decides what is stored and committed.
 func (r *recorder) WriteHeader(status int) {
+	if status < 100 || status > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", status)) // as net/http does
+	}
 	if r.status == 0 && status >= 200 {
 		r.status = status
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -184,5 +185,81 @@ func TestExecRefusesMissingArguments(t *testing.T) {
 	}
 	if res, err := b.store.Exec(ctx, "alice", "pay-1", nil, debitSQL, "alice", int64(5)); err != nil || res.Terminal {
 		t.Fatalf("Exec with both: %+v, %v", res, err)
+	}
+}
+
+// middlewarePost runs h behind the middleware on store and posts body
+// under key.
+func middlewarePost(t *testing.T, store *idempotency.Store, h http.Handler, key, body string, opts ...idempotency.MiddlewareOption) (int, string, string) {
+	t.Helper()
+	mw, err := idempotency.Middleware(store, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(body))
+	req.Header.Set(idempotency.HeaderKey, key)
+	rec := httptest.NewRecorder()
+	mw(h).ServeHTTP(rec, req)
+	return rec.Code, rec.Body.String(), rec.Header().Get(idempotency.HeaderReplayed)
+}
+
+// WithMaxBody(math.MaxInt64), "no limit", must not read every body as
+// empty (the limit + 1 overflowed): the handler sees the body, and
+// another body under the same key is a mismatch.
+func TestMiddlewareMaxBodyMaxInt64(t *testing.T) {
+	t.Parallel()
+	b := newBed(t)
+	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		_, _ = w.Write([]byte("handler saw " + string(body)))
+	})
+	if code, body, _ := middlewarePost(t, b.store, echo, "k1", "pay alice 500", idempotency.WithMaxBody(math.MaxInt64)); code != 200 || body != "handler saw pay alice 500" {
+		t.Fatalf("first: %d %q", code, body)
+	}
+	if code, _, _ := middlewarePost(t, b.store, echo, "k1", "pay bob 999", idempotency.WithMaxBody(math.MaxInt64)); code != http.StatusUnprocessableEntity {
+		t.Fatalf("same key, other body: %d, want 422", code)
+	}
+}
+
+// A response that could not be replayed (a header value with a control
+// byte) is not committed: the debit rolls back, nothing is stored.
+func TestMiddlewareUnstorableResponseRollsBack(t *testing.T) {
+	t.Parallel()
+	b := newBed(t)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idempotency.TxFromContext(r.Context())
+		if err := debit(r.Context(), tx, "alice", 500); err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		w.Header().Set("X-Note", "paid for \x01user note")
+		w.WriteHeader(http.StatusCreated)
+	})
+	code, body, _ := middlewarePost(t, b.store, h, "k", "x")
+	_, gerr := b.store.Get(context.Background(), "", "k")
+	if code != 500 || !strings.Contains(body, "cannot be stored") || !errors.Is(gerr, idempotency.ErrNotFound) || b.balance("alice") != initial {
+		t.Fatalf("unstorable response: %d %q, record %v, balance %d; want 500 naming it, nothing stored, %d", code, body, gerr, b.balance("alice"), initial)
+	}
+}
+
+// A 4xx answered after a failed statement of the transaction (a unique
+// violation read as "already exists") reaches the client as the
+// handler's 4xx, unstored, not as a 500.
+func TestMiddleware4xxAfterFailedStatement(t *testing.T) {
+	t.Parallel()
+	b := newBed(t)
+	mustExec(t, b.pool, `INSERT INTO ledger VALUES ('dup', 'alice', 1)`)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idempotency.TxFromContext(r.Context())
+		if _, err := tx.Exec(r.Context(), `INSERT INTO ledger VALUES ('dup', 'alice', 1)`); err != nil {
+			http.Error(w, "payment already exists", http.StatusConflict)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	for i := 0; i < 2; i++ {
+		if code, body, replayed := middlewarePost(t, b.store, h, "k1", "x"); code != http.StatusConflict || !strings.Contains(body, "already exists") || replayed != "" {
+			t.Fatalf("attempt %d: %d %q replayed=%q; want the handler's own 409", i, code, body, replayed)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/internal/services"
@@ -261,5 +262,31 @@ func TestMiddleware4xxAfterFailedStatement(t *testing.T) {
 		if code, body, replayed := middlewarePost(t, b.store, h, "k1", "x"); code != http.StatusConflict || !strings.Contains(body, "already exists") || replayed != "" {
 			t.Fatalf("attempt %d: %d %q replayed=%q; want the handler's own 409", i, code, body, replayed)
 		}
+	}
+}
+
+// Through a simple-protocol pool (pgbouncer's usual setting) a statement
+// whose parameter type cannot be inferred alone still runs: Exec's
+// parameter check steps aside when the server cannot describe it.
+func TestExecSimpleProtocolStatement(t *testing.T) {
+	t.Parallel()
+	b := newBed(t)
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSNFor(t, b.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	store, err := idempotency.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := store.Exec(context.Background(), "s", "k", nil, `SELECT $1 IS NULL AS n`, "x")
+	if err != nil || string(res.Body) != `[{"n":false}]` {
+		t.Fatalf("Exec through simple protocol: %+v, %v", res, err)
 	}
 }

@@ -205,10 +205,20 @@ func (in *Inbox) processBatch(ctx context.Context, batch []kafka.Message, h Hand
 // after counted failures, it drops their counter (best effort: Reap drops
 // what is left).
 func (in *Inbox) handleOne(ctx context.Context, m kafka.Message, h Handler, retry backoff.Policy) error {
-	counted := false
+	counted, lost := false, 0
 	for attempt := 1; ; attempt++ {
 		_, err := in.Process(ctx, []kafka.Message{m}, h)
 		var he *HandlerError
+		var cl *connLostError
+		if errors.As(err, &cl) {
+			// Once, the database's trouble; every time on this message
+			// (it ends its own backend, or idles past the server's
+			// timeout), the message's: counted, so it can be parked.
+			if lost++; lost > in.max {
+				he = &HandlerError{Msg: m, Err: cl.error}
+				err = he
+			}
+		}
 		switch {
 		case err == nil:
 			if id, _ := in.id(m); counted {

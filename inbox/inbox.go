@@ -259,7 +259,7 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 				if tx.Conn().IsClosed() && !ownDeadline(ctx, err) {
 					// The connection died under the handler: the
 					// database's trouble, not the message's.
-					return fmt.Errorf("inbox: message %d (%s/%d@%d): connection lost: %w", i, m.Topic, m.Partition, m.Offset, err)
+					return &connLostError{fmt.Errorf("inbox: message %d (%s/%d@%d): connection lost: %w", i, m.Topic, m.Partition, m.Offset, err)}
 				}
 				return &HandlerError{Msg: m, Index: i, Err: err}
 			}
@@ -476,8 +476,16 @@ func (in *Inbox) id(msg kafka.Message) (string, error) {
 }
 
 // MaxIDLen bounds a message's identity in bytes: identities live in a
-// primary-key index. A longer one counts as no identity (ErrNoID).
-const MaxIDLen = 512
+// primary-key index, whose rows PostgreSQL keeps under about 2.7 kB. A
+// longer one counts as no identity (ErrNoID).
+const MaxIDLen = 2048
+
+// connLostError is a handler error on a connection that died under it:
+// the database's trouble, not counted as the message's attempt (Run
+// counts it only when it keeps happening on one message).
+type connLostError struct{ error }
+
+func (e *connLostError) Unwrap() error { return e.error }
 
 // ownDeadline reports whether the handler's err is its own context's
 // deadline or cancellation, ctx (Process's) still being live: pgx closes a

@@ -290,3 +290,22 @@ func TestRunRecoversHandlerPanic(t *testing.T) {
 		t.Fatalf("handler ran %d times; parked error %q; want 2 runs and the panic with its stack", boom.Load(), reason)
 	}
 }
+
+// A message whose handler loses its connection every time (it ends its
+// own backend) is, in the end, the message's trouble: after more losses
+// than the attempts allowed, they count, and the message is parked.
+func TestRunConnectionLostEveryTimeIsParked(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	parked, hook := parkCounter()
+	in := newInbox(t, pool, inbox.WithMaxAttempts(2), hook)
+	h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+		if string(m.Value) == "v-bad" {
+			_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
+			return err
+		}
+		return record(ctx, tx, m)
+	}
+	runSlice(t, in, []kafka.Message{msg("bad", 0, 0), msg("next", 0, 1)}, h,
+		func() bool { return parked.Load() == 1 && len(effects(t, pool)) == 1 })
+}

@@ -248,7 +248,7 @@ func TestStoreCombinedUpdateHonoursCtxWhileRetrying(t *testing.T) {
 		gaveUp, waited := make(chan answer, 1), make(chan answer, 1)
 		start := time.Now()
 		go func() {
-			ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second) // long enough to run under load
 			defer cancel()
 			_, err := s.Update(ctx, "c", impatient)
 			gaveUp <- answer{err, time.Since(start)}

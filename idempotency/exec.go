@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,12 +46,33 @@ SELECT $%[3]d, $%[4]d, $%[5]d, convert_to(coalesce(r.rows, '[]'), 'UTF8'), r.row
 FROM nolock_bound b, LATERAL (SELECT json_agg(e)::text AS rows FROM nolock_effect e WHERE b.lock_timeout IS NOT NULL) r
 RETURNING created_at, expires_at, result, terminal`
 
+// gateSQL is Exec's read when it shares a round trip with the statement:
+// the key's record, as readSQL returns it, and then, if there was one, an
+// error, so that the server skips the statement sent after it (a pipeline
+// skips everything after an error until its Sync). The error is a cast of
+// the CTE's text column to boolean (the planner cannot see through a
+// MATERIALIZED CTE, so it never folds the cast into an error at planning
+// time): the server logs gateMarker once per replay.
+const gateSQL = `WITH r AS MATERIALIZED (
+  SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now() AS expired,
+         '` + gateMarker + `'::text AS gate
+  FROM {{table}} WHERE scope = $1 AND key = $2)
+SELECT fingerprint, terminal, result, created_at, expires_at, expired FROM r
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL FROM r WHERE r.gate::boolean`
+
+const gateMarker = "nolock idempotency: this key has a record, so the statement sent with this read is skipped (a replay, not a failure)"
+
 // Exec is Do for an effect that is one SQL statement: an INSERT, UPDATE or
 // DELETE with a RETURNING clause (or a SELECT), with its arguments. Exec
 // reads the key's record, and if there is none, writes the effect and the
 // record in one statement, one implicit transaction: no BEGIN, no COMMIT.
-// (An expired record counts as none: Exec deletes it first, one more
-// statement.)
+// The read and the statement usually share one round trip, the server
+// skipping the statement when the read finds a record; while most of the
+// Store's recent calls found one (replays), Exec reads first and sends the
+// statement only when needed, since a skipped statement costs a replay
+// about as much again as the read (see plan). (An expired record counts
+// as none: Exec deletes it, one more statement, and runs the statement.)
 // The statement's RETURNING rows are stored as the result, a JSON array of
 // objects (column name to value, as json_agg writes them); a statement
 // that returns no row is stored as a terminal outcome (Terminal set, Body
@@ -58,7 +80,7 @@ RETURNING created_at, expires_at, result, terminal`
 //
 //   - A live record with the same fingerprint is replayed, one with
 //     another fingerprint is a *MismatchError; either way the statement
-//     does not run: a replay is one read.
+//     does not run: a replay is one round trip.
 //   - A concurrent request with the same key still in flight: the
 //     statement runs its effect, then waits for the other on the key; if
 //     the other commits, the effect rolls back and Exec replays the
@@ -95,16 +117,19 @@ func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte,
 			return Result{}, invalid("args[0] is a %T: Exec numbers its own parameters after the statement's, so pass plain positional arguments", args[0])
 		}
 	}
-	if err := s.checkParams(ctx, sql, len(args)); err != nil {
+	pipelinable, err := s.checkParams(ctx, sql, len(args))
+	if err != nil {
 		return Result{}, err
 	}
 	if fingerprint == nil {
 		fingerprint = []byte{}
 	}
 	var res Result
-	err := s.policy.Retry(ctx, func(ctx context.Context, _ int) error {
+	err = s.policy.Retry(ctx, func(ctx context.Context, _ int) error {
 		var err error
-		res, err = settled(ctx, func() (Result, error) { return s.execOnce(ctx, scope, key, fingerprint, sql, args) })
+		res, err = settled(ctx, func() (Result, error) {
+			return s.execOnce(ctx, scope, key, fingerprint, sql, args, pipelinable)
+		})
 		return err
 	}, retryable, nil)
 	var exhausted *backoff.ExhaustedError
@@ -120,49 +145,93 @@ func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte,
 // The first call with a statement text describes it (one round trip, no
 // execution); the count is kept for the Store's life. A statement the
 // server cannot describe alone is not checked.
-func (s *Store) checkParams(ctx context.Context, sql string, n int) error {
-	want, ok := s.params.Load(sql)
+//
+// It also reports whether sql may share a round trip with the read: every
+// connection keeps a prepared statement for each text that does (see
+// readAndRun), so only the first maxShared texts a Store meets do, and
+// only through a pool that prepares statements anyway.
+func (s *Store) checkParams(ctx context.Context, sql string, n int) (shareable bool, err error) {
+	v, ok := s.params.Load(sql)
 	if !ok {
 		c, err := s.db.Acquire(ctx)
 		if err != nil {
-			return fmt.Errorf("idempotency: acquire a connection: %w", err)
+			return false, fmt.Errorf("idempotency: acquire a connection: %w", err)
 		}
 		d, err := c.Conn().Prepare(ctx, "", sql)
+		prepares := c.Conn().Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
 		c.Release()
 		if err != nil {
 			// Described alone, a parameter's type may not be inferable
 			// (42P18) where the wrapped statement runs (simple protocol):
 			// leave the check to the server, and try again next time.
-			return nil
+			return false, nil
 		}
-		want, _ = s.params.LoadOrStore(sql, len(d.ParamOIDs))
+		v, _ = s.params.LoadOrStore(sql, statementInfo{params: len(d.ParamOIDs), shareable: prepares && s.texts.Add(1) <= maxShared})
 	}
-	if want != n {
-		return invalid("sql uses %d parameters and %d args were given", want, n)
+	info := v.(statementInfo)
+	if info.params != n {
+		return false, invalid("sql uses %d parameters and %d args were given", info.params, n)
 	}
-	return nil
+	return info.shareable, nil
 }
 
+// statementInfo is what checkParams keeps about a statement text.
+type statementInfo struct {
+	params    int
+	shareable bool
+}
+
+// maxShared bounds how many statement texts a Store prepares on each
+// connection (against SQL built afresh for each call).
+const maxShared = 64
+
 // execOnce is one attempt of Exec: a read of the key's record, which
-// answers a replay by itself, and only when there is no live record, the
-// statement.
-func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, sql string, args []any) (Result, error) {
-	switch stored, expired, err := s.lookup(ctx, scope, key); {
-	case err == nil && !expired:
-		return replayOf(stored, fp)
-	case err == nil:
-		// An expired record counts as absent: delete it (unless a takeover
-		// by Do renewed it meanwhile, which the statement will then meet).
-		// Its lock is the key's alone.
-		wait, bound := s.bound(ctx)
-		if _, err := s.db.Exec(ctx, s.expireSQL, scope, key, bound); err != nil {
-			return Result{}, s.execError(key, "the key's record, held by a takeover in flight", wait, err)
-		}
-	case !errors.Is(err, ErrNotFound):
-		return Result{}, err
+// answers a replay by itself, and only when there is none, the statement;
+// both in one round trip when plan says so.
+func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, sql string, args []any, shareable bool) (Result, error) {
+	rec := Record{Scope: scope, Key: key, Fingerprint: fp}
+	var stored *Record
+	var expired bool
+	var wait time.Duration
+	var err error
+	runAlone := func() {
+		var stmt string
+		var sargs []any
+		stmt, sargs, wait = s.wrap(ctx, scope, key, fp, sql, args)
+		err = s.run(ctx, stmt, sargs, &rec)
 	}
-	wait, bound := s.bound(ctx)
-	rec, err := s.execStatement(ctx, scope, key, fp, sql, args, bound)
+	if shareable && s.plan.shared() {
+		stmt, sargs, w := s.wrap(ctx, scope, key, fp, sql, args)
+		var sent bool
+		stored, expired, sent, err = s.readAndRun(ctx, scope, key, stmt, sargs, &rec)
+		if wait = w; !sent || errors.Is(err, errVanished) {
+			return Result{}, err
+		}
+	} else {
+		var r Record
+		switch r, expired, err = s.lookup(ctx, scope, key); {
+		case err == nil:
+			stored = &r
+		case !errors.Is(err, ErrNotFound):
+			return Result{}, err
+		default:
+			runAlone()
+		}
+	}
+	s.plan.observe(stored != nil)
+	switch {
+	case stored != nil && !expired:
+		return replayOf(*stored, fp)
+	case stored != nil:
+		// An expired record counts as absent: delete it (unless a takeover
+		// by Do renewed it meanwhile, which the statement will then meet),
+		// then run the statement. The delete's lock is the key's alone.
+		dwait, bound := s.bound(ctx)
+		if _, err := s.db.Exec(ctx, s.expireSQL, scope, key, bound); err != nil {
+			return Result{}, s.execError(key, "the key's record, held by a takeover in flight", dwait, err)
+		}
+		runAlone()
+	}
 	if err == nil {
 		return Result{Record: rec}, nil
 	}
@@ -176,14 +245,112 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, sql 
 	return Result{}, s.execError(key, "the key's, held by a request in flight, or one of the effect's rows", wait, err)
 }
 
-// execStatement runs sql wrapped in execSQL: the effect and its record.
-func (s *Store) execStatement(ctx context.Context, scope, key string, fp []byte, sql string, args []any, bound any) (Record, error) {
+// wrap returns the caller's statement wrapped in execSQL, with its
+// arguments, and the wait they bound it to.
+func (s *Store) wrap(ctx context.Context, scope, key string, fp []byte, sql string, args []any) (string, []any, time.Duration) {
+	wait, bound := s.bound(ctx)
 	n := len(args)
-	stmt := fmt.Sprintf(s.execSQL, sql, n+1, n+2, n+3, n+4, n+5)
-	rec := Record{Scope: scope, Key: key, Fingerprint: fp}
-	err := s.db.QueryRow(ctx, stmt, append(slices.Clip(args), bound, scope, key, fp, s.retention.Microseconds())...).
-		Scan(&rec.CreatedAt, &rec.ExpiresAt, &rec.Body, &rec.Terminal)
-	return rec, err
+	return fmt.Sprintf(s.execSQL, sql, n+1, n+2, n+3, n+4, n+5),
+		append(slices.Clip(args), bound, scope, key, fp, s.retention.Microseconds()), wait
+}
+
+// run runs stmt, the caller's statement in execSQL, on its own, and scans
+// the record it wrote into rec.
+func (s *Store) run(ctx context.Context, stmt string, args []any, rec *Record) error {
+	return s.db.QueryRow(ctx, stmt, args...).Scan(&rec.CreatedAt, &rec.ExpiresAt, &rec.Body, &rec.Terminal)
+}
+
+// readAndRun sends gateSQL and stmt in one pipeline, one implicit
+// transaction, and returns the key's record if there is one (the server
+// then skipped stmt), or else stmt's outcome, its record scanned into rec.
+// sent is false when nothing reached the server.
+//
+// Both are named prepared statements of the connection rather than
+// entries of pgx's statement cache, which drops every statement of a batch
+// that failed: the gate's error is how a replay ends. After DISCARD ALL or
+// DEALLOCATE, which leave pgx's list of them stale, the names are dropped
+// and the attempt is made again.
+func (s *Store) readAndRun(ctx context.Context, scope, key, stmt string, args []any, rec *Record) (stored *Record, expired, sent bool, err error) {
+	c, err := s.db.Acquire(ctx)
+	if err != nil {
+		return nil, false, false, fmt.Errorf("idempotency: acquire a connection: %w", err)
+	}
+	defer c.Release()
+	conn := c.Conn()
+	for _, q := range []string{s.gateSQL, stmt} {
+		if _, err := conn.Prepare(ctx, q, q); err != nil {
+			return nil, false, false, fmt.Errorf("idempotency: exec %q: prepare: %w", key, err)
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(s.gateSQL, scope, key)
+	b.Queue(stmt, args...)
+	br := conn.SendBatch(ctx, b)
+	rows, _ := br.Query()
+	for rows.Next() {
+		r := Record{Scope: scope, Key: key}
+		if err = rows.Scan(&r.Fingerprint, &r.Terminal, &r.Body, &r.CreatedAt, &r.ExpiresAt, &expired); err != nil {
+			break
+		}
+		stored = &r
+	}
+	switch {
+	case stored != nil:
+		br.Close() // the gate's error: it skipped stmt
+		return stored, expired, true, nil
+	case err == nil && rows.Err() != nil:
+		err = rows.Err()
+	case err == nil:
+		err = br.QueryRow().Scan(&rec.CreatedAt, &rec.ExpiresAt, &rec.Body, &rec.Terminal)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return nil, false, true, s.unprepared(ctx, conn, stmt, err)
+}
+
+// unprepared returns err, or, when err says the server no longer has one
+// of readAndRun's prepared statements, drops both names and returns
+// errVanished: make the attempt again.
+func (s *Store) unprepared(ctx context.Context, conn *pgx.Conn, stmt string, err error) error {
+	var pgErr *pgconn.PgError
+	if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "26000" { // invalid_sql_statement_name
+		return err
+	}
+	for _, q := range []string{s.gateSQL, stmt} {
+		if derr := conn.Deallocate(ctx, q); derr != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %w", errVanished, err)
+}
+
+// plan chooses between Exec's two ways from the calls the Store has seen.
+// Sharing one round trip costs a first run one round trip instead of two,
+// and a replay the read plus a skipped statement (an aborted transaction,
+// as much again as the read on a busy server); reading first costs a
+// replay the read alone. Exec shares the round trip unless most of the
+// recent calls found a record. The outcomes are the same either way; only
+// the cost differs.
+type plan struct {
+	lean atomic.Int32 // +1 per call that found a record, -1 per call that did not, within ±planMemory
+}
+
+const planMemory = 64
+
+func (p *plan) shared() bool { return p.lean.Load() <= 0 }
+
+func (p *plan) observe(found bool) {
+	for {
+		old := p.lean.Load()
+		v := old - 1
+		if found {
+			v = old + 1
+		}
+		if v < -planMemory || v > planMemory || p.lean.CompareAndSwap(old, v) {
+			return
+		}
+	}
 }
 
 // execError classifies an error of one of Exec's statements, when no live

@@ -6,5 +6,19 @@ import "context"
 // BenchmarkDebit to show what that read costs. Not a usable Exec: a key
 // already used fails with a unique violation.
 func (s *Store) ExecStatementOnly(ctx context.Context, scope, key string, sql string, args ...any) (Record, error) {
-	return s.execStatement(ctx, scope, key, []byte{}, sql, args, "5000")
+	rec := Record{Scope: scope, Key: key}
+	stmt, sargs, _ := s.wrap(ctx, scope, key, []byte{}, sql, args)
+	err := s.run(ctx, stmt, sargs, &rec)
+	return rec, err
+}
+
+// PinPlan makes Exec share one round trip between its read and its
+// statement (shared) or read first, for the next planMemory calls at
+// least.
+func (s *Store) PinPlan(shared bool) {
+	if shared {
+		s.plan.lean.Store(-planMemory)
+	} else {
+		s.plan.lean.Store(planMemory)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -288,5 +289,69 @@ func TestExecSimpleProtocolStatement(t *testing.T) {
 	res, err := store.Exec(context.Background(), "s", "k", nil, `SELECT $1 IS NULL AS n`, "x")
 	if err != nil || string(res.Body) != `[{"n":false}]` {
 		t.Fatalf("Exec through simple protocol: %+v, %v", res, err)
+	}
+}
+
+// Exec's shared round trip uses statements it prepares on the connection;
+// a DEALLOCATE ALL (as a pooler's reset runs) leaves pgx believing they
+// exist. Exec drops the names, prepares again and goes on: nothing is
+// lost or applied twice.
+func TestExecAfterDeallocateAll(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	pool := testenv.Pool(t, testenv.PostgresDSNFor(t, b.schema), 1) // one connection: the one reset
+	store, err := idempotency.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.PinPlan(true)
+	pay := func(key string) (idempotency.Result, error) {
+		return store.Exec(ctx, "alice", key, nil, debitSQL, "alice", int64(10))
+	}
+	if _, err := pay("pay-1"); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, pool, `DEALLOCATE ALL`)
+	if res, err := pay("pay-2"); err != nil || res.Replayed {
+		t.Fatalf("a new key after DEALLOCATE ALL: %+v, %v; want a fresh run", res, err)
+	}
+	mustExec(t, pool, `DEALLOCATE ALL`)
+	if res, err := pay("pay-1"); err != nil || !res.Replayed {
+		t.Fatalf("a used key after DEALLOCATE ALL: %+v, %v; want a replay", res, err)
+	}
+	if got := b.balance("alice"); got != initial-20 {
+		t.Fatalf("balance %d, want %d", got, initial-20)
+	}
+}
+
+// Exec prepares statements on each connection for the first 64 statement
+// texts it meets, and no more: SQL built afresh for each call does not
+// fill the server's memory. Every call still runs and replays.
+func TestExecBoundsPreparedStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	pool := testenv.Pool(t, testenv.PostgresDSNFor(t, b.schema), 1)
+	store, err := idempotency.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.PinPlan(true)
+	for i := 0; i < 80; i++ {
+		sql := fmt.Sprintf(`SELECT $1::int + %d AS v`, i)
+		for _, replay := range []bool{false, true} {
+			res, err := store.Exec(ctx, "s", fmt.Sprint("k", i), nil, sql, 1)
+			if err != nil || res.Replayed != replay || string(res.Body) != fmt.Sprintf(`[{"v":%d}]`, i+1) {
+				t.Fatalf("statement %d: %+v, %v", i, res, err)
+			}
+		}
+	}
+	var named int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'stmt\_%' AND name NOT LIKE 'stmtcache\_%'`).Scan(&named); err != nil {
+		t.Fatal(err)
+	}
+	if named != 64+1 { // the gate's read, and 64 statements
+		t.Fatalf("%d statements prepared by name on the connection, want 65", named)
 	}
 }

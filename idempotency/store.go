@@ -57,13 +57,16 @@ type Store struct {
 
 	table string // unquoted, for matching errors' TableName
 
-	schemaSQL, claimSQL, readSQL, expireSQL, takeoverSQL, recordSQL, reapSQL string
+	schemaSQL, claimSQL, readSQL, gateSQL, expireSQL, takeoverSQL, recordSQL, reapSQL string
 
 	// execSQL is a format: Exec puts the caller's statement and its
 	// parameters' count in.
 	execSQL string
-	// params caches how many parameters each statement given to Exec uses.
-	params sync.Map // string → int
+	// params keeps what checkParams learnt of each statement given to Exec,
+	// texts counts them, and plan chooses how Exec sends them.
+	params sync.Map // string → statementInfo
+	texts  atomic.Int32
+	plan   plan
 }
 
 // Defaults for New.
@@ -254,7 +257,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	return &Store{
 		db: db, execSQL: strings.ReplaceAll(execSQL, "{{table}}", strings.ReplaceAll(table, "%", "%%")),
 		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts},
-		schemaSQL: sql(storeSQL), table: cfg.table, claimSQL: sql(claimSQL), readSQL: sql(readSQL), expireSQL: sql(expireSQL),
+		schemaSQL: sql(storeSQL), table: cfg.table, claimSQL: sql(claimSQL), readSQL: sql(readSQL), gateSQL: sql(gateSQL), expireSQL: sql(expireSQL),
 		takeoverSQL: sql(takeoverSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),
 	}, nil
 }

@@ -43,8 +43,8 @@ func BenchmarkDebit(b *testing.B) {
 	benchDebit(b, pool, []int{1, 4, 16, 64}, nil)
 }
 
-// BenchmarkDebitOverNetwork runs bare, do, exec, read, replay and
-// exec-replay of BenchmarkDebit through a proxy that delays every chunk by
+// BenchmarkDebitOverNetwork runs bare, do, exec, read, replay,
+// exec-replay and exec-replay-shared of BenchmarkDebit through a proxy that delays every chunk by
 // 1 ms each way, as a database across a network would: on loopback a round
 // trip costs next to nothing, so BenchmarkDebit weighs only server work.
 // (Go's timers here round sleeps up to about a millisecond, so a shorter
@@ -53,7 +53,7 @@ func BenchmarkDebitOverNetwork(b *testing.B) {
 	_, schema := testenv.PostgresSchema(b, 1)
 	oneWay := testenv.Delay(time.Millisecond)
 	dsn := testenv.Proxy(b, testenv.PostgresDSNFor(b, schema), oneWay, oneWay)
-	benchDebit(b, testenv.Pool(b, dsn, 80), []int{1, 16, 64}, []string{"bare", "do", "exec", "read", "replay", "exec-replay"})
+	benchDebit(b, testenv.Pool(b, dsn, 80), []int{1, 16, 64}, []string{"bare", "do", "exec", "read", "replay", "exec-replay", "exec-replay-shared"})
 }
 
 // benchDebit runs the scenarios named in only (nil: all) on pool.

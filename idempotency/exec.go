@@ -2,6 +2,8 @@ package idempotency
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -52,7 +54,8 @@ RETURNING created_at, expires_at, result, terminal`
 // skips everything after an error until its Sync). The error is a cast of
 // the CTE's text column to boolean (the planner cannot see through a
 // MATERIALIZED CTE, so it never folds the cast into an error at planning
-// time): the server logs gateMarker once per replay.
+// time): the server logs gateMarker once per call that finds a record
+// (replay, mismatch or expired record).
 const gateSQL = `WITH r AS MATERIALIZED (
   SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now() AS expired,
          '` + gateMarker + `'::text AS gate
@@ -71,8 +74,9 @@ const gateMarker = "nolock idempotency: this key has a record, so the statement 
 // skipping the statement when the read finds a record; while most of the
 // Store's recent calls found one (replays), Exec reads first and sends the
 // statement only when needed, since a skipped statement costs a replay
-// about as much again as the read (see plan). (An expired record counts
-// as none: Exec deletes it, one more statement, and runs the statement.)
+// about as much again as the read (see plan), and leaves an error naming
+// itself (gateMarker) in the server's log. (An expired record counts as
+// none: Exec deletes it, one more statement, and runs the statement.)
 // The statement's RETURNING rows are stored as the result, a JSON array of
 // objects (column name to value, as json_agg writes them); a statement
 // that returns no row is stored as a terminal outcome (Terminal set, Body
@@ -117,7 +121,7 @@ func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte,
 			return Result{}, invalid("args[0] is a %T: Exec numbers its own parameters after the statement's, so pass plain positional arguments", args[0])
 		}
 	}
-	pipelinable, err := s.checkParams(ctx, sql, len(args))
+	stmt, err := s.statement(ctx, sql, len(args))
 	if err != nil {
 		return Result{}, err
 	}
@@ -128,7 +132,7 @@ func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte,
 	err = s.policy.Retry(ctx, func(ctx context.Context, _ int) error {
 		var err error
 		res, err = settled(ctx, func() (Result, error) {
-			return s.execOnce(ctx, scope, key, fingerprint, sql, args, pipelinable)
+			return s.execOnce(ctx, scope, key, fingerprint, stmt, args)
 		})
 		return err
 	}, retryable, nil)
@@ -139,72 +143,119 @@ func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte,
 	return res, err
 }
 
-// checkParams refuses sql unless it uses exactly n parameters: Exec's own
-// follow the caller's, so a missing argument would silently bind one of
-// them (a debit "WHERE account = $1" matching nothing, stored as refused).
-// The first call with a statement text describes it (one round trip, no
-// execution); the count is kept for the Store's life. A statement the
-// server cannot describe alone is not checked.
+// statement returns sql wrapped in execSQL, after refusing it unless it
+// uses exactly n parameters: Exec's own follow the caller's, so a missing
+// argument would silently bind one of them (a debit "WHERE account = $1"
+// matching nothing, stored as refused). The first call with a statement
+// text describes it (one round trip, no execution) and the result is kept
+// for the Store's life. A statement the server cannot describe alone is
+// not checked, and wrapped again each time.
 //
-// It also reports whether sql may share a round trip with the read: every
-// connection keeps a prepared statement for each text that does (see
-// readAndRun), so only the first maxShared texts a Store meets do, and
-// only through a pool that prepares statements anyway.
-func (s *Store) checkParams(ctx context.Context, sql string, n int) (shareable bool, err error) {
+// It also decides whether the statement may share a round trip with the
+// read (see readAndRun): only through a pool that prepares statements
+// anyway, as every connection keeps one for it; only for the first
+// maxShared texts the Store meets; and only where transactions are Read
+// Committed by default, since under Serializable the read's predicate
+// locks, in the statement's transaction, would fail concurrent first runs
+// of neighbouring keys (40001).
+func (s *Store) statement(ctx context.Context, sql string, n int) (wrapped, error) {
 	v, ok := s.params.Load(sql)
 	if !ok {
-		c, err := s.db.Acquire(ctx)
-		if err != nil {
-			return false, fmt.Errorf("idempotency: acquire a connection: %w", err)
+		var err error
+		if v, err = s.describe(ctx, sql); v == nil || err != nil {
+			return wrapped{text: s.wrap(sql, n)}, err
 		}
-		d, err := c.Conn().Prepare(ctx, "", sql)
-		prepares := c.Conn().Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
-		c.Release()
-		if err != nil {
-			// Described alone, a parameter's type may not be inferable
-			// (42P18) where the wrapped statement runs (simple protocol):
-			// leave the check to the server, and try again next time.
-			return false, nil
-		}
-		v, _ = s.params.LoadOrStore(sql, statementInfo{params: len(d.ParamOIDs), shareable: prepares && s.texts.Add(1) <= maxShared})
 	}
-	info := v.(statementInfo)
-	if info.params != n {
-		return false, invalid("sql uses %d parameters and %d args were given", info.params, n)
+	w := v.(wrapped)
+	if w.params != n {
+		return wrapped{}, invalid("sql uses %d parameters and %d args were given", w.params, n)
 	}
-	return info.shareable, nil
+	return w, nil
 }
 
-// statementInfo is what checkParams keeps about a statement text.
-type statementInfo struct {
-	params    int
-	shareable bool
+// describe is statement's first call with sql: it returns what is then
+// kept, or nil when the server cannot describe sql alone.
+func (s *Store) describe(ctx context.Context, sql string) (any, error) {
+	select { // one describe per text, and an exact count of them
+	case s.describing <- struct{}{}:
+		defer func() { <-s.describing }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("idempotency: describe the statement: %w", context.Cause(ctx))
+	}
+	if v, ok := s.params.Load(sql); ok {
+		return v, nil
+	}
+	c, err := s.db.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: acquire a connection: %w", err)
+	}
+	defer c.Release()
+	conn := c.Conn()
+	d, err := conn.Prepare(ctx, "", sql)
+	if err != nil {
+		// Described alone, a parameter's type may not be inferable
+		// (42P18) where the wrapped statement runs (simple protocol):
+		// leave the check to the server, and try again next time.
+		return nil, nil
+	}
+	n := len(d.ParamOIDs)
+	w := wrapped{text: s.wrap(sql, n), params: n}
+	var isolation string
+	if s.sharedTexts < maxShared && conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement &&
+		conn.QueryRow(ctx, `SELECT current_setting('default_transaction_isolation')`).Scan(&isolation) == nil &&
+		isolation == "read committed" {
+		s.sharedTexts++
+		w.name = preparedName(w.text)
+	}
+	s.params.Store(sql, w)
+	return w, nil
+}
+
+// wrapped is the caller's statement in execSQL, as Exec sends it.
+type wrapped struct {
+	text   string
+	params int    // the caller's statement's parameters
+	name   string // its prepared statement's, when it may share the read's round trip
 }
 
 // maxShared bounds how many statement texts a Store prepares on each
-// connection (against SQL built afresh for each call).
+// connection (against SQL built afresh for each call). The bound is per
+// Store.
 const maxShared = 64
+
+// wrap returns sql, which uses n parameters, wrapped in execSQL.
+func (s *Store) wrap(sql string, n int) string {
+	return fmt.Sprintf(s.execSQL, sql, n+1, n+2, n+3, n+4, n+5)
+}
+
+// preparedName names readAndRun's prepared statement for sql. Not sql
+// itself: pgx would then run sql through it everywhere on the connection,
+// where nothing prepares it again after a DEALLOCATE ALL.
+func preparedName(sql string) string {
+	d := sha256.Sum256([]byte(sql))
+	return "nolock_" + hex.EncodeToString(d[:20])
+}
 
 // execOnce is one attempt of Exec: a read of the key's record, which
 // answers a replay by itself, and only when there is none, the statement;
 // both in one round trip when plan says so.
-func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, sql string, args []any, shareable bool) (Result, error) {
+func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt wrapped, args []any) (Result, error) {
 	rec := Record{Scope: scope, Key: key, Fingerprint: fp}
 	var stored *Record
 	var expired bool
 	var wait time.Duration
 	var err error
 	runAlone := func() {
-		var stmt string
 		var sargs []any
-		stmt, sargs, wait = s.wrap(ctx, scope, key, fp, sql, args)
-		err = s.run(ctx, stmt, sargs, &rec)
+		wait, sargs = s.args(ctx, scope, key, fp, args)
+		err = s.run(ctx, stmt.text, sargs, &rec)
 	}
-	if shareable && s.plan.shared() {
-		stmt, sargs, w := s.wrap(ctx, scope, key, fp, sql, args)
+	if stmt.name != "" && s.plan.shared() {
+		var sargs []any
 		var sent bool
+		wait, sargs = s.args(ctx, scope, key, fp, args)
 		stored, expired, sent, err = s.readAndRun(ctx, scope, key, stmt, sargs, &rec)
-		if wait = w; !sent || errors.Is(err, errVanished) {
+		if !sent || errors.Is(err, errVanished) {
 			return Result{}, err
 		}
 	} else {
@@ -245,13 +296,11 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, sql 
 	return Result{}, s.execError(key, "the key's, held by a request in flight, or one of the effect's rows", wait, err)
 }
 
-// wrap returns the caller's statement wrapped in execSQL, with its
-// arguments, and the wait they bound it to.
-func (s *Store) wrap(ctx context.Context, scope, key string, fp []byte, sql string, args []any) (string, []any, time.Duration) {
+// args returns the arguments of the wrapped statement: the caller's, then
+// Exec's own; and the wait they bound the statement to.
+func (s *Store) args(ctx context.Context, scope, key string, fp []byte, args []any) (time.Duration, []any) {
 	wait, bound := s.bound(ctx)
-	n := len(args)
-	return fmt.Sprintf(s.execSQL, sql, n+1, n+2, n+3, n+4, n+5),
-		append(slices.Clip(args), bound, scope, key, fp, s.retention.Microseconds()), wait
+	return wait, append(slices.Clip(args), bound, scope, key, fp, s.retention.Microseconds())
 }
 
 // run runs stmt, the caller's statement in execSQL, on its own, and scans
@@ -265,26 +314,28 @@ func (s *Store) run(ctx context.Context, stmt string, args []any, rec *Record) e
 // then skipped stmt), or else stmt's outcome, its record scanned into rec.
 // sent is false when nothing reached the server.
 //
-// Both are named prepared statements of the connection rather than
-// entries of pgx's statement cache, which drops every statement of a batch
-// that failed: the gate's error is how a replay ends. After DISCARD ALL or
-// DEALLOCATE, which leave pgx's list of them stale, the names are dropped
-// and the attempt is made again.
-func (s *Store) readAndRun(ctx context.Context, scope, key, stmt string, args []any, rec *Record) (stored *Record, expired, sent bool, err error) {
+// Both are named prepared statements of the connection (prepared on its
+// first use, two more round trips) rather than entries of pgx's statement
+// cache, which drops every statement of a batch that failed: the gate's
+// error is how a replay ends. When the server no longer has one (after
+// DISCARD ALL or DEALLOCATE ALL, which leave pgx's list stale, or a change
+// to the table's columns), both names are dropped and the attempt is made
+// again.
+func (s *Store) readAndRun(ctx context.Context, scope, key string, stmt wrapped, args []any, rec *Record) (stored *Record, expired, sent bool, err error) {
 	c, err := s.db.Acquire(ctx)
 	if err != nil {
 		return nil, false, false, fmt.Errorf("idempotency: acquire a connection: %w", err)
 	}
 	defer c.Release()
 	conn := c.Conn()
-	for _, q := range []string{s.gateSQL, stmt} {
-		if _, err := conn.Prepare(ctx, q, q); err != nil {
+	for _, q := range [][2]string{{s.gateName, s.gateSQL}, {stmt.name, stmt.text}} {
+		if _, err := conn.Prepare(ctx, q[0], q[1]); err != nil {
 			return nil, false, false, fmt.Errorf("idempotency: exec %q: prepare: %w", key, err)
 		}
 	}
 	b := &pgx.Batch{}
-	b.Queue(s.gateSQL, scope, key)
-	b.Queue(stmt, args...)
+	b.Queue(s.gateName, scope, key)
+	b.Queue(stmt.name, args...)
 	br := conn.SendBatch(ctx, b)
 	rows, _ := br.Query()
 	for rows.Next() {
@@ -306,18 +357,20 @@ func (s *Store) readAndRun(ctx context.Context, scope, key, stmt string, args []
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return nil, false, true, s.unprepared(ctx, conn, stmt, err)
+	return nil, false, true, s.unprepared(ctx, conn, stmt.name, err)
 }
 
-// unprepared returns err, or, when err says the server no longer has one
-// of readAndRun's prepared statements, drops both names and returns
+// unprepared returns err, or, when err says that one of readAndRun's
+// prepared statements is gone (26000) or no longer fits the table
+// ("cached plan must not change result type", 0A000, which recurs until
+// the statement is prepared again), drops both names and returns
 // errVanished: make the attempt again.
-func (s *Store) unprepared(ctx context.Context, conn *pgx.Conn, stmt string, err error) error {
+func (s *Store) unprepared(ctx context.Context, conn *pgx.Conn, name string, err error) error {
 	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "26000" { // invalid_sql_statement_name
+	if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "26000" && pgErr.Code != "0A000" {
 		return err
 	}
-	for _, q := range []string{s.gateSQL, stmt} {
+	for _, q := range []string{s.gateName, name} {
 		if derr := conn.Deallocate(ctx, q); derr != nil {
 			return err
 		}

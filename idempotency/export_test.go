@@ -7,8 +7,8 @@ import "context"
 // already used fails with a unique violation.
 func (s *Store) ExecStatementOnly(ctx context.Context, scope, key string, sql string, args ...any) (Record, error) {
 	rec := Record{Scope: scope, Key: key}
-	stmt, sargs, _ := s.wrap(ctx, scope, key, []byte{}, sql, args)
-	err := s.run(ctx, stmt, sargs, &rec)
+	_, sargs := s.args(ctx, scope, key, []byte{}, args)
+	err := s.run(ctx, s.wrap(sql, len(args)), sargs, &rec)
 	return rec, err
 }
 

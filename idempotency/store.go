@@ -62,11 +62,13 @@ type Store struct {
 	// execSQL is a format: Exec puts the caller's statement and its
 	// parameters' count in.
 	execSQL string
-	// params keeps what checkParams learnt of each statement given to Exec,
-	// texts counts them, and plan chooses how Exec sends them.
-	params sync.Map // string → statementInfo
-	texts  atomic.Int32
-	plan   plan
+	// params keeps each statement given to Exec, wrapped (see statement);
+	// plan chooses how Exec sends them.
+	params      sync.Map      // string → wrapped
+	describing  chan struct{} // a semaphore: one describe at a time
+	sharedTexts int           // while describing
+	plan        plan
+	gateName    string
 }
 
 // Defaults for New.
@@ -257,7 +259,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	return &Store{
 		db: db, execSQL: strings.ReplaceAll(execSQL, "{{table}}", strings.ReplaceAll(table, "%", "%%")),
 		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts},
-		schemaSQL: sql(storeSQL), table: cfg.table, claimSQL: sql(claimSQL), readSQL: sql(readSQL), gateSQL: sql(gateSQL), expireSQL: sql(expireSQL),
+		schemaSQL: sql(storeSQL), table: cfg.table, claimSQL: sql(claimSQL), readSQL: sql(readSQL), gateSQL: sql(gateSQL), gateName: preparedName(sql(gateSQL)), describing: make(chan struct{}, 1), expireSQL: sql(expireSQL),
 		takeoverSQL: sql(takeoverSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),
 	}, nil
 }

@@ -32,11 +32,13 @@ import (
 //	exec       Store.Exec with the UPDATE … RETURNING, a new key each time
 //	stmt       the UPDATE … RETURNING alone, autocommit, no key
 //	exec-stmt  exec against stmt as its baseline: the key's cost over one statement
-//	exec-noread  exec's statement without the read before it (what the read costs)
+//	exec-noread  exec's statement alone, without the read that shares its round trip
 //	read       SELECT a stored result by key, no transaction (the baseline of replay)
 //	replay     Store.Do on a key already used: the stored result, fn not run
 //	exec-replay  Store.Exec on a key already used (after a few, Exec reads first)
-//	exec-replay-shared  the same, Exec kept sharing the round trip, as a
+//	read-record  the read a replay needs: every column of the key's record, and whether it expired
+//	exec-replay-record  exec-replay against read-record: what Exec adds to that read
+//	exec-replay-shared  exec-replay with Exec kept sharing the round trip, as a
 //	             rare replay among first runs finds it
 func BenchmarkDebit(b *testing.B) {
 	pool, _ := testenv.PostgresSchema(b, 80)
@@ -102,6 +104,20 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 		var body []byte
 		return pool.QueryRow(ctx, `SELECT result FROM nolock_idempotency WHERE scope = $1 AND key = $2`,
 			"bench", fmt.Sprint("old-", seq.Add(1)%replayKeys)).Scan(&body)
+	}
+	readRecord := func(ctx context.Context, c int) error {
+		var fp, body []byte
+		var terminal, expired bool
+		var created, expires time.Time
+		return pool.QueryRow(ctx, `SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now() FROM nolock_idempotency WHERE scope = $1 AND key = $2`,
+			"bench", fmt.Sprint("old-", seq.Add(1)%replayKeys)).Scan(&fp, &terminal, &body, &created, &expires, &expired)
+	}
+	execReplay := func(ctx context.Context, c int) error {
+		res, err := store.Exec(ctx, "bench", fmt.Sprint("old-", seq.Add(1)%replayKeys), nil, debitReturning, wallet(c))
+		if err == nil && !res.Replayed {
+			err = fmt.Errorf("not a replay")
+		}
+		return err
 	}
 	scenarios := []struct {
 		name         string
@@ -175,20 +191,12 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 			}
 			return err
 		}, read},
-		{"exec-replay", func(ctx context.Context, c int) error {
-			res, err := store.Exec(ctx, "bench", fmt.Sprint("old-", seq.Add(1)%replayKeys), nil, debitReturning, wallet(c))
-			if err == nil && !res.Replayed {
-				err = fmt.Errorf("not a replay")
-			}
-			return err
-		}, read},
+		{"exec-replay", execReplay, read},
+		{"read-record", readRecord, read},
+		{"exec-replay-record", execReplay, readRecord},
 		{"exec-replay-shared", func(ctx context.Context, c int) error {
 			store.PinPlan(true)
-			res, err := store.Exec(ctx, "bench", fmt.Sprint("old-", seq.Add(1)%replayKeys), nil, debitReturning, wallet(c))
-			if err == nil && !res.Replayed {
-				err = fmt.Errorf("not a replay")
-			}
-			return err
+			return execReplay(ctx, c)
 		}, read},
 	}
 	for _, sc := range scenarios {

@@ -148,8 +148,9 @@ func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte,
 // argument would silently bind one of them (a debit "WHERE account = $1"
 // matching nothing, stored as refused). The first call with a statement
 // text describes it (one round trip, no execution) and the result is kept
-// for the Store's life. A statement the server cannot describe alone is
-// not checked, and wrapped again each time.
+// for the Store's life, for its first maxDescribed texts. A statement the
+// server cannot describe alone is not checked, and wrapped again each
+// time.
 //
 // It also decides whether the statement may share a round trip with the
 // read (see readAndRun): only through a pool that prepares statements
@@ -200,6 +201,9 @@ func (s *Store) describe(ctx context.Context, sql string) (any, error) {
 	}
 	n := len(d.ParamOIDs)
 	w := wrapped{text: s.wrap(sql, n), params: n}
+	if s.describedTexts == maxDescribed {
+		return w, nil // described again next time
+	}
 	var isolation string
 	if s.sharedTexts < maxShared && conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement &&
 		conn.QueryRow(ctx, `SELECT current_setting('default_transaction_isolation')`).Scan(&isolation) == nil &&
@@ -207,6 +211,7 @@ func (s *Store) describe(ctx context.Context, sql string) (any, error) {
 		s.sharedTexts++
 		w.name = preparedName(w.text)
 	}
+	s.describedTexts++
 	s.params.Store(sql, w)
 	return w, nil
 }
@@ -219,9 +224,10 @@ type wrapped struct {
 }
 
 // maxShared bounds how many statement texts a Store prepares on each
-// connection (against SQL built afresh for each call). The bound is per
-// Store.
-const maxShared = 64
+// connection, and maxDescribed how many it remembers (against SQL built
+// afresh for each call, which is then described on every call). The
+// bounds are per Store.
+const maxShared, maxDescribed = 64, 4096
 
 // wrap returns sql, which uses n parameters, wrapped in execSQL.
 func (s *Store) wrap(sql string, n int) string {

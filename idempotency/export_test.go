@@ -22,3 +22,11 @@ func (s *Store) PinPlan(shared bool) {
 		s.plan.lean.Store(planMemory)
 	}
 }
+
+// CheckStatement runs Exec's check of sql against n arguments, and says
+// how many statement texts the Store remembers.
+func (s *Store) CheckStatement(ctx context.Context, sql string, n int) (remembered int, err error) {
+	_, err = s.statement(ctx, sql, n)
+	s.params.Range(func(any, any) bool { remembered++; return true })
+	return remembered, err
+}

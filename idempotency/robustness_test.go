@@ -395,3 +395,25 @@ func TestExecBoundsPreparedStatements(t *testing.T) {
 		t.Fatalf("%d statements prepared by name on the connection, want 65", named)
 	}
 }
+
+// A Store remembers the first 4096 statement texts it checks, and no more
+// (SQL built afresh for each call must not grow it without end); texts
+// past that are described again on each call, and still checked.
+func TestExecRemembersBoundedStatementTexts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	var remembered int
+	var err error
+	for i := 0; i < 4100; i++ {
+		if remembered, err = b.store.CheckStatement(ctx, fmt.Sprintf(`SELECT $1::int + %d AS v`, i), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if remembered != 4096 {
+		t.Fatalf("%d statement texts remembered, want 4096", remembered)
+	}
+	if _, err := b.store.CheckStatement(ctx, `SELECT $1::int + 4099 AS v`, 2); !errors.Is(err, idempotency.ErrInvalid) {
+		t.Fatalf("a text past the bound with 2 args for 1 parameter: %v, want ErrInvalid", err)
+	}
+}

@@ -64,11 +64,11 @@ type Store struct {
 	execSQL string
 	// params keeps each statement given to Exec, wrapped (see statement);
 	// plan chooses how Exec sends them.
-	params      sync.Map      // string → wrapped
-	describing  chan struct{} // a semaphore: one describe at a time
-	sharedTexts int           // while describing
-	plan        plan
-	gateName    string
+	params                      sync.Map      // string → wrapped
+	describing                  chan struct{} // a semaphore: one describe at a time
+	sharedTexts, describedTexts int           // while describing
+	plan                        plan
+	gateName                    string
 }
 
 // Defaults for New.

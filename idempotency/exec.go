@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/pgerr"
 )
 
 // execSQL wraps the caller's statement (%[1]s) so that its effect and the
@@ -54,8 +55,8 @@ RETURNING created_at, expires_at, result, terminal`
 // skips everything after an error until its Sync). The error is a cast of
 // the CTE's text column to boolean (the planner cannot see through a
 // MATERIALIZED CTE, so it never folds the cast into an error at planning
-// time): the server logs gateMarker once per call that finds a record
-// (replay, mismatch or expired record).
+// time). The server logs that error, gateMarker, once per call that finds
+// a record while sharing (a replay, a mismatch or an expired record).
 const gateSQL = `WITH r AS MATERIALIZED (
   SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now() AS expired,
          '` + gateMarker + `'::text AS gate
@@ -70,13 +71,9 @@ const gateMarker = "nolock idempotency: this key has a record, so the statement 
 // DELETE with a RETURNING clause (or a SELECT), with its arguments. Exec
 // reads the key's record, and if there is none, writes the effect and the
 // record in one statement, one implicit transaction: no BEGIN, no COMMIT.
-// The read and the statement usually share one round trip, the server
-// skipping the statement when the read finds a record; while most of the
-// Store's recent calls found one (replays), Exec reads first and sends the
-// statement only when needed, since a skipped statement costs a replay
-// about as much again as the read (see plan), and leaves an error naming
-// itself (gateMarker) in the server's log. (An expired record counts as
-// none: Exec deletes it, one more statement, and runs the statement.)
+// The read and the statement usually share one round trip (see plan and
+// docs/idempotency.md). An expired record counts as none: Exec deletes
+// it, one more statement, and runs the statement.
 // The statement's RETURNING rows are stored as the result, a JSON array of
 // objects (column name to value, as json_agg writes them); a statement
 // that returns no row is stored as a terminal outcome (Terminal set, Body
@@ -84,7 +81,7 @@ const gateMarker = "nolock idempotency: this key has a record, so the statement 
 //
 //   - A live record with the same fingerprint is replayed, one with
 //     another fingerprint is a *MismatchError; either way the statement
-//     does not run: a replay is one round trip.
+//     does not run.
 //   - A concurrent request with the same key still in flight: the
 //     statement runs its effect, then waits for the other on the key; if
 //     the other commits, the effect rolls back and Exec replays the
@@ -99,9 +96,10 @@ const gateMarker = "nolock idempotency: this key has a record, so the statement 
 //     deadlock_timeout, and the loser's attempt is retried (WithAttempts).
 //   - An error of the statement itself rolls everything back and is
 //     returned (unless it is a unique violation on a table named as the
-//     Store's, which Exec takes for its own record in the way);
-//     ErrAmbiguousCommit means the connection failed after the
-//     statement was sent: call Exec again with the same key.
+//     Store's, which Exec takes for its own record in the way), and so is
+//     an argument pgx cannot encode; ErrAmbiguousCommit means the
+//     connection failed after the statement was sent: call Exec again
+//     with the same key.
 //
 // The statement runs inside a WITH clause, so it must not itself contain
 // a data-modifying WITH, and $1 to $len(args) are its own parameters, so
@@ -147,73 +145,79 @@ func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte,
 // uses exactly n parameters: Exec's own follow the caller's, so a missing
 // argument would silently bind one of them (a debit "WHERE account = $1"
 // matching nothing, stored as refused). The first call with a statement
-// text describes it (one round trip, no execution) and the result is kept
-// for the Store's life, for its first maxDescribed texts. A statement the
-// server cannot describe alone is not checked, and wrapped again each
-// time.
+// text describes it (a few round trips, nothing run), one text at a time,
+// and the result is kept for the Store's life, for its first maxDescribed
+// texts. A statement whose parameter types the server cannot infer alone
+// (42P18, where only the wrapper implies them, through a simple-protocol
+// pool) is not checked; the server still refuses it if it is wrong.
 //
 // It also decides whether the statement may share a round trip with the
 // read (see readAndRun): only through a pool that prepares statements
 // anyway, as every connection keeps one for it; only for the first
 // maxShared texts the Store meets; and only where transactions are Read
-// Committed by default, since under Serializable the read's predicate
-// locks, in the statement's transaction, would fail concurrent first runs
-// of neighbouring keys (40001).
+// Committed by default (as the Store's first connection says), since
+// under Serializable the read's predicate locks, in the statement's
+// transaction, would fail concurrent first runs of neighbouring keys
+// (40001).
 func (s *Store) statement(ctx context.Context, sql string, n int) (wrapped, error) {
-	v, ok := s.params.Load(sql)
+	v, ok := s.statements.Load(sql)
 	if !ok {
-		var err error
-		if v, err = s.describe(ctx, sql); v == nil || err != nil {
-			return wrapped{text: s.wrap(sql, n)}, err
+		select {
+		case s.describing <- struct{}{}:
+			defer func() { <-s.describing }()
+		case <-ctx.Done():
+			return wrapped{}, fmt.Errorf("idempotency: describe the statement: %w", context.Cause(ctx))
+		}
+		if v, ok = s.statements.Load(sql); !ok {
+			w, keep, err := s.describe(ctx, sql)
+			if err != nil {
+				return wrapped{}, err
+			}
+			if v = w; keep && s.describedTexts < maxDescribed {
+				s.describedTexts++
+				s.statements.Store(sql, w)
+			}
 		}
 	}
 	w := v.(wrapped)
-	if w.params != n {
+	switch {
+	case w.params < 0:
+		return wrapped{text: s.wrap(sql, n)}, nil
+	case w.params != n:
 		return wrapped{}, invalid("sql uses %d parameters and %d args were given", w.params, n)
 	}
 	return w, nil
 }
 
-// describe is statement's first call with sql: it returns what is then
-// kept, or nil when the server cannot describe sql alone.
-func (s *Store) describe(ctx context.Context, sql string) (any, error) {
-	select { // one describe per text, and an exact count of them
-	case s.describing <- struct{}{}:
-		defer func() { <-s.describing }()
-	case <-ctx.Done():
-		return nil, fmt.Errorf("idempotency: describe the statement: %w", context.Cause(ctx))
-	}
-	if v, ok := s.params.Load(sql); ok {
-		return v, nil
-	}
+// describe describes sql for statement, which holds s.describing, and
+// says whether to keep the outcome: params is -1 when sql is not to be
+// checked.
+func (s *Store) describe(ctx context.Context, sql string) (w wrapped, keep bool, err error) {
 	c, err := s.db.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("idempotency: acquire a connection: %w", err)
+		return wrapped{}, false, fmt.Errorf("idempotency: acquire a connection: %w", err)
 	}
 	defer c.Release()
 	conn := c.Conn()
 	d, err := conn.Prepare(ctx, "", sql)
 	if err != nil {
-		// Described alone, a parameter's type may not be inferable
-		// (42P18) where the wrapped statement runs (simple protocol):
-		// leave the check to the server, and try again next time.
-		return nil, nil
+		// indeterminate_datatype holds for good; any other refusal (a
+		// table not created yet, a syntax error) is the server's to
+		// report when the statement runs, and sql is described again.
+		var pgErr *pgconn.PgError
+		return wrapped{params: -1}, errors.As(err, &pgErr) && pgErr.Code == "42P18", nil
 	}
 	n := len(d.ParamOIDs)
-	w := wrapped{text: s.wrap(sql, n), params: n}
-	if s.describedTexts == maxDescribed {
-		return w, nil // described again next time
+	w = wrapped{text: s.wrap(sql, n), params: n}
+	if s.isolation == "" {
+		_ = conn.QueryRow(ctx, `SELECT current_setting('default_transaction_isolation')`).Scan(&s.isolation)
 	}
-	var isolation string
-	if s.sharedTexts < maxShared && conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement &&
-		conn.QueryRow(ctx, `SELECT current_setting('default_transaction_isolation')`).Scan(&isolation) == nil &&
-		isolation == "read committed" {
+	if s.sharedTexts < maxShared && s.isolation == "read committed" &&
+		conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
 		s.sharedTexts++
 		w.name = preparedName(w.text)
 	}
-	s.describedTexts++
-	s.params.Store(sql, w)
-	return w, nil
+	return w, true, nil
 }
 
 // wrapped is the caller's statement in execSQL, as Exec sends it.
@@ -292,8 +296,13 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt
 	if err == nil {
 		return Result{Record: rec}, nil
 	}
-	if cerr := commitError(key, err); errors.Is(cerr, ErrAmbiguousCommit) {
+	var pgErr *pgconn.PgError
+	switch cerr := commitError(key, err); {
+	case errors.Is(cerr, ErrAmbiguousCommit) && (pgerr.Ambiguous(err) || errors.As(err, &pgErr)):
 		return Result{}, cerr
+	case errors.Is(cerr, ErrAmbiguousCommit):
+		// Failed before sending: an argument pgx could not encode.
+		return Result{}, fmt.Errorf("idempotency: exec %q: %w", key, err)
 	}
 	// Rolled back. If a live record stands in the way now, it is the answer.
 	if res, rerr := s.replay(ctx, scope, key, fp); !errors.Is(rerr, ErrNotFound) {
@@ -318,7 +327,8 @@ func (s *Store) run(ctx context.Context, stmt string, args []any, rec *Record) e
 // readAndRun sends gateSQL and stmt in one pipeline, one implicit
 // transaction, and returns the key's record if there is one (the server
 // then skipped stmt), or else stmt's outcome, its record scanned into rec.
-// sent is false when nothing reached the server.
+// sent is false when the connection could not be had or a statement not
+// prepared: then neither was run.
 //
 // Both are named prepared statements of the connection (prepared on its
 // first use, two more round trips) rather than entries of pgx's statement
@@ -367,13 +377,14 @@ func (s *Store) readAndRun(ctx context.Context, scope, key string, stmt wrapped,
 }
 
 // unprepared returns err, or, when err says that one of readAndRun's
-// prepared statements is gone (26000) or no longer fits the table
-// ("cached plan must not change result type", 0A000, which recurs until
-// the statement is prepared again), drops both names and returns
-// errVanished: make the attempt again.
+// prepared statements is gone (26000) or no longer fits the table (0A000
+// from the server's revalidation of it, "cached plan must not change
+// result type", which recurs until it is prepared again), drops both
+// names and returns errVanished: make the attempt again.
 func (s *Store) unprepared(ctx context.Context, conn *pgx.Conn, name string, err error) error {
 	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "26000" && pgErr.Code != "0A000" {
+	if err == nil || !errors.As(err, &pgErr) ||
+		pgErr.Code != "26000" && (pgErr.Code != "0A000" || pgErr.Routine != "RevalidateCachedQuery") {
 		return err
 	}
 	for _, q := range []string{s.gateName, name} {
@@ -388,9 +399,11 @@ func (s *Store) unprepared(ctx context.Context, conn *pgx.Conn, name string, err
 // Sharing one round trip costs a first run one round trip instead of two,
 // and a replay the read plus a skipped statement (an aborted transaction,
 // as much again as the read on a busy server); reading first costs a
-// replay the read alone. Exec shares the round trip unless most of the
-// recent calls found a record. The outcomes are the same either way; only
-// the cost differs.
+// replay the read alone. Exec reads first once the calls that found a
+// record outnumber those that did not, and shares again once the others
+// have made up the difference (the count stops at ±planMemory, so a long
+// past weighs no more than planMemory calls). The outcomes are the same
+// either way; only the cost differs.
 type plan struct {
 	lean atomic.Int32 // +1 per call that found a record, -1 per call that did not, within ±planMemory
 }

@@ -27,6 +27,6 @@ func (s *Store) PinPlan(shared bool) {
 // how many statement texts the Store remembers.
 func (s *Store) CheckStatement(ctx context.Context, sql string, n int) (remembered int, err error) {
 	_, err = s.statement(ctx, sql, n)
-	s.params.Range(func(any, any) bool { remembered++; return true })
+	s.statements.Range(func(any, any) bool { remembered++; return true })
 	return remembered, err
 }

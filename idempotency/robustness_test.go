@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/idempotency"
@@ -415,5 +416,109 @@ func TestExecRemembersBoundedStatementTexts(t *testing.T) {
 	}
 	if _, err := b.store.CheckStatement(ctx, `SELECT $1::int + 4099 AS v`, 2); !errors.Is(err, idempotency.ErrInvalid) {
 		t.Fatalf("a text past the bound with 2 args for 1 parameter: %v, want ErrInvalid", err)
+	}
+}
+
+// A statement failing with SQLSTATE 0A000 of its own (a function raising
+// feature_not_supported) is the statement's error: it runs once and its
+// error is returned. Only a prepared statement the server revalidated and
+// found changed (the same code) is prepared again.
+func TestExecStatementFeatureNotSupportedRunsOnce(t *testing.T) {
+	t.Parallel()
+	forEachPlan(t, func(t *testing.T, pin func(*idempotency.Store)) {
+		ctx := context.Background()
+		b := newBed(t)
+		pin(b.store)
+		mustExec(t, b.pool, `CREATE SEQUENCE effects`)
+		mustExec(t, b.pool, `CREATE FUNCTION unsupported() RETURNS bigint LANGUAGE plpgsql AS
+$$ BEGIN RAISE EXCEPTION 'not supported here' USING ERRCODE = 'feature_not_supported'; END $$`)
+		_, err := b.store.Exec(ctx, "alice", "pay-1", nil,
+			`UPDATE wallets SET balance = balance - $2 WHERE account = $1 AND nextval('effects') > 0 AND unsupported() > 0 RETURNING balance`, "alice", int64(5))
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "0A000" {
+			t.Fatalf("Exec: %v, want the statement's 0A000", err)
+		}
+		var runs int64
+		if err := b.pool.QueryRow(ctx, `SELECT last_value FROM effects`).Scan(&runs); err != nil {
+			t.Fatal(err)
+		}
+		if runs != 1 {
+			t.Fatalf("the effect ran %d times, want once", runs)
+		}
+	})
+}
+
+// After a change to the record's column types, Exec's prepared statements
+// no longer fit ("cached plan must not change result type"): Exec prepares
+// them again and goes on.
+func TestExecAfterColumnTypeChange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	b.store.PinPlan(true)
+	if _, err := b.execPay(ctx, "pay-1", 10); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, b.pool, `ALTER TABLE nolock_idempotency ALTER COLUMN created_at TYPE timestamp`)
+	for i, k := range []string{"pay-2", "pay-1"} {
+		if res, err := b.execPay(ctx, k, 10); err != nil || res.Replayed != (i == 1) {
+			t.Fatalf("%s after the column's type changed: %+v, %v", k, res, err)
+		}
+	}
+}
+
+// An argument pgx cannot encode never reaches the server: not
+// ErrAmbiguousCommit, which a caller would retry for ever.
+func TestExecUnencodableArgIsNotAmbiguous(t *testing.T) {
+	t.Parallel()
+	forEachPlan(t, func(t *testing.T, pin func(*idempotency.Store)) {
+		b := newBed(t)
+		pin(b.store)
+		_, err := b.store.Exec(context.Background(), "alice", "pay-1", nil, `SELECT $1::int AS v`, int64(1)<<40)
+		if err == nil || errors.Is(err, idempotency.ErrAmbiguousCommit) || !strings.Contains(err.Error(), "encode") {
+			t.Fatalf("Exec with an argument that does not encode: %v, want the encoding error, not ErrAmbiguousCommit", err)
+		}
+	})
+}
+
+// acquireCounter counts Acquire calls: through a simple-protocol pool,
+// Exec acquires a connection only to describe a statement.
+type acquireCounter struct {
+	*pgxpool.Pool
+	n atomic.Int64
+}
+
+func (d *acquireCounter) Acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	d.n.Add(1)
+	return d.Pool.Acquire(ctx)
+}
+
+// A statement the server cannot describe alone (42P18) is described once,
+// not on every call.
+func TestExecUndescribableStatementDescribedOnce(t *testing.T) {
+	t.Parallel()
+	b := newBed(t)
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSNFor(t, b.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	db := &acquireCounter{Pool: pool}
+	store, err := idempotency.New(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := store.Exec(context.Background(), "s", fmt.Sprint("k", i), nil, `SELECT $1 IS NULL AS n`, "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := db.n.Load(); n != 1 {
+		t.Fatalf("the statement was described %d times in 20 calls, want once", n)
 	}
 }

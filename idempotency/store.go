@@ -62,11 +62,12 @@ type Store struct {
 	// execSQL is a format: Exec puts the caller's statement and its
 	// parameters' count in.
 	execSQL string
-	// params keeps each statement given to Exec, wrapped (see statement);
-	// plan chooses how Exec sends them.
-	params                      sync.Map      // string → wrapped
+	// statements keeps each statement given to Exec, wrapped (see
+	// statement); plan chooses how Exec sends them.
+	statements                  sync.Map      // string → wrapped
 	describing                  chan struct{} // a semaphore: one describe at a time
-	sharedTexts, describedTexts int           // while describing
+	sharedTexts, describedTexts int           // guarded by describing
+	isolation                   string        // default_transaction_isolation, guarded by describing
 	plan                        plan
 	gateName                    string
 }
@@ -333,8 +334,10 @@ func (s *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, f
 var errVanished = errors.New("idempotency: the key's record vanished while in the way")
 
 // settled runs attempt again (up to 10 times, while ctx lives) as long as
-// it ends in errVanished: nothing ran then, so these do not count against
-// WithAttempts, which bounds runs of the effect that rolled back.
+// it ends in errVanished: fn did not run then (an Exec statement may have,
+// and rolled back, as its record was in the way or its prepared statement
+// stale), so these do not count against WithAttempts, which bounds runs of
+// the effect that rolled back.
 func settled(ctx context.Context, attempt func() (Result, error)) (Result, error) {
 	for i := 0; ; i++ {
 		res, err := attempt()

@@ -82,7 +82,7 @@ func TestLostCommitReplyConvergesToOneEffect(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := newBed(t)
-	p := newCommitDropper(t, b.schema)
+	p := newCommitDropper(t, b.schema, "COMMIT")
 	store, err := idempotency.New(testenv.Pool(t, p.dsn, 2))
 	if err != nil {
 		t.Fatal(err)
@@ -107,19 +107,55 @@ func TestLostCommitReplyConvergesToOneEffect(t *testing.T) {
 	b.check(1, initial-500)
 }
 
+// Fault: Exec's statement commits but its reply never reaches the client,
+// under either plan. ErrAmbiguousCommit; the debit is there, once, and a
+// retry with the same key replays it.
+func TestExecLostReplyConvergesToOneEffect(t *testing.T) {
+	t.Parallel()
+	forEachPlan(t, func(t *testing.T, pin func(*idempotency.Store)) {
+		ctx := context.Background()
+		b := newBed(t)
+		p := newCommitDropper(t, b.schema, "INSERT 0 1")
+		store, err := idempotency.New(testenv.Pool(t, p.dsn, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pin(store)
+		pay := func() (idempotency.Result, error) {
+			return store.Exec(ctx, "alice", "pay-1", fingerprint("alice", "pay-1", 500), debitSQL, "alice", int64(500))
+		}
+		p.armed.Store(true)
+		if _, err := pay(); !errors.Is(err, idempotency.ErrAmbiguousCommit) || p.dropped.Load() != 1 {
+			t.Fatalf("Exec whose reply was lost: %v (%d replies dropped), want ErrAmbiguousCommit after 1", err, p.dropped.Load())
+		}
+		if got := b.balance("alice"); got != initial-500 {
+			t.Fatalf("balance %d after the lost reply, want %d: the debit committed", got, initial-500)
+		}
+		if res, err := pay(); err != nil || !res.Replayed {
+			t.Fatalf("retry: %+v, %v; want a replay", res, err)
+		}
+		if got := b.balance("alice"); got != initial-500 {
+			t.Fatalf("balance %d after the retry, want %d: one debit", got, initial-500)
+		}
+	})
+}
+
 // commitDropper is a TCP proxy in front of the test's PostgreSQL. Once
 // armed, it swallows the first reply that reports a committed transaction
-// (CommandComplete "COMMIT") and closes that connection: the server has
-// committed, the client never hears it.
+// (CommandComplete with tag: "COMMIT", or "INSERT 0 1" for Exec's
+// statement, whose implicit transaction commits before the reply leaves)
+// and closes that connection: the server has committed, the client never
+// hears it.
 type commitDropper struct {
 	dsn     string
+	tag     []byte
 	armed   atomic.Bool
 	dropped atomic.Int64
 }
 
-func newCommitDropper(t *testing.T, schema string) *commitDropper {
+func newCommitDropper(t *testing.T, schema, tag string) *commitDropper {
 	t.Helper()
-	p := &commitDropper{}
+	p := &commitDropper{tag: append([]byte(tag), 0)}
 	p.dsn = testenv.Proxy(t, testenv.PostgresDSNFor(t, schema), nil, p.relay)
 	return p
 }
@@ -136,7 +172,7 @@ func (p *commitDropper) relay(client io.Writer, server io.Reader) {
 		if _, err := io.ReadFull(server, body); err != nil {
 			return
 		}
-		if head[0] == 'C' && bytes.Equal(body, []byte("COMMIT\x00")) && p.armed.CompareAndSwap(true, false) {
+		if head[0] == 'C' && bytes.Equal(body, p.tag) && p.armed.CompareAndSwap(true, false) {
 			p.dropped.Add(1)
 			return
 		}

@@ -267,13 +267,11 @@ func TestMiddleware4xxAfterFailedStatement(t *testing.T) {
 	}
 }
 
-// Through a simple-protocol pool (pgbouncer's usual setting) a statement
-// whose parameter type cannot be inferred alone still runs: Exec's
-// parameter check steps aside when the server cannot describe it.
-func TestExecSimpleProtocolStatement(t *testing.T) {
-	t.Parallel()
-	b := newBed(t)
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSNFor(t, b.schema))
+// simpleProtocolPool is a pool on schema that prepares no statement, as
+// one set up for PgBouncer's transaction mode; closed when t ends.
+func simpleProtocolPool(t *testing.T, schema string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSNFor(t, schema))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +280,17 @@ func TestExecSimpleProtocolStatement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// Through a simple-protocol pool (pgbouncer's usual setting) a statement
+// whose parameter type cannot be inferred alone still runs: Exec's
+// parameter check steps aside when the server cannot describe it.
+func TestExecSimpleProtocolStatement(t *testing.T) {
+	t.Parallel()
+	b := newBed(t)
+	pool := simpleProtocolPool(t, b.schema)
 	store, err := idempotency.New(pool)
 	if err != nil {
 		t.Fatal(err)
@@ -498,16 +506,7 @@ func (d *acquireCounter) Acquire(ctx context.Context) (*pgxpool.Conn, error) {
 func TestExecUndescribableStatementDescribedOnce(t *testing.T) {
 	t.Parallel()
 	b := newBed(t)
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSNFor(t, b.schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := simpleProtocolPool(t, b.schema)
 	db := &acquireCounter{Pool: pool}
 	store, err := idempotency.New(db)
 	if err != nil {

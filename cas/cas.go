@@ -54,6 +54,11 @@ func notSent(ctx context.Context, op, key string) error {
 // conflict reports whether err is worth a fresh attempt.
 func conflict(err error) bool { return errors.Is(err, ErrConflict) || pgerr.Conflict(err) }
 
+// lostRace reports a lost compare-and-set: the winner has committed, so a
+// fresh read at once sees its write. A serialization failure or deadlock is
+// not one: retried at once, it meets the transaction it lost to again.
+func lostRace(err error) bool { return errors.Is(err, ErrConflict) }
+
 // Option configures Retry and NewStore.
 type Option func(*config)
 
@@ -67,7 +72,7 @@ type config struct {
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{policy: backoff.Policy{Attempts: 20}, combine: true, max: 128, timeout: 30 * time.Second}
+	c := config{policy: backoff.Policy{Attempts: 20, Immediate: lostRace}, combine: true, max: 128, timeout: 30 * time.Second}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -84,9 +89,10 @@ func newConfig(opts []Option) (config, error) {
 }
 
 // WithBackoff sets the jitter window of the first delayed retry (base) and
-// its ceiling (cap). Defaults: 2 ms and 500 ms. The first retry is always
-// immediate; later ones wait a uniform random time in [0, min(cap,
-// base·2^k)] (full jitter).
+// its ceiling (cap). Defaults: 2 ms and 500 ms. A lost compare-and-set is
+// retried at once the first time; every other retry, and every retry of a
+// serialization failure or deadlock, waits a uniform random time in
+// [0, min(cap, base·2^k)] (full jitter), k counting from 0.
 func WithBackoff(base, cap time.Duration) Option {
 	return func(c *config) { c.policy.Base, c.policy.Cap = base, cap }
 }

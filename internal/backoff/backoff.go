@@ -2,11 +2,14 @@
 // jitter, bounded by a number of attempts and by the caller's context.
 //
 // Full jitter (AWS Architecture Blog, "Exponential Backoff and Jitter") waits
-// a uniformly random time in [0, min(Cap, Base·2^k)] before the k-th delayed
+// a uniformly random time in [0, min(Cap, Base·2^(k-1))] before the k-th
 // retry. Among the usual schemes it does the least total work under
 // contention, because competing writers spread out instead of colliding again
-// in lock-step. The first retry is immediate: most conflicts are a single
-// collision that a fresh read resolves at once.
+// in lock-step. Every retry pauses, the first included: a deadlock victim or
+// a serialization failure retried at once meets the transaction it lost to
+// before that one has finished, and re-creates the conflict. A caller whose
+// failure a fresh read resolves at once (a lost compare-and-set, where the
+// winner has already committed) marks it with Policy.Immediate.
 //
 // The package is internal; cas, dynamolock and idempotency expose its knobs
 // through their own options.
@@ -36,6 +39,9 @@ type Policy struct {
 	Cap time.Duration
 	// Attempts bounds the total number of tries, the first included.
 	Attempts int
+	// Immediate, if not nil, reports a failure whose first retry need not
+	// wait (Retry only). nil: every retry waits.
+	Immediate func(error) bool
 	// Int64N returns a uniform random number in [0, n); nil means
 	// math/rand/v2's concurrency-safe generator. Tests inject their own.
 	Int64N func(n int64) int64
@@ -73,16 +79,16 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-// Delay returns how long to wait before attempt n (1 is the first attempt).
-// Attempts 1 and 2 do not wait; attempt n > 2 waits a uniform random time in
-// [0, min(Cap, Base·2^(n-3))].
+// Delay returns how long to wait before attempt n (1 is the first attempt,
+// which does not wait). Attempt n > 1 waits a uniform random time in
+// [0, min(Cap, Base·2^(n-2))].
 func (p Policy) Delay(n int) time.Duration {
 	p = p.withDefaults()
-	if n <= 2 {
+	if n <= 1 {
 		return 0
 	}
 	window := p.Cap
-	if shift := n - 3; shift < 62 && p.Base<<shift > 0 && p.Base<<shift < p.Cap {
+	if shift := n - 2; shift < 62 && p.Base<<shift > 0 && p.Base<<shift < p.Cap {
 		window = p.Base << shift
 	}
 	return time.Duration(p.Int64N(int64(window) + 1))
@@ -124,6 +130,9 @@ func (p Policy) Retry(ctx context.Context, op func(ctx context.Context, attempt 
 			return &ExhaustedError{Attempts: attempt, Last: err}
 		}
 		d := p.Delay(attempt + 1)
+		if attempt == 1 && p.Immediate != nil && p.Immediate(err) {
+			d = 0
+		}
 		if onRetry != nil {
 			onRetry(attempt, err, d)
 		}

@@ -13,15 +13,13 @@ func always(error) bool { return true }
 
 func TestDelayBounds(t *testing.T) {
 	p := Policy{Base: 10 * time.Millisecond, Cap: 100 * time.Millisecond}
-	for _, n := range []int{1, 2} {
-		for i := 0; i < 100; i++ {
-			if d := p.Delay(n); d != 0 {
-				t.Fatalf("attempt %d waited %v; the first retry must be immediate", n, d)
-			}
+	for i := 0; i < 100; i++ {
+		if d := p.Delay(1); d != 0 {
+			t.Fatalf("the first attempt waited %v", d)
 		}
 	}
-	windows := map[int]time.Duration{3: 10 * time.Millisecond, 4: 20 * time.Millisecond,
-		5: 40 * time.Millisecond, 6: 80 * time.Millisecond, 7: 100 * time.Millisecond, 70: 100 * time.Millisecond}
+	windows := map[int]time.Duration{2: 10 * time.Millisecond, 3: 20 * time.Millisecond,
+		4: 40 * time.Millisecond, 5: 80 * time.Millisecond, 6: 100 * time.Millisecond, 70: 100 * time.Millisecond}
 	for n, window := range windows {
 		var max time.Duration
 		for i := 0; i < 2000; i++ {
@@ -48,8 +46,8 @@ func maxDur(a, b time.Duration) time.Duration {
 func TestDelayUsesInjectedRandomness(t *testing.T) {
 	var asked int64
 	p := Policy{Base: time.Millisecond, Cap: time.Second, Int64N: func(n int64) int64 { asked = n; return n - 1 }}
-	if d := p.Delay(5); d != 4*time.Millisecond || asked != int64(4*time.Millisecond)+1 {
-		t.Fatalf("Delay(5) = %v (asked for [0,%d)), want the top of a 4ms window", d, asked)
+	if d := p.Delay(4); d != 4*time.Millisecond || asked != int64(4*time.Millisecond)+1 {
+		t.Fatalf("Delay(4) = %v (asked for [0,%d)), want the top of a 4ms window", d, asked)
 	}
 }
 
@@ -99,13 +97,34 @@ func TestRetryHonoursContext(t *testing.T) {
 	calls := 0
 	err := p.Retry(ctx, func(context.Context, int) error {
 		calls++
-		if calls == 2 {
-			cancel() // the third attempt would wait up to an hour
-		}
+		cancel() // the second attempt would wait up to an hour
 		return errConflict
 	}, always, nil)
-	if !errors.Is(err, context.Canceled) || !errors.Is(err, errConflict) || calls != 2 {
-		t.Fatalf("err %v after %d calls; want context.Canceled joined with the last conflict after 2", err, calls)
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, errConflict) || calls != 1 {
+		t.Fatalf("err %v after %d calls; want context.Canceled joined with the last conflict after 1", err, calls)
+	}
+}
+
+// Every retry waits, the first included, unless Immediate says the failure
+// is one a retry at once resolves; then only its first retry is immediate.
+func TestFirstRetryWaitsUnlessImmediate(t *testing.T) {
+	errDeadlock := errors.New("deadlock")
+	for _, tc := range []struct {
+		name      string
+		fail      error
+		immediate bool
+	}{{"deadlock", errDeadlock, false}, {"conflict", errConflict, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var delays []time.Duration
+			p := Policy{Base: time.Microsecond, Cap: time.Microsecond, Attempts: 3,
+				Int64N:    func(n int64) int64 { return n - 1 },
+				Immediate: func(err error) bool { return errors.Is(err, errConflict) }}
+			_ = p.Retry(context.Background(), func(context.Context, int) error { return tc.fail }, always,
+				func(_ int, _ error, d time.Duration) { delays = append(delays, d) })
+			if len(delays) != 2 || delays[1] == 0 || (delays[0] == 0) != tc.immediate {
+				t.Fatalf("delays %v; want the first immediate: %v, the second not", delays, tc.immediate)
+			}
+		})
 	}
 }
 

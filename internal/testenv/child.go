@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"bufio"
+	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -90,6 +92,13 @@ func (c *Child) WaitFor(s string, timeout time.Duration) string {
 				return line
 			}
 		case <-c.done:
+			// The reader finished before done closed, so every line the
+			// child printed is buffered by now: look through them first.
+			for line, ok := c.TryLine(); ok; line, ok = c.TryLine() {
+				if strings.Contains(line, s) {
+					return line
+				}
+			}
 			c.t.Fatalf("testenv: child exited (%v) before printing %q", c.err, s)
 		case <-deadline:
 			c.t.Fatalf("testenv: child did not print %q within %v", s, timeout)
@@ -108,8 +117,34 @@ func (c *Child) TryLine() (string, bool) {
 }
 
 // Pause stops the child with SIGSTOP: it keeps its connections and state
-// but runs no instruction, like a long GC pause or a frozen VM.
-func (c *Child) Pause() { c.signal(syscall.SIGSTOP) }
+// but runs no instruction, like a long GC pause or a frozen VM. It returns
+// once the kernel reports the child stopped, so nothing the child does
+// happens after Pause returns.
+func (c *Child) Pause() {
+	c.t.Helper()
+	c.signal(syscall.SIGSTOP)
+	Until(c.t, "the child is stopped", func() (bool, error) {
+		select {
+		case <-c.done:
+			return true, nil // exited: it does nothing either
+		default:
+		}
+		return c.stopped(), nil
+	})
+}
+
+// stopped reports whether the kernel shows the child stopped by a signal
+// (state T in /proc/<pid>/stat).
+func (c *Child) stopped() bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Pid()))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses and may
+	// itself hold spaces or parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'T'
+}
 
 // Resume continues a paused child with SIGCONT.
 func (c *Child) Resume() { c.signal(syscall.SIGCONT) }

@@ -278,3 +278,30 @@ func TestProxyDelays(t *testing.T) {
 		t.Fatalf("a round trip took %v through a proxy delaying %v each way", took, oneWay)
 	}
 }
+
+// A private DynamoDB-API server keeps what it acknowledged across a kill
+// and a restart on the same endpoint.
+func TestDynamoDBServerSurvivesKill(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := testenv.DynamoDBServer(t)
+	client := srv.Client()
+	table := testenv.Table(t, client, false)
+	key := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}}
+	item := map[string]types.AttributeValue{"pk": key["pk"], "v": &types.AttributeValueMemberN{Value: "7"}}
+	if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: item}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	if _, err := client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key}); err == nil {
+		t.Fatal("a killed server answered")
+	}
+	srv.Start()
+	out, err := client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := out.Item["v"].(*types.AttributeValueMemberN); !ok || v.Value != "7" {
+		t.Fatalf("after the restart the item is %v; want v = 7", out.Item)
+	}
+}

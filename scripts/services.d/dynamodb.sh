@@ -172,4 +172,6 @@ dynamodb_env() {
   _ddb_vars
   echo "export NOLOCK_TEST_DYNAMODB=http://127.0.0.1:$_ddb_dynalite_port"
   echo "export NOLOCK_TEST_DYNAMODB_TX=http://127.0.0.1:$_ddb_moto_port"
+  # For tests that start (and crash) a dynalite of their own: testenv.DynamoDBServer.
+  echo "export NOLOCK_TEST_DYNALITE='$_ddb_dynalite_launcher $_ddb_dynalite_dir'"
 }

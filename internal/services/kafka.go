@@ -39,6 +39,9 @@ func CreateTopic(ctx context.Context, brokers []string, topic string, partitions
 				ready = ready && p.Error == nil && p.Leader.Host != ""
 			}
 			if ready {
+				ready, err = leadersServe(ctx, client, topic, partitions)
+			}
+			if ready {
 				return nil
 			}
 		}
@@ -48,6 +51,28 @@ func CreateTopic(ctx context.Context, brokers []string, topic string, partitions
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// leadersServe reports whether every partition's leader answers a
+// ListOffsets for it: the metadata can name a leader before that broker
+// serves the partition, and a produce then fails with NOT_LEADER.
+func leadersServe(ctx context.Context, client *kafka.Client, topic string, partitions int) (bool, error) {
+	reqs := make([]kafka.OffsetRequest, partitions)
+	for p := range reqs {
+		reqs[p] = kafka.LastOffsetOf(p)
+	}
+	res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return false, err
+	}
+	served := 0
+	for _, po := range res.Topics[topic] {
+		if po.Error != nil {
+			return false, po.Error
+		}
+		served++
+	}
+	return served == partitions, nil
 }
 
 // DeleteTopic deletes topic.

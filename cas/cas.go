@@ -190,7 +190,7 @@ func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx
 		return err
 	}
 	return cfg.retry(ctx, "", func(ctx context.Context) error {
-		tx, err := db.Begin(ctx)
+		tx, err := pgerr.Begin(ctx, db)
 		if err != nil {
 			return err
 		}

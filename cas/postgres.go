@@ -95,7 +95,7 @@ func (p *PostgresBackend) Create(ctx context.Context, key string, value []byte) 
 	if err := notSent(ctx, "create", key); err != nil {
 		return err
 	}
-	tag, err := p.db.Exec(ctx, p.createSQL, key, value)
+	tag, err := pgerr.Exec(ctx, p.db, p.createSQL, key, value)
 	if err != nil {
 		return fmt.Errorf("cas: create %q: %w", key, ambiguous(err))
 	}
@@ -112,7 +112,7 @@ func (p *PostgresBackend) Put(ctx context.Context, key string, value []byte, ver
 	}
 	var ver *int64
 	var existed bool
-	if err := p.db.QueryRow(ctx, p.putSQL, key, value, version).Scan(&ver, &existed); err != nil {
+	if err := pgerr.Row(ctx, p.db, p.putSQL, key, value, version).Scan(&ver, &existed); err != nil {
 		return 0, fmt.Errorf("cas: put %q: %w", key, ambiguous(err))
 	}
 	switch {
@@ -130,7 +130,7 @@ func (p *PostgresBackend) Delete(ctx context.Context, key string, version int64)
 		return err
 	}
 	var deleted, existed bool
-	if err := p.db.QueryRow(ctx, p.deleteSQL, key, version).Scan(&deleted, &existed); err != nil {
+	if err := pgerr.Row(ctx, p.db, p.deleteSQL, key, version).Scan(&deleted, &existed); err != nil {
 		return fmt.Errorf("cas: delete %q: %w", key, ambiguous(err))
 	}
 	switch {

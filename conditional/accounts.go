@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/nolock/nolock/internal/pgerr"
 )
 
 // Accounts holds balances in a PostgreSQL table and debits them only when
@@ -60,7 +62,7 @@ func (a *Accounts) Open(ctx context.Context, account string, balance int64) erro
 	if err := unsent(ctx, fmt.Sprintf("open %q", account)); err != nil {
 		return err
 	}
-	if _, err := a.s.db.Exec(ctx, a.s.openSQL, account, balance, int64(a.s.buckets)); err != nil {
+	if _, err := pgerr.Exec(ctx, a.s.db, a.s.openSQL, account, balance, int64(a.s.buckets)); err != nil {
 		return fmt.Errorf("conditional: open %q: %w", account, classify(err))
 	}
 	return nil

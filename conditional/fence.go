@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/nolock/nolock/internal/pgerr"
 )
 
 // Fenced writes rows of your own table only for a holder whose fencing
@@ -116,7 +118,7 @@ func (f *Fenced) Update(ctx context.Context, db DB, key any, token int64, set ma
 	b.WriteString("SELECT EXISTS (SELECT FROM u), EXISTS (SELECT FROM " + f.table + " WHERE " + f.key + " = $2)")
 
 	var done, exists bool
-	if err := db.QueryRow(ctx, b.String(), args...).Scan(&done, &exists); err != nil {
+	if err := pgerr.Row(ctx, db, b.String(), args...).Scan(&done, &exists); err != nil {
 		return fmt.Errorf("conditional: fenced update: %w", classifyOn(db, err))
 	}
 	switch {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/nolock/nolock/internal/pgerr"
 )
 
 // Holds hands out timed holds on resources (seats, slots, rooms) in a
@@ -142,7 +144,7 @@ func (h *Holds) Add(ctx context.Context, resources ...string) error {
 	sorted := slices.Clone(resources)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
-	if _, err := h.db.Exec(ctx, h.addSQL, sorted); err != nil {
+	if _, err := pgerr.Exec(ctx, h.db, h.addSQL, sorted); err != nil {
 		return fmt.Errorf("conditional: add resources: %w", classifyOn(h.db, err))
 	}
 	return nil
@@ -182,7 +184,7 @@ func (h *Holds) Hold(ctx context.Context, resource, holder string, ttl time.Dura
 	}
 	var got *time.Time
 	var state *string
-	if err := h.db.QueryRow(ctx, h.holdSQL, resource, holder, ttl.Microseconds()).Scan(&got, &state); err != nil {
+	if err := pgerr.Row(ctx, h.db, h.holdSQL, resource, holder, ttl.Microseconds()).Scan(&got, &state); err != nil {
 		return time.Time{}, fmt.Errorf("conditional: hold %q: %w", resource, classifyOn(h.db, err))
 	}
 	switch {
@@ -238,7 +240,7 @@ func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, 
 	if err := unsent(ctx, fmt.Sprintf("hold %d resources", len(sorted))); err != nil {
 		return time.Time{}, err
 	}
-	tx, err := h.db.Begin(ctx)
+	tx, err := pgerr.Begin(ctx, h.db)
 	if err != nil {
 		return fail(err)
 	}
@@ -319,7 +321,7 @@ func (h *Holds) settle(ctx context.Context, op, sql, resource, holder string) er
 		return err
 	}
 	var done, exists bool
-	if err := h.db.QueryRow(ctx, sql, resource, holder).Scan(&done, &exists); err != nil {
+	if err := pgerr.Row(ctx, h.db, sql, resource, holder).Scan(&done, &exists); err != nil {
 		return fmt.Errorf("conditional: %s %q: %w", op, resource, classifyOn(h.db, err))
 	}
 	switch {

@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/combine"
+
+	"github.com/nolock/nolock/internal/pgerr"
 )
 
 // Stock sells units of keys (SKUs, tickets, quota) from a PostgreSQL table,
@@ -312,7 +314,7 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 	// the plain decrement by the batch's sum grants every request. A sum
 	// past int64 cannot be covered: the first-fit statement sorts it out.
 	if sum, ok := sumOf(reqs); ok {
-		tag, err := s.db.Exec(ctx, s.takeSQL, k.key, k.bucket, sum)
+		tag, err := pgerr.Exec(ctx, s.db, s.takeSQL, k.key, k.bucket, sum)
 		if err != nil {
 			return nil, fmt.Errorf("conditional: take %q: %w", k.key, classify(err))
 		}
@@ -322,7 +324,7 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 	}
 	var before int64
 	var granted []bool
-	err := s.db.QueryRow(ctx, s.batchSQL, k.key, k.bucket, reqs).Scan(&before, &granted)
+	err := pgerr.Row(ctx, s.db, s.batchSQL, k.key, k.bucket, reqs).Scan(&before, &granted)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrUnknownKey
 	}
@@ -350,7 +352,7 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 // sold out: the transaction may roll back what it saw.
 func (s *Stock) runOne(ctx context.Context, db DB, inTx bool, k bucketKey, n int64) ([]error, error) {
 	gen := s.restockGen()
-	tag, err := db.Exec(ctx, s.takeSQL, k.key, k.bucket, n)
+	tag, err := pgerr.Exec(ctx, db, s.takeSQL, k.key, k.bucket, n)
 	if err != nil {
 		return nil, fmt.Errorf("conditional: take %q: %w", k.key, classifyOn(db, err))
 	}
@@ -394,7 +396,7 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 		}
 		return ErrSoldOut
 	}
-	tx, err := db.Begin(ctx)
+	tx, err := pgerr.Begin(ctx, db)
 	if err != nil {
 		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
 	}
@@ -464,7 +466,9 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 	if err != nil {
 		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
 	}
-	if err := tx.Commit(ctx); err != nil {
+	// A take already sent waits for its outcome (see Take): the commit is
+	// neither cancelled nor abandoned when ctx ends.
+	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("conditional: take %q across buckets: %w", key, classifyOn(db, err))
 	}
 	if !inTx {
@@ -514,9 +518,9 @@ func tooLarge(err error) bool {
 
 // addOne adds n to an existing bucket of key.
 func (s *Stock) addOne(ctx context.Context, db DB, k bucketKey, n int64) error {
-	tag, err := db.Exec(ctx, s.addSQL, k.key, k.bucket, n)
+	tag, err := pgerr.Exec(ctx, db, s.addSQL, k.key, k.bucket, n)
 	if err == nil && tag.RowsAffected() == 0 && s.buckets > 1 {
-		tag, err = db.Exec(ctx, s.addFirstSQL, k.key, n) // the key may have fewer buckets
+		tag, err = pgerr.Exec(ctx, db, s.addFirstSQL, k.key, n) // the key may have fewer buckets
 	}
 	switch {
 	case tooLarge(err):
@@ -567,7 +571,7 @@ func (s *Stock) put(ctx context.Context, key string, n int64) error {
 	if err := unsent(ctx, fmt.Sprintf("put %q", key)); err != nil {
 		return err
 	}
-	_, err := s.db.Exec(ctx, s.putSQL, key, n, int64(s.buckets))
+	_, err := pgerr.Exec(ctx, s.db, s.putSQL, key, n, int64(s.buckets))
 	s.restocked(key) // after an error too: it may hide a commit
 	if tooLarge(err) {
 		return fmt.Errorf("conditional: put %d to %q: a bucket's %w (%w)", n, key, errTooLarge, err)

@@ -195,7 +195,7 @@ func (s *Store) statement(ctx context.Context, sql string, n int) (wrapped, erro
 func (s *Store) describe(ctx context.Context, sql string) (w wrapped, keep bool, err error) {
 	c, err := s.db.Acquire(ctx)
 	if err != nil {
-		return wrapped{}, false, fmt.Errorf("idempotency: acquire a connection: %w", err)
+		return wrapped{}, false, fmt.Errorf("idempotency: acquire a connection: %w", pgerr.MarkUnsent(err))
 	}
 	defer c.Release()
 	conn := c.Conn()
@@ -204,8 +204,13 @@ func (s *Store) describe(ctx context.Context, sql string) (w wrapped, keep bool,
 		// indeterminate_datatype holds for good; any other refusal (a
 		// table not created yet, a syntax error) is the server's to
 		// report when the statement runs, and sql is described again.
+		// Without the server's answer (a connection lost) the statement
+		// is not run unchecked: the call fails, having run nothing.
 		var pgErr *pgconn.PgError
-		return wrapped{params: -1}, errors.As(err, &pgErr) && pgErr.Code == "42P18", nil
+		if !errors.As(err, &pgErr) || pgerr.Ambiguous(err) {
+			return wrapped{}, false, fmt.Errorf("idempotency: describe the statement: %w", pgerr.MarkUnsent(err))
+		}
+		return wrapped{params: -1}, pgErr.Code == "42P18", nil
 	}
 	n := len(d.ParamOIDs)
 	w = wrapped{text: s.wrap(sql, n), params: n}
@@ -296,12 +301,13 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt
 	if err == nil {
 		return Result{Record: rec}, nil
 	}
+	if pgerr.Ambiguous(err) {
+		return Result{}, commitError(key, err)
+	}
 	var pgErr *pgconn.PgError
-	switch cerr := commitError(key, err); {
-	case errors.Is(cerr, ErrAmbiguousCommit) && (pgerr.Ambiguous(err) || errors.As(err, &pgErr)):
-		return Result{}, cerr
-	case errors.Is(cerr, ErrAmbiguousCommit):
-		// Failed before sending: an argument pgx could not encode.
+	if !errors.As(err, &pgErr) {
+		// Nothing sent, or refused by pgx before sending (an argument it
+		// could not encode).
 		return Result{}, fmt.Errorf("idempotency: exec %q: %w", key, err)
 	}
 	// Rolled back. If a live record stands in the way now, it is the answer.
@@ -321,7 +327,7 @@ func (s *Store) args(ctx context.Context, scope, key string, fp []byte, args []a
 // run runs stmt, the caller's statement in execSQL, on its own, and scans
 // the record it wrote into rec.
 func (s *Store) run(ctx context.Context, stmt string, args []any, rec *Record) error {
-	return s.db.QueryRow(ctx, stmt, args...).Scan(&rec.CreatedAt, &rec.ExpiresAt, &rec.Body, &rec.Terminal)
+	return pgerr.Row(ctx, s.db, stmt, args...).Scan(&rec.CreatedAt, &rec.ExpiresAt, &rec.Body, &rec.Terminal)
 }
 
 // readAndRun sends gateSQL and stmt in one pipeline, one implicit
@@ -340,18 +346,37 @@ func (s *Store) run(ctx context.Context, stmt string, args []any, rec *Record) e
 func (s *Store) readAndRun(ctx context.Context, scope, key string, stmt wrapped, args []any, rec *Record) (stored *Record, expired, sent bool, err error) {
 	c, err := s.db.Acquire(ctx)
 	if err != nil {
-		return nil, false, false, fmt.Errorf("idempotency: acquire a connection: %w", err)
+		return nil, false, false, fmt.Errorf("idempotency: acquire a connection: %w", pgerr.MarkUnsent(err))
 	}
-	defer c.Release()
 	conn := c.Conn()
 	for _, q := range [][2]string{{s.gateName, s.gateSQL}, {stmt.name, stmt.text}} {
 		if _, err := conn.Prepare(ctx, q[0], q[1]); err != nil {
+			c.Release()
 			return nil, false, false, fmt.Errorf("idempotency: exec %q: prepare: %w", key, err)
 		}
 	}
 	b := &pgx.Batch{}
 	b.Queue(s.gateName, scope, key)
 	b.Queue(stmt.name, args...)
+	// The statement commits on its own: it runs to its end on the
+	// server's terms even if the caller stops waiting (see pgerr.Commit),
+	// and the connection is released by whoever finishes it.
+	var gs *Record
+	var ge bool
+	err = pgerr.Commit(ctx, func(ctx context.Context) error {
+		defer c.Release()
+		var err error
+		gs, ge, err = s.gateAndRun(ctx, conn, b, scope, key, stmt.name, rec)
+		return err
+	})
+	if errors.Is(err, pgerr.ErrStoppedWaiting) {
+		return nil, false, true, err // the pipeline still runs: leave its results
+	}
+	return gs, ge, true, err
+}
+
+// gateAndRun sends readAndRun's pipeline on conn and reads its results.
+func (s *Store) gateAndRun(ctx context.Context, conn *pgx.Conn, b *pgx.Batch, scope, key, name string, rec *Record) (stored *Record, expired bool, err error) {
 	br := conn.SendBatch(ctx, b)
 	rows, _ := br.Query()
 	for rows.Next() {
@@ -364,7 +389,7 @@ func (s *Store) readAndRun(ctx context.Context, scope, key string, stmt wrapped,
 	switch {
 	case stored != nil:
 		br.Close() // the gate's error: it skipped stmt
-		return stored, expired, true, nil
+		return stored, expired, nil
 	case err == nil && rows.Err() != nil:
 		err = rows.Err()
 	case err == nil:
@@ -373,7 +398,7 @@ func (s *Store) readAndRun(ctx context.Context, scope, key string, stmt wrapped,
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return nil, false, true, s.unprepared(ctx, conn, stmt.name, err)
+	return nil, false, s.unprepared(ctx, conn, name, err)
 }
 
 // unprepared returns err, or, when err says that one of readAndRun's

@@ -517,7 +517,47 @@ func TestExecUndescribableStatementDescribedOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := db.n.Load(); n != 1 {
+	// Each call acquires a connection to run the statement; describing
+	// it acquires one more.
+	if n := db.n.Load() - 20; n != 1 {
 		t.Fatalf("the statement was described %d times in 20 calls, want once", n)
+	}
+}
+
+// A statement whose first description meets a dead pooled connection is
+// not run unchecked (its missing $2 would bind one of Exec's own
+// parameters, and the debit run and be stored): the call fails having run
+// nothing, and the next call describes it and refuses the missing argument.
+func TestExecDescribeOnDeadConnectionFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	one := testenv.Pool(t, testenv.PostgresDSNFor(t, b.schema), 1)
+	store, err := idempotency.New(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := one.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, b.pool, `SELECT pg_terminate_backend($1)`, pid)
+	testenv.Until(t, "the pooled backend is gone", func() (bool, error) {
+		var n int
+		err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&n)
+		return n == 0, err
+	})
+	const sql = `UPDATE wallets SET balance = balance - 1 WHERE account = $1 AND $2::text IS NOT NULL RETURNING balance`
+	if _, err := store.Exec(ctx, "alice", "pay-1", nil, sql, "alice"); err == nil || errors.Is(err, idempotency.ErrAmbiguousCommit) {
+		t.Fatalf("Exec on a dead connection: %v; want the connection's failure, not ambiguous", err)
+	}
+	if got := b.balance("alice"); got != initial {
+		t.Fatalf("alice %d after the failed call; want %d (the statement ran unchecked)", got, initial)
+	}
+	if _, err := store.Exec(ctx, "alice", "pay-1", nil, sql, "alice"); !errors.Is(err, idempotency.ErrInvalid) {
+		t.Fatalf("the retry: %v; want ErrInvalid (one of two arguments)", err)
+	}
+	if _, err := b.store.Get(ctx, "alice", "pay-1"); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Fatalf("record after two refused calls: %v, want ErrNotFound", err)
 	}
 }

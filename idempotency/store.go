@@ -1,7 +1,6 @@
 package idempotency
 
 import (
-	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -91,11 +90,6 @@ const (
 	expiresSuffix = "_expires_at"
 	maxTableLen   = 63 - len(expiresSuffix)
 )
-
-// commitTimeout bounds the final round trip (record and COMMIT), which is
-// not cancelled with the caller's context: once fn has succeeded, finishing
-// the commit is better than making its outcome unknown.
-const commitTimeout = 30 * time.Second
 
 //go:embed store.sql
 var storeSQL string
@@ -298,8 +292,11 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 // ErrAmbiguousCommit means the connection failed after COMMIT was sent;
 // call Do again with the same key to learn the outcome: it replays the
 // result if the commit happened and runs fn if it did not. Cancelling ctx
-// before the commit rolls back; once fn has returned, the commit is sent
-// and awaited even if ctx is cancelled, so that its outcome is known.
+// before the commit rolls back. Once fn has returned, the commit is never
+// cancelled: no CancelRequest cuts it short (a cancelled wait for a
+// synchronous standby would leave it visible but not replicated). If ctx
+// ends while it is in flight, Do stops waiting and returns
+// ErrAmbiguousCommit; the commit goes on to its end on the server's terms.
 //
 // Arguments are checked before any I/O (ErrInvalid): key must be 1 to
 // MaxKeyLen bytes, scope at most MaxScopeLen ("" is a scope like any
@@ -364,9 +361,16 @@ func retryable(err error) bool {
 func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func) (Result, error) {
 	c, err := s.db.Acquire(ctx)
 	if err != nil {
-		return Result{}, fmt.Errorf("idempotency: acquire a connection: %w", err)
+		return Result{}, fmt.Errorf("idempotency: acquire a connection: %w", pgerr.MarkUnsent(err))
 	}
-	defer c.Release() // a connection left inside a transaction is closed, not reused
+	// A connection left inside a transaction is closed, not reused. The
+	// commit releases it itself: it may outlive this call (see below).
+	release := c.Release
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
 	conn := c.Conn()
 
 	rec := Record{Scope: scope, Key: key, Fingerprint: fp}
@@ -425,15 +429,24 @@ func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func)
 		return Result{}, fmt.Errorf("idempotency: key %q: fn ended the transaction itself; its effect may have committed without the key", key)
 	}
 
-	// Store the result and commit, in one round trip.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	defer cancel()
+	// Store the result and commit, in one round trip. The commit runs to
+	// its end on the server's terms even if the caller stops waiting (see
+	// pgerr.Commit), and then releases the connection.
 	var tag pgconn.CommandTag
 	b := &pgx.Batch{}
 	b.Queue(s.recordSQL, scope, key, body, terminal)
 	b.Queue("commit").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
-	if err := conn.SendBatch(cctx, b).Close(); err != nil {
-		end(ctx, conn, tx) // when the record failed, the COMMIT was skipped
+	done := release
+	release = nil
+	err = pgerr.Commit(ctx, func(ctx context.Context) error {
+		defer done()
+		err := conn.SendBatch(ctx, b).Close()
+		if err != nil {
+			end(ctx, conn, tx) // when the record failed, the COMMIT was skipped
+		}
+		return err
+	})
+	if err != nil {
 		return Result{}, commitError(key, err)
 	}
 	if tag.String() != "COMMIT" {
@@ -491,15 +504,14 @@ func claimError(key string, wait time.Duration, err error) error {
 	return fmt.Errorf("idempotency: claim %q: %w", key, err)
 }
 
-// commitError classifies a failed record-and-commit round trip. The server
-// refusing a statement (an ERROR: a failed record, a deferred constraint, a
-// serialization failure) rolled the transaction back, and so did a failure
-// before anything was sent. Anything else (the connection lost, a timeout,
-// a FATAL such as pg_terminate_backend) may have come after the commit:
-// ErrAmbiguousCommit.
+// commitError classifies a failed record-and-commit round trip by what it
+// proves (see pgerr.Of): the connection lost, a timeout, a FATAL such as
+// pg_terminate_backend, or the caller no longer waiting may have come after
+// the commit: ErrAmbiguousCommit. Anything else rolled the transaction
+// back: the server refused a statement (a failed record, a deferred
+// constraint, a serialization failure), or nothing was sent.
 func commitError(key string, err error) error {
-	var pgErr *pgconn.PgError
-	if pgerr.NotSent(err) || errors.As(err, &pgErr) && cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) == "ERROR" {
+	if !pgerr.Ambiguous(err) {
 		return fmt.Errorf("idempotency: commit %q: rolled back: %w", key, err)
 	}
 	return fmt.Errorf("%w: key %q: %w", ErrAmbiguousCommit, key, err)

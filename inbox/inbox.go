@@ -358,9 +358,10 @@ func (in *Inbox) claimWatermarks(ctx context.Context, tx pgx.Tx, msgs []kafka.Me
 }
 
 // inTx runs f in a transaction and commits, reporting an unknown commit
-// outcome as ErrAmbiguousCommit.
+// outcome as ErrAmbiguousCommit. The commit is never cancelled by ctx (see
+// pgerr.Commit).
 func (in *Inbox) inTx(ctx context.Context, f func(pgx.Tx) error) error {
-	tx, err := in.db.Begin(ctx)
+	tx, err := pgerr.Begin(ctx, in.db)
 	if err != nil {
 		return fmt.Errorf("inbox: begin: %w", err)
 	}

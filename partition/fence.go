@@ -323,7 +323,7 @@ func transient(err error, tx pgx.Tx) bool {
 	if err == nil || errors.Is(err, ErrFenced) {
 		return false
 	}
-	if pgerr.Conflict(err) || pgerr.Ambiguous(err) || pgerr.NotSent(err) {
+	if pgerr.Conflict(err) || pgerr.Ambiguous(err) || pgerr.Unsent(err) {
 		return true
 	}
 	var pgErr *pgconn.PgError

@@ -1,48 +1,164 @@
-// Package pgerr classifies PostgreSQL errors the way nolock's packages need:
-// may the statement have committed, and is it a serialization conflict worth
-// retrying. It matches on types and SQLSTATEs, never on message text.
+// Package pgerr is the implementation behind package pgoutcome: what a
+// failed PostgreSQL write proves (nothing sent, refused, or unknown), the
+// serialization conflicts worth retrying, and running a commit so that the
+// caller's cancellation cannot cut it short. It matches on types and
+// SQLSTATEs, never on message text.
 package pgerr
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
 	"net"
+	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Ambiguous reports whether a failed statement may nevertheless have
-// committed: it was sent and the connection then failed or timed out before
-// the outcome came back. It is false when nothing was sent (NotSent), when
-// the server reported the failure (a *pgconn.PgError: the statement rolled
-// back), and for local failures before sending (an argument that would not
-// encode).
-func Ambiguous(err error) bool {
+// Outcome is what an error proves about a write that commits.
+type Outcome int
+
+// The outcomes, from the caller's side.
+const (
+	Committed Outcome = iota + 1
+	NotSent
+	Refused
+	Unknown
+)
+
+var outcomeNames = [...]string{Committed: "committed", NotSent: "not sent", Refused: "refused", Unknown: "unknown"}
+
+func (o Outcome) String() string {
+	if o < Committed || o > Unknown {
+		return "invalid outcome"
+	}
+	return outcomeNames[o]
+}
+
+// ErrStoppedWaiting is part of the error Commit returns when the caller's
+// context ended while the commit was in flight: its outcome is unknown.
+var ErrStoppedWaiting = errors.New("stopped waiting for a commit in flight")
+
+// notSentError marks a failure that happened before anything was written
+// to a connection, such as a pool's Acquire.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string { return e.err.Error() }
+func (e *notSentError) Unwrap() error { return e.err }
+
+// MarkUnsent wraps err, a failure before anything was written to the
+// server (a pool's Acquire), so that Of reports NotSent.
+func MarkUnsent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &notSentError{err}
+}
+
+// Of classifies err, returned by a statement that commits: a COMMIT, or a
+// statement outside an explicit transaction. Judged by what may have
+// reached the server:
+//   - nil: Committed.
+//   - NotSent: nothing reached the server (see Unsent).
+//   - Unknown: the statement may have committed. The connection failed,
+//     timed out or was cancelled after the statement was written; the server
+//     or a pooler (PgBouncer) ended the session (FATAL, SQLSTATE class 08,
+//     57P01-57P05); pgx reports the connection closed (it does so for a
+//     reply lost after a COMMIT in the simple protocol, marked safe to
+//     retry); Commit stopped waiting.
+//   - Refused: the server answered with an ERROR, so the statement and the
+//     transaction it would have committed rolled back; or pgx refused the
+//     statement before sending it (an argument it cannot encode).
+func Of(err error) Outcome {
 	var pgErr *pgconn.PgError
 	var netErr net.Error
 	switch {
-	case err == nil || NotSent(err) || errors.As(err, &pgErr):
-		return false
-	case errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return true
+	case err == nil:
+		return Committed
+	case errors.Is(err, ErrStoppedWaiting):
+		return Unknown
+	case Unsent(err):
+		return NotSent
+	case errors.Is(err, pgx.ErrTxCommitRollback):
+		return Refused // the transaction had failed: COMMIT rolled it back
+	case errors.As(err, &pgErr):
+		if endsSession(pgErr) {
+			return Unknown
+		}
+		return Refused
+	case errors.Is(err, pgconn.ErrConnClosed) || errors.As(err, &netErr) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || pgconn.Timeout(err) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return Unknown
 	}
-	return false
+	return Refused
 }
 
-// NotSent reports whether err says the statement never reached the
-// server: pgx knows nothing was sent (pgconn.SafeToRetry), or no
-// connection could be made (a *pgconn.ConnectError, from a pool's Acquire
-// while the server is down or restarting), which pgx does not mark so.
-func NotSent(err error) bool {
+// Unsent reports whether err proves that nothing reached the server: a
+// connection that could not be made, a pool's Acquire that failed or timed
+// out (marked by MarkUnsent, or a bare context.DeadlineExceeded, which
+// pgconn never returns once it has written), a context that had ended
+// before the call, a write that wrote no byte. pgx's SafeToRetry counts
+// except for a closed connection, which pgx also reports for a reply lost
+// after the statement was written.
+func Unsent(err error) bool {
+	var notSent *notSentError
 	var connErr *pgconn.ConnectError
-	return pgconn.SafeToRetry(err) || errors.As(err, &connErr)
+	switch {
+	case err == nil || errors.Is(err, ErrStoppedWaiting) || errors.Is(err, pgconn.ErrConnClosed):
+		return false
+	case errors.As(err, &notSent) || errors.As(err, &connErr) || pgconn.SafeToRetry(err):
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) && !pgconn.Timeout(err)
 }
+
+// endsSession reports a server (or pooler) error that ends the session
+// rather than the statement: the statement may have committed before it.
+func endsSession(e *pgconn.PgError) bool {
+	switch cmp.Or(e.SeverityUnlocalized, e.Severity) {
+	case "FATAL", "PANIC":
+		return true
+	}
+	return strings.HasPrefix(e.Code, "08") || (strings.HasPrefix(e.Code, "57P0") && e.Code != "57P00")
+}
+
+// Ambiguous reports whether a failed statement that commits may
+// nevertheless have committed: Of(err) == Unknown.
+func Ambiguous(err error) bool { return Of(err) == Unknown }
 
 // Conflict reports whether err is a serialization failure (40001) or a
 // deadlock (40P01): the transaction rolled back and may be retried afresh.
 func Conflict(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+// Commit runs commit (a COMMIT, or a statement that commits on its own)
+// under a context that keeps ctx's values but not its cancellation or
+// deadline, so pgx sends no CancelRequest while it runs: a cancelled wait
+// for a synchronous standby would leave the commit visible on the primary
+// but not replicated. If ctx ends first, Commit returns at once with an
+// error wrapping ErrStoppedWaiting and ctx.Err() (Of: Unknown); commit goes
+// on to its end on the server's terms, and its result is dropped. commit
+// must not touch anything the caller uses after Commit returns an error.
+func Commit(ctx context.Context, commit func(context.Context) error) error {
+	if ctx.Done() == nil {
+		return commit(ctx)
+	}
+	done := make(chan error, 1)
+	go func() { done <- commit(context.WithoutCancel(ctx)) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		select {
+		case err := <-done: // both ready: the outcome is known
+			return err
+		default:
+		}
+		return errors.Join(ErrStoppedWaiting, ctx.Err())
+	}
 }

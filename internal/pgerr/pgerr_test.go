@@ -6,37 +6,107 @@ import (
 	"fmt"
 	"io"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-func TestAmbiguousAndConflict(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		err       error
-		ambiguous bool
-	}{
-		{"connection lost mid-statement", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true},
-		{"eof", io.EOF, true},
-		{"timed out in flight", context.DeadlineExceeded, true},
-		{"server refused", &pgconn.PgError{Code: "57P01"}, false},
-		{"encode failed before sending", errors.New("failed to encode args[1]: too big"), false},
-	} {
-		if got := Ambiguous(tc.err); got != tc.ambiguous {
-			t.Errorf("%s: ambiguous = %v, want %v", tc.name, got, tc.ambiguous)
-		}
-	}
-	if Ambiguous(nil) {
-		t.Error("Ambiguous(nil)")
-	}
-	// A connection that could not be made (as a pool's Acquire reports
-	// while the server is down) sent nothing. Port 1 on loopback refuses.
+// refusedConn is a connection error from a real dial: port 1 on loopback
+// refuses.
+func refusedConn(t *testing.T) error {
+	t.Helper()
 	_, err := pgconn.Connect(context.Background(), "postgres://u@127.0.0.1:1/db?connect_timeout=5")
 	var connErr *pgconn.ConnectError
-	if !errors.As(err, &connErr) || Ambiguous(err) || !NotSent(err) || Ambiguous(fmt.Errorf("acquire: %w", err)) {
-		t.Errorf("a refused connection (%v): want NotSent and not Ambiguous", err)
+	if !errors.As(err, &connErr) {
+		t.Fatalf("dial to port 1: %v; want a *pgconn.ConnectError", err)
+	}
+	return err
+}
+
+func TestOf(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		err  error
+		want Outcome
+	}{
+		{"nil", nil, Committed},
+		{"connection lost mid-statement", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), Unknown},
+		{"eof", io.EOF, Unknown},
+		{"cancelled after sending (pgconn returns a bare Canceled)", context.Canceled, Unknown},
+		{"server ERROR", &pgconn.PgError{Severity: "ERROR", Code: "23505"}, Refused},
+		{"statement cancelled and rolled back", &pgconn.PgError{Severity: "ERROR", Code: "57014"}, Refused},
+		{"serialization failure", &pgconn.PgError{Severity: "ERROR", Code: "40001"}, Refused},
+		{"backend terminated (FATAL)", &pgconn.PgError{Severity: "FATAL", Code: "57P01"}, Unknown},
+		{"PgBouncer: server conn crashed?", &pgconn.PgError{Severity: "FATAL", Code: "08P01", Message: "server conn crashed?"}, Unknown},
+		{"connection class, any severity", &pgconn.PgError{Severity: "ERROR", Code: "08006"}, Unknown},
+		{"commit of a failed transaction", pgx.ErrTxCommitRollback, Refused},
+		{"encode failed before sending", errors.New("failed to encode args[1]: too big"), Refused},
+		{"pool acquire timed out (bare deadline)", context.DeadlineExceeded, NotSent},
+		{"marked unsent", MarkUnsent(context.Canceled), NotSent},
+		{"context done before the call", ctxDoneBeforeCall(t, ctx), NotSent},
+		{"connection closed (pgx's lost COMMIT reply)", fmt.Errorf("commit: %w", pgconn.ErrConnClosed), Unknown},
+		{"stopped waiting", errors.Join(ErrStoppedWaiting, context.DeadlineExceeded), Unknown},
+		{"refused dial", refusedConn(t), NotSent},
+		{"refused dial, wrapped", fmt.Errorf("acquire: %w", refusedConn(t)), NotSent},
+	} {
+		if got := Of(tc.err); got != tc.want {
+			t.Errorf("%s (%v): %v, want %v", tc.name, tc.err, got, tc.want)
+		}
 	}
 	if !Conflict(&pgconn.PgError{Code: "40001"}) || !Conflict(fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "40P01"})) || Conflict(&pgconn.PgError{Code: "23505"}) {
 		t.Error("Conflict must be true for 40001 and 40P01 only")
+	}
+}
+
+// ctxDoneBeforeCall is what pgconn returns for a call whose context had
+// already ended: a pgx error marked safe to retry, made by a real call.
+func ctxDoneBeforeCall(t *testing.T, done context.Context) error {
+	t.Helper()
+	conn := &pgconn.PgConn{}
+	defer func() { _ = recover() }() // an uninitialised conn may panic before checking ctx
+	_, err := conn.ReceiveMessage(done)
+	if err == nil {
+		t.Fatal("no error from a done context")
+	}
+	return err
+}
+
+// Commit returns the commit's own outcome when it ends first; when the
+// caller's context ends first it returns at once with an Unknown error,
+// while the commit runs on, uncancelled, to its end.
+func TestCommitOutlivesTheCaller(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	release, ended := make(chan struct{}), make(chan error, 1)
+	go func() {
+		ended <- Commit(ctx, func(c context.Context) error {
+			<-release
+			return c.Err() // a cancelled commit context would show here
+		})
+	}()
+	cancel()
+	err := <-ended
+	if Of(err) != Unknown || !errors.Is(err, context.Canceled) {
+		t.Fatalf("caller's ctx ended mid-commit: %v (%v); want Unknown wrapping context.Canceled", err, Of(err))
+	}
+	ran := make(chan error, 1)
+	close(release)
+	go func() {
+		ran <- Commit(context.Background(), func(c context.Context) error { return c.Err() })
+	}()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	deadline, cancel2 := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel2()
+	if err := Commit(deadline, func(c context.Context) error {
+		if _, ok := c.Deadline(); ok {
+			return errors.New("the commit runs under the caller's deadline")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,0 +1,127 @@
+package pgerr
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Querier runs statements: a pool, a connection, a transaction.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// acquirer is a pool: Exec and Row take a connection from it under the
+// caller's ctx, so a full pool is waited for no longer than the caller
+// waits, and a failed Acquire is known to have sent nothing.
+type acquirer interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+// Exec runs one statement on db. Outside a transaction the statement
+// commits on its own, so it runs under Commit: the caller's ctx bounds the
+// wait for a pooled connection and for the answer, but cannot cancel the
+// statement on the server. Inside a transaction (db is a pgx.Tx) nothing
+// commits, and it runs under ctx as is.
+func Exec(ctx context.Context, db Querier, sql string, args ...any) (pgconn.CommandTag, error) {
+	type result struct {
+		tag pgconn.CommandTag
+		err error
+	}
+	var res result
+	err := write(ctx, db, func(ctx context.Context, q Querier) error {
+		tag, err := q.Exec(ctx, sql, args...)
+		res = result{tag, err}
+		return err
+	})
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return res.tag, nil
+}
+
+// Row is QueryRow for a statement that writes: its Scan runs the statement
+// as Exec does. On an error from Scan, dest may still be written until
+// the statement ends: do not read it.
+func Row(ctx context.Context, db Querier, sql string, args ...any) pgx.Row {
+	return committingRow{ctx, db, sql, args}
+}
+
+type committingRow struct {
+	ctx  context.Context
+	db   Querier
+	sql  string
+	args []any
+}
+
+func (r committingRow) Scan(dest ...any) error {
+	return write(r.ctx, r.db, func(ctx context.Context, q Querier) error {
+		return q.QueryRow(ctx, r.sql, r.args...).Scan(dest...)
+	})
+}
+
+// write runs stmt on db (on a connection acquired from it, for a pool)
+// under Commit, or directly inside a transaction.
+func write(ctx context.Context, db Querier, stmt func(context.Context, Querier) error) error {
+	if _, ok := db.(pgx.Tx); ok {
+		return stmt(ctx, db)
+	}
+	if p, ok := db.(acquirer); ok {
+		conn, err := p.Acquire(ctx)
+		if err != nil {
+			return MarkUnsent(err)
+		}
+		return Commit(ctx, func(ctx context.Context) error {
+			defer conn.Release()
+			return stmt(ctx, conn)
+		})
+	}
+	return Commit(ctx, func(ctx context.Context) error { return stmt(ctx, db) })
+}
+
+// Beginner starts transactions: a pool, a connection, or a transaction
+// (for a nested one, a savepoint).
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Tx is a pgx.Tx whose Commit runs under Commit: the caller's ctx bounds
+// the wait for the COMMIT's answer but cannot cancel it on the server. A
+// Rollback after Commit was called does nothing, so the usual deferred
+// Rollback stays safe while a commit outlives the caller's wait.
+type Tx struct {
+	pgx.Tx
+	nested     bool // a savepoint in the caller's transaction: nothing commits
+	committing bool
+}
+
+// Begin begins a transaction on db (a savepoint if db is a transaction).
+func Begin(ctx context.Context, db Beginner) (*Tx, error) {
+	_, nested := db.(pgx.Tx)
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Tx{Tx: tx, nested: nested}, nil
+}
+
+// Commit commits the transaction under Commit (a nested one, whose commit
+// only releases a savepoint, under ctx as is).
+func (t *Tx) Commit(ctx context.Context) error {
+	t.committing = true
+	if t.nested {
+		return t.Tx.Commit(ctx)
+	}
+	return Commit(ctx, t.Tx.Commit)
+}
+
+// Rollback rolls the transaction back unless Commit was called.
+func (t *Tx) Rollback(ctx context.Context) error {
+	if t.committing {
+		return nil
+	}
+	return t.Tx.Rollback(ctx)
+}

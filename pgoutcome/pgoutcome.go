@@ -1,0 +1,70 @@
+// Package pgoutcome tells what a failed PostgreSQL write proves, the same
+// way every nolock package judges its own writes, so that code of yours
+// beside them can do the same.
+//
+// A write that commits (a COMMIT, or a statement outside an explicit
+// transaction) ends in one of four outcomes:
+//
+//	Committed  nil error
+//	NotSent    nothing reached the server: retrying anything is safe
+//	Refused    the server answered and rolled it back (or pgx refused the
+//	           statement before sending it): nothing changed
+//	Unknown    it may have committed: retry only with the same
+//	           idempotency key or condition, or read the state first
+//
+// Of judges by what may have reached the server, not by the error's type
+// alone: a FATAL or connection-class error (SQLSTATE 08*, 57P01-57P05,
+// PgBouncer's own "server conn crashed?") ends the session after the
+// statement was written and is Unknown; pgx's SafeToRetry is not proof
+// for a COMMIT (pgx v5.12 reports a reply lost after a simple-protocol
+// COMMIT as "conn closed", marked safe to retry); a pool's Acquire that
+// timed out sent nothing. Inside an explicit transaction nothing commits
+// before the COMMIT, so a failed statement there never needs Of.
+//
+// Commit runs a commit so that the caller's context cannot cancel it on the
+// server: with a synchronous standby, PostgreSQL answers a cancelled commit
+// wait by keeping the commit, visible on the primary but not replicated,
+// and a failover then loses it. See docs/deploying.md.
+package pgoutcome
+
+import (
+	"context"
+
+	"github.com/nolock/nolock/internal/pgerr"
+)
+
+// Outcome is what an error proves about a write that commits.
+type Outcome = pgerr.Outcome
+
+// The outcomes.
+const (
+	Committed = pgerr.Committed // the write committed (a nil error)
+	NotSent   = pgerr.NotSent   // nothing reached the server
+	Refused   = pgerr.Refused   // rolled back: nothing changed
+	Unknown   = pgerr.Unknown   // it may have committed
+)
+
+// ErrStoppedWaiting is part of the error Commit returns when the caller's
+// context ended while the commit was in flight.
+var ErrStoppedWaiting = pgerr.ErrStoppedWaiting
+
+// Of classifies err, returned by a statement that commits: a COMMIT, or a
+// statement outside an explicit transaction.
+func Of(err error) Outcome { return pgerr.Of(err) }
+
+// Commit runs commit (typically tx.Commit, or one statement outside a
+// transaction on a connection you hold) under a context that keeps ctx's
+// values but not its cancellation or deadline, so pgx sends no
+// CancelRequest for it. If ctx ends first, Commit returns at once with an
+// error wrapping ErrStoppedWaiting and ctx.Err() (Of: Unknown), and commit
+// runs on to its end; commit must then not touch anything the caller uses
+// afterwards (release its connection itself).
+func Commit(ctx context.Context, commit func(context.Context) error) error {
+	return pgerr.Commit(ctx, commit)
+}
+
+// Conflict reports a serialization failure (40001) or deadlock (40P01):
+// the transaction rolled back, and running it again afresh may succeed.
+// Retry after a random pause, not at once: the transaction it lost to may
+// still be running.
+func Conflict(err error) bool { return pgerr.Conflict(err) }

@@ -160,8 +160,9 @@ func TestStoreBadInput(t *testing.T) {
 }
 
 // Keys that are not valid UTF-8, or hold a NUL byte, are refused before
-// any I/O. DynamoDB used to store "user-\xff" and "user-\xfe" as one item
-// (both become "user-\uFFFD"); PostgreSQL failed them after sending.
+// any I/O: DynamoDB would store "user-\xff" and "user-\xfe" as one item
+// (both become "user-\uFFFD"), and PostgreSQL would fail them only after
+// sending.
 func TestStoreRefusesKeysNotUTF8(t *testing.T) {
 	conformance(t, func(t *testing.T, b cas.Backend) {
 		ctx := context.Background()

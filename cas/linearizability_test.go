@@ -181,7 +181,7 @@ func TestStoreLinearizableUnderConnectionKills(t *testing.T) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(time.Duration(5+rand.IntN(20)) * time.Millisecond):
+			case <-time.After(time.Duration(5+rand.IntN(20)) * time.Millisecond): // the next kill, at random
 			}
 			var n int64
 			_ = killer.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity

@@ -14,20 +14,32 @@ import (
 	"github.com/nolock/nolock/internal/testenv"
 )
 
-// holdLeader starts an Update of key whose fn blocks until release, so that
-// the Updates started next queue behind it and run as one batch.
+// queued is the function in which an Update waits while another Update
+// of its key is in flight: the combiner's queue.
+const queued = "internal/combine.(*Combiner[...]).Do"
+
+// holdLeader starts an Update of key whose fn blocks until release, and
+// returns once that fn runs, so that the Updates started next queue behind
+// it and run as one batch.
 func holdLeader[T any](t *testing.T, s *cas.Store[T], key string) (release func(), wait func()) {
 	t.Helper()
-	ch := make(chan struct{})
+	running, ch := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if _, err := s.Update(context.Background(), key, func(v T) (T, error) { once.Do(func() { <-ch }); return v, nil }); err != nil {
+		if _, err := s.Update(context.Background(), key, func(v T) (T, error) {
+			once.Do(func() { close(running); <-ch })
+			return v, nil
+		}); err != nil {
 			t.Errorf("leader: %v", err)
 		}
 	}()
-	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-running:
+	case <-done:
+		t.Fatal("the leader's Update returned before its fn ran")
+	}
 	return func() { close(ch) }, func() { <-done }
 }
 
@@ -39,9 +51,10 @@ type outcome[T any] struct {
 }
 
 // inOneBatch runs fns, in this order, as concurrent Updates of key that
-// queue behind a held leader and so run as one batch. Each Update's panic
-// is recovered in its own goroutine. Count the Store's commits to check
-// that the batch formed: the leader's and the batch's.
+// queue behind a held leader and so run as one batch: each is started once
+// the one before it waits in the queue. Each Update's panic is recovered
+// in its own goroutine. Count the Store's commits to check that the batch
+// formed: the leader's and the batch's.
 func inOneBatch[T any](t *testing.T, s *cas.Store[T], key string, fns ...func(T) (T, error)) []outcome[T] {
 	t.Helper()
 	release, wait := holdLeader(t, s, key)
@@ -54,20 +67,18 @@ func inOneBatch[T any](t *testing.T, s *cas.Store[T], key string, fns ...func(T)
 			defer func() { out[i].panic = recover() }()
 			out[i].v, out[i].err = s.Update(context.Background(), key, fn)
 		}()
-		time.Sleep(10 * time.Millisecond) // queue in order
+		testenv.WaitParked(t, i+1, queued)
 	}
-	time.Sleep(50 * time.Millisecond)
 	release()
 	wait()
 	wg.Wait()
 	return out
 }
 
-// A fn that changes its value in place and then refuses must leave nothing
-// behind: with one unit in stock, of two buyers in one batch one gets it
-// and the other is told it is sold out. The batch used to hand both fns
-// the same map, so the refused buyer's decrement was written (stock -1),
-// and the winner's result showed it.
+// A fn that changes its value in place and then refuses leaves nothing
+// behind: with one unit in stock, of two buyers in one batch the first
+// gets it and the second is told it is sold out; the stock ends at 0, and
+// the winner's result shows 0.
 func TestStoreRefusedFnChangesAreNotWritten(t *testing.T) {
 	conformance(t, func(t *testing.T, b cas.Backend) {
 		ctx := context.Background()
@@ -169,9 +180,9 @@ func (c capped) MaxValue() int { return c.max }
 var errBoom = errors.New("boom")
 
 // A panic in one fn of a batch reaches that fn's caller, in its own
-// goroutine, with the value it panicked with; the others of the batch are
-// written and answered. It used to run up the drainer goroutine and crash
-// the process. The NoCombine path re-raises the same way.
+// goroutine, with the value it panicked with, and no other goroutine (the
+// process does not crash); the others of the batch are written and
+// answered. The NoCombine path re-raises the same way.
 func TestStoreFnPanicReachesItsCaller(t *testing.T) {
 	conformance(t, func(t *testing.T, b cas.Backend) {
 		ctx := context.Background()
@@ -213,10 +224,9 @@ func TestStoreFnPanicReachesItsCaller(t *testing.T) {
 }
 
 // A combined Update whose caller gives up while its batch retries
-// conflicts returns the context's error at the next retry, and its fn's
-// change is not written; an Update of the same batch whose caller waits
-// still succeeds. The batch used to retry on under the combiner's own
-// timeout (30 s), ignoring the caller's context.
+// conflicts returns the context's error at the next retry, well before the
+// combiner's own 30 s bound on a batch, and its fn's change is not
+// written; an Update of the same batch whose caller waits still succeeds.
 func TestStoreCombinedUpdateHonoursCtxWhileRetrying(t *testing.T) {
 	conformance(t, func(t *testing.T, b cas.Backend) {
 		ctx := context.Background()
@@ -248,17 +258,17 @@ func TestStoreCombinedUpdateHonoursCtxWhileRetrying(t *testing.T) {
 		gaveUp, waited := make(chan answer, 1), make(chan answer, 1)
 		start := time.Now()
 		go func() {
-			ctx, cancel := context.WithTimeout(ctx, 2*time.Second) // long enough to run under load
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			_, err := s.Update(ctx, "c", impatient)
 			gaveUp <- answer{err, time.Since(start)}
 		}()
-		time.Sleep(10 * time.Millisecond)
+		testenv.WaitParked(t, 1, queued)
 		go func() {
 			_, err := s.Update(ctx, "c", inc)
 			waited <- answer{err, time.Since(start)}
 		}()
-		time.Sleep(50 * time.Millisecond)
+		testenv.WaitParked(t, 2, queued)
 		release()
 		for _, w := range []struct {
 			name string
@@ -271,8 +281,8 @@ func TestStoreCombinedUpdateHonoursCtxWhileRetrying(t *testing.T) {
 					t.Errorf("%s caller: %v after %v, want %v", w.name, a.err, a.took, w.want)
 				}
 				t.Logf("%s caller: %v after %v", w.name, a.err, a.took)
-			case <-time.After(10 * time.Second): // well before the batch's own 30 s
-				t.Fatalf("%s caller: no answer within 10 s", w.name)
+			case <-time.After(20 * time.Second): // well before the batch's own 30 s
+				t.Fatalf("%s caller: no answer within 20 s", w.name)
 			}
 		}
 		got, err := s.Get(ctx, "c")

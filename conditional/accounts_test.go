@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -271,7 +272,7 @@ func TestAccountsBatchPastInt64IsExact(t *testing.T) {
 		if _, err := tx.Exec(ctx, `SELECT 1 FROM nolock_accounts WHERE key = 'acct' FOR UPDATE`); err != nil {
 			t.Fatal(err)
 		}
-		return batchBehind(func() { tx.Rollback(ctx) }, func(n int64) error { return op(ctx, "acct", n) }, append([]int64{1}, amounts...)...)
+		return batchBehind(t, pool, func() { tx.Rollback(ctx) }, func(n int64) error { return op(ctx, "acct", n) }, append([]int64{1}, amounts...)...)
 	}
 	const huge = int64(1) << 62
 	errs := queue(a.Debit, 1, huge, huge, huge)
@@ -295,5 +296,38 @@ func TestAccountsBatchPastInt64IsExact(t *testing.T) {
 	}
 	if b := balance(t, a, "acct"); b != 9+huge {
 		t.Fatalf("balance %d, want %d", b, 9+huge)
+	}
+}
+
+// Balance 11, a credit of 1, then a coalesced batch of credits
+// [MaxInt64-30, 25] whose sum fits int64 but takes the row past it: the
+// first two land, and the one that would overflow is refused with an
+// error saying so, not with a raw "bigint out of range" for the batch.
+func TestAccountsCoalescedCreditsPastMaxInt64(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	a := newAccounts(t, pool)
+	if err := a.Open(ctx, "merchant", 11); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM nolock_accounts WHERE key = 'merchant' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	credit := func(n int64) error { return a.Credit(ctx, "merchant", n) }
+	errs := batchBehind(t, pool, func() { tx.Rollback(ctx) }, credit, 1, math.MaxInt64-30, 25)
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("credits of 1 and MaxInt64-30 to 11: %v, %v; want nil, nil", errs[0], errs[1])
+	}
+	if err := errs[2]; err == nil || !strings.Contains(err.Error(), "would exceed") {
+		t.Fatalf("credit of 25 to MaxInt64-18: %v, want an error naming the overflow (balance %d)", err, balance(t, a, "merchant"))
+	}
+	if got := balance(t, a, "merchant"); got != math.MaxInt64-18 {
+		t.Fatalf("balance %d, want MaxInt64-18", got)
 	}
 }

@@ -58,7 +58,7 @@ func TestStockServerCrash(t *testing.T) {
 					ambiguous.Add(n)
 				}
 				failed.Add(1)
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // the buyer's pause before it retries
 			}
 			t.Errorf("buyer %d: %v", b, ctx.Err())
 		}()
@@ -74,7 +74,6 @@ func TestStockServerCrash(t *testing.T) {
 	}
 	left := available(t, s, "sku")
 	sold := stock - left
-	t.Logf("sold %d: %d granted, %d units ambiguous; %d calls failed and were retried", sold, granted.Load(), ambiguous.Load(), failed.Load())
 	if left != 0 || sold < granted.Load() || sold > granted.Load()+ambiguous.Load() {
 		t.Fatalf("%d left, %d sold; want 0 left and between %d granted and %d granted or ambiguous",
 			left, sold, granted.Load(), granted.Load()+ambiguous.Load())
@@ -85,4 +84,6 @@ func TestStockServerCrash(t *testing.T) {
 	if max := int64(2 * buyers * 3); ambiguous.Load() > max {
 		t.Fatalf("%d units reported ambiguous, more than the %d that can have been in flight: failures that sent nothing are reported as ErrAmbiguousCommit", ambiguous.Load(), max)
 	}
+	testenv.Figures(t, "conditional.Stock server crash", "sold %d of %d: %d granted, %d units ambiguous (at most %d can be in flight); %d calls failed across the crash and were retried; 0 oversold",
+		sold, stock, granted.Load(), ambiguous.Load(), 2*buyers*3, failed.Load())
 }

@@ -587,7 +587,7 @@ func TestDynamoHoldsConcurrentConfirm(t *testing.T) {
 							break attempts
 						case errors.Is(err, conditional.ErrHeld):
 							busy.Add(1)
-							time.Sleep(time.Millisecond)
+							time.Sleep(time.Millisecond) // the holder's pause before it tries again
 							continue
 						case err != nil:
 							return err

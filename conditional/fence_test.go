@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -317,7 +316,7 @@ func TestFencedInCallerTransaction(t *testing.T) {
 		// Token 32 waits for the row lock, then meets the outcome.
 		waiter := make(chan error, 1)
 		go func() { waiter <- f.Update(ctx, pool, 1, 32, map[string]any{"body": "by 32"}) }()
-		waitForLockWaiter(t, pool)
+		testenv.WaitLockWaiters(t, pool, 1)
 		if commit {
 			err = tx.Commit(ctx)
 		} else {
@@ -335,23 +334,4 @@ func TestFencedInCallerTransaction(t *testing.T) {
 			t.Fatalf("after a commit of 33: token 32 got %v, row %+v; want ErrFenced, 33's write", err, d)
 		}
 	}
-}
-
-// waitForLockWaiter waits until some session of this test's database waits
-// for a lock.
-func waitForLockWaiter(t *testing.T, pool conditional.DB) {
-	t.Helper()
-	for i := 0; i < 1000; i++ {
-		var n int
-		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-WHERE wait_event_type = 'Lock' AND application_name = current_setting('application_name')`).Scan(&n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("no session waited for the row lock")
 }

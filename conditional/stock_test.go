@@ -227,25 +227,6 @@ func TestStockSeveralProcessesStayExact(t *testing.T) {
 	}
 }
 
-// killLockWaiters waits until some backend of this test's schema is
-// blocked on a lock, then terminates every such backend.
-func killLockWaiters(t *testing.T, pool *pgxpool.Pool, schema string) {
-	t.Helper()
-	for i := 0; i < 200; i++ {
-		time.Sleep(20 * time.Millisecond)
-		var killed bool
-		err := pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) > 0 FROM pg_stat_activity
-WHERE application_name = $1 AND wait_event_type = 'Lock'`, schema).Scan(&killed)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if killed {
-			return
-		}
-	}
-	t.Fatal("no statement ever blocked on a lock")
-}
-
 // lockedStock returns a Stock holding 10 units of "sku" whose row another
 // transaction has locked until release runs (or the test ends), so takes
 // block on it.
@@ -268,13 +249,18 @@ func lockedStock(t *testing.T, pool *pgxpool.Pool, opts ...conditional.StockOpti
 	return s, release
 }
 
+// queued is the function in which a coalesced call waits while another
+// of its key is in flight: the combiner's queue.
+const queued = "internal/combine.(*Combiner[...]).Do"
+
 func TestStockCancelWithdrawsUnsentTake(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, release := lockedStock(t, testenv.Postgres(t))
+	pool := testenv.Postgres(t)
+	s, release := lockedStock(t, pool)
 	first := make(chan error, 1)
-	go func() { first <- s.Take(ctx, "sku", 4) }() // sent, blocked on the row lock
-	time.Sleep(200 * time.Millisecond)
+	go func() { first <- s.Take(ctx, "sku", 4) }()
+	testenv.WaitLockWaiters(t, pool, 1) // sent, blocked on the row lock
 	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	if err := s.Take(cctx, "sku", 5); !errors.Is(err, context.DeadlineExceeded) {
@@ -289,43 +275,16 @@ func TestStockCancelWithdrawsUnsentTake(t *testing.T) {
 	}
 }
 
-// A take whose connection is killed while it waits on the row lock fails
-// with ErrAmbiguousCommit (a FATAL can also end a session just after its
-// commit, so the error alone cannot tell), and the stock is unchanged:
-// sold + available == initial.
-func TestStockKilledConnectionLosesNothing(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool, schema := testenv.PostgresSchema(t, 0) // application_name is the schema
-	s, release := lockedStock(t, pool, conditional.WithCoalescing(false))
-	done := make(chan error, 1)
-	go func() { done <- s.Take(ctx, "sku", 3) }()
-	killLockWaiters(t, pool, schema)
-	err := <-done
-	release()
-	if err == nil {
-		t.Fatal("a take whose backend was killed reported success")
-	}
-	if !errors.Is(err, conditional.ErrAmbiguousCommit) {
-		t.Fatalf("killed session: %v; want ErrAmbiguousCommit", err)
-	}
-	if got := available(t, s, "sku"); got != 10 {
-		t.Fatalf("available %d after the killed take; want 10", got)
-	}
-	if err := s.Take(ctx, "sku", 3); err != nil {
-		t.Fatalf("take after the kill: %v", err)
-	}
-}
-
 func TestStockCloseFailsUnsentTakes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, release := lockedStock(t, testenv.Postgres(t))
+	pool := testenv.Postgres(t)
+	s, release := lockedStock(t, pool)
 	first, second := make(chan error, 1), make(chan error, 1)
 	go func() { first <- s.Take(ctx, "sku", 1) }()
-	time.Sleep(200 * time.Millisecond)
+	testenv.WaitLockWaiters(t, pool, 1) // sent, blocked on the row lock
 	go func() { second <- s.Take(ctx, "sku", 2) }()
-	time.Sleep(100 * time.Millisecond)
+	testenv.WaitParked(t, 1, queued)
 	closed := make(chan struct{})
 	go func() { s.Close(); close(closed) }()
 	if err := <-second; !errors.Is(err, conditional.ErrClosed) {
@@ -335,7 +294,7 @@ func TestStockCloseFailsUnsentTakes(t *testing.T) {
 	select {
 	case <-closed:
 		t.Fatal("Close returned while a statement was in flight")
-	case <-time.After(100 * time.Millisecond):
+	case <-time.After(100 * time.Millisecond): // time for a wrong Close to return
 	}
 	release()
 	<-closed // ...and Close waits for the one in flight.
@@ -350,57 +309,17 @@ func TestStockCloseFailsUnsentTakes(t *testing.T) {
 	}
 }
 
-// A coalesced batch whose backend is killed while it waits on the row lock:
-// every take of the batch gets the same error, ErrAmbiguousCommit (see
-// TestStockKilledConnectionLosesNothing), and nothing is taken.
-func TestStockKilledBatchFailsEveryTake(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool, schema := testenv.PostgresSchema(t, 0) // application_name is the schema
-	s, release := lockedStock(t, pool)
-	first := make(chan error, 1)
-	go func() { first <- s.Take(ctx, "sku", 1) }() // a batch of one, blocked
-	time.Sleep(200 * time.Millisecond)
-	const queued = 4
-	batch := make(chan error, queued)
-	for i := 0; i < queued; i++ {
-		go func() { batch <- s.Take(ctx, "sku", 1) }() // queue behind it
-	}
-	time.Sleep(200 * time.Millisecond)
-	killLockWaiters(t, pool, schema) // the first statement dies; the four queued go out as one batch and block
-	if err := <-first; err == nil {
-		t.Fatal("the killed take reported success")
-	}
-	killLockWaiters(t, pool, schema)
-	var msgs []string
-	for i := 0; i < queued; i++ {
-		err := <-batch
-		if !errors.Is(err, conditional.ErrAmbiguousCommit) {
-			t.Fatalf("take %d of the killed batch: %v, want ErrAmbiguousCommit", i, err)
-		}
-		msgs = append(msgs, err.Error())
-	}
-	for _, m := range msgs[1:] {
-		if m != msgs[0] {
-			t.Fatalf("the batch's takes got different errors: %q", msgs)
-		}
-	}
-	release()
-	if got := available(t, s, "sku"); got != 10 {
-		t.Fatalf("available %d after two killed statements, want 10", got)
-	}
-}
-
 // A batch the stock covers only in part grants whole requests first fit in
 // arrival order and refuses the rest with ErrSoldOut; a batch it covers in
 // full is granted by one decrement of the batch's sum.
 func TestStockBatchGrantsFirstFitInArrivalOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, release := lockedStock(t, testenv.Postgres(t))
+	pool := testenv.Postgres(t)
+	s, release := lockedStock(t, pool)
 	take := func(n int64) error { return s.Take(ctx, "sku", n) }
 	// 9 left after the first take of 1: 4 fits, 6 not, 2 and 1 fit.
-	errs := batchBehind(release, take, 1, 4, 6, 2, 1)
+	errs := batchBehind(t, pool, release, take, 1, 4, 6, 2, 1)
 	for i, want := range []error{nil, nil, conditional.ErrSoldOut, nil, nil} {
 		if err := errs[i]; !errors.Is(err, want) || (err == nil) != (want == nil) {
 			t.Errorf("take %d: %v, want %v", i, err, want)
@@ -411,8 +330,9 @@ func TestStockBatchGrantsFirstFitInArrivalOrder(t *testing.T) {
 	}
 
 	// Now a batch the 2 units cover in full: two takes of 1 queued behind a held lock.
-	s2, release2 := lockedStock(t, testenv.Postgres(t))
-	for i, err := range batchBehind(release2, func(n int64) error { return s2.Take(ctx, "sku", n) }, 8, 1, 1) {
+	pool2 := testenv.Postgres(t)
+	s2, release2 := lockedStock(t, pool2)
+	for i, err := range batchBehind(t, pool2, release2, func(n int64) error { return s2.Take(ctx, "sku", n) }, 8, 1, 1) {
 		if err != nil {
 			t.Fatalf("take %d, covered by the stock: %v", i, err)
 		}
@@ -422,19 +342,22 @@ func TestStockBatchGrantsFirstFitInArrivalOrder(t *testing.T) {
 	}
 }
 
-// batchBehind runs op(amounts[0]) while a transaction holds the row, so
-// it blocks alone, queues op on the other amounts behind it in arrival
-// order, so they go out as one batch, then calls release and returns
-// every call's error, in order.
-func batchBehind(release func(), op func(int64) error, amounts ...int64) []error {
+// batchBehind runs op(amounts[0]) while a transaction holds the row (on
+// db, a pool of the test's schema), waits until it is sent and blocked on
+// the row lock, queues op on the other amounts behind it one after the
+// other, each once the one before waits in the queue, so that they go out
+// as one batch in this order, then calls release and returns every call's
+// error, in order.
+func batchBehind(t *testing.T, db testenv.Querier, release func(), op func(int64) error, amounts ...int64) []error {
+	t.Helper()
 	out := make([]chan error, len(amounts))
 	for i, n := range amounts {
 		out[i] = make(chan error, 1)
 		go func() { out[i] <- op(n) }()
 		if i == 0 {
-			time.Sleep(100 * time.Millisecond) // the first is sent and blocked
+			testenv.WaitLockWaiters(t, db, 1)
 		} else {
-			time.Sleep(30 * time.Millisecond) // keep arrival order
+			testenv.WaitParked(t, i, queued)
 		}
 	}
 	release()

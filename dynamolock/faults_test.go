@@ -3,6 +3,7 @@ package dynamolock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,52 +12,60 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/nolock/nolock/dynamolock"
+	"github.com/nolock/nolock/internal/testenv"
 )
 
 // Writes whose answers are lost: each is resolved by reading the item back,
 // and a write that applied is adopted. In particular a heartbeat that timed
 // out but succeeded never costs the holder its lock (cirello-io/dynamolock
-// #280), and a held lock's record version number keeps changing.
+// #280), and after the faults the record version keeps changing.
 func TestLostResponses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	server, table := newTable(t)
 	for _, tc := range []struct {
 		name string
-		rule func(string) fault
+		op   string
+		n    int
+		what fault
 	}{
-		{"acquire answer lost", times("acquire", 1, dropResponse)},
-		{"acquire retried by the SDK after it applied", times("acquire", 1, sdkRetry)},
-		{"acquire request lost", times("acquire", 2, dropRequest)},
-		{"heartbeat answers lost", times("heartbeat", 3, dropResponse)},
-		{"heartbeats retried by the SDK after they applied", times("heartbeat", 3, sdkRetry)},
-		{"heartbeat requests lost", times("heartbeat", 2, dropRequest)},
-		{"release answer lost", times("release", 1, dropResponse)},
-		{"release retried by the SDK after it applied", times("release", 1, sdkRetry)},
+		{"acquire answer lost", "acquire", 1, dropResponse},
+		{"acquire retried by the SDK after it applied", "acquire", 1, sdkRetry},
+		{"acquire request lost", "acquire", 2, dropRequest},
+		{"heartbeat answers lost", "heartbeat", 3, dropResponse},
+		{"heartbeats retried by the SDK after they applied", "heartbeat", 3, sdkRetry},
+		{"heartbeat requests lost", "heartbeat", 2, dropRequest},
+		{"release answer lost", "release", 1, dropResponse},
+		{"release retried by the SDK after it applied", "release", 1, sdkRetry},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			api := &faulty{DynamoDBAPI: server}
-			api.setRule(tc.rule)
-			c := newClient(t, api, table, dynamolock.WithHeartbeat(50*time.Millisecond))
+			api.setRule(times(tc.op, tc.n, tc.what))
+			c := newClient(t, api, table, dynamolock.WithHeartbeat(testLease/16))
 			key := tc.name
 			l := mustAcquire(t, c, key)
 			if l.Token() != 1 {
 				t.Fatalf("token %d, want 1", l.Token())
 			}
-			rvns := map[string]bool{}
-			for i := 0; i < 8; i++ { // 3 leases' worth of heartbeats
-				time.Sleep(testLease / 4)
-				rvns[attrS(readItem(t, server, table, key), dynamolock.AttrRVN)] = true
-			}
-			if closed(l.Lost()) {
-				t.Fatalf("the holder lost its lock: %v", l.Err())
-			}
-			if len(rvns) < 4 {
-				t.Fatalf("only %d distinct record versions over 8 reads: heartbeats stalled", len(rvns))
-			}
+			rvn, changes := "", -1
+			testenv.Until(t, "the faults injected and three heartbeats landed after them", func() (bool, error) {
+				if closed(l.Lost()) {
+					return false, fmt.Errorf("the holder lost its lock: %w", l.Err())
+				}
+				if tc.op != "release" && api.injected.Load() < int64(tc.n) {
+					return false, nil
+				}
+				if r := attrS(readItem(t, server, table, key), dynamolock.AttrRVN); r != rvn {
+					rvn, changes = r, changes+1
+				}
+				return changes >= 3, nil
+			})
 			if err := l.Release(ctx); err != nil {
 				t.Fatalf("release: %v", err)
+			}
+			if n := api.injected.Load(); n != int64(tc.n) {
+				t.Fatalf("%d faults injected; want %d", n, tc.n)
 			}
 			item := readItem(t, server, table, key)
 			if attrS(item, dynamolock.AttrReleased) != "1" || attrN(item, dynamolock.AttrToken) != "1" {
@@ -92,7 +101,7 @@ func TestHeartbeatRacingRelease(t *testing.T) {
 	ctx := context.Background()
 	server, table := newTable(t)
 	api := &blocking{DynamoDBAPI: server, inFlight: make(chan *dynamodb.UpdateItemInput, 1)}
-	c := newClient(t, api, table, dynamolock.WithHeartbeat(50*time.Millisecond))
+	c := newClient(t, api, table, dynamolock.WithHeartbeat(testLease/16))
 	l := mustAcquire(t, c, "k")
 	api.block.Store(true)
 	late := <-api.inFlight // a heartbeat is on the wire
@@ -120,26 +129,30 @@ func TestHeartbeatRacingRelease(t *testing.T) {
 // DynamoDB unreachable: the lock is not extended on errors. Expiring closes
 // first, then Lost with Cause Expired and the last DynamoDB error in its
 // chain (so "lost" and "unreachable" can be told apart), one lease after
-// the last confirmed heartbeat.
+// the last confirmed write was sent. The test knows that send time within
+// bounds: no later than the wrapper saw the write, and no earlier than
+// the answer to the write before it (one write is on the wire at a time).
 func TestUnreachableExpires(t *testing.T) {
 	t.Parallel()
 	server, table := newTable(t)
-	api := &faulty{DynamoDBAPI: server}
-	c := newClient(t, api, table, dynamolock.WithHeartbeat(50*time.Millisecond), dynamolock.WithExpiryWarning(150*time.Millisecond))
+	cut := &faulty{DynamoDBAPI: server}
+	api := &counting{DynamoDBAPI: cut}
+	warning := testLease / 4
+	c := newClient(t, api, table, dynamolock.WithHeartbeat(testLease/8), dynamolock.WithExpiryWarning(warning))
 	l := mustAcquire(t, c, "k")
-	time.Sleep(120 * time.Millisecond)
-	cut := time.Now()
-	api.blackhole.Store(true)
+	testenv.Until(t, "two heartbeats confirmed", func() (bool, error) { return api.succeeded("heartbeat") >= 2, nil })
+	cut.blackhole.Store(true)
+	t.Cleanup(func() { cut.blackhole.Store(false) }) // before c's Close
 	warnedFirst := make(chan bool, 1)
 	go func() { <-l.Lost(); warnedFirst <- closed(l.Expiring()) }()
-	if !waitClosed(l.Expiring(), 2*time.Second) {
+	if !waitClosed(l.Expiring(), 2*testLease) {
 		t.Fatal("no warning")
 	}
-	warned := time.Since(cut)
-	if !waitClosed(l.Lost(), 2*time.Second) {
+	warned := time.Now()
+	if !waitClosed(l.Lost(), 2*testLease) {
 		t.Fatal("never lost")
 	}
-	lostAfter := time.Since(cut)
+	lostAt := time.Now()
 	if !<-warnedFirst {
 		t.Fatal("Lost closed before Expiring")
 	}
@@ -147,33 +160,42 @@ func TestUnreachableExpires(t *testing.T) {
 	if !errors.As(l.Err(), &lost) || lost.Cause != dynamolock.Expired || !errors.Is(l.Err(), errInjected) || !errors.Is(l.Err(), dynamolock.ErrLockLost) {
 		t.Fatalf("err %v; want Expired, ErrLockLost and the injected error", l.Err())
 	}
-	// The last confirmed heartbeat was sent about one heartbeat (plus a
-	// round trip) before the cut; the warning comes 150ms before the end.
-	if lostAfter > testLease+400*time.Millisecond || lostAfter < testLease-250*time.Millisecond || warned < testLease-450*time.Millisecond {
-		t.Fatalf("warned %v and lost %v after the cut; want lost about a lease (%v) after it, warned 150ms before", warned, lostAfter, testLease)
+	writes := api.recorded("")
+	k := len(writes) - 1
+	for writes[k].err != nil {
+		k--
 	}
-	t.Logf("cut off: warned after %v, lost after %v", warned.Round(time.Millisecond), lostAfter.Round(time.Millisecond))
-	api.blackhole.Store(false)
+	earliest, latest := writes[k-1].done, writes[k].sent // the last confirmed write's send
+	slack := testLease / 4                               // a timer's and a goroutine's delay on a busy machine
+	if lostAt.Before(earliest.Add(testLease)) || lostAt.After(latest.Add(testLease+slack)) ||
+		warned.Before(earliest.Add(testLease-warning)) || warned.After(latest.Add(testLease-warning+slack)) {
+		t.Fatalf("warned %v and lost %v after the last confirmed write (sent %v after the answer before it); want lost a lease (%v) after it, warned %v before that",
+			warned.Sub(latest), lostAt.Sub(latest), latest.Sub(earliest), testLease, warning)
+	}
+	t.Logf("cut off: warned %v and lost %v after the last confirmed write", warned.Sub(latest).Round(time.Millisecond), lostAt.Sub(latest).Round(time.Millisecond))
 }
 
 // A process paused past its lease wakes to find its lock expired: Expiring
 // and Lost close at once, in that order, even though the warning's instant
 // passed while it was paused (cirello-io/dynamolock #446), and no heartbeat
 // is sent to revive the lock. The pause is simulated by the holder's clock
-// jumping forward.
+// jumping ten leases forward as the acquiring write's answer arrives, so
+// the lock's goroutine first runs after the jump.
 func TestExpiredOnWakeUp(t *testing.T) {
 	t.Parallel()
 	server, table := newTable(t)
-	api := &counting{DynamoDBAPI: server}
 	var offset atomic.Int64
 	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	c := newClient(t, api, table, dynamolock.WithClock(clock), dynamolock.WithHeartbeat(50*time.Millisecond))
+	api := &counting{DynamoDBAPI: server, after: func(op string, err error) {
+		if op == "acquire" && err == nil {
+			offset.Store(int64(10 * testLease))
+		}
+	}}
+	c := newClient(t, api, table, dynamolock.WithClock(clock), dynamolock.WithHeartbeat(testLease/8))
 	l := mustAcquire(t, c, "k")
 	warnedFirst := make(chan bool, 1)
 	go func() { <-l.Lost(); warnedFirst <- closed(l.Expiring()) }()
-	time.Sleep(20 * time.Millisecond)
-	offset.Store(int64(10 * testLease))
-	if !waitClosed(l.Lost(), time.Second) {
+	if !waitClosed(l.Lost(), testLease) {
 		t.Fatal("not lost after the jump")
 	}
 	var lost *dynamolock.LostError
@@ -183,10 +205,11 @@ func TestExpiredOnWakeUp(t *testing.T) {
 	if !<-warnedFirst {
 		t.Fatal("Lost was closed before Expiring")
 	}
-	// Nothing is written once the lock is lost: the item keeps its version.
-	before, rvn := api.updates.Load(), attrS(readItem(t, server, table, "k"), dynamolock.AttrRVN)
-	time.Sleep(200 * time.Millisecond) // four heartbeat periods
-	if n := api.updates.Load() - before; n != 0 || attrS(readItem(t, server, table, "k"), dynamolock.AttrRVN) != rvn {
-		t.Fatalf("%d writes after the lock expired; the item must be left alone", n)
+	// Close waits for the lock's goroutine: nothing more can be sent.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(api.recorded("heartbeat")); n != 0 {
+		t.Fatalf("%d heartbeats sent by a lock that expired before its first; the item must be left alone", n)
 	}
 }

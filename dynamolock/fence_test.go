@@ -125,12 +125,14 @@ func TestTransactConditionCheck(t *testing.T) {
 	if err := la.Transact(ctx, server, put("a")); err != nil {
 		t.Fatalf("holder's transaction: %v", err)
 	}
-	cut.blackhole.Store(true) // a's heartbeats stop landing
+	cut.blackhole.Store(true)                        // a's heartbeats stop landing
+	t.Cleanup(func() { cut.blackhole.Store(false) }) // before a's Close
 	start := time.Now()
 	lb := mustAcquire(t, b, "lock")
 	defer lb.Close()
-	if time.Since(start) < testLease/2 || lb.Token() != la.Token()+1 {
-		t.Fatalf("b took over after %v with token %d", time.Since(start), lb.Token())
+	// b first saw a's last version after start, and waited a lease.
+	if took := time.Since(start); took < testLease || lb.Token() != la.Token()+1 {
+		t.Fatalf("b took over after %v with token %d; want at least a lease (%v) and token %d", took, lb.Token(), testLease, la.Token()+1)
 	}
 	if err := lb.Transact(ctx, server, put("b")); err != nil {
 		t.Fatalf("new holder's transaction: %v", err)
@@ -141,7 +143,6 @@ func TestTransactConditionCheck(t *testing.T) {
 	if body, _ := readDoc(t, server, table, "doc"); body != "b" {
 		t.Fatalf("doc %q; want b's", body)
 	}
-	cut.blackhole.Store(false)
 }
 
 // Where the server returns the item with a failed condition (DynamoDB,

@@ -2,14 +2,15 @@ package dynamolock_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
-	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/nolock/nolock/dynamolock"
-	"github.com/nolock/nolock/internal/services"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
@@ -18,7 +19,7 @@ import (
 // answers is swallowed, with everything after it on that connection (the
 // request applied, the answer never comes, the connection stays open);
 // while blackhole is set, every answer is swallowed.
-func proxied(t *testing.T, dropNext, blackhole *atomic.Bool) dynamolock.DynamoDBAPI {
+func proxied(t *testing.T, dropNext, blackhole *atomic.Bool) *dynamodb.Client {
 	t.Helper()
 	down := func(dst io.Writer, src io.Reader) {
 		dead := false
@@ -40,10 +41,7 @@ func proxied(t *testing.T, dropNext, blackhole *atomic.Bool) dynamolock.DynamoDB
 			}
 		}
 	}
-	endpoint := testenv.Proxy(t, testenv.DynamoDBEndpoint(t), nil, down)
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	t.Cleanup(tr.CloseIdleConnections)
-	return services.DynamoDBClient(endpoint, &http.Client{Transport: services.OwnBody(tr)})
+	return clientFor(t, testenv.Proxy(t, testenv.DynamoDBEndpoint(t), nil, down))
 }
 
 // One heartbeat whose answer never comes (it applied; the reply was
@@ -52,26 +50,41 @@ func proxied(t *testing.T, dropNext, blackhole *atomic.Bool) dynamolock.DynamoDB
 // the hung write's RVN too, succeeds.
 func TestHungHeartbeatKeepsLock(t *testing.T) {
 	t.Parallel()
-	// 50 ms, and the largest heartbeat allowed, half the lease.
-	for _, hb := range []time.Duration{50 * time.Millisecond, testLease / 2} {
+	// A short heartbeat, and the largest allowed, half the lease.
+	for _, hb := range []time.Duration{testLease / 16, testLease / 2} {
 		t.Run(hb.String(), func(t *testing.T) {
 			t.Parallel()
 			server, table := newTable(t)
-			var dropNext, blackhole atomic.Bool
-			api := proxied(t, &dropNext, &blackhole)
+			var dropNext, blackhole, armed atomic.Bool
+			api := &counting{DynamoDBAPI: proxied(t, &dropNext, &blackhole), before: func(op string) {
+				if op == "heartbeat" && armed.CompareAndSwap(false, true) {
+					dropNext.Store(true) // this heartbeat's answer is the next one the server sends
+				}
+			}}
 			c := newClient(t, api, table, dynamolock.WithHeartbeat(hb))
 			l := mustAcquire(t, c, "k")
-			time.Sleep(100 * time.Millisecond)
 			before := attrS(readItem(t, server, table, "k"), dynamolock.AttrRVN)
-			dropNext.Store(true)
-			if waitClosed(l.Lost(), 2*testLease) {
-				t.Fatalf("one hung heartbeat lost the lock: %v", l.Err())
-			}
+			testenv.Until(t, "a heartbeat after the hung one confirmed", func() (bool, error) {
+				if closed(l.Lost()) {
+					return false, fmt.Errorf("one hung heartbeat lost the lock: %w", l.Err())
+				}
+				beats := api.recorded("heartbeat")
+				for i, w := range beats {
+					if w.err != nil {
+						for _, later := range beats[i+1:] {
+							if later.err == nil && later.sent.After(w.sent) {
+								return true, nil
+							}
+						}
+					}
+				}
+				return false, nil
+			})
 			if dropNext.Load() {
 				t.Fatal("no answer was swallowed: the test tested nothing")
 			}
 			if after := attrS(readItem(t, server, table, "k"), dynamolock.AttrRVN); after == before {
-				t.Fatalf("record version unchanged (%s) over two leases: heartbeats stalled", after)
+				t.Fatalf("record version unchanged (%s): heartbeats stalled", after)
 			}
 			if err := l.Close(); err != nil {
 				t.Fatalf("close: %v", err)
@@ -82,20 +95,23 @@ func TestHungHeartbeatKeepsLock(t *testing.T) {
 
 // A release whose answer never comes is retried within Close's budget: the
 // retry, conditional on the release's own RVN, succeeds, so Close returns
-// nil promptly and the item ends released.
+// nil promptly (a release attempt waits a quarter of the lease) and the
+// item ends released.
 func TestHungReleaseRetried(t *testing.T) {
 	t.Parallel()
 	server, table := newTable(t)
-	var dropNext, blackhole atomic.Bool
-	api := proxied(t, &dropNext, &blackhole)
-	c := newClient(t, api, table, dynamolock.WithHeartbeat(400*time.Millisecond))
+	var dropNext, blackhole, armed atomic.Bool
+	api := &counting{DynamoDBAPI: proxied(t, &dropNext, &blackhole), before: func(op string) {
+		if op == "release" && armed.CompareAndSwap(false, true) {
+			dropNext.Store(true) // Release has stopped the heartbeats: the next answer is this one's
+		}
+	}}
+	c := newClient(t, api, table, dynamolock.WithHeartbeat(testLease/2))
 	l := mustAcquire(t, c, "k")
-	time.Sleep(30 * time.Millisecond)
-	dropNext.Store(true)
 	start := time.Now()
 	err := l.Close()
 	took := time.Since(start)
-	if dropNext.Load() {
+	if dropNext.Load() || !armed.Load() {
 		t.Fatal("no answer was swallowed: the test tested nothing")
 	}
 	if item := readItem(t, server, table, "k"); attrS(item, dynamolock.AttrReleased) != "1" {
@@ -106,6 +122,9 @@ func TestHungReleaseRetried(t *testing.T) {
 	}
 	if took > 3*testLease/4 {
 		t.Fatalf("Close took %v; want well under a lease (%v)", took, testLease)
+	}
+	if n := len(api.recorded("release")); n < 2 {
+		t.Fatalf("%d release attempts; want the hung one and its retry", n)
 	}
 	t.Logf("Close took %v", took.Round(time.Millisecond))
 }
@@ -118,7 +137,7 @@ func TestHungDynamoDBExpiresWithLast(t *testing.T) {
 	_, table := newTable(t)
 	var dropNext, blackhole atomic.Bool
 	api := proxied(t, &dropNext, &blackhole)
-	c := newClient(t, api, table, dynamolock.WithHeartbeat(50*time.Millisecond))
+	c := newClient(t, api, table, dynamolock.WithHeartbeat(testLease/16))
 	l := mustAcquire(t, c, "k")
 	blackhole.Store(true)
 	if !waitClosed(l.Lost(), 3*testLease) {

@@ -92,7 +92,7 @@ func TestAcquireReleaseItemAndToken(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	api, table := newTable(t)
-	c := newClient(t, api, table, dynamolock.WithOwner("worker-1"), dynamolock.WithHeartbeat(50*time.Millisecond))
+	c := newClient(t, api, table, dynamolock.WithOwner("worker-1"), dynamolock.WithHeartbeat(testLease/8))
 
 	l := mustAcquire(t, c, "job", dynamolock.WithData([]byte("payload")))
 	if l.Token() != 1 || string(l.Data()) != "payload" || l.Key() != "job" {
@@ -100,17 +100,19 @@ func TestAcquireReleaseItemAndToken(t *testing.T) {
 	}
 	item := readItem(t, api, table, "job")
 	rvn := attrS(item, dynamolock.AttrRVN)
-	if attrS(item, dynamolock.AttrOwner) != "worker-1" || rvn == "" || attrS(item, dynamolock.AttrLease) != "800" ||
+	if attrS(item, dynamolock.AttrOwner) != "worker-1" || rvn == "" || attrS(item, dynamolock.AttrLease) != strconv.Itoa(int(testLease.Milliseconds())) ||
 		attrN(item, dynamolock.AttrToken) != "1" || item[dynamolock.AttrReleased] != nil {
 		t.Fatalf("held item %v", item)
 	}
 	if b, ok := item[dynamolock.AttrData].(*types.AttributeValueMemberB); !ok || string(b.Value) != "payload" {
 		t.Fatalf("data attribute %v", item[dynamolock.AttrData])
 	}
-	time.Sleep(200 * time.Millisecond) // about four heartbeats
-	item = readItem(t, api, table, "job")
-	if attrS(item, dynamolock.AttrRVN) == rvn || attrN(item, dynamolock.AttrToken) != "1" {
-		t.Fatalf("after heartbeats: rvn %q (was %q), token %s; want a new rvn and token 1", attrS(item, dynamolock.AttrRVN), rvn, attrN(item, dynamolock.AttrToken))
+	testenv.Until(t, "a heartbeat wrote a new record version", func() (bool, error) {
+		item = readItem(t, api, table, "job")
+		return attrS(item, dynamolock.AttrRVN) != rvn, nil
+	})
+	if attrN(item, dynamolock.AttrToken) != "1" {
+		t.Fatalf("after a heartbeat: token %s; want 1", attrN(item, dynamolock.AttrToken))
 	}
 	if closed(l.Lost()) || l.Err() != nil || l.Context().Err() != nil {
 		t.Fatal("a held lock reports an end")
@@ -143,41 +145,92 @@ func TestAcquireReleaseItemAndToken(t *testing.T) {
 }
 
 // An uncontended acquire and release is two calls (two conditional writes,
-// no read), and holding a lock costs one call per heartbeat.
+// no read), and holding a lock costs one call per heartbeat period: the
+// k-th confirmed heartbeat is sent no earlier than k periods after the
+// acquisition (the ceiling, measured on the test's own clock), heartbeats
+// keep coming (the floor: ten of them, however slow the machine), and
+// none needs a read. A write that times out is retried, so the only
+// failed calls allowed are timeouts, and they are reported.
 func TestCallsPerPairAndHeartbeat(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	server, table := newTable(t)
 	api := &counting{DynamoDBAPI: server}
-	c := newClient(t, api, table, dynamolock.WithLease(400*time.Millisecond), dynamolock.WithHeartbeat(50*time.Millisecond))
+	hb := testLease / 16
+	c := newClient(t, api, table, dynamolock.WithHeartbeat(hb))
+	// ceiling returns how many confirmed heartbeats writes allow, and fails
+	// the test if the k-th was sent less than k periods after start.
+	ceiling := func(writes []write, start time.Time) int {
+		k := 0
+		for _, w := range writes {
+			if w.err != nil {
+				continue
+			}
+			k++
+			if since := w.sent.Sub(start); since < time.Duration(k)*hb {
+				t.Fatalf("confirmed heartbeat %d of %s sent %v after the acquisition began; want at least %d periods of %v", k, w.key, since, k, hb)
+			}
+		}
+		return k
+	}
 	const pairs = 20
+	pairBeats := 0
 	for i := 0; i < pairs; i++ {
-		l, err := c.Acquire(ctx, "k"+strconv.Itoa(i%3))
+		key := "k" + strconv.Itoa(i%3) // absent at first, then released
+		start := time.Now()
+		l, err := c.Acquire(ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+		var beats []write
+		for _, w := range api.recorded("heartbeat") {
+			if w.key == key && !w.sent.Before(start) {
+				beats = append(beats, w)
+			}
+		}
+		pairBeats += ceiling(beats, start) // a pair slower than a period (a busy machine) heartbeats
 	}
-	if u, g, d := api.updates.Load(), api.gets.Load(), api.deletes.Load(); u != 2*pairs || g != 0 || d != 0 {
-		t.Fatalf("%d pairs cost %d updates, %d gets, %d deletes; want %d updates and nothing else", pairs, u, g, d, 2*pairs)
+	timeouts := 0
+	for _, w := range append(api.recorded("acquire"), api.recorded("release")...) {
+		if w.err != nil {
+			if !errors.Is(w.err, context.DeadlineExceeded) {
+				t.Fatalf("%s of %s failed: %v", w.op, w.key, w.err)
+			}
+			timeouts++
+		}
+	}
+	if a, r, g, d := api.succeeded("acquire"), api.succeeded("release"), api.gets.Load(), api.deletes.Load(); a != pairs || r != pairs || g > int64(timeouts) || d != 0 {
+		t.Fatalf("%d pairs cost %d acquiring and %d releasing writes, %d gets, %d deletes (%d writes timed out); want %d and %d, no delete, and no read but after a timeout",
+			pairs, a, r, g, d, timeouts, pairs, pairs)
 	}
 
-	l := mustAcquire(t, c, "held")
-	before := api.updates.Load()
 	start := time.Now()
-	time.Sleep(time.Second)
-	beats := api.updates.Load() - before
+	l := mustAcquire(t, c, "held")
+	var beats []write
+	testenv.Until(t, "ten heartbeats confirmed", func() (bool, error) {
+		if closed(l.Lost()) {
+			return false, l.Err()
+		}
+		beats = beats[:0]
+		for _, w := range api.recorded("heartbeat") {
+			if w.key == "held" {
+				beats = append(beats, w)
+			}
+		}
+		return ceiling(beats, start) >= 10, nil
+	})
 	held := time.Since(start)
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want := int64(held / (50 * time.Millisecond))
-	if beats < want/2 || beats > want+1 || api.gets.Load() != 0 { // a loaded machine delays heartbeats, never adds calls
-		t.Fatalf("holding %v cost %d updates and %d gets; want about %d updates (one per heartbeat) and no reads", held, beats, api.gets.Load(), want)
+	if g := api.gets.Load(); g > int64(timeouts) {
+		t.Fatalf("holding cost %d reads; want none", g)
 	}
-	t.Logf("%d pairs: %d calls; held %v: %d heartbeats, one call each", pairs, 2*pairs, held.Round(time.Millisecond), beats)
+	t.Logf("%d pairs: %d calls (%d heartbeats, %d timeouts); held %v: %d heartbeat calls, %d confirmed (at most %d periods)",
+		pairs, 2*pairs+pairBeats+timeouts, pairBeats, timeouts, held.Round(time.Millisecond), len(beats), ceiling(beats, start), held/hb)
 }
 
 // TryAcquire on a held lock says who holds it, and changes nothing.
@@ -213,53 +266,50 @@ func TestTryAcquireHeld(t *testing.T) {
 // A live holder is never displaced, however long others wait; a dead one
 // (its heartbeats stopped: every call it makes fails) is taken over by
 // TryAcquire once this client has seen the same version for a full lease,
-// and not before.
+// and not before. The waiter tries both locks side by side, for more than
+// a lease.
 func TestTryAcquireTakesOverDeadHolder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	server, table := newTable(t)
-	holderAPI := &faulty{DynamoDBAPI: server}
-	holder := newClient(t, holderAPI, table, dynamolock.WithHeartbeat(50*time.Millisecond))
+	deadAPI := &faulty{DynamoDBAPI: server}
+	liveHolder := newClient(t, server, table, dynamolock.WithHeartbeat(testLease/8))
+	deadHolder := newClient(t, deadAPI, table, dynamolock.WithHeartbeat(testLease/8))
+	t.Cleanup(func() { deadAPI.blackhole.Store(false) }) // before deadHolder's Close
 	waiter := newClient(t, server, table)
 
-	live := mustAcquire(t, holder, "live")
-	deadline := time.Now().Add(3 * testLease)
-	for time.Now().Before(deadline) {
+	live := mustAcquire(t, liveHolder, "live")
+	dead := mustAcquire(t, deadHolder, "dead")
+	deadAPI.blackhole.Store(true) // the holder is cut off: no heartbeat lands
+	begin := time.Now()
+	var got *dynamolock.Lock
+	var took time.Duration
+	for got == nil || time.Since(begin) < testLease+testLease/4 {
 		if l, err := waiter.TryAcquire(ctx, "live"); !errors.Is(err, dynamolock.ErrNotAcquired) {
 			if l != nil {
 				l.Close()
 			}
 			t.Fatalf("TryAcquire of a live holder's lock: %v", err)
 		}
-		time.Sleep(30 * time.Millisecond)
+		if got == nil {
+			l, err := waiter.TryAcquire(ctx, "dead")
+			switch {
+			case err == nil:
+				got, took = l, time.Since(begin)
+			case !errors.Is(err, dynamolock.ErrNotAcquired):
+				t.Fatal(err)
+			case time.Since(begin) > 3*testLease:
+				t.Fatal("the dead holder's lock was never taken over")
+			}
+		}
+		time.Sleep(testPoll) // the period of a caller that retries TryAcquire
 	}
 	if closed(live.Lost()) {
 		t.Fatalf("live holder lost its lock: %v", live.Err())
 	}
-	live.Close()
-
-	dead := mustAcquire(t, holder, "dead")
-	holderAPI.blackhole.Store(true) // the holder is cut off: no heartbeat lands
-	if _, err := waiter.TryAcquire(ctx, "dead"); !errors.Is(err, dynamolock.ErrNotAcquired) {
-		t.Fatalf("first sighting: %v", err)
-	}
-	first := time.Now()
-	var got *dynamolock.Lock
-	for got == nil {
-		l, err := waiter.TryAcquire(ctx, "dead")
-		switch {
-		case err == nil:
-			got = l
-		case !errors.Is(err, dynamolock.ErrNotAcquired):
-			t.Fatal(err)
-		case time.Since(first) > 3*testLease:
-			t.Fatal("the dead holder's lock was never taken over")
-		default:
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	took := time.Since(first)
-	if took < testLease-20*time.Millisecond || got.Token() != dead.Token()+1 {
+	// The waiter's first sighting came after begin, and the takeover a
+	// lease (the holder's, stored on the item) after that.
+	if took < testLease || got.Token() != dead.Token()+1 {
 		t.Fatalf("taken over after %v with token %d; want at least a lease (%v) and token %d", took, got.Token(), testLease, dead.Token()+1)
 	}
 	if !waitClosed(dead.Lost(), 2*testLease) {
@@ -269,8 +319,9 @@ func TestTryAcquireTakesOverDeadHolder(t *testing.T) {
 	if !errors.As(dead.Err(), &lost) || lost.Cause != dynamolock.Expired || !errors.Is(dead.Err(), errInjected) {
 		t.Fatalf("cut-off holder's error %v; want Expired with the last DynamoDB error", dead.Err())
 	}
-	t.Logf("dead holder's lock taken over %v after the first sighting", took.Round(time.Millisecond))
+	t.Logf("dead holder's lock taken over %v after the cut (lease %v)", took.Round(time.Millisecond), testLease)
 	got.Close()
+	live.Close()
 }
 
 // Only the waiter's own elapsed time counts: with an injected clock, a dead
@@ -288,6 +339,7 @@ func TestTakeoverUsesOwnClock(t *testing.T) {
 
 	dead := mustAcquire(t, holder, "k")
 	holderAPI.blackhole.Store(true)
+	t.Cleanup(func() { holderAPI.blackhole.Store(false) }) // before holder's Close
 	for i := 0; i < 3; i++ {
 		if _, err := waiter.TryAcquire(ctx, "k"); !errors.Is(err, dynamolock.ErrNotAcquired) {
 			t.Fatalf("before the waiter's clock advanced a lease: %v", err)
@@ -299,7 +351,6 @@ func TestTakeoverUsesOwnClock(t *testing.T) {
 		t.Fatalf("after the waiter's clock advanced a lease: %v", err)
 	}
 	l.Close()
-	holderAPI.blackhole.Store(false)
 }
 
 // Many goroutines on several clients contend for one key: never two inside
@@ -312,7 +363,7 @@ func TestMutualExclusionGoroutines(t *testing.T) {
 	const clients, perClient, rounds = 4, 3, 6
 	cs := make([]*dynamolock.Client, clients)
 	for i := range cs {
-		cs[i] = newClient(t, api, table, dynamolock.WithLease(time.Second), dynamolock.WithPoll(20*time.Millisecond))
+		cs[i] = newClient(t, api, table)
 	}
 	var inside, overlaps, regressions, entries, lastToken atomic.Int64
 	enter := func(token int64) {
@@ -352,7 +403,7 @@ func TestMutualExclusionGoroutines(t *testing.T) {
 			var err error
 			defer func() { errs <- err }()
 			for r := 0; r < rounds; r++ {
-				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), testenv.Scale(time.Minute))
 				var l *dynamolock.Lock
 				l, err = cs[g%clients].Acquire(ctx, "hot")
 				cancel()
@@ -430,16 +481,17 @@ func TestMaxHold(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	api, table := newTable(t)
-	c := newClient(t, api, table, dynamolock.WithHeartbeat(50*time.Millisecond), dynamolock.WithExpiryWarning(100*time.Millisecond))
+	const maxHold, warning = 300 * time.Millisecond, 100 * time.Millisecond
+	c := newClient(t, api, table, dynamolock.WithHeartbeat(testLease/8), dynamolock.WithExpiryWarning(warning))
 	start := time.Now()
-	l := mustAcquire(t, c, "k", dynamolock.WithMaxHold(300*time.Millisecond))
+	l := mustAcquire(t, c, "k", dynamolock.WithMaxHold(maxHold))
 	warnedFirst := make(chan bool, 1)
 	go func() { <-l.Lost(); warnedFirst <- closed(l.Expiring()) }()
-	if !waitClosed(l.Expiring(), 2*time.Second) {
+	if !waitClosed(l.Expiring(), maxHold+testLease) {
 		t.Fatal("no warning before the maximum hold")
 	}
 	warned := time.Since(start)
-	if !waitClosed(l.Lost(), 2*time.Second) {
+	if !waitClosed(l.Lost(), maxHold+testLease) {
 		t.Fatal("the maximum hold did not end the lock")
 	}
 	ended := time.Since(start)
@@ -450,8 +502,11 @@ func TestMaxHold(t *testing.T) {
 	if !errors.As(l.Err(), &lost) || lost.Cause != dynamolock.MaxHold {
 		t.Fatalf("err %v; want MaxHold", l.Err())
 	}
-	if ended < 300*time.Millisecond || ended > 300*time.Millisecond+testLease || warned < 190*time.Millisecond {
-		t.Fatalf("warned after %v, ended after %v; want the warning from 200ms and the end from 300ms", warned, ended)
+	// The hold counts from the acquiring write's send, after start: neither
+	// the warning nor the end can come early; on a busy machine they may
+	// come late, but within a lease.
+	if warned < maxHold-warning || ended < maxHold || ended > maxHold+testLease {
+		t.Fatalf("warned after %v, ended after %v; want the warning from %v and the end from %v", warned, ended, maxHold-warning, maxHold)
 	}
 	if err := l.Release(ctx); !errors.As(err, &lost) {
 		t.Fatalf("Release after the maximum hold: %v", err)
@@ -468,12 +523,13 @@ func TestMaxHold(t *testing.T) {
 func TestCloseReleasesAndWaits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	api, table := newTable(t)
+	server, table := newTable(t)
+	api := &counting{DynamoDBAPI: server}
 	a, err := dynamolock.New(api, table, dynamolock.WithPartitionKeyName("pk"), dynamolock.WithLease(testLease))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newClient(t, api, table)
+	b := newClient(t, server, table)
 	l1, l2 := mustAcquire(t, a, "k1"), mustAcquire(t, a, "k2")
 	lb := mustAcquire(t, b, "k3-held-by-b")
 	defer lb.Close()
@@ -482,7 +538,15 @@ func TestCloseReleasesAndWaits(t *testing.T) {
 		_, err := a.Acquire(ctx, "k3-held-by-b")
 		blocked <- err
 	}()
-	time.Sleep(100 * time.Millisecond) // let the Acquire block
+	testenv.Until(t, "the Acquire found the lock held", func() (bool, error) {
+		for _, w := range api.recorded("acquire") {
+			var ccf *types.ConditionalCheckFailedException
+			if w.key == "k3-held-by-b" && errors.As(w.err, &ccf) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -491,14 +555,14 @@ func TestCloseReleasesAndWaits(t *testing.T) {
 		if !errors.Is(err, dynamolock.ErrClosed) {
 			t.Fatalf("blocked Acquire returned %v; want ErrClosed", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testenv.Scale(5 * time.Second)):
 		t.Fatal("a blocked Acquire did not return after Close")
 	}
 	for _, l := range []*dynamolock.Lock{l1, l2} {
 		if !closed(l.Lost()) || !errors.Is(l.Err(), dynamolock.ErrReleased) {
 			t.Fatalf("lock %s after Close: %v", l.Key(), l.Err())
 		}
-		if attrS(readItem(t, api, table, l.Key()), dynamolock.AttrReleased) != "1" {
+		if attrS(readItem(t, server, table, l.Key()), dynamolock.AttrReleased) != "1" {
 			t.Fatalf("lock %s not released by Close", l.Key())
 		}
 	}

@@ -3,6 +3,7 @@ package dynamolock_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/nolock/nolock/dynamolock"
+	"github.com/nolock/nolock/internal/services"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
@@ -22,10 +24,13 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
 }
 
-// Test settings: short leases keep the suite fast.
-const (
-	testLease = 800 * time.Millisecond
-	testPoll  = 50 * time.Millisecond
+// Test settings, stretched by testenv.Scale (4x under -race, more on a
+// machine marked slow): a holder keeps its lock through any stall shorter
+// than the lease, so the lease must outlast the machine's stalls for the
+// tests to check the algorithm rather than the machine's speed.
+var (
+	testLease = testenv.Scale(600 * time.Millisecond).Round(time.Millisecond)
+	testPoll  = testenv.Scale(20 * time.Millisecond)
 )
 
 // newTable returns a client of the default DynamoDB test server and a fresh
@@ -36,9 +41,17 @@ func newTable(t testing.TB) (*dynamodb.Client, string) {
 	return client, testenv.Table(t, client, false)
 }
 
+// clientFor returns a DynamoDB client of endpoint (a proxy's, or a private
+// server's) whose idle connections are closed when the test ends.
+func clientFor(t testing.TB, endpoint string) *dynamodb.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	return services.DynamoDBClient(endpoint, &http.Client{Transport: services.OwnBody(tr)})
+}
+
 // newClient returns a dynamolock.Client on table with the test defaults
-// (partition key pk, lease 800 ms, poll 50 ms) before opts, closed when the
-// test ends.
+// (partition key pk, lease testLease, poll testPoll) before opts, closed
+// when the test ends.
 func newClient(t testing.TB, api dynamolock.DynamoDBAPI, table string, opts ...dynamolock.Option) *dynamolock.Client {
 	t.Helper()
 	base := []dynamolock.Option{dynamolock.WithPartitionKeyName("pk"), dynamolock.WithLease(testLease), dynamolock.WithPoll(testPoll)}
@@ -52,7 +65,7 @@ func newClient(t testing.TB, api dynamolock.DynamoDBAPI, table string, opts ...d
 
 func mustAcquire(t testing.TB, c *dynamolock.Client, key string, opts ...dynamolock.AcquireOption) *dynamolock.Lock {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Scale(30*time.Second))
 	defer cancel()
 	l, err := c.Acquire(ctx, key, opts...)
 	if err != nil {
@@ -106,10 +119,27 @@ func waitClosed(ch <-chan struct{}, d time.Duration) bool {
 	}
 }
 
-// counting counts the calls that reach DynamoDB.
+// counting counts the calls that reach DynamoDB and records every
+// UpdateItem (see write). Its hooks, set when it is made, see each
+// UpdateItem: before as it is passed on, after with its answer, before the
+// caller does.
 type counting struct {
 	dynamolock.DynamoDBAPI
 	gets, updates, deletes atomic.Int64
+	before                 func(op string)
+	after                  func(op string, err error)
+
+	mu     sync.Mutex
+	writes []write
+}
+
+// write is one UpdateItem as a wrapper saw it: the lock operation (see op),
+// the key, when the caller handed it over and when its answer came back,
+// and the error, if any.
+type write struct {
+	op, key    string
+	sent, done time.Time
+	err        error
 }
 
 func (c *counting) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
@@ -119,7 +149,19 @@ func (c *counting) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...
 
 func (c *counting) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	c.updates.Add(1)
-	return c.DynamoDBAPI.UpdateItem(ctx, in, o...)
+	w := write{op: op(in), key: attrS(in.Key, "pk"), sent: time.Now()}
+	if c.before != nil {
+		c.before(w.op)
+	}
+	out, err := c.DynamoDBAPI.UpdateItem(ctx, in, o...)
+	w.done, w.err = time.Now(), err
+	c.mu.Lock()
+	c.writes = append(c.writes, w)
+	c.mu.Unlock()
+	if c.after != nil {
+		c.after(w.op, err)
+	}
+	return out, err
 }
 
 func (c *counting) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
@@ -128,6 +170,31 @@ func (c *counting) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput,
 }
 
 func (c *counting) total() int64 { return c.gets.Load() + c.updates.Load() + c.deletes.Load() }
+
+// recorded returns the UpdateItems of the operation op (all if op is ""),
+// in the order their answers came back.
+func (c *counting) recorded(op string) []write {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []write
+	for _, w := range c.writes {
+		if op == "" || w.op == op {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// succeeded counts the UpdateItems of op that were answered without error.
+func (c *counting) succeeded(op string) int {
+	n := 0
+	for _, w := range c.recorded(op) {
+		if w.err == nil {
+			n++
+		}
+	}
+	return n
+}
 
 // errInjected is the error a faulty client returns for a lost request or
 // response: like a timeout, it says nothing about whether the write applied.
@@ -157,13 +224,14 @@ func op(in *dynamodb.UpdateItemInput) string {
 }
 
 // faulty injects faults into UpdateItem calls, chosen by rule (op is
-// acquire, heartbeat, release or other); reads pass, or fail while
-// blackhole is set, as does every call.
+// acquire, heartbeat, release or other; injected counts the faults it
+// applied); reads pass, or fail while blackhole is set, as does every call.
 type faulty struct {
 	dynamolock.DynamoDBAPI
 	mu        sync.Mutex
 	rule      func(op string) fault
 	blackhole atomic.Bool
+	injected  atomic.Int64
 }
 
 func (f *faulty) setRule(r func(op string) fault) {
@@ -196,6 +264,9 @@ func (f *faulty) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o
 		what = f.rule(op(in))
 	}
 	f.mu.Unlock()
+	if what != pass {
+		f.injected.Add(1)
+	}
 	switch what {
 	case dropRequest:
 		return nil, errInjected

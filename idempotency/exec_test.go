@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/idempotency"
+	"github.com/nolock/nolock/internal/testenv"
 )
 
 // debitSQL is the seed's debit as one statement; its RETURNING row is the
@@ -146,7 +147,7 @@ func TestExecWaitsForInFlightDuplicate(t *testing.T) {
 			}
 			got <- err
 		}()
-		b.waitBlocked(1)
+		testenv.WaitLockWaiters(t, b.pool, 1)
 		release(nil)
 		if err := <-first; err != nil {
 			t.Fatal(err)
@@ -167,7 +168,7 @@ func TestExecExpiredRecordIsTakenOver(t *testing.T) {
 		if _, err := b.execPay(ctx, "pay-1", 10); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // past the record's 50 ms
 		res, err := b.execPay(ctx, "pay-1", 10)
 		if err != nil || res.Replayed {
 			t.Fatalf("Exec on an expired key: %+v, %v; want a fresh run", res, err)
@@ -218,7 +219,7 @@ func TestExecRunsWhenTheRecordWaitedForHasExpired(t *testing.T) {
 			}
 			got <- err
 		}()
-		b.waitBlocked(1)
+		testenv.WaitLockWaiters(t, b.pool, 1)
 		time.Sleep(5 * time.Millisecond) // past the first's record's 1 ms
 		release(nil)
 		if err := <-first; err != nil {
@@ -307,7 +308,7 @@ func TestExecKilledStatementConvergesToOneEffect(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { _, err := b.execPay(ctx, "pay-1", 500); done <- err }()
-		b.waitBlocked(1)
+		testenv.WaitLockWaiters(t, b.pool, 1)
 		mustExec(t, b.pool, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 WHERE application_name = $1 AND wait_event_type = 'Lock'`, b.schema)
 		if err := <-done; !errors.Is(err, idempotency.ErrAmbiguousCommit) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nolock/nolock/idempotency"
+	"github.com/nolock/nolock/internal/testenv"
 )
 
 // payHandler is a payment API: POST /pay?amount=N debits alice and writes
@@ -210,9 +211,7 @@ func TestMiddlewareConcurrentDuplicate(t *testing.T) {
 	h := newHTTPBed(t, gate, []idempotency.Option{idempotency.WithWait(300 * time.Millisecond)})
 	first := make(chan reply, 1)
 	go func() { first <- h.post("key-1", "pay-1", 500) }()
-	for h.ran.Load() == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Until(t, "the first request reaches the handler", func() (bool, error) { return h.ran.Load() > 0, nil })
 	if r := h.post("key-1", "pay-1", 500); r.status != http.StatusConflict || r.header.Get("Retry-After") == "" {
 		t.Fatalf("duplicate while the first runs: %+v, want 409 with Retry-After", r)
 	}

@@ -33,7 +33,9 @@ const initial = 10_000
 func newBed(t *testing.T, opts ...idempotency.Option) *bed {
 	t.Helper()
 	ctx := context.Background()
-	pool, schema := testenv.PostgresSchema(t, 0)
+	// Enough connections for the fault trials: each worker's call holds
+	// one while the test's probes and checks use others.
+	pool, schema := testenv.PostgresSchema(t, 3*trialWorkers)
 	store, err := idempotency.New(pool, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -113,24 +115,6 @@ func mustExec(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
 	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// waitBlocked waits until n backends of this test's schema wait on a lock.
-func (b *bed) waitBlocked(n int) {
-	b.t.Helper()
-	for i := 0; i < 500; i++ {
-		var waiting int
-		err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-WHERE application_name = $1 AND wait_event_type = 'Lock'`, b.schema).Scan(&waiting)
-		if err != nil {
-			b.t.Fatal(err)
-		}
-		if waiting >= n {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	b.t.Fatalf("%d statements never blocked on a lock", n)
 }
 
 func TestDoRunsOnceThenReplays(t *testing.T) {
@@ -261,11 +245,11 @@ func TestDuplicateWaitsThenReplays(t *testing.T) {
 		}
 		second <- res
 	}()
-	b.waitBlocked(1) // the duplicate waits on the key's index entry
+	testenv.WaitLockWaiters(t, b.pool, 1) // the duplicate waits on the key's index entry
 	select {
 	case res := <-second:
 		t.Fatalf("the duplicate returned %+v while the first was still running", res)
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 	release(nil)
 	if err := <-first; err != nil {
@@ -294,7 +278,7 @@ func TestDuplicateRunsAfterFirstRollsBack(t *testing.T) {
 		}
 		second <- res
 	}()
-	b.waitBlocked(1)
+	testenv.WaitLockWaiters(t, b.pool, 1)
 	boom := errors.New("card network down")
 	release(boom)
 	if err := <-first; !errors.Is(err, boom) {
@@ -310,16 +294,22 @@ func TestDuplicateRunsAfterFirstRollsBack(t *testing.T) {
 	b.check(1, initial-500)
 }
 
+// A duplicate of a request still running waits for it no longer than the
+// bound, WithWait's or the context's deadline's, and then returns
+// ErrInProgress, having run nothing. The bound is scaled: with the
+// context's deadline as the bound, the server gives up 10 % of it before
+// the deadline, and the answer must come back within that margin.
 func TestWaitIsBounded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	bound := testenv.Scale(300 * time.Millisecond)
 	for _, tc := range []struct {
 		name  string
 		opts  []idempotency.Option
 		ctxTO time.Duration
 	}{
-		{"WithWait", []idempotency.Option{idempotency.WithWait(300 * time.Millisecond)}, 0},
-		{"context deadline", []idempotency.Option{idempotency.WithWait(0)}, 300 * time.Millisecond},
+		{"WithWait", []idempotency.Option{idempotency.WithWait(bound)}, 0},
+		{"context deadline", []idempotency.Option{idempotency.WithWait(0)}, bound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -337,8 +327,8 @@ func TestWaitIsBounded(t *testing.T) {
 			if !errors.Is(err, idempotency.ErrInProgress) {
 				t.Fatalf("duplicate of a request still running: %v, want ErrInProgress", err)
 			}
-			if took < 200*time.Millisecond || took > 3*time.Second {
-				t.Fatalf("gave up after %v, want about 300ms", took)
+			if took < bound*2/3 || took > bound+testenv.Scale(3*time.Second) {
+				t.Fatalf("gave up after %v, want about %v", took, bound)
 			}
 			release(nil)
 			if err := <-first; err != nil {
@@ -443,10 +433,13 @@ func TestExpiredRecordCountsAsAbsent(t *testing.T) {
 	if res, err := b.payOnce(ctx, "pay-1", 100); err != nil || !res.Replayed {
 		t.Fatalf("retry within retention: %+v, %v; want a replay", res, err)
 	}
-	time.Sleep(1200 * time.Millisecond) // by the database's clock too
-	if _, err := b.store.Get(ctx, "alice", "pay-1"); !errors.Is(err, idempotency.ErrNotFound) {
-		t.Fatalf("Get of an expired record: %v, want ErrNotFound", err)
-	}
+	testenv.Until(t, "the record expires by the database's clock", func() (bool, error) {
+		_, err := b.store.Get(ctx, "alice", "pay-1")
+		if errors.Is(err, idempotency.ErrNotFound) {
+			return true, nil
+		}
+		return false, err
+	})
 	// After expiry the key is free, even for another request: the ledger
 	// (the caller's own table) is where a second use would collide, so this
 	// one uses a new ledger row.
@@ -523,8 +516,8 @@ func TestReapDeletesOnlyExpired(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(20 * time.Millisecond)
-	n, err := b.store.Reap(ctx, 7) // batches of 7, 7, 7, 2
+	time.Sleep(20 * time.Millisecond) // past the short records' 1 ms
+	n, err := b.store.Reap(ctx, 7)    // batches of 7, 7, 7, 2
 	if err != nil || n != expired {
 		t.Fatalf("Reap: %d, %v; want %d", n, err, expired)
 	}
@@ -605,7 +598,11 @@ func TestFnMisuseIsRefused(t *testing.T) {
 }
 
 // Two payments that lock the same two rows in opposite orders deadlock;
-// PostgreSQL aborts one, and Do runs it again from a clean rollback.
+// PostgreSQL aborts one, and Do runs it again from a clean rollback, after
+// a pause, within its attempts: both payments succeed and the balances
+// add up. Under load the retry may still meet the other before it has
+// taken the row it was waiting for, and deadlock again (fn then runs more
+// than three times); that costs an attempt, not the payment.
 func TestDeadlockIsRetried(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -638,13 +635,19 @@ func TestDeadlockIsRetried(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if n := attempts.Load(); n != 3 {
-		t.Fatalf("fn ran %d times, want 3 (one deadlock victim retried)", n)
+	if n := attempts.Load(); n < 3 {
+		t.Fatalf("fn ran %d times, want 3 or more: the deadlock's victim retried", n)
+	} else if n > 3 {
+		t.Logf("fn ran %d times: a retry deadlocked again", n)
 	}
 	for _, acct := range []string{"alice", "bob"} {
 		if got := b.balance(acct); got != initial {
 			t.Fatalf("%s: %d; want %d (two opposite transfers of 10)", acct, got, initial)
 		}
+	}
+	var records int64
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM nolock_idempotency`).Scan(&records); err != nil || records != 2 {
+		t.Fatalf("%d records (%v), want 2: both transfers committed once", records, err)
 	}
 }
 

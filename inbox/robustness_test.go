@@ -143,15 +143,25 @@ func TestParkOnlyWhatWasNotProcessed(t *testing.T) {
 	t.Parallel()
 	pool := testenv.Postgres(t)
 	parked, hook := parkCounter()
-	a := newInbox(t, pool, inbox.WithMaxAttempts(1), hook)
 	b := newInbox(t, pool)
-	m := msg("x", 0, 0)
 	bDone := make(chan error, 1)
+	bFinished := make(chan struct{})
+	// a counts its failed attempt (and may park) only once b's transaction
+	// ended: b applies x after a's attempt rolled back and before a looks.
+	a, err := inbox.New(queryAfter{pool, bFinished}, "billing", inbox.WithMaxAttempts(1), hook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := msg("x", 0, 0)
 	var once sync.Once
 	runSlice(t, a, []kafka.Message{m}, func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
 		once.Do(func() {
-			go func() { _, err := b.Process(context.Background(), []kafka.Message{m}, record); bDone <- err }()
-			waitBlockedOnce(t, pool) // b waits on a's claim
+			go func() {
+				_, err := b.Process(context.Background(), []kafka.Message{m}, record)
+				close(bFinished)
+				bDone <- err
+			}()
+			testenv.WaitLockWaiters(t, pool, 1) // b waits on a's claim
 		})
 		return errors.New("downstream timeout")
 	}, func() bool { return len(effects(t, pool)) == 1 })
@@ -172,21 +182,16 @@ func TestParkOnlyWhatWasNotProcessed(t *testing.T) {
 	}
 }
 
-// waitBlockedOnce waits until a backend of the test's schema waits on a
-// lock.
-func waitBlockedOnce(t *testing.T, pool interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		var n int
-		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-WHERE wait_event_type = 'Lock' AND application_name = current_setting('application_name')`).Scan(&n)
-		if err == nil && n > 0 {
-			return
-		}
-	}
-	t.Fatal("no backend blocked on a lock within 10 s")
+// queryAfter is a DB whose QueryRow, with which an Inbox counts a failed
+// attempt, waits until after is closed.
+type queryAfter struct {
+	inbox.DB
+	after <-chan struct{}
+}
+
+func (q queryAfter) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	<-q.after
+	return q.DB.QueryRow(ctx, sql, args...)
 }
 
 // A handler whose own query times out (pgx then closes the connection)

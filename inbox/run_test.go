@@ -45,18 +45,18 @@ func groupReader(brokers []string, topic, group string) *kafka.Reader {
 	})
 }
 
-// runUntil runs in.Run in the background until cond holds (or a minute
-// passes), then stops it and checks that it returned nil.
+// runUntil runs in.Run in the background until cond holds (or a minute,
+// scaled, passes), then stops it and checks that it returned nil.
 func runUntil(t *testing.T, in *inbox.Inbox, r inbox.Reader, h inbox.Handler, cond func() bool, opts ...inbox.RunOption) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- in.Run(ctx, r, h, opts...) }()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(testenv.Scale(time.Minute))
 	for !cond() {
 		if time.Now().After(deadline) {
 			cancel()
-			t.Fatalf("condition not reached within a minute (Run: %v)", <-done)
+			t.Fatalf("condition not reached within %v (Run: %v)", testenv.Scale(time.Minute), <-done)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -280,22 +278,25 @@ func handoverOnce(b *testing.B) time.Duration {
 	b.StopTimer()
 	defer b.StartTimer()
 	const parts = 2
+	ctx := context.Background()
 	bd := newBed(b, parts)
 	produce(b, bd.brokers, bd.topic, parts, 0, 3000)
 	a := testenv.StartChild(b, "TestChildSlowMember", "SLOW_SCHEMA="+bd.schema, "SLOW_TOPIC="+bd.topic, "SLOW_GROUP="+bd.group)
-	if _, err := waitLine(a, "claimed", 60*time.Second); err != nil {
+	out := collectLines(a)
+	defer out.stop()
+	if _, err := out.await(1, "claimed", time.Minute); err != nil {
 		b.Fatal(err)
 	}
 	var mu sync.Mutex
 	var gen int32
-	var mine = map[int]bool{}
+	var mine = map[int]int64{} // B's partitions in generation gen, with their epochs
 	var tookOver time.Time
 	var killedYet bool
 	rec := record("B")
 	cfg := bd.config("B", func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
 		cl, _ := partition.FromContext(ctx)
 		mu.Lock()
-		if gen > 0 && cl.Generation > gen && !mine[cl.Partition] && tookOver.IsZero() {
+		if _, ok := mine[cl.Partition]; gen > 0 && cl.Generation > gen && !ok && tookOver.IsZero() {
 			tookOver = time.Now()
 		}
 		mu.Unlock()
@@ -305,49 +306,44 @@ func handoverOnce(b *testing.B) time.Duration {
 		mu.Lock()
 		defer mu.Unlock()
 		if !killedYet && cl.Generation > gen {
-			gen, mine = cl.Generation, map[int]bool{}
+			gen, mine = cl.Generation, map[int]int64{}
 		}
 		if cl.Generation == gen {
-			mine[cl.Partition] = true
+			mine[cl.Partition] = cl.Epoch
 		}
 	}
 	m := startMember(b, bd.pool, cfg)
-	// Wait until the two members split the partitions: B's claims and one
-	// of A's in the same generation, above 1.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		line, err := waitLine(a, "claimed", time.Until(deadline))
-		if err != nil {
-			b.Fatal(err)
-		}
-		aGen, _ := strconv.Atoi(strings.Fields(line)[2])
-		if aGen < 2 {
-			continue
-		}
-		for time.Now().Before(deadline) {
-			mu.Lock()
-			g := gen
-			mu.Unlock()
-			if g >= int32(aGen) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		mu.Lock()
-		ready := gen == int32(aGen) && len(mine) == 1
-		mu.Unlock()
-		if !ready {
-			b.Fatalf("members did not split the partitions in generation %d", aGen)
-		}
-		break
+	// The members split the partitions: A claims one in a generation above
+	// 1, and B the other in the same generation.
+	claims, err := out.awaitMatching(1, "claimed", time.Minute, func(f map[string]string) bool { return atoi(f["gen"]) >= 2 })
+	if err != nil {
+		b.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // both working
+	aGen, aPart, aEpoch := int32(atoi(claims[0]["gen"])), atoi(claims[0]["p"]), atoi(claims[0]["epoch"])
+	var bEpoch int64
+	testenv.Until(b, "B claims the other partition in A's generation", func() (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if gen > aGen {
+			return false, fmt.Errorf("members did not split the partitions in generation %d", aGen)
+		}
+		bEpoch = mine[1-aPart]
+		return gen == aGen && len(mine) == 1 && bEpoch > 0, nil
+	})
+	// Both working: each member committed a batch under its claim.
+	testenv.Until(b, "both members apply their partition", func() (bool, error) {
+		var both bool
+		err := bd.pool.QueryRow(ctx, `SELECT coalesce(bool_or(member = 'A' AND partition_id = $1 AND epoch = $2), false)
+			AND coalesce(bool_or(member = 'B' AND partition_id = $3 AND epoch = $4), false) FROM results`,
+			aPart, aEpoch, 1-aPart, bEpoch).Scan(&both)
+		return both, err
+	})
 	mu.Lock()
 	killedYet = true
 	mu.Unlock()
 	a.Kill()
 	killed := time.Now()
-	deadline = killed.Add(60 * time.Second)
+	deadline := killed.Add(60 * time.Second)
 	for {
 		mu.Lock()
 		t := tookOver
@@ -366,18 +362,20 @@ func handoverOnce(b *testing.B) time.Duration {
 }
 
 // TestChildSlowMember is the member BenchmarkHandover kills: it applies
-// its partitions slowly (so a backlog remains) and prints
-// "claimed <epoch> <generation>".
+// its partitions slowly (so a backlog remains) and prints "claimed
+// p=<partition> epoch=<epoch> gen=<generation>".
 func TestChildSlowMember(t *testing.T) {
 	testenv.ChildOnly(t)
 	pool := testenv.Pool(t, testenv.PostgresDSNFor(t, os.Getenv("SLOW_SCHEMA")), 4)
 	b := &bed{brokers: testenv.Kafka(t), topic: os.Getenv("SLOW_TOPIC"), group: os.Getenv("SLOW_GROUP"), pool: pool}
 	rec := record("A")
 	cfg := b.config("A", func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // slow work: a backlog remains
 		return rec(ctx, tx, msgs)
 	})
-	cfg.OnClaim = func(cl partition.Claim) { fmt.Println("claimed", cl.Epoch, cl.Generation) }
+	cfg.OnClaim = func(cl partition.Claim) {
+		fmt.Printf("claimed p=%d epoch=%d gen=%d\n", cl.Partition, cl.Epoch, cl.Generation)
+	}
 	c, err := partition.New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)

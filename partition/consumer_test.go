@@ -27,7 +27,7 @@ func TestConsumeOneMember(t *testing.T) {
 	cfg := b.config("a", nil)
 	cfg.KafkaCommitInterval = time.Nanosecond // after every batch
 	m := startMember(t, b.pool, cfg)
-	if err := waitRows(ctx, b.pool, parts*per, 60*time.Second); err != nil {
+	if err := waitRows(ctx, b.pool, parts*per); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.stop(); err != nil {
@@ -85,22 +85,22 @@ func TestRebalances(t *testing.T) {
 		return cfg
 	}
 	m1 := startMember(t, b.pool, slow("m1"))
-	if err := waitRows(ctx, b.pool, 60, 60*time.Second); err != nil {
+	if err := waitRows(ctx, b.pool, 60); err != nil {
 		t.Fatal(err)
 	}
 	m2 := startMember(t, b.pool, slow("m2"))
-	if err := waitRows(ctx, b.pool, 150, 60*time.Second); err != nil {
+	if err := waitRows(ctx, b.pool, 150); err != nil {
 		t.Fatal(err)
 	}
 	produce(t, b.brokers, b.topic, parts, per/2, per/2)
 	m3 := startMember(t, b.pool, slow("m3"))
-	if err := waitRows(ctx, b.pool, 250, 60*time.Second); err != nil {
+	if err := waitRows(ctx, b.pool, 250); err != nil {
 		t.Fatal(err)
 	}
 	if err := m1.stop(); err != nil {
 		t.Fatalf("m1: %v", err)
 	}
-	if err := waitRows(ctx, b.pool, parts*per, 60*time.Second); err != nil {
+	if err := waitRows(ctx, b.pool, parts*per); err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range []*member{m2, m3} {
@@ -217,7 +217,7 @@ func TestTransientErrorRetried(t *testing.T) {
 	})
 	cfg.OnClaim = func(partition.Claim) { claims.Add(1) }
 	m := startMember(t, b.pool, cfg)
-	if err := waitRows(ctx, b.pool, per, 60*time.Second); err != nil {
+	if err := waitRows(ctx, b.pool, per); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.stop(); err != nil {

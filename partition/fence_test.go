@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/nolock/nolock/partition"
 )
@@ -26,7 +25,7 @@ func TestClaimOrdering(t *testing.T) {
 	cfg.OnClaim = func(cl partition.Claim) { mu.Lock(); claims = append(claims, cl); mu.Unlock() }
 	cfg.OnRelease = func(_ partition.Claim, err error) { mu.Lock(); releases = append(releases, err); mu.Unlock() }
 	m := startMember(t, b.pool, cfg)
-	if err := waitRows(ctx, b.pool, 30, 60*time.Second); err != nil {
+	if err := waitRows(ctx, b.pool, 30); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
@@ -73,7 +72,7 @@ func TestClaimOrdering(t *testing.T) {
 		t.Fatalf("granted claim has epoch %d, want %d", cl.Epoch, before+1)
 	}
 	produce(t, b.brokers, b.topic, 1, 30, 30)
-	if err := waitRows(ctx, b.pool, 60, 60*time.Second); err != nil {
+	if err := waitRows(ctx, b.pool, 60); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.stop(); err != nil {

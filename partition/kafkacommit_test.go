@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/nolock/nolock/internal/testenv"
 )
 
 // kafkaCommitted reads the group's committed Kafka offset of partition 0.
@@ -50,11 +52,11 @@ func TestKafkaCommitTrailingEdge(t *testing.T) {
 			cfg.KafkaCommitInterval = tc.interval
 			m := startMember(t, b.pool, cfg)
 			produce(t, b.brokers, b.topic, 1, 0, 10)
-			if err := waitRows(ctx, b.pool, 10, 60*time.Second); err != nil {
+			if err := waitRows(ctx, b.pool, 10); err != nil {
 				t.Fatal(err)
 			}
 			produce(t, b.brokers, b.topic, 1, 10, 10)
-			if err := waitRows(ctx, b.pool, 20, 60*time.Second); err != nil {
+			if err := waitRows(ctx, b.pool, 20); err != nil {
 				t.Fatal(err)
 			}
 			if tc.stop {
@@ -62,7 +64,7 @@ func TestKafkaCommitTrailingEdge(t *testing.T) {
 					t.Fatalf("Run: %v", err)
 				}
 			}
-			deadline := time.Now().Add(tc.interval%time.Hour + 5*time.Second)
+			deadline := time.Now().Add(tc.interval%time.Hour + testenv.Scale(5*time.Second))
 			for {
 				got := kafkaCommitted(t, b)
 				if got == 20 {

@@ -34,14 +34,6 @@ const (
 	testBatchTimeout = 2 * time.Second
 )
 
-// trials is n by default and stress under NOLOCK_STRESS=1.
-func trials(n, stress int) int {
-	if os.Getenv("NOLOCK_STRESS") != "" {
-		return stress
-	}
-	return n
-}
-
 // bed is one test's world: a fresh topic, a fresh schema with the
 // partitions and results tables, and a fresh group name.
 type bed struct {
@@ -167,12 +159,26 @@ func (t tally) String() string {
 // count reads results in commit order (seq: each partition's transactions
 // run one at a time under the fence) and tallies it.
 func count(ctx context.Context, pool *pgxpool.Pool, partitions, perPartition int) (tally, error) {
+	each, err := countEach(ctx, pool, partitions, perPartition)
+	var tl tally
+	for _, e := range each {
+		tl.rows += e.rows
+		tl.dups += e.dups
+		tl.reordered += e.reordered
+		tl.missing += e.missing
+		tl.badValue += e.badValue
+	}
+	return tl, err
+}
+
+// countEach is count for each partition on its own.
+func countEach(ctx context.Context, pool *pgxpool.Pool, partitions, perPartition int) ([]tally, error) {
 	rows, err := pool.Query(ctx, `SELECT partition_id, msg_offset, value FROM results ORDER BY seq`)
 	if err != nil {
-		return tally{}, err
+		return nil, err
 	}
 	defer rows.Close()
-	var tl tally
+	each := make([]tally, partitions)
 	seen := make([]map[int64]bool, partitions)
 	last := make([]int64, partitions)
 	for p := range seen {
@@ -183,8 +189,9 @@ func count(ctx context.Context, pool *pgxpool.Pool, partitions, perPartition int
 		var off int64
 		var val string
 		if err := rows.Scan(&p, &off, &val); err != nil {
-			return tally{}, err
+			return nil, err
 		}
+		tl := &each[p]
 		tl.rows++
 		if seen[p][off] {
 			tl.dups++
@@ -198,34 +205,30 @@ func count(ctx context.Context, pool *pgxpool.Pool, partitions, perPartition int
 		seen[p][off], last[p] = true, max(last[p], off)
 	}
 	if err := rows.Err(); err != nil {
-		return tally{}, err
+		return nil, err
 	}
 	for p := range seen {
 		for off := int64(0); off < int64(perPartition); off++ {
 			if !seen[p][off] {
-				tl.missing++
+				each[p].missing++
 			}
 		}
 	}
-	return tl, nil
+	return each, nil
 }
 
-// waitRows waits until results holds at least n rows.
-func waitRows(ctx context.Context, pool *pgxpool.Pool, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		var got int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM results`).Scan(&got); err != nil {
-			return err
-		}
-		if got >= n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("results holds %d rows after %v, want %d", got, timeout, n)
-		}
-		time.Sleep(20 * time.Millisecond)
+// waitRows waits until results holds at least n rows (testenv.Poll: for
+// at most a minute, scaled; it may run on any goroutine).
+func waitRows(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	var got int
+	err := testenv.Poll(fmt.Sprintf("results holding %d rows", n), func() (bool, error) {
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM results`).Scan(&got)
+		return got >= n, err
+	})
+	if err != nil {
+		return fmt.Errorf("%w (it holds %d)", err, got)
 	}
+	return nil
 }
 
 // member runs a Consumer in the background until stop is called; stop
@@ -241,6 +244,12 @@ func startMember(t testing.TB, pool *pgxpool.Pool, cfg partition.Config) *member
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runMember(t, c)
+}
+
+// runMember runs c in the background until stop is called (or the test
+// ends).
+func runMember(t testing.TB, c *partition.Consumer) *member {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()

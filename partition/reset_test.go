@@ -38,19 +38,19 @@ func TestGroupReset(t *testing.T) {
 	// The first life: m1, then m2 joins (generation 2 at least), then m1 leaves.
 	produce(t, b.brokers, b.topic, parts, 0, 40)
 	m1 := startMember(t, b.pool, cfg("m1"))
-	if err := waitRows(ctx, b.pool, 40, 60*time.Second); err != nil {
+	if err := waitRows(ctx, b.pool, 40); err != nil {
 		t.Fatal(err)
 	}
 	m2 := startMember(t, b.pool, cfg("m2"))
 	produce(t, b.brokers, b.topic, parts, 40, 20)
-	if err := waitRows(ctx, b.pool, 120, 60*time.Second); err != nil {
+	if err := waitRows(ctx, b.pool, 120); err != nil {
 		t.Fatal(err)
 	}
 	if err := m1.stop(); err != nil {
 		t.Fatal(err)
 	}
 	produce(t, b.brokers, b.topic, parts, 60, 20) // only m2 is left to apply these
-	if err := waitRows(ctx, b.pool, 160, 60*time.Second); err != nil {
+	if err := waitRows(ctx, b.pool, 160); err != nil {
 		t.Fatal(err)
 	}
 	if err := m2.stop(); err != nil {
@@ -75,7 +75,7 @@ func TestGroupReset(t *testing.T) {
 	// The second life.
 	m3 := startMember(t, b.pool, cfg("m3"))
 	produce(t, b.brokers, b.topic, parts, 80, 20)
-	if err := waitRows(ctx, b.pool, 200, 60*time.Second); err != nil {
+	if err := waitRows(ctx, b.pool, 200); err != nil {
 		t.Fatal(err)
 	}
 	newLife := claimed()[len(oldLife):]
@@ -113,7 +113,7 @@ func TestGroupReset(t *testing.T) {
 	}
 
 	produce(t, b.brokers, b.topic, parts, 100, 20)
-	if err := waitRows(ctx, b.pool, 240, 60*time.Second); err != nil {
+	if err := waitRows(ctx, b.pool, 240); err != nil {
 		t.Fatal(err)
 	}
 	if err := m3.stop(); err != nil {

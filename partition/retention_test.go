@@ -67,7 +67,7 @@ func TestDeletedMessagesStopPartition(t *testing.T) {
 	b := newBed(t, 1)
 	produce(t, b.brokers, b.topic, 1, 0, 20)
 	m := startMember(t, b.pool, b.config("a", nil))
-	if err := waitRows(ctx, b.pool, 20, 60*time.Second); err != nil {
+	if err := waitRows(ctx, b.pool, 20); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.stop(); err != nil {

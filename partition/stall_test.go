@@ -2,8 +2,6 @@ package partition_test
 
 import (
 	"context"
-	"io"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,45 +9,20 @@ import (
 	"github.com/nolock/nolock/partition"
 )
 
-// stallRelay copies src to dst chunk by chunk, holding each chunk while
-// stalled is set: a PostgreSQL that stops answering without closing its
-// connections.
-func stallRelay(stalled *atomic.Bool) testenv.Relay {
-	return func(dst io.Writer, src io.Reader) {
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := src.Read(buf)
-			for n > 0 && stalled.Load() {
-				time.Sleep(5 * time.Millisecond)
-			}
-			if n > 0 {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}
-}
-
 // A PostgreSQL that stops answering for 12 BatchTimeouts is waited out:
 // attempts that time out before the handler runs (connect, Begin, fence)
-// are transient, so Run does not stop after MaxAttempts, and once the
-// server answers again every offset is applied once, in order. Before,
-// each timed-out attempt counted toward MaxAttempts and Run returned after
-// three.
+// are transient, so Run does not stop after MaxAttempts (3), and once the
+// server answers again every offset is applied once, in order.
 func TestStalledPostgresWaitedOut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, schema := testenv.PostgresSchema(t, 2)
-	var stalled atomic.Bool
-	dsn := testenv.Proxy(t, testenv.PostgresDSNFor(t, schema), stallRelay(&stalled), stallRelay(&stalled))
+	stall := testenv.NewGate() // shut: PostgreSQL stops answering, without closing connections
+	dsn := testenv.Proxy(t, testenv.PostgresDSNFor(t, schema), stall.Relay(), stall.Relay())
 	pool := testenv.Pool(t, dsn, 8)
 	b := newBedOn(t, 1, pool, schema)
 	cfg := b.config("m", nil)
-	cfg.BatchTimeout = 500 * time.Millisecond
+	cfg.BatchTimeout = testenv.Scale(125 * time.Millisecond)
 	cfg.MaxAttempts = 3
 	c, err := partition.New(pool, cfg)
 	if err != nil {
@@ -61,19 +34,19 @@ func TestStalledPostgresWaitedOut(t *testing.T) {
 	go func() { done <- c.Run(runCtx) }()
 
 	produce(t, b.brokers, b.topic, 1, 0, 10)
-	if err := waitRows(ctx, pool, 10, 60*time.Second); err != nil {
+	if err := waitRows(ctx, pool, 10); err != nil {
 		t.Fatal(err)
 	}
-	stalled.Store(true)
+	stall.Shut()
 	produce(t, b.brokers, b.topic, 1, 10, 10)
 	select {
 	case err := <-done:
-		stalled.Store(false)
+		stall.Open()
 		t.Fatalf("Run returned during the stall: %v", err)
-	case <-time.After(6 * time.Second):
+	case <-time.After(12 * cfg.BatchTimeout): // the fault: 12 BatchTimeouts of silence
 	}
-	stalled.Store(false)
-	if err := waitRows(ctx, pool, 20, 60*time.Second); err != nil {
+	stall.Open()
+	if err := waitRows(ctx, pool, 20); err != nil {
 		t.Fatal(err)
 	}
 	tl, err := count(ctx, pool, 1, 20)

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,251 +20,333 @@ import (
 	"github.com/nolock/nolock/partition"
 )
 
-// The zombie scenario, on the real broker, with a real process:
+// The zombie scenario, on the real broker, with a real process. One round
+// runs one trial per partition of a fresh topic, all at once:
 //
-//  1. Member A (a child process) owns the topic's only partition and
-//     applies it from offset 0.
-//  2. At its first batch from offset zombieAt on, A is frozen with SIGSTOP,
-//     either before the batch's transaction (pause "fence": it holds the
-//     messages but has not written) or inside the handler (pause
-//     "handler": its transaction is open, fence passed, rows inserted, the
-//     partition's row locked).
-//  3. Member B (this process) joins. The coordinator drops A, B claims the
-//     partition and applies everything from where A's committed batches
+//  1. Member A (a child process) owns every partition and applies each
+//     from offset 0.
+//  2. At its first batch from offset zombieAt on, each of A's workers
+//     stops at its pause point: before the batch's transaction (pause
+//     "fence": it holds the messages but has not written), or inside the
+//     handler (pause "handler": its transaction is open, fence passed,
+//     rows inserted, the partition's row locked). Once every worker is
+//     there, A is frozen with SIGSTOP.
+//  3. Member B (this process) joins. The coordinator drops A, B claims
+//     every partition and applies it from where A's committed batches
 //     end. A stays frozen past the session timeout.
-//  4. A resumes and goes on with its batch: it tries to write and commit.
+//  4. A resumes and each worker goes on with its batch: it tries to write
+//     and commit.
 //
-// With the fence, A's write is rejected and results holds every offset
-// exactly once, in order. Pause "fence": A's transaction begins after B's
-// claim and its fence refuses it (ErrFenced). Pause "handler": A's open
-// transaction holds the partition's row lock, so B's claim waits until
-// PostgreSQL ends A's session (idle_in_transaction_session_timeout =
-// BatchTimeout); A's commit then fails, and its retry, if its generation
-// has not ended first, is fenced. Either way no row of A's from the paused
-// batch on commits.
+// With the fence, every late write of A's is refused and results holds
+// every offset exactly once, in order. Pause "fence": A's transaction
+// begins after B's claim and its fence refuses it (ErrFenced). Pause
+// "handler": A's open transaction holds the partition's row lock, so B's
+// claim waits until PostgreSQL ends A's session
+// (idle_in_transaction_session_timeout = BatchTimeout); A's commit then
+// fails, and its retry, if its generation has not ended first, is fenced.
+// Either way no row of A's from the paused batch on commits.
 //
-// Without the fence (TestZombieWithoutFence, pause "fence", where the fence
-// is the only guard) the same run applies A's batch a second time, out of
-// order: the count below catches it, so this test can fail.
+// Without the fence (a control round, every pause "fence", where the fence
+// is the only guard) the same round applies A's batches a second time, out
+// of order: the count catches it, so this test can fail.
 
 const (
-	zombieMessages = 200
-	zombieAt       = 50
+	zombiePerPartition = 40
+	zombieAt           = 20
 )
 
-// Fenced: every trial must end exact, with A fenced.
+// zombiePause is where A's worker for partition p stops: inside the
+// handler for one partition in four (each holds a connection with its
+// transaction open), before the transaction for the others; always before
+// it when the fence is off, where the fence is the only guard.
+func zombiePause(p int, unfenced bool) string {
+	if p%4 == 1 && !unfenced {
+		return "handler"
+	}
+	return "fence"
+}
+
+// Every trial must end exact, with A's late write refused; every trial of
+// the control round, where A's fence is off, must be caught. The stress
+// mode runs 10 rounds of 100 partitions, two rounds at a time, and a
+// control round of 20.
 func TestZombie(t *testing.T) {
 	t.Parallel()
-	n := trials(3, 100)
-	results := runZombies(t, n, []string{"fence", "handler"}, false)
-	fenced, cutOff := 0, 0
-	for i, r := range results {
+	rounds, parts := testenv.Trials(1, 10), testenv.Trials(4, 100)
+	results, control := runZombieRounds(t, rounds, parts, testenv.Trials(2, 20))
+	var n, inHandler, late, fenced, cutOff, inexact int
+	for _, r := range results {
 		if r.err != nil {
-			t.Errorf("trial %d (pause in %s): %v", i, r.pauseIn, r.err)
+			t.Errorf("trial %s (pause in %s): %v", r.name, r.pauseIn, r.err)
 			continue
 		}
-		if !r.tally.exact() || r.tally.rows != zombieMessages {
-			t.Errorf("trial %d (pause in %s): results %v; want %d rows, each offset once, in order", i, r.pauseIn, r.tally, zombieMessages)
+		n++
+		if r.pauseIn == "handler" {
+			inHandler++
+		}
+		if !r.tally.exact() || r.tally.rows != zombiePerPartition {
+			inexact++
+			t.Errorf("trial %s (pause in %s): results %v; want %d rows, each offset once, in order", r.name, r.pauseIn, r.tally, zombiePerPartition)
 		}
 		if r.zombieRows != 0 {
-			t.Errorf("trial %d (pause in %s): %d rows of the zombie's from offset %d on committed", i, r.pauseIn, r.zombieRows, r.pauseOffset)
+			late++
+			t.Errorf("trial %s (pause in %s): %d rows of the zombie's from offset %d on committed", r.name, r.pauseIn, r.zombieRows, r.pauseOffset)
 		}
 		switch {
-		case r.zombieFenced:
+		case errors.Is(r.release, partition.ErrFenced):
 			fenced++
 		case r.pauseIn == "fence":
-			t.Errorf("trial %d (pause in fence): the resumed member was not fenced: %s", i, r.zombieRelease)
+			t.Errorf("trial %s (pause in fence): the resumed member was not fenced: %v", r.name, r.release)
 		default:
 			cutOff++ // its commit failed, and its generation ended before a retry
 		}
 		if r.epochB <= r.epochA {
-			t.Errorf("trial %d: B claimed epoch %d, not above A's %d", i, r.epochB, r.epochA)
+			t.Errorf("trial %s: B claimed epoch %d, not above A's %d", r.name, r.epochB, r.epochA)
 		}
 		if r.paused < testSession {
-			t.Errorf("trial %d: A was paused %v, not past the session timeout %v", i, r.paused, testSession)
+			t.Errorf("trial %s: A was paused %v, not past the session timeout %v", r.name, r.paused, testSession)
 		}
 	}
-	t.Logf("%d trials: zombie's write rejected in all (%d by ErrFenced, %d by its lost session with no retry); every trial %d offsets once, in order",
-		n, fenced, cutOff, zombieMessages)
-}
+	testenv.Figures(t, "partition zombie", "%d trials, %d late writes accepted, %d refused by the epoch fence, %d cut off with their session before a retry (of %d paused inside the transaction), %d partitions not exact, %d trials failed to run",
+		n, late, fenced, cutOff, inHandler, inexact, len(results)-n)
 
-// Unfenced: the same scenario with A's fence switched off must be caught
-// doubling or reordering offsets, or the zombie test proves nothing.
-func TestZombieWithoutFence(t *testing.T) {
-	t.Parallel()
-	n := trials(2, 10)
-	results := runZombies(t, n, []string{"fence"}, true)
 	caught := 0
-	for i, r := range results {
-		if r.err != nil {
-			t.Errorf("trial %d (pause in %s): %v", i, r.pauseIn, r.err)
-			continue
-		}
-		if r.tally.exact() {
-			t.Errorf("trial %d (pause in %s): without the fence the zombie's write went unnoticed: %v", i, r.pauseIn, r.tally)
-		} else {
+	for _, r := range control {
+		switch {
+		case r.err != nil:
+			t.Errorf("control trial %s: %v", r.name, r.err)
+		case r.tally.exact():
+			t.Errorf("control trial %s, no fence: the zombie's write went unnoticed: %v", r.name, r.tally)
+		default:
 			caught++
 		}
-		t.Logf("trial %d (pause in %s), no fence: %v", i, r.pauseIn, r.tally)
 	}
-	t.Logf("%d unfenced trials: %d caught applying offsets twice or out of order", n, caught)
+	t.Logf("%d control trials without the fence: %d caught applying offsets twice or out of order", len(control), caught)
 }
 
-// zombieResult is what one trial saw.
+// zombieResult is what one trial (one partition of a round) saw.
 type zombieResult struct {
+	name           string // round/partition
 	pauseIn        string
 	pauseOffset    int64
-	zombieRows     int // A's rows from pauseOffset on
-	tally          tally
-	zombieFenced   bool
-	zombieRelease  string
-	epochA, epochB int64
+	zombieRows     int   // A's rows from pauseOffset on
+	tally          tally // the partition's results
+	release        error // how A's paused worker ended
+	epochA, epochB int64 // A's paused claim, B's first claim
 	paused         time.Duration
 	err            error
 }
 
-// runZombies runs n trials, up to 10 at a time, cycling through the pause
-// points. Setup that can fail the test runs on the test's goroutine; the
-// trials report through their results.
-func runZombies(t *testing.T, n int, pauses []string, unfenced bool) []zombieResult {
-	results := make([]zombieResult, n)
-	const wave = 10
-	for start := 0; start < n; start += wave {
-		var wg sync.WaitGroup
-		for i := start; i < min(n, start+wave); i++ {
-			pauseIn := pauses[i%len(pauses)]
-			b := newBed(t, 1)
-			produce(t, b.brokers, b.topic, 1, 0, zombieMessages)
-			env := []string{"ZOMBIE_SCHEMA=" + b.schema, "ZOMBIE_TOPIC=" + b.topic, "ZOMBIE_GROUP=" + b.group, "ZOMBIE_PAUSE_IN=" + pauseIn}
-			if unfenced {
-				env = append(env, "ZOMBIE_UNFENCED=1")
+// runZombieRounds runs rounds of parts trials each, two rounds at a time,
+// and a control round of controlParts trials without the fence, alongside
+// the first two. Each wave of rounds is a subtest, so its topics, schemas
+// and children are released before the next; within it the rounds run
+// concurrently, set up on the subtest's goroutine and reporting through
+// their results.
+func runZombieRounds(t *testing.T, rounds, parts, controlParts int) (results, control []zombieResult) {
+	var mu sync.Mutex
+	const wave = 2
+	for start := 0; start < rounds; start += wave {
+		t.Run(fmt.Sprintf("rounds_%d-%d", start, min(rounds, start+wave)-1), func(t *testing.T) {
+			var wg sync.WaitGroup
+			run := func(name string, z *zombieRound, into *[]zombieResult) {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rs := z.run()
+					for j := range rs {
+						rs[j].name = fmt.Sprintf("%s/%d", name, j)
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					*into = append(*into, rs...)
+				}()
 			}
-			a := testenv.StartChild(t, "TestChildZombie", env...)
-			var epochB int64
-			cfg := b.config("B", nil)
-			cfg.OnClaim = func(cl partition.Claim) {
-				if epochB == 0 {
-					epochB = cl.Epoch
-				}
+			for i := start; i < min(rounds, start+wave); i++ {
+				run(fmt.Sprint(i), newZombieRound(t, parts, false), &results)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r := zombieTrial(t, b, a, cfg, pauseIn)
-				r.epochB = epochB // read after B stopped
-				results[i] = r
-			}()
-		}
-		wg.Wait()
+			if start == 0 {
+				run("control", newZombieRound(t, controlParts, true), &control)
+			}
+			wg.Wait()
+		})
 	}
-	return results
+	return results, control
 }
 
-// zombieTrial runs steps 2-4 of one trial and counts the results.
-func zombieTrial(t *testing.T, b *bed, a *testenv.Child, cfg partition.Config, pauseIn string) zombieResult {
-	r := zombieResult{pauseIn: pauseIn}
+// zombieRound is one round: its world, member A's process, and member B,
+// set up (step 1) but not yet running.
+type zombieRound struct {
+	t      *testing.T
+	b      *bed
+	a      *testenv.Child
+	bc     *partition.Consumer
+	parts  int
+	mu     sync.Mutex
+	epochB map[int]int64 // B's first claim per partition
+}
+
+// newZombieRound sets a round up, on the test's goroutine.
+func newZombieRound(t *testing.T, parts int, unfenced bool) *zombieRound {
+	z := &zombieRound{t: t, b: newBed(t, parts), parts: parts, epochB: map[int]int64{}}
+	b := z.b
+	produce(t, b.brokers, b.topic, parts, 0, zombiePerPartition)
+	env := []string{"ZOMBIE_SCHEMA=" + b.schema, "ZOMBIE_TOPIC=" + b.topic, "ZOMBIE_GROUP=" + b.group, "ZOMBIE_PARTITIONS=" + strconv.Itoa(parts)}
+	if unfenced {
+		env = append(env, "ZOMBIE_UNFENCED=1")
+	}
+	z.a = testenv.StartChild(t, "TestChildZombie", env...)
+	cfg := b.config("B", nil)
+	cfg.OnClaim = func(cl partition.Claim) {
+		z.mu.Lock()
+		defer z.mu.Unlock()
+		if z.epochB[cl.Partition] == 0 {
+			z.epochB[cl.Partition] = cl.Epoch
+		}
+	}
+	var err error
+	if z.bc, err = partition.New(b.pool, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return z
+}
+
+// run runs steps 2-4, on any goroutine, and counts each partition's
+// results; an error that stops the round is reported in every trial.
+func (z *zombieRound) run() []zombieResult {
+	b, a, parts := z.b, z.a, z.parts
+	rs := make([]zombieResult, parts)
+	fail := func(err error) []zombieResult {
+		for p := range rs {
+			rs[p].err = err
+		}
+		return rs
+	}
 	ctx := context.Background()
-	line, err := waitLine(a, "claimed ", 60*time.Second)
+	out := collectLines(a)
+	defer out.stop()
+
+	// Step 2: every worker at its pause point, then SIGSTOP.
+	pauses, err := out.await(parts, "pause-point", time.Minute)
 	if err != nil {
-		r.err = err
-		return r
+		return fail(err)
 	}
-	r.epochA, _ = strconv.ParseInt(strings.Fields(line)[1], 10, 64)
-	line, err = waitLine(a, "pause-point", 60*time.Second)
-	if err != nil {
-		r.err = err
-		return r
+	for _, f := range pauses {
+		p := atoi(f["p"])
+		rs[p].pauseIn, rs[p].pauseOffset, rs[p].epochA = f["in"], int64(atoi(f["offset"])), int64(atoi(f["epoch"]))
 	}
-	r.pauseOffset, _ = strconv.ParseInt(strings.Fields(line)[1], 10, 64)
 	a.Pause()
 	pausedAt := time.Now()
 
-	bm := startMember(t, b.pool, cfg)
-	r.err = waitRows(ctx, b.pool, zombieMessages, 60*time.Second)
-	if r.err == nil {
-		time.Sleep(time.Until(pausedAt.Add(testSession + 500*time.Millisecond)))
+	// Step 3: B takes over and applies everything.
+	bm := runMember(z.t, z.bc)
+	err = waitRows(ctx, b.pool, parts*zombiePerPartition)
+	if err == nil {
+		time.Sleep(time.Until(pausedAt.Add(testSession + 500*time.Millisecond))) // the fault: stay frozen past the session timeout
 	}
-	r.paused = time.Since(pausedAt)
+	paused := time.Since(pausedAt)
 	a.Resume()
-	if r.err == nil {
-		r.zombieRelease, r.err = waitLine(a, "released", 60*time.Second)
-		r.zombieFenced = strings.Contains(r.zombieRelease, "fenced=true")
+	if err != nil {
+		return fail(err)
 	}
-	// Give an unfenced zombie's writes time to land before counting.
-	time.Sleep(500 * time.Millisecond)
-	if err := bm.stop(); err != nil && r.err == nil {
-		r.err = fmt.Errorf("B's Run: %w", err)
+
+	// Step 4: each paused worker tries its late write and releases.
+	releases, err := out.awaitMatching(parts, "released", time.Minute, func(f map[string]string) bool {
+		p := atoi(f["p"])
+		return p < parts && int64(atoi(f["epoch"])) == rs[p].epochA
+	})
+	if err != nil {
+		return fail(err)
+	}
+	for _, f := range releases {
+		p := atoi(f["p"])
+		if f["fenced"] == "true" {
+			rs[p].release = partition.ErrFenced
+		} else if f["err"] != "<nil>" {
+			rs[p].release = errors.New(f["err"])
+		}
+	}
+	if err := bm.stop(); err != nil {
+		return fail(fmt.Errorf("B's Run: %w", err))
 	}
 	a.Kill()
-	tl, err := count(ctx, b.pool, 1, zombieMessages)
-	if err != nil && r.err == nil {
-		r.err = err
+	each, err := countEach(ctx, b.pool, parts, zombiePerPartition)
+	if err != nil {
+		return fail(err)
 	}
-	r.tally = tl
-	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM results WHERE member = 'A' AND msg_offset >= $1`, r.pauseOffset).Scan(&r.zombieRows); err != nil && r.err == nil {
-		r.err = err
-	}
-	return r
-}
-
-// waitLine waits for a line of the child's containing s, without failing
-// the test (it runs off the test's goroutine).
-func waitLine(c *testenv.Child, s string, timeout time.Duration) (string, error) {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		line, ok := c.TryLine()
-		if !ok {
-			time.Sleep(5 * time.Millisecond)
-			continue
-		}
-		if strings.Contains(line, s) {
-			return line, nil
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	for p := range rs {
+		rs[p].tally, rs[p].epochB, rs[p].paused = each[p], z.epochB[p], paused
+		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM results WHERE member = 'A' AND partition_id = $1 AND msg_offset >= $2`,
+			p, rs[p].pauseOffset).Scan(&rs[p].zombieRows); err != nil {
+			rs[p].err = err
 		}
 	}
-	return "", fmt.Errorf("child did not print %q within %v", s, timeout)
+	return rs
 }
 
-// TestChildZombie is member A's process (see TestZombie). It prints
-// "claimed <epoch>", "pause-point <offset>" (then sleeps, so the parent
-// can freeze it there) and "released fenced=<bool> …".
+// TestChildZombie is member A's process (see TestZombie). It owns every
+// partition of its topic. Each worker stops at its pause point (see
+// zombiePause) in its first batch from zombieAt on, prints "pause-point
+// p=<partition> offset=<first offset> epoch=<epoch> in=<fence|handler>"
+// and waits there until the process has been stopped and continued
+// (SIGCONT). It also prints "released p=<partition> epoch=<epoch>
+// fenced=<bool> err=<error>" whenever a worker stops.
 func TestChildZombie(t *testing.T) {
 	testenv.ChildOnly(t)
-	schema, pauseIn := os.Getenv("ZOMBIE_SCHEMA"), os.Getenv("ZOMBIE_PAUSE_IN")
-	pool := testenv.Pool(t, testenv.PostgresDSNFor(t, schema), 4)
-	b := &bed{brokers: testenv.Kafka(t), topic: os.Getenv("ZOMBIE_TOPIC"), group: os.Getenv("ZOMBIE_GROUP"), schema: schema, pool: pool}
+	schema := os.Getenv("ZOMBIE_SCHEMA")
+	unfenced := os.Getenv("ZOMBIE_UNFENCED") != ""
+	b := &bed{brokers: testenv.Kafka(t), topic: os.Getenv("ZOMBIE_TOPIC"), group: os.Getenv("ZOMBIE_GROUP"), schema: schema}
+	// One connection per worker paused inside its transaction, and a few
+	// for the others.
+	inside := 0
+	for p := range atoi(os.Getenv("ZOMBIE_PARTITIONS")) {
+		if zombiePause(p, unfenced) == "handler" {
+			inside++
+		}
+	}
+	b.pool = testenv.Pool(t, testenv.PostgresDSNFor(t, schema), int32(inside+4))
 
-	var once sync.Once
-	pausePoint := func(msgs []kafka.Message) {
-		if msgs[0].Offset < zombieAt {
+	continued := make(chan os.Signal, 1)
+	signal.Notify(continued, syscall.SIGCONT)
+	defer signal.Stop(continued)
+	resumed := make(chan struct{})
+	go func() { <-continued; close(resumed) }()
+
+	var mu sync.Mutex
+	pausedOnce := map[int]bool{}
+	pausePoint := func(where string, cl partition.Claim, msgs []kafka.Message) {
+		if msgs[0].Offset < zombieAt || zombiePause(cl.Partition, unfenced) != where {
 			return
 		}
-		once.Do(func() {
-			fmt.Println("pause-point", msgs[0].Offset)
-			time.Sleep(3 * time.Second) // the parent freezes us in here
-		})
+		mu.Lock()
+		first := !pausedOnce[cl.Partition]
+		pausedOnce[cl.Partition] = true
+		mu.Unlock()
+		if first {
+			fmt.Printf("pause-point p=%d offset=%d epoch=%d in=%s\n", cl.Partition, msgs[0].Offset, cl.Epoch, where)
+			<-resumed // the parent stops us here, then continues us
+		}
 	}
 	rec := record("A")
 	cfg := b.config("A", func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
 		if err := rec(ctx, tx, msgs); err != nil {
 			return err
 		}
-		if pauseIn == "handler" {
-			pausePoint(msgs)
-		}
+		cl, _ := partition.FromContext(ctx)
+		pausePoint("handler", cl, msgs)
 		return nil
 	})
-	cfg.OnClaim = func(cl partition.Claim) { fmt.Println("claimed", cl.Epoch, cl.Generation) }
 	cfg.OnRelease = func(cl partition.Claim, err error) {
-		fmt.Printf("released fenced=%v epoch=%d err=%v\n", errors.Is(err, partition.ErrFenced), cl.Epoch, err)
+		fmt.Printf("released p=%d epoch=%d fenced=%v err=%s\n", cl.Partition, cl.Epoch, errors.Is(err, partition.ErrFenced), strings.ReplaceAll(fmt.Sprint(err), " ", "_"))
 	}
-	c, err := partition.New(pool, cfg)
+	c, err := partition.New(b.pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pauseIn == "fence" {
-		partition.SetBeforeFence(c, func(_ partition.Claim, msgs []kafka.Message) { pausePoint(msgs) })
-	}
-	if os.Getenv("ZOMBIE_UNFENCED") != "" {
+	partition.SetBeforeFence(c, func(cl partition.Claim, msgs []kafka.Message) { pausePoint("fence", cl, msgs) })
+	if unfenced {
 		partition.SetUnfenced(c)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -270,4 +354,96 @@ func TestChildZombie(t *testing.T) {
 	if err := c.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// childLines collects a child's output lines as they come, so a test can
+// wait for a set of them without losing the others.
+type childLines struct {
+	c    *testenv.Child
+	mu   sync.Mutex
+	all  []string
+	done chan struct{}
+}
+
+func collectLines(c *testenv.Child) *childLines {
+	l := &childLines{c: c, done: make(chan struct{})}
+	exited := make(chan struct{})
+	go func() { _ = c.Wait(); close(exited) }()
+	go func() {
+		defer close(l.done)
+		for {
+			line, ok := c.TryLine()
+			if ok {
+				l.mu.Lock()
+				l.all = append(l.all, line)
+				l.mu.Unlock()
+				continue
+			}
+			select {
+			case <-exited:
+				for line, ok := c.TryLine(); ok; line, ok = c.TryLine() {
+					l.mu.Lock()
+					l.all = append(l.all, line)
+					l.mu.Unlock()
+				}
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	return l
+}
+
+// stop kills the child and waits until its lines are collected.
+func (l *childLines) stop() {
+	l.c.Kill()
+	<-l.done
+}
+
+// await waits for n lines starting with word (see awaitMatching).
+func (l *childLines) await(n int, word string, timeout time.Duration) ([]map[string]string, error) {
+	return l.awaitMatching(n, word, timeout, func(map[string]string) bool { return true })
+}
+
+// awaitMatching waits, for at most timeout (scaled), until the child has
+// printed n lines that start with word and whose key=value fields match,
+// and returns their fields, in order.
+func (l *childLines) awaitMatching(n int, word string, timeout time.Duration, match func(map[string]string) bool) ([]map[string]string, error) {
+	timeout = testenv.Scale(timeout)
+	deadline := time.Now().Add(timeout)
+	for {
+		var got []map[string]string
+		l.mu.Lock()
+		for _, line := range l.all {
+			fs := strings.Fields(line)
+			if len(fs) == 0 || fs[0] != word {
+				continue
+			}
+			f := map[string]string{}
+			for _, kv := range fs[1:] {
+				k, v, _ := strings.Cut(kv, "=")
+				f[k] = v
+			}
+			if match(f) {
+				got = append(got, f)
+			}
+		}
+		l.mu.Unlock()
+		if len(got) >= n {
+			return got, nil
+		}
+		select {
+		case <-l.done:
+			return got, fmt.Errorf("the child exited after %d of %d %q lines", len(got), n, word)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return got, fmt.Errorf("the child printed %d of %d %q lines within %v", len(got), n, word, timeout)
+		}
+	}
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }

@@ -28,7 +28,7 @@ import (
 //     this implicit transaction only. Not just the key's: a duplicate of a
 //     request in flight usually waits first for the effect's rows, which
 //     that request holds, so a bound on the key's wait alone would bound
-//     nothing (tried: TestExecWaitsForInFlightDuplicate then hangs).
+//     nothing (TestExecWaitsForInFlightDuplicate).
 //   - nolock_effect is the caller's statement; its RETURNING rows become
 //     the record's result (a JSON array; no row at all is stored as a
 //     terminal outcome, such as a debit refused for insufficient funds).

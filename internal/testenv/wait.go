@@ -34,19 +34,8 @@ func Scale(d time.Duration) time.Duration { return time.Duration(float64(d) * Sl
 // never by the time a step is expected to take.
 func Until(t testing.TB, what string, cond func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(Scale(time.Minute))
-	for {
-		ok, err := cond()
-		if err != nil {
-			t.Fatalf("testenv: waiting until %s: %v", what, err)
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("testenv: %s did not happen within %v", what, Scale(time.Minute))
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := Poll(what, cond); err != nil {
+		t.Fatal(err)
 	}
 }
 

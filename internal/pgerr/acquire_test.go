@@ -1,0 +1,53 @@
+package pgerr_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// A statement whose caller's context ends while it waits for a pool's
+// connection sent nothing: Exec and Row report NotSent, never Unknown,
+// and nothing ran.
+func TestAcquireWaitEndedIsNotSent(t *testing.T) {
+	t.Parallel()
+	pool, _ := testenv.PostgresSchema(t, 1)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE t (n int)`); err != nil {
+		t.Fatal(err)
+	}
+	held, err := pool.Acquire(ctx) // the pool's only connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, write := range map[string]func(context.Context) error{
+		"Exec": func(ctx context.Context) error {
+			_, err := pgerr.Exec(ctx, pool, `INSERT INTO t VALUES (1)`)
+			return err
+		},
+		"Row": func(ctx context.Context) error {
+			return pgerr.Row(ctx, pool, `INSERT INTO t VALUES (2) RETURNING n`).Scan(new(int))
+		},
+	} {
+		for _, end := range []string{"deadline", "cancel"} {
+			wctx, cancel := context.WithTimeout(ctx, testenv.Scale(20*time.Millisecond))
+			if end == "cancel" {
+				cancel()
+			}
+			err := write(wctx)
+			cancel()
+			if got := pgerr.Of(err); got != pgerr.NotSent || !errors.Is(err, wctx.Err()) {
+				t.Errorf("%s, %s while waiting for a connection: %v (%v); want NotSent wrapping %v", name, end, err, got, wctx.Err())
+			}
+		}
+	}
+	held.Release()
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM t`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d rows (%v): a statement that never had a connection ran", n, err)
+	}
+}

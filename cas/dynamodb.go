@@ -2,7 +2,6 @@ package cas
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -31,10 +30,12 @@ const (
 // DynamoDBBackend stores records as items of a DynamoDB table, each write
 // conditioned on the version attribute. Reads are strongly consistent.
 //
-// Conditional writes are sent once, never retried by the SDK: a retried
-// write that had in fact applied would fail its own condition and look like
-// a conflict, and the Store would apply the caller's function twice. A write
-// whose response is lost is reported as ErrAmbiguousCommit instead.
+// Conditional writes are retried by the SDK only after an attempt that
+// proves nothing was applied (throttling, a failed dial: see
+// ddberr.NoBlindRetries), never blindly: a retried write that had in fact
+// applied would fail its own condition and look like a conflict, and the
+// Store would apply the caller's function twice. A write whose response is
+// lost is reported as ErrAmbiguousCommit instead.
 type DynamoDBBackend struct {
 	client       DynamoDBAPI
 	table, keyAt string
@@ -64,9 +65,6 @@ func (d *DynamoDBBackend) key(key string) map[string]types.AttributeValue {
 func num(n int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
 }
-
-// once disables the SDK's retries for one conditional write.
-func once(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }
 
 // Get implements Backend.
 func (d *DynamoDBBackend) Get(ctx context.Context, key string) ([]byte, int64, error) {
@@ -101,8 +99,8 @@ func (d *DynamoDBBackend) Create(ctx context.Context, key string, value []byte) 
 		TableName: &d.table, Item: item,
 		ConditionExpression:      aws.String("attribute_not_exists(#k)"),
 		ExpressionAttributeNames: map[string]string{"#k": d.keyAt},
-	}, once)
-	if failedCondition(err) {
+	}, ddberr.NoBlindRetries)
+	if _, failed := ddberr.ConditionFailed(err); failed {
 		return ErrExists
 	}
 	if err != nil {
@@ -123,8 +121,8 @@ func (d *DynamoDBBackend) Put(ctx context.Context, key string, value []byte, ver
 		ExpressionAttributeNames:  map[string]string{"#val": DynamoValueAttr, "#ver": DynamoVersionAttr},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":val": &types.AttributeValueMemberB{Value: value}, ":one": num(1), ":ver": num(version)},
 		ReturnValues:              types.ReturnValueUpdatedNew,
-	}, once)
-	if failedCondition(err) {
+	}, ddberr.NoBlindRetries)
+	if _, failed := ddberr.ConditionFailed(err); failed {
 		return 0, d.whyRefused(ctx, key)
 	}
 	if err != nil {
@@ -147,8 +145,8 @@ func (d *DynamoDBBackend) Delete(ctx context.Context, key string, version int64)
 		ConditionExpression:       aws.String("#ver = :ver"),
 		ExpressionAttributeNames:  map[string]string{"#ver": DynamoVersionAttr},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":ver": num(version)},
-	}, once)
-	if failedCondition(err) {
+	}, ddberr.NoBlindRetries)
+	if _, failed := ddberr.ConditionFailed(err); failed {
 		return d.whyRefused(ctx, key)
 	}
 	if err != nil {
@@ -167,16 +165,11 @@ func (d *DynamoDBBackend) whyRefused(ctx context.Context, key string) error {
 	return err
 }
 
-func failedCondition(err error) bool {
-	var ccf *types.ConditionalCheckFailedException
-	return errors.As(err, &ccf)
-}
-
 // dynamoAmbiguous wraps err with ErrAmbiguousCommit unless it proves the
-// write was not applied (ddberr.Refused): a lost response, a timeout or a
-// server fault may follow an applied write.
+// write was not applied (ddberr.NotApplied): a lost response, a timeout or
+// a server fault may follow an applied write.
 func dynamoAmbiguous(err error) error {
-	if ddberr.Refused(err) {
+	if ddberr.NotApplied(err) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)

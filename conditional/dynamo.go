@@ -16,9 +16,12 @@ import (
 // satisfies it, and so does any wrapper of one (to count calls or inject
 // faults). It may grow in later versions.
 //
-// Every write this package sends carries a per-call option that keeps the
-// SDK from retrying it after an error that does not prove the write was
-// refused (see ErrAmbiguousCommit); a wrapper should pass the options on.
+// Every write this package sends carries a per-call option that lets the
+// SDK retry it (with its backoff) only after an attempt that changed
+// nothing: throttled, or not sent because the dial failed. After any other
+// error the write may have applied, and it is reported as
+// ErrAmbiguousCommit, never retried blindly. A wrapper should pass the
+// options on.
 type DynamoDBAPI interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
@@ -108,34 +111,12 @@ func dynamoGet(ctx context.Context, client DynamoDBAPI, table string, key map[st
 	return out.Item, nil
 }
 
-// conditionFailed returns the item a failed condition reported, and
-// whether err is a failed condition at all. The item is nil when the server
-// returned none: there was no item, or the server ignores
-// ReturnValuesOnConditionCheckFailure (dynalite does), so only a read can
-// tell.
-func conditionFailed(err error) (item map[string]types.AttributeValue, ok bool) {
-	var ccf *types.ConditionalCheckFailedException
-	if !errors.As(err, &ccf) {
-		return nil, false
-	}
-	if len(ccf.Item) == 0 {
-		return nil, true
-	}
-	return ccf.Item, true
-}
-
 // ConditionFailedAt reports whether err is a TransactWriteItems
 // cancellation in which the action at index i (of the TransactItems sent)
 // failed its condition, for example the DebitItem or CheckItem a caller put
 // into its own transaction. A transaction cancelled for any reason applied
 // nothing.
-func ConditionFailedAt(err error, i int) bool {
-	var tce *types.TransactionCanceledException
-	if !errors.As(err, &tce) || i < 0 || i >= len(tce.CancellationReasons) {
-		return false
-	}
-	return aws.ToString(tce.CancellationReasons[i].Code) == "ConditionalCheckFailed"
-}
+func ConditionFailedAt(err error, i int) bool { return ddberr.ConditionFailedAt(err, i) }
 
 // dynamoWriteErr classifies the error of a write that failed for another
 // reason than a failed condition. A write the server refused, or that never
@@ -144,7 +125,7 @@ func ConditionFailedAt(err error, i int) bool {
 // context, an error from a wrapping client) leaves the outcome unknown: the
 // write may have applied, so it is ErrAmbiguousCommit.
 func dynamoWriteErr(err error) error {
-	if ddberr.Refused(err) {
+	if ddberr.NotApplied(err) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)

@@ -74,7 +74,7 @@ func (a *DynamoAccounts) Open(ctx context.Context, account string, balance int64
 		ExpressionAttributeNames:  map[string]string{"#k": DynamoKeyAttr, "#b": DynamoBalanceAttr},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":b": dynamoNum(balance)},
 	}, ddberr.NoBlindRetries)
-	if _, exists := conditionFailed(err); err == nil || exists {
+	if _, exists := ddberr.ConditionFailed(err); err == nil || exists {
 		return nil
 	}
 	return fmt.Errorf("conditional: open %q: %w", account, dynamoWriteErr(err))
@@ -203,7 +203,7 @@ func (a *DynamoAccounts) apply(ctx context.Context, op, account string, u *types
 	if err == nil {
 		return nil
 	}
-	item, ok := conditionFailed(err)
+	item, ok := ddberr.ConditionFailed(err)
 	if !ok {
 		return fmt.Errorf("conditional: %s %q: %w", op, account, dynamoWriteErr(err))
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/nolock/nolock/internal/ddberr"
 )
 
 // DynamoFenced writes items of your own DynamoDB table only for a holder
@@ -88,7 +90,7 @@ func (f *DynamoFenced) Update(ctx context.Context, client DynamoDBAPI, key map[s
 	if err == nil {
 		return nil
 	}
-	item, ok := conditionFailed(err)
+	item, ok := ddberr.ConditionFailed(err)
 	if !ok {
 		return fmt.Errorf("conditional: fenced update: %w", dynamoWriteErr(err))
 	}

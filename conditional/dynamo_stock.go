@@ -1,13 +1,10 @@
 package conditional
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"time"
 
@@ -171,145 +168,10 @@ func (s *DynamoStock) takeBucket(ctx context.Context, key string, bucket int, n 
 	if err == nil {
 		return true, nil, nil
 	}
-	if item, ok := conditionFailed(err); ok {
+	if item, ok := ddberr.ConditionFailed(err); ok {
 		return false, item, nil
 	}
 	return false, nil, fmt.Errorf("conditional: take %q: %w", key, dynamoWriteErr(err))
-}
-
-// errBucketsMoved marks an attempt to take across buckets that lost a race;
-// the next attempt reads the buckets again.
-var errBucketsMoved = fmt.Errorf("%w: buckets changed while taking across them", ErrConflict)
-
-// takeAcross reads every bucket of key and takes n units: with one
-// conditional write to the fullest bucket when it covers n, else with one
-// transaction over several (see transact). It retries, with jittered
-// backoff, when the buckets changed in between.
-func (s *DynamoStock) takeAcross(ctx context.Context, key string, n int64) error {
-	err := s.retry.Retry(ctx, func(ctx context.Context, _ int) error {
-		qty, found, err := s.read(ctx, key)
-		switch {
-		case err != nil:
-			return fmt.Errorf("conditional: take %q: %w", key, err)
-		case !found:
-			return ErrUnknownKey
-		}
-		var total int64
-		best := 0
-		for b, q := range qty {
-			total += q // at most buckets × MaxInt64/buckets: see Put
-			if q > qty[best] {
-				best = b
-			}
-		}
-		if total < n {
-			return ErrSoldOut
-		}
-		if qty[best] >= n {
-			taken, _, err := s.takeBucket(ctx, key, best, n)
-			if err == nil && !taken {
-				err = errBucketsMoved
-			}
-			return err
-		}
-		return s.transact(ctx, key, n, qty)
-	}, func(err error) bool { return errors.Is(err, errBucketsMoved) }, nil)
-	var exhausted *backoff.ExhaustedError
-	if errors.As(err, &exhausted) {
-		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
-	}
-	return err
-}
-
-// transact takes n units across buckets in one TransactWriteItems, as
-// levelled plans it. Each update is conditioned on the bucket still
-// holding the units it gives, so a concurrent take that leaves enough does
-// not cancel the transaction, and one that does not cannot drive a bucket
-// below zero.
-func (s *DynamoStock) transact(ctx context.Context, key string, n int64, qty []int64) error {
-	var items []types.TransactWriteItem
-	for b, d := range levelled(qty, n) {
-		if d == 0 {
-			continue
-		}
-		items = append(items, types.TransactWriteItem{Update: &types.Update{
-			TableName:                 aws.String(s.table),
-			Key:                       s.itemKey(key, b),
-			UpdateExpression:          aws.String("SET #q = #q - :d"),
-			ConditionExpression:       aws.String("#q >= :d"),
-			ExpressionAttributeNames:  map[string]string{"#q": DynamoQtyAttr},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":d": dynamoNum(d)},
-		}})
-	}
-	_, err := s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, ddberr.NoBlindRetries)
-	var tce *types.TransactionCanceledException
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &tce) && lostRace(tce):
-		// A bucket no longer holds its share (ConditionalCheckFailed), or
-		// another transaction held it (TransactionConflict): read again.
-		return errBucketsMoved
-	case unsupported(err):
-		return fmt.Errorf("conditional: take %q across %d buckets needs TransactWriteItems: %w: %w",
-			key, len(items), errors.ErrUnsupported, err)
-	}
-	return fmt.Errorf("conditional: take %q across buckets: %w", key, dynamoWriteErr(err))
-}
-
-// lostRace reports whether a cancelled transaction lost to concurrent
-// writers only, so that reading again may succeed.
-func lostRace(tce *types.TransactionCanceledException) bool {
-	lost := false
-	for _, r := range tce.CancellationReasons {
-		switch aws.ToString(r.Code) {
-		case "ConditionalCheckFailed", "TransactionConflict":
-			lost = true
-		case "", "None":
-		default:
-			return false
-		}
-	}
-	return lost
-}
-
-// levelled returns how many units to take from each bucket, n in all
-// (n <= the sum of qty), so that the buckets end as level as they can: the
-// fullest are lowered to a common level (within one unit), the others left
-// alone. That leaves every bucket the most units it can keep, so concurrent
-// single-bucket takes rarely leave one short of its share and cancel the
-// transaction. (Taking whole buckets, fullest first, conditioned on the
-// units read, lost to every concurrent take of a bucket it touched: on
-// moto, with 4 buyers of 1 and 4 of 40, no take of 40 was ever granted.)
-func levelled(qty []int64, n int64) []int64 {
-	order := make([]int, len(qty))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(qty[b], qty[a]) })
-	take := make([]int64, len(qty))
-	var sum int64 // of the k fullest; fits, as every bucket holds at most MaxInt64/buckets
-	for k := 1; k <= len(order); k++ {
-		sum += qty[order[k-1]]
-		var next int64
-		if k < len(order) {
-			next = qty[order[k]]
-		}
-		// Lowering the k fullest to the next one's level frees sum - k·next.
-		if sum-int64(k)*next < n {
-			continue
-		}
-		level, extra := (sum-n)/int64(k), (sum-n)%int64(k)
-		for i, b := range order[:k] {
-			final := level
-			if int64(i) < extra {
-				final++
-			}
-			take[b] = qty[b] - final
-		}
-		break
-	}
-	return take
 }
 
 // read returns every bucket's units, reading them one after another with
@@ -370,7 +232,7 @@ func (s *DynamoStock) Put(ctx context.Context, key string, n int64) error {
 			ExpressionAttributeNames:  map[string]string{"#q": DynamoQtyAttr},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":n": dynamoNum(share), ":limit": dynamoNum(limit - share)},
 		}, ddberr.NoBlindRetries)
-		if _, ok := conditionFailed(err); ok {
+		if _, ok := ddberr.ConditionFailed(err); ok {
 			return fmt.Errorf("conditional: put %q: bucket %d would exceed %d units (%d of %d units added)", key, b, limit, added, n)
 		}
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -311,6 +312,49 @@ func TestDynamoSDKDoesNotRetryALostWrite(t *testing.T) {
 		}
 		if got := dynamoAvailable(t, s, key); got != units-1 {
 			t.Fatalf("%d units: available %d after one lost take, want %d", units, got, units-1)
+		}
+	}
+}
+
+// A write whose connection is refused was never sent: it is returned as
+// the dial error, not as ErrAmbiguousCommit, whatever the operation.
+func TestDynamoRefusedConnectionIsNotAmbiguous(t *testing.T) {
+	t.Parallel()
+	if conn, err := net.Dial("tcp", "127.0.0.1:1"); err == nil {
+		conn.Close()
+		t.Skip("something listens on 127.0.0.1:1")
+	}
+	ctx := context.Background()
+	client := services.DynamoDBClient("http://127.0.0.1:1", nil)
+	stock, err := conditional.NewDynamoStock(client, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accounts, err := conditional.NewDynamoAccounts(client, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	holds, err := conditional.NewDynamoHolds(client, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fenced, err := conditional.NewDynamoFenced("t", "pk", "fence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}}
+	set := map[string]types.AttributeValue{"v": &types.AttributeValueMemberN{Value: "1"}}
+	for name, write := range map[string]func() error{
+		"take":           func() error { return stock.Take(ctx, "k", 1) },
+		"debit":          func() error { return accounts.Debit(ctx, "a", 1) },
+		"hold":           func() error { _, err := holds.Hold(ctx, "r", "h", time.Minute); return err },
+		"fenced update":  func() error { return fenced.Update(ctx, client, key, 1, set) },
+		"confirm a hold": func() error { return holds.Confirm(ctx, "r", "h") },
+	} {
+		err := write()
+		var op *net.OpError
+		if errors.Is(err, conditional.ErrAmbiguousCommit) || !errors.As(err, &op) || op.Op != "dial" {
+			t.Errorf("%s with the connection refused: %v; want the dial error, not ErrAmbiguousCommit", name, err)
 		}
 	}
 }

@@ -17,9 +17,11 @@ import (
 // satisfies it, and so does any wrapper of one (to count calls or inject
 // faults). It may grow in later versions.
 //
-// Every conditional write is sent with a per-call option that turns the
-// SDK's retries off (RetryMaxAttempts = 1): the Client resolves a write
-// whose answer was lost itself, by reading the item back. A wrapper should
+// Every conditional write is sent with a per-call option that lets the SDK
+// retry it only after an attempt that changed nothing (throttling, with
+// the SDK's backoff, or a failed dial), never after one whose answer was
+// lost: the Client resolves such a write itself, by reading the item back
+// or by a retry conditional on its own record version. A wrapper should
 // pass the options on.
 type DynamoDBAPI interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)

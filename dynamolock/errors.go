@@ -4,9 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
 )
 
 var (
@@ -127,42 +124,4 @@ func lockName(key, sortKey string) string {
 		return fmt.Sprintf("lock %q", key)
 	}
 	return fmt.Sprintf("lock %q/%q", key, sortKey)
-}
-
-// conditionFailed returns whether err is a failed condition, and the item
-// the server returned with it (nil if it returned none: dynalite ignores
-// ReturnValuesOnConditionCheckFailure).
-func conditionFailed(err error) (map[string]types.AttributeValue, bool) {
-	var ccf *types.ConditionalCheckFailedException
-	if !errors.As(err, &ccf) {
-		return nil, false
-	}
-	if len(ccf.Item) == 0 {
-		return nil, true
-	}
-	return ccf.Item, true
-}
-
-// permanent reports whether err is DynamoDB refusing a request in a way a
-// retry cannot fix (a validation error, a missing table): a 4xx answer
-// other than a failed condition or throttling. Anything else (a timeout, a
-// lost connection, a 5xx, throttling) is transient, and for a write it
-// leaves the outcome unknown: the write may have applied.
-func permanent(err error) bool {
-	if _, ok := conditionFailed(err); ok {
-		return false
-	}
-	var resp interface{ HTTPStatusCode() int }
-	if !errors.As(err, &resp) || resp.HTTPStatusCode() < 400 || resp.HTTPStatusCode() >= 500 {
-		return false
-	}
-	var apiErr smithy.APIError
-	if errors.As(err, &apiErr) {
-		switch apiErr.ErrorCode() {
-		case "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
-			"LimitExceededException", "TransactionConflictException", "TransactionInProgressException":
-			return false
-		}
-	}
-	return true
 }

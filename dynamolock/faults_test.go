@@ -75,6 +75,67 @@ func TestLostResponses(t *testing.T) {
 	}
 }
 
+// A throttled write changed nothing, and is treated so: a throttled
+// heartbeat is retried without reading the item back, a TryAcquire whose
+// writes were all throttled leaves no release to do in the background,
+// and a throttled release returns the throttle at once, the item still
+// held.
+func TestThrottledWritesChangedNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	server, table := newTable(t)
+	t.Run("heartbeats", func(t *testing.T) {
+		t.Parallel()
+		f := &faulty{DynamoDBAPI: server}
+		f.setRule(times("heartbeat", 2, throttle))
+		api := &counting{DynamoDBAPI: f}
+		c := newClient(t, api, table, dynamolock.WithHeartbeat(testLease/16))
+		l := mustAcquire(t, c, "heartbeats")
+		testenv.Until(t, "both throttles injected and a heartbeat landed after them", func() (bool, error) {
+			if closed(l.Lost()) {
+				return false, fmt.Errorf("the holder lost its lock: %w", l.Err())
+			}
+			return f.injected.Load() == 2 && api.succeeded("heartbeat") >= 1, nil
+		})
+		if n := api.gets.Load(); n != 0 {
+			t.Fatalf("%d reads; a throttled heartbeat needs none", n)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("TryAcquire", func(t *testing.T) {
+		t.Parallel()
+		f := &faulty{DynamoDBAPI: server}
+		f.setRule(times("acquire", 1000, throttle))
+		api := &counting{DynamoDBAPI: f}
+		c := newClient(t, api, table)
+		if l, err := c.TryAcquire(ctx, "try"); err == nil {
+			l.Close()
+			t.Fatal("acquired with every acquiring write throttled")
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(api.recorded("release")); n != 0 {
+			t.Fatalf("%d release writes after a TryAcquire whose writes were all throttled; want none", n)
+		}
+	})
+	t.Run("release", func(t *testing.T) {
+		t.Parallel()
+		f := &faulty{DynamoDBAPI: server}
+		f.setRule(times("release", 1, throttle))
+		c := newClient(t, f, table)
+		l := mustAcquire(t, c, "release")
+		if err := l.Release(ctx); !errors.Is(err, errThrottled) {
+			t.Fatalf("release: %v; want the throttle", err)
+		}
+		if item := readItem(t, server, table, "release"); attrS(item, dynamolock.AttrReleased) != "" || attrS(item, dynamolock.AttrOwner) != c.Owner() {
+			t.Fatalf("item after a throttled release: %v; want still held", item)
+		}
+	})
+}
+
 // blocking holds heartbeats in flight, to race them with Release, and can
 // deliver a held request late, as a slow network would.
 type blocking struct {
@@ -178,38 +239,51 @@ func TestUnreachableExpires(t *testing.T) {
 // A process paused past its lease wakes to find its lock expired: Expiring
 // and Lost close at once, in that order, even though the warning's instant
 // passed while it was paused (cirello-io/dynamolock #446), and no heartbeat
-// is sent to revive the lock. The pause is simulated by the holder's clock
-// jumping ten leases forward as the acquiring write's answer arrives, so
-// the lock's goroutine first runs after the jump.
+// is sent to revive the lock. The same holds when the maximum hold has
+// passed too (then it is the cause). The pause is simulated by the
+// holder's clock jumping ten leases forward as the acquiring write's
+// answer arrives, so the lock's goroutine first runs after the jump.
 func TestExpiredOnWakeUp(t *testing.T) {
 	t.Parallel()
 	server, table := newTable(t)
-	var offset atomic.Int64
-	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	api := &counting{DynamoDBAPI: server, after: func(op string, err error) {
-		if op == "acquire" && err == nil {
-			offset.Store(int64(10 * testLease))
-		}
-	}}
-	c := newClient(t, api, table, dynamolock.WithClock(clock), dynamolock.WithHeartbeat(testLease/8))
-	l := mustAcquire(t, c, "k")
-	warnedFirst := make(chan bool, 1)
-	go func() { <-l.Lost(); warnedFirst <- closed(l.Expiring()) }()
-	if !waitClosed(l.Lost(), testLease) {
-		t.Fatal("not lost after the jump")
-	}
-	var lost *dynamolock.LostError
-	if !errors.As(l.Err(), &lost) || lost.Cause != dynamolock.Expired {
-		t.Fatalf("err %v; want Expired", l.Err())
-	}
-	if !<-warnedFirst {
-		t.Fatal("Lost was closed before Expiring")
-	}
-	// Close waits for the lock's goroutine: nothing more can be sent.
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(api.recorded("heartbeat")); n != 0 {
-		t.Fatalf("%d heartbeats sent by a lock that expired before its first; the item must be left alone", n)
+	for _, tc := range []struct {
+		name  string
+		opts  []dynamolock.AcquireOption
+		cause dynamolock.Cause
+	}{
+		{"lease", nil, dynamolock.Expired},
+		{"maximum hold", []dynamolock.AcquireOption{dynamolock.WithMaxHold(2 * testLease)}, dynamolock.MaxHold},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var offset atomic.Int64
+			clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+			api := &counting{DynamoDBAPI: server, after: func(op string, err error) {
+				if op == "acquire" && err == nil {
+					offset.Store(int64(10 * testLease))
+				}
+			}}
+			c := newClient(t, api, table, dynamolock.WithClock(clock), dynamolock.WithHeartbeat(testLease/8))
+			l := mustAcquire(t, c, tc.name, tc.opts...)
+			warnedFirst := make(chan bool, 1)
+			go func() { <-l.Lost(); warnedFirst <- closed(l.Expiring()) }()
+			if !waitClosed(l.Lost(), testLease) {
+				t.Fatal("not lost after the jump")
+			}
+			var lost *dynamolock.LostError
+			if !errors.As(l.Err(), &lost) || lost.Cause != tc.cause {
+				t.Fatalf("err %v; want %v", l.Err(), tc.cause)
+			}
+			if !<-warnedFirst {
+				t.Fatal("Lost was closed before Expiring")
+			}
+			// Close waits for the lock's goroutine: nothing more can be sent.
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(api.recorded("heartbeat")); n != 0 {
+				t.Fatalf("%d heartbeats sent by a lock that expired before its first; the item must be left alone", n)
+			}
+		})
 	}
 }

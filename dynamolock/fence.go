@@ -2,7 +2,6 @@ package dynamolock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -10,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/nolock/nolock/internal/ddberr"
 )
 
 // Placeholders the fencing helpers add to a caller's expressions.
@@ -206,8 +207,10 @@ type TransactAPI interface {
 // ConditionCheck first, so they apply only while no newer holder exists.
 // When that check fails it returns an error wrapping ErrFenced and nothing
 // was written; any other cancellation or error is returned as the SDK gave
-// it. The request is sent once (no SDK retries): an error other than a
-// cancellation leaves the outcome unknown.
+// it. The SDK retries the request only after an attempt that changed
+// nothing (throttling, a failed dial), never after one whose answer was
+// lost: an error without an HTTP 4xx status (a 5xx, a timeout, a lost
+// connection), unless no connection was made, leaves the outcome unknown.
 func (l *Lock) Transact(ctx context.Context, api TransactAPI, items ...types.TransactWriteItem) error {
 	if api == nil {
 		return invalid("transaction client is nil")
@@ -218,10 +221,8 @@ func (l *Lock) Transact(ctx context.Context, api TransactAPI, items ...types.Tra
 	}
 	_, err = api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
 		TransactItems: append([]types.TransactWriteItem{check}, items...),
-	}, once)
-	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) && len(tce.CancellationReasons) > 0 &&
-		aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
+	}, ddberr.NoBlindRetries)
+	if ddberr.ConditionFailedAt(err, 0) {
 		return fmt.Errorf("dynamolock: transaction under %s with token %d: %w", lockName(l.ac.key, l.ac.sortKey), l.token, ErrFenced)
 	}
 	return err

@@ -144,6 +144,58 @@ func TestAcquireReleaseItemAndToken(t *testing.T) {
 	}
 }
 
+// The Lock's Context carries the values of the context it was acquired
+// with (a trace ID), but not its deadline or cancellation: cancelling that
+// context after Acquire returns leaves the lock and its Context alone, the
+// heartbeats go on, and only the lock's end cancels the Context.
+func TestLockContextCarriesValues(t *testing.T) {
+	t.Parallel()
+	api, table := newTable(t)
+	c := newClient(t, api, table, dynamolock.WithHeartbeat(testLease/8))
+	type traceKey struct{}
+	for _, tc := range []struct {
+		name    string
+		acquire func(ctx context.Context, key string) (*dynamolock.Lock, error)
+	}{
+		{"Acquire", func(ctx context.Context, key string) (*dynamolock.Lock, error) { return c.Acquire(ctx, key) }},
+		{"TryAcquire", func(ctx context.Context, key string) (*dynamolock.Lock, error) { return c.TryAcquire(ctx, key) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := context.WithValue(context.Background(), traceKey{}, "trace-1")
+			ctx, cancel := context.WithTimeout(base, testenv.Scale(30*time.Second))
+			defer cancel()
+			l, err := tc.acquire(ctx, tc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if got := l.Context().Value(traceKey{}); got != "trace-1" {
+				t.Fatalf("Lock.Context().Value = %v; want the acquiring context's trace-1", got)
+			}
+			if _, ok := l.Context().Deadline(); ok {
+				t.Fatal("Lock.Context has the acquiring context's deadline")
+			}
+			cancel() // propagates to children synchronously
+			if err := l.Context().Err(); err != nil {
+				t.Fatalf("cancelling the acquiring context cancelled Lock.Context: %v", err)
+			}
+			rvn := attrS(readItem(t, api, table, tc.name), dynamolock.AttrRVN)
+			testenv.Until(t, "a heartbeat after the acquiring context ended", func() (bool, error) {
+				return attrS(readItem(t, api, table, tc.name), dynamolock.AttrRVN) != rvn, nil
+			})
+			if l.Err() != nil || l.Context().Err() != nil {
+				t.Fatalf("lock ended with its acquiring context: %v, %v", l.Err(), l.Context().Err())
+			}
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if !errors.Is(context.Cause(l.Context()), dynamolock.ErrReleased) || l.Context().Value(traceKey{}) != "trace-1" {
+				t.Fatalf("after Release: cause %v, value %v", context.Cause(l.Context()), l.Context().Value(traceKey{}))
+			}
+		})
+	}
+}
+
 // An uncontended acquire and release is two calls (two conditional writes,
 // no read), and holding a lock costs one call per heartbeat period: the
 // k-th confirmed heartbeat is sent no earlier than k periods after the

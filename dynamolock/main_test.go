@@ -11,8 +11,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"go.uber.org/goleak"
 
 	"github.com/nolock/nolock/dynamolock"
@@ -208,7 +211,16 @@ const (
 	dropRequest        // never sent; errInjected
 	dropResponse       // sent and applied; errInjected instead of the answer
 	sdkRetry           // sent twice (as an SDK retry would); the second answer
+	throttle           // never sent; errThrottled
 )
+
+// errThrottled is DynamoDB's answer to a throttled request, as the SDK
+// returns it once its own retries are spent: a 400 that changed nothing.
+var errThrottled error = &smithy.OperationError{ServiceID: "DynamoDB", OperationName: "UpdateItem",
+	Err: &awshttp.ResponseError{ResponseError: &smithyhttp.ResponseError{
+		Response: &smithyhttp.Response{Response: &http.Response{StatusCode: http.StatusBadRequest}},
+		Err:      &types.ProvisionedThroughputExceededException{Message: aws.String("injected throttle")},
+	}}}
 
 // op names a lock write by its update expression.
 func op(in *dynamodb.UpdateItemInput) string {
@@ -270,6 +282,8 @@ func (f *faulty) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o
 	switch what {
 	case dropRequest:
 		return nil, errInjected
+	case throttle:
+		return nil, errThrottled
 	case dropResponse:
 		if _, err := f.DynamoDBAPI.UpdateItem(context.Background(), in, o...); err != nil {
 			return nil, err

@@ -3,9 +3,13 @@ package dynamolock_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/nolock/nolock/dynamolock"
 	"github.com/nolock/nolock/internal/testenv"
@@ -58,6 +62,81 @@ func TestUnreachableAcquireGivesUp(t *testing.T) {
 	defer cancel()
 	if _, err := c.Acquire(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, errInjected) {
 		t.Fatalf("Acquire until ctx ends: %v; want the context's error and the DynamoDB error", err)
+	}
+}
+
+// refusing sends every call to the live server, or, while down is set, to
+// a port where connections are refused: real dial errors, nothing sent.
+type refusing struct {
+	live, dead dynamolock.DynamoDBAPI
+	down       atomic.Bool
+}
+
+func (r *refusing) api() dynamolock.DynamoDBAPI {
+	if r.down.Load() {
+		return r.dead
+	}
+	return r.live
+}
+
+func (r *refusing) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	return r.api().GetItem(ctx, in, o...)
+}
+
+func (r *refusing) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	return r.api().UpdateItem(ctx, in, o...)
+}
+
+func (r *refusing) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	return r.api().DeleteItem(ctx, in, o...)
+}
+
+// A refused connection sends nothing, so nothing can have applied: a
+// TryAcquire that gives up leaves no release to do in the background, and
+// a release that cannot connect returns its error at once instead of
+// retrying for a lease, so neither Close waits a lease. The item of a lock
+// whose release was not sent stays held.
+func TestRefusedConnectionNotSent(t *testing.T) {
+	t.Parallel()
+	if conn, err := net.Dial("tcp", "127.0.0.1:1"); err == nil {
+		conn.Close()
+		t.Skip("something listens on 127.0.0.1:1")
+	}
+	server, table := newTable(t)
+	api := &refusing{live: server, dead: clientFor(t, "http://127.0.0.1:1")}
+	bound := testLease / 2 // a retry until a lease passes would exceed it
+	api.down.Store(true)
+	c := newClient(t, api, table)
+	if l, err := c.TryAcquire(context.Background(), "k"); err == nil {
+		l.Close()
+		t.Fatal("acquired while connections were refused")
+	}
+	start := time.Now()
+	c.Close()
+	if took := time.Since(start); took > bound {
+		t.Fatalf("Client.Close after a TryAcquire that sent nothing took %v; want under %v", took, bound)
+	}
+
+	api.down.Store(false)
+	c = newClient(t, api, table)
+	l := mustAcquire(t, c, "k")
+	api.down.Store(true)
+	start = time.Now()
+	err := l.Close()
+	took := time.Since(start)
+	if err == nil || errors.Is(err, dynamolock.ErrLockLost) {
+		t.Fatalf("Close while connections were refused: %v; want the dial error", err)
+	}
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" {
+		t.Fatalf("Close: %v; want the dial error in the chain", err)
+	}
+	if took > bound {
+		t.Fatalf("Close while connections were refused took %v; want under %v", took, bound)
+	}
+	api.down.Store(false)
+	if item := readItem(t, server, table, "k"); attrS(item, dynamolock.AttrReleased) != "" || attrS(item, dynamolock.AttrOwner) != c.Owner() {
+		t.Fatalf("item after a release that was not sent: %v; want still held", item)
 	}
 }
 

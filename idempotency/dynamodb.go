@@ -182,7 +182,7 @@ func (d *DynamoDB) once(ctx context.Context, scope, key string, fp []byte, fn Dy
 		ExpressionAttributeNames:  map[string]string{"#pk": d.pk, "#exp": attrExpires},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":now": millis(now)},
 	}}
-	// The SDK may retry only what the server refused: a retry after a
+	// The SDK may retry only an attempt that changed nothing: a retry after a
 	// lost reply could end in a throttle that hides the first commit.
 	_, err = d.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
 		TransactItems: append(append([]types.TransactWriteItem(nil), writes...), put),
@@ -208,7 +208,7 @@ func (d *DynamoDB) once(ctx context.Context, scope, key string, fp []byte, fn Dy
 			return Result{}, fmt.Errorf("%w: %w", errConflict, err)
 		}
 		return Result{}, fmt.Errorf("idempotency: key %q: transaction canceled, nothing written: %w", key, err)
-	case ddberr.Refused(err):
+	case ddberr.NotApplied(err):
 		return Result{}, fmt.Errorf("idempotency: key %q: %w", key, err)
 	default:
 		return Result{}, fmt.Errorf("%w: key %q: %w", ErrAmbiguousCommit, key, err)

@@ -1,0 +1,182 @@
+package conditional
+
+// The conditional writes behind DynamoHolds: the rule of each operation as
+// one update's condition, how a write is sent (retried only while a
+// transaction holds its item, which applied nothing), and how a refusal is
+// explained from the item the condition judged.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/ddberr"
+)
+
+// holdNames are the attribute names of the hold, confirm and release
+// expressions, each of which uses all three.
+func holdNames() map[string]string {
+	return map[string]string{"#s": DynamoHoldStateAttr, "#h": DynamoHolderAttr, "#u": DynamoHoldUntilAttr}
+}
+
+// holdUpdate holds resource for holder until end (Unix ms) if it is free,
+// held by holder, or held past its end by now. A missing item has no
+// state, so the condition fails and no item is created.
+func (h *DynamoHolds) holdUpdate(resource, holder string, now, end int64) *types.Update {
+	return &types.Update{
+		TableName:                aws.String(h.table),
+		Key:                      h.key(resource),
+		UpdateExpression:         aws.String("SET #s = :held, #h = :holder, #u = :end"),
+		ConditionExpression:      aws.String("#s = :free OR (#s = :held AND (#h = :holder OR #u <= :now))"),
+		ExpressionAttributeNames: holdNames(),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":free": dynamoStr(holdFree), ":held": dynamoStr(holdHeld), ":holder": dynamoStr(holder),
+			":end": dynamoNum(end), ":now": dynamoNum(now),
+		},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+}
+
+// confirmUpdate confirms holder's hold if it has not ended by now; a
+// resource holder confirmed already is confirmed again, a no-op.
+func (h *DynamoHolds) confirmUpdate(resource, holder string, now int64) *types.Update {
+	return &types.Update{
+		TableName:                aws.String(h.table),
+		Key:                      h.key(resource),
+		UpdateExpression:         aws.String("SET #s = :confirmed REMOVE #u"),
+		ConditionExpression:      aws.String("#h = :holder AND (#s = :confirmed OR (#s = :held AND #u > :now))"),
+		ExpressionAttributeNames: holdNames(),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":confirmed": dynamoStr(holdConfirmed), ":held": dynamoStr(holdHeld), ":holder": dynamoStr(holder),
+			":now": dynamoNum(now),
+		},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+}
+
+// releaseUpdate frees the resource if holder holds it, expired or not.
+func (h *DynamoHolds) releaseUpdate(resource, holder string) *types.Update {
+	return &types.Update{
+		TableName:                           aws.String(h.table),
+		Key:                                 h.key(resource),
+		UpdateExpression:                    aws.String("SET #s = :free REMOVE #h, #u"),
+		ConditionExpression:                 aws.String("#s = :held AND #h = :holder"),
+		ExpressionAttributeNames:            holdNames(),
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":free": dynamoStr(holdFree), ":held": dynamoStr(holdHeld), ":holder": dynamoStr(holder)},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+}
+
+// settle runs Confirm's or Release's write.
+func (h *DynamoHolds) settle(ctx context.Context, op, resource string, build func(now int64) *types.Update) error {
+	if err := unsent(ctx, fmt.Sprintf("%s %q", op, resource)); err != nil {
+		return err
+	}
+	item, refused, err := h.write(ctx, resource, build)
+	switch {
+	case err != nil:
+		return fmt.Errorf("conditional: %s %q: %w", op, resource, err)
+	case !refused:
+		return nil
+	case item == nil:
+		return fmt.Errorf("conditional: %s %q: %w", op, resource, ErrUnknownKey)
+	}
+	return fmt.Errorf("conditional: %s %q: %w", op, resource, ErrNotHolder)
+}
+
+// write sends the update build makes for the clock's reading (Unix ms) as
+// one UpdateItem. On a failed condition it returns refused and the item
+// the condition judged, or, when the server returned none, a strongly
+// consistent read of it (nil: no item).
+func (h *DynamoHolds) write(ctx context.Context, resource string, build func(now int64) *types.Update) (item map[string]types.AttributeValue, refused bool, err error) {
+	err = h.retryConflicts(ctx, func(ctx context.Context) error {
+		u := build(h.clock().UnixMilli())
+		err := updateItem(ctx, h.client, u)
+		if item, refused = ddberr.ConditionFailed(err); err == nil || refused {
+			return nil
+		}
+		return dynamoWriteErr(err)
+	})
+	if err != nil || !refused || item != nil {
+		return item, refused, err
+	}
+	if item, err = dynamoGet(ctx, h.client, h.table, h.key(resource)); err != nil {
+		return nil, true, fmt.Errorf("refused; reading the item: %w", err)
+	}
+	return item, true, nil
+}
+
+// retryConflicts runs op, and again with jittered backoff while DynamoDB
+// refuses it for a transaction in progress on one of its items (nothing
+// was applied); when the attempts run out, the error wraps ErrConflict.
+func (h *DynamoHolds) retryConflicts(ctx context.Context, op func(context.Context) error) error {
+	err := h.retry.Retry(ctx, func(ctx context.Context, _ int) error { return op(ctx) }, ddberr.TransactionConflict, nil)
+	var exhausted *backoff.ExhaustedError
+	if errors.As(err, &exhausted) {
+		return fmt.Errorf("%w: %w", ErrConflict, err)
+	}
+	return err
+}
+
+// holdRefusal says why a resource whose item is item could not be held.
+func holdRefusal(item map[string]types.AttributeValue) error {
+	if item == nil {
+		return ErrUnknownKey
+	}
+	if s, _ := item[DynamoHoldStateAttr].(*types.AttributeValueMemberS); s != nil && s.Value == holdConfirmed {
+		return ErrConfirmed
+	}
+	return ErrHeld
+}
+
+// validHolder checks a resource and a holder argument.
+func validHolder(resource, holder string) error {
+	if err := validArg("resource", resource); err != nil {
+		return err
+	}
+	return validArg("holder", holder)
+}
+
+// validDynamoTTL checks a hold's TTL: at least the stored resolution.
+func validDynamoTTL(ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return invalid("ttl %v is below 1ms", ttl)
+	}
+	return nil
+}
+
+// refusal names the resource whose condition cancelled HoldAll's
+// transaction: an unknown one first, else the first in sorted order. It
+// returns nil when no condition failed.
+func (h *DynamoHolds) refusal(ctx context.Context, err error, sorted []string) (*HoldError, error) {
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) {
+		return nil, nil
+	}
+	var first *HoldError
+	for i, r := range sorted {
+		if !ConditionFailedAt(err, i) {
+			continue
+		}
+		item := tce.CancellationReasons[i].Item
+		if len(item) == 0 { // none returned: read it
+			var rerr error
+			if item, rerr = dynamoGet(ctx, h.client, h.table, h.key(r)); rerr != nil {
+				return nil, rerr
+			}
+		}
+		he := &HoldError{r, holdRefusal(item)}
+		if he.Err == ErrUnknownKey {
+			return he, nil
+		}
+		if first == nil {
+			first = he
+		}
+	}
+	return first, nil
+}

@@ -1,0 +1,219 @@
+package dynamolock
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/ddberr"
+)
+
+// The requests a Client sends for a lock item: the acquiring write, the
+// consistent read, and the release. Heartbeats are in heartbeat.go. Every
+// write goes out with ddberr.NoBlindRetries, so the SDK retries it only
+// after an attempt that changed nothing, and its error is classified by
+// ddberr.Of.
+
+// sent is a write this client sent, with the RVN it carried and when.
+type sent struct {
+	rvn string
+	at  time.Time
+}
+
+// newRVN returns a fresh random record version number.
+func newRVN() string { return rand.Text() }
+
+// find returns the write of ss that carried rvn, if any.
+func find(ss []sent, rvn string) (sent, bool) {
+	for _, s := range ss {
+		if s.rvn == rvn && rvn != "" {
+			return s, true
+		}
+	}
+	return sent{}, false
+}
+
+// drop returns ss without the write that carried rvn, reusing its array.
+func drop(ss []sent, rvn string) []sent {
+	out := ss[:0]
+	for _, s := range ss {
+		if s.rvn != rvn {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func numAttr(item map[string]types.AttributeValue, name string) string {
+	if v, ok := item[name].(*types.AttributeValueMemberN); ok {
+		return v.Value
+	}
+	return ""
+}
+
+// itemKey returns the key of the lock item of ac.
+func (c *Client) itemKey(ac acquireConfig) map[string]types.AttributeValue {
+	k := map[string]types.AttributeValue{c.cfg.pkName: str(ac.key)}
+	if c.cfg.skName != "" {
+		k[c.cfg.skName] = str(ac.sortKey)
+	}
+	return k
+}
+
+// writeAcquire sends the acquiring write: it applies only if the item is
+// absent or released, or (takeover != nil) still at the RVN *takeover. It
+// sets our owner, rvn, lease and data, and adds 1 to the fencing token,
+// returning the new token. It waits at most a lease for the answer.
+func (c *Client) writeAcquire(ctx context.Context, ac acquireConfig, rvn string, takeover *string) (*dynamodb.UpdateItemOutput, error) {
+	names := map[string]string{"#pk": c.cfg.pkName, "#own": AttrOwner, "#rvn": AttrRVN, "#lease": AttrLease,
+		"#rel": AttrReleased, "#tok": AttrToken, "#data": AttrData}
+	values := map[string]types.AttributeValue{":own": str(c.cfg.owner), ":rvn": str(rvn),
+		":lease": str(formatLease(c.cfg.lease)), ":relv": str(releasedValue), ":one": num(1)}
+	update := "SET #own = :own, #rvn = :rvn, #lease = :lease"
+	remove := " REMOVE #rel"
+	if ac.data != nil {
+		update += ", #data = :data"
+		values[":data"] = &types.AttributeValueMemberB{Value: ac.data}
+	} else {
+		remove += ", #data"
+	}
+	update += remove + " ADD #tok :one"
+	cond := "attribute_not_exists(#pk) OR #rel = :relv"
+	if takeover != nil {
+		if *takeover == "" {
+			cond += " OR attribute_not_exists(#rvn)"
+		} else {
+			cond += " OR #rvn = :old"
+			values[":old"] = str(*takeover)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.lease)
+	defer cancel()
+	return c.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(c.table), Key: c.itemKey(ac),
+		UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond),
+		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
+		ReturnValues:                        types.ReturnValueUpdatedNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, ddberr.NoBlindRetries)
+}
+
+// get reads the lock item with a strongly consistent read (nil if absent),
+// waiting at most a lease for the answer.
+func (c *Client) get(ctx context.Context, ac acquireConfig) (map[string]types.AttributeValue, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.lease)
+	defer cancel()
+	out, err := c.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(c.table), Key: c.itemKey(ac), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, err
+	}
+	return out.Item, nil
+}
+
+// cleanup releases, in the background, an item that one of ours (writes
+// whose outcome is unknown) may have taken, after Acquire gave up. Close
+// waits for it; it gives up after a lease.
+func (c *Client) cleanup(ac acquireConfig, ours []sent) {
+	c.mu.Lock()
+	c.wg.Add(1) // even when closed: Close waits for it
+	c.mu.Unlock()
+	rvns := make([]string, len(ours))
+	for i, s := range ours {
+		rvns[i] = s.rvn
+	}
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.lease)
+		defer cancel()
+		if err := c.writeRelease(ctx, ac, rvns); err != nil && !errors.Is(err, ErrLockLost) {
+			c.log.Debug("dynamolock: cleanup after a given-up acquisition failed", "lock", lockName(ac.key, ac.sortKey), "err", err)
+		}
+	}()
+}
+
+// writeRelease releases the item if it carries one of rvns: with fencing,
+// it marks the item released under a fresh RVN (kept in the condition, so
+// a retry after a lost answer succeeds again); without, it deletes it. It
+// returns nil once the release is known to have applied, and a *LostError
+// when another client owns the item. An attempt whose outcome is unknown
+// is retried until ctx ends, so that the outcome is learned. An attempt
+// that changed nothing (not sent, or refused: the SDK has already retried
+// throttling and failed dials) ends it with that error, unless an earlier
+// attempt's outcome is still unknown.
+func (c *Client) writeRelease(ctx context.Context, ac acquireConfig, rvns []string) error {
+	name := lockName(ac.key, ac.sortKey)
+	rel := newRVN()
+	bo := backoff.Policy{Base: max(c.cfg.poll/16, time.Millisecond), Cap: c.cfg.poll}
+	unknown := false // an attempt may have applied
+	for attempt := 1; ; attempt++ {
+		if err := backoff.Sleep(ctx, bo.Delay(attempt)); err != nil {
+			return fmt.Errorf("dynamolock: release %s: %w", name, err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, c.cfg.releaseTimeout())
+		err := c.sendRelease(wctx, ac, rvns, rel)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		item, ccf := ddberr.ConditionFailed(err)
+		if !ccf {
+			if ddberr.Permanent(err) || ddberr.NotApplied(err) && !unknown {
+				return fmt.Errorf("dynamolock: release %s: %w", name, err)
+			}
+			unknown = unknown || ddberr.Of(err) == ddberr.Unknown
+			c.log.Debug("dynamolock: release failed; retrying", "lock", name, "outcome", ddberr.Of(err), "err", err)
+			continue
+		}
+		if item == nil {
+			rctx, cancel := context.WithTimeout(ctx, c.cfg.releaseTimeout())
+			item, err = c.get(rctx, ac)
+			cancel()
+			if err != nil {
+				unknown = true
+				continue
+			}
+		}
+		rec := parseItem(item)
+		switch {
+		case c.cfg.fencing && rec.rvn == rel:
+			return nil // an earlier attempt applied
+		case !c.cfg.fencing && !rec.exists && unknown:
+			return nil // presumably ours applied; see WithoutFencing
+		}
+		return &LostError{Key: ac.key, SortKey: ac.sortKey, Cause: TakenOver, Owner: rec.owner}
+	}
+}
+
+// sendRelease sends one release attempt, conditional on the item carrying
+// one of rvns (or, with fencing, rel, the RVN the release writes).
+func (c *Client) sendRelease(ctx context.Context, ac acquireConfig, rvns []string, rel string) error {
+	names := map[string]string{"#rvn": AttrRVN}
+	values := map[string]types.AttributeValue{}
+	if !c.cfg.fencing {
+		_, err := c.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+			TableName: aws.String(c.table), Key: c.itemKey(ac),
+			ConditionExpression:      aws.String(rvnIn(rvns, values)),
+			ExpressionAttributeNames: names, ExpressionAttributeValues: values,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}, ddberr.NoBlindRetries)
+		return err
+	}
+	names["#rel"] = AttrReleased
+	values[":relv"] = str(releasedValue)
+	values[":new"] = str(rel)
+	_, err := c.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(c.table), Key: c.itemKey(ac),
+		UpdateExpression:         aws.String("SET #rel = :relv, #rvn = :new"),
+		ConditionExpression:      aws.String(rvnIn(append(rvns[:len(rvns):len(rvns)], rel), values)),
+		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, ddberr.NoBlindRetries)
+	return err
+}

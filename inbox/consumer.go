@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/kafkaerr"
 )
 
 // Reader is what Run needs from a *kafka.Reader configured with a GroupID.
@@ -31,10 +33,10 @@ type runConfig struct {
 	retry    backoff.Policy
 }
 
-// WithBatch processes up to n messages per transaction, waiting at most
-// linger for more after the first (default 1: a transaction per message).
-// Larger batches commit less often; a failing message is then retried on
-// its own so the others are not held back.
+// WithBatch processes up to n messages of one partition per transaction,
+// waiting at most linger for more after the first (default 1: a
+// transaction per message). Larger batches commit less often; a failing
+// message is then retried on its own so the others are not held back.
 func WithBatch(n int, linger time.Duration) RunOption {
 	return func(c *runConfig) { c.batch, c.linger = n, linger }
 }
@@ -51,16 +53,33 @@ func WithRetryBackoff(base, cap time.Duration) RunOption {
 	return func(c *runConfig) { c.retry.Base, c.retry.Cap = base, cap }
 }
 
-// Run consumes r until ctx ends: it fetches messages, processes each batch
-// through the inbox in one transaction, and commits their Kafka offsets only
-// after that transaction committed. A message whose handler fails is
-// retried on its own with backoff; its attempts are counted outside the
-// failing transaction, and after the Inbox's max attempts (at once for a
-// Permanent error or a message without identity) it is parked and the
-// partition moves on. Errors reaching the database are retried with
-// backoff; Run returns nil when ctx ends, after finishing (or, past the
-// shutdown timeout, abandoning) the batch in flight. It returns an error
-// only for bad input or when r fails for a reason other than ctx.
+// Run consumes r until ctx ends: it fetches messages and hands each
+// partition's messages, in order, to that partition's own goroutine, which
+// processes them through the inbox in batches of one transaction each and
+// commits their Kafka offsets only after that transaction committed. So a
+// partition waiting on a failing message does not hold up the others:
+// Run keeps fetching, and every other partition's messages are applied
+// meanwhile. Each partition buffers up to partitionBuffer (256) fetched
+// messages, or twice the batch size if larger; only when a stalled
+// partition's buffer is full does fetching wait for it.
+//
+// A message whose handler fails is retried on its own with backoff; its
+// attempts are counted outside the failing transaction, and after the
+// Inbox's max attempts (at once for a Permanent error or a message without
+// identity) it is parked and its partition moves on. Errors reaching the
+// database are retried with backoff. Retriable Kafka errors from r (a
+// rebalance in progress, a coordinator or leader moving or loading, a
+// timeout, a lost connection to a broker) are logged and retried with the
+// same backoff. Run returns nil when ctx ends, after finishing (or, past
+// the shutdown timeout, abandoning) the batches in flight; messages
+// fetched but not yet started are left for redelivery. It returns an
+// error only for bad input or when r fails for a reason that does not
+// pass (r was closed, authorisation or configuration refused).
+//
+// The partitions' transactions run concurrently, so the Inbox's DB should
+// be a pool (a *pgxpool.Pool) with a connection per partition being
+// worked on; on a single *pgx.Conn or a pgx.Tx, Run processes one batch
+// at a time.
 func (in *Inbox) Run(ctx context.Context, r Reader, h Handler, opts ...RunOption) error {
 	cfg := runConfig{batch: 1, shutdown: 10 * time.Second, retry: backoff.Policy{Base: 100 * time.Millisecond, Cap: 5 * time.Second}}
 	for _, o := range opts {
@@ -79,39 +98,149 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler, opts ...RunOption
 	if err := cfg.retry.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	// Batches in flight outlive runCtx by at most the shutdown timeout.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	stopTimer := context.AfterFunc(runCtx, func() {
+		t := time.AfterFunc(cfg.shutdown, cancelWork)
+		context.AfterFunc(work, func() { t.Stop() })
+	})
+	defer stopTimer()
+
+	p := &partitions{in: in, r: r, h: recovering(h), cfg: cfg, run: runCtx, work: work, queues: map[topicPartition]chan kafka.Message{}}
+	if _, ok := in.db.(*pgx.Conn); ok {
+		p.serial = new(sync.Mutex)
+	} else if _, ok := in.db.(pgx.Tx); ok {
+		p.serial = new(sync.Mutex)
+	}
+	err := p.dispatch()
+	stopRun()
+	p.wg.Wait()
+	return err
+}
+
+// partitionBuffer is how many fetched messages a partition holds before
+// fetching waits for it (or twice the batch size, if larger).
+const partitionBuffer = 256
+
+type topicPartition struct {
+	topic     string
+	partition int
+}
+
+// partitions is one Run: a fetch loop that hands messages to one goroutine
+// per partition.
+type partitions struct {
+	in        *Inbox
+	r         Reader
+	h         Handler
+	cfg       runConfig
+	run, work context.Context
+	serial    *sync.Mutex // one batch at a time, for a DB that is one connection
+
+	queues map[topicPartition]chan kafka.Message
+	wg     sync.WaitGroup
+}
+
+// dispatch fetches until run ends or r fails for good, riding out
+// retriable errors with backoff, and queues each message on its
+// partition's goroutine (started on its first message). It returns nil
+// when run ended.
+func (p *partitions) dispatch() error {
+	failures := 0
 	for {
-		batch, err := fetch(ctx, r, cfg.batch, cfg.linger)
-		if len(batch) == 0 {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("inbox: fetch: %w", err)
-		}
-		// The batch in flight outlives ctx by at most the shutdown timeout.
-		work, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		stop := context.AfterFunc(ctx, func() {
-			t := time.AfterFunc(cfg.shutdown, cancel)
-			context.AfterFunc(work, func() { t.Stop() })
-		})
-		err = in.handle(work, batch, recovering(h), cfg.retry)
-		if err == nil {
-			err = r.CommitMessages(work, batch...)
-			if err != nil && ctx.Err() == nil {
-				// The effects are recorded; a lost commit only means a
-				// redelivery, which the inbox skips.
-				in.log.Warn("inbox: offset commit failed", "err", err)
-				err = nil
-			}
-		}
-		stop()
-		cancel()
-		if ctx.Err() != nil {
+		m, err := p.r.FetchMessage(p.run)
+		if p.run.Err() != nil {
 			return nil
 		}
 		if err != nil {
-			return err
+			if !kafkaerr.Retriable(err) {
+				return fmt.Errorf("inbox: fetch: %w", err)
+			}
+			failures++
+			p.in.log.Warn("inbox: fetch failed; retrying", "attempt", failures, "err", err)
+			if backoff.Sleep(p.run, p.cfg.retry.Delay(failures+1)) != nil {
+				return nil
+			}
+			continue
+		}
+		failures = 0
+		k := topicPartition{m.Topic, m.Partition}
+		q, ok := p.queues[k]
+		if !ok {
+			q = make(chan kafka.Message, max(partitionBuffer, 2*p.cfg.batch))
+			p.queues[k] = q
+			p.wg.Add(1)
+			go p.consume(q)
+		}
+		select {
+		case q <- m:
+		case <-p.run.Done():
+			return nil
 		}
 	}
+}
+
+// consume processes one partition's messages in order, a batch per
+// transaction, until run ends; then it finishes the batch in flight
+// (within the shutdown timeout) and leaves the queued messages for
+// redelivery.
+func (p *partitions) consume(q <-chan kafka.Message) {
+	defer p.wg.Done()
+	for {
+		batch := p.take(q)
+		if batch == nil {
+			return
+		}
+		if p.serial != nil {
+			p.serial.Lock()
+		}
+		err := p.in.handle(p.work, batch, p.h, p.cfg.retry)
+		if err == nil {
+			err = p.r.CommitMessages(p.work, batch...)
+			if err != nil && p.run.Err() == nil {
+				// The effects are recorded; a lost commit only means a
+				// redelivery, which the inbox skips.
+				p.in.log.Warn("inbox: offset commit failed", "err", err)
+			}
+		}
+		if p.serial != nil {
+			p.serial.Unlock()
+		}
+		if p.run.Err() != nil {
+			return
+		}
+	}
+}
+
+// take waits for one message of q, then takes up to batch-1 more that are
+// queued or arrive within linger. It returns nil once run ended.
+func (p *partitions) take(q <-chan kafka.Message) []kafka.Message {
+	var first kafka.Message
+	select {
+	case first = <-q:
+	case <-p.run.Done():
+		return nil
+	}
+	batch := []kafka.Message{first}
+	if p.cfg.batch == 1 {
+		return batch
+	}
+	linger := time.NewTimer(p.cfg.linger)
+	defer linger.Stop()
+	for len(batch) < p.cfg.batch {
+		select {
+		case m := <-q:
+			batch = append(batch, m)
+		case <-linger.C:
+			return batch
+		case <-p.run.Done():
+			return batch
+		}
+	}
+	return batch
 }
 
 // PanicError is a handler's panic that Run recovered: the message counts
@@ -137,29 +266,6 @@ func recovering(h Handler) Handler {
 		}()
 		return h(ctx, tx, m)
 	}
-}
-
-// fetch blocks for one message, then takes up to n-1 more that arrive
-// within linger.
-func fetch(ctx context.Context, r Reader, n int, linger time.Duration) ([]kafka.Message, error) {
-	m, err := r.FetchMessage(ctx)
-	if err != nil {
-		return nil, err
-	}
-	batch := []kafka.Message{m}
-	if n == 1 {
-		return batch, nil
-	}
-	lctx, cancel := context.WithTimeout(ctx, linger)
-	defer cancel()
-	for len(batch) < n {
-		m, err := r.FetchMessage(lctx)
-		if err != nil {
-			break
-		}
-		batch = append(batch, m)
-	}
-	return batch, nil
 }
 
 // handle processes batch in one transaction; when a handler fails, it

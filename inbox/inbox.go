@@ -19,6 +19,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/internal/pgschema"
 )
 
 var (
@@ -204,9 +205,12 @@ WHERE processed_at < now() - $1::interval AND consumer = $3 LIMIT $2))`
 // Schema returns the DDL of the Inbox's tables, for migration tools.
 func (in *Inbox) Schema() string { return in.schema }
 
-// CreateSchema creates the tables if they do not exist.
+// CreateSchema creates the tables if they do not exist. It is safe to call
+// from many processes at once: the DDL runs in one transaction that first
+// takes a transaction-scoped advisory lock (pg_advisory_xact_lock, the same
+// key for all of nolock's schemas).
 func (in *Inbox) CreateSchema(ctx context.Context) error {
-	if _, err := in.db.Exec(ctx, in.schema); err != nil {
+	if err := pgschema.Create(ctx, in.db, in.schema); err != nil {
 		return fmt.Errorf("inbox: create schema: %w", err)
 	}
 	return nil

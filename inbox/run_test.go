@@ -128,10 +128,13 @@ func TestRunParksPoisonAndMovesOn(t *testing.T) {
 
 // countingReader passes fetches through and, when drop is set, forgets to
 // commit offsets: the next reader of the group gets everything again.
+// done counts the messages Run asked to commit (it does so once their
+// batch is processed), dropped or not.
 type countingReader struct {
 	*kafka.Reader
 	drop      bool
 	fetched   atomic.Int64
+	done      atomic.Int64
 	committed atomic.Int64
 }
 
@@ -144,6 +147,7 @@ func (c *countingReader) FetchMessage(ctx context.Context) (kafka.Message, error
 }
 
 func (c *countingReader) CommitMessages(ctx context.Context, msgs ...kafka.Message) error {
+	c.done.Add(int64(len(msgs)))
 	if c.drop {
 		return nil
 	}
@@ -177,7 +181,7 @@ func TestRunRedeliveryIsSkipped(t *testing.T) {
 			h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error { calls.Add(1); return record(ctx, tx, m) }
 			for pass := 0; pass < 2; pass++ {
 				r := &countingReader{Reader: groupReader(brokers, topic, group), drop: true}
-				runUntil(t, in, r, h, func() bool { return r.fetched.Load() == int64(len(ids)) }, inbox.WithBatch(8, 20*time.Millisecond))
+				runUntil(t, in, r, h, func() bool { return r.done.Load() == int64(len(ids)) }, inbox.WithBatch(8, 20*time.Millisecond))
 				r.Close()
 			}
 			got := effects(t, pool)

@@ -26,6 +26,9 @@ const (
 // a longer name would be truncated silently.
 const maxIdentLen = 63
 
+// parkedSuffix names the parked messages' table: Table + "_parked".
+const parkedSuffix = "_parked"
+
 // ErrInvalid marks a Config that cannot work; the error's text names the
 // field. New returns it before any I/O.
 var ErrInvalid = errors.New("partition: invalid config")
@@ -87,11 +90,16 @@ type Config struct {
 	// or kafka.LastOffset. Once a batch committed, the stored offset rules.
 	StartOffset int64
 
-	// MaxAttempts bounds how often one batch is tried when it fails with
-	// an error that is not transient (typically the Handler's own); then
-	// Run stops and returns the error. Transient errors (lost connections,
-	// serialization failures, deadlocks) are retried for as long as the
-	// generation lasts. Default 10.
+	// MaxAttempts bounds how often one message is tried on its own when it
+	// fails with an error that is not transient (typically the Handler's
+	// own); then it is parked: a row in the parked table (Table +
+	// "_parked") commits in the same fenced transaction that moves the
+	// partition's stored offset past it, and the partition goes on with the
+	// next message. A batch of several messages that fails so is split at
+	// once and its messages applied one at a time, so only the failing
+	// message is parked. Transient errors (lost connections, serialization
+	// failures, deadlocks, a commit whose outcome is unknown) are retried
+	// for as long as the generation lasts and never count. Default 10.
 	MaxAttempts int
 
 	// KafkaCommitInterval, if positive, also commits each partition's
@@ -120,6 +128,11 @@ type Config struct {
 	// return quickly.
 	OnClaim   func(Claim)
 	OnRelease func(Claim, error)
+	// OnPark, if set, is called after a message was parked (its row
+	// committed), with the error of its last attempt; once per parked
+	// message by the worker that parked it. It runs on the worker's
+	// goroutine, concurrently across partitions, and must return quickly.
+	OnPark func(msg kafka.Message, err error)
 }
 
 // DefaultConfig returns a Config with every default filled in; set
@@ -191,8 +204,8 @@ func (c Config) Validate() error {
 		seen[t] = true
 	}
 	switch {
-	case len(c.Table) > maxIdentLen:
-		return invalid("Table is %d bytes, more than %d", len(c.Table), maxIdentLen)
+	case len(c.Table)+len(parkedSuffix) > maxIdentLen:
+		return invalid("Table is %d bytes, more than %d (%q is appended for the parked table)", len(c.Table), maxIdentLen-len(parkedSuffix), parkedSuffix)
 	case strings.IndexByte(c.Table, 0) >= 0:
 		return invalid("Table contains a NUL byte")
 	case c.MaxBatch < 0:

@@ -38,6 +38,7 @@ func TestConfigValidate(t *testing.T) {
 		{"Topics", func(c *partition.Config) { c.Topics = []string{"t", "t"} }},
 		{"Handler", func(c *partition.Config) { c.Handler = nil }},
 		{"Table", func(c *partition.Config) { c.Table = strings.Repeat("x", 64) }},
+		{"Table", func(c *partition.Config) { c.Table = strings.Repeat("x", 57) }}, // the parked table's name would be 64
 		{"Table", func(c *partition.Config) { c.Table = "a\x00b" }},
 		{"MaxBatch", func(c *partition.Config) { c.MaxBatch = -1 }},
 		{"MaxAttempts", func(c *partition.Config) { c.MaxAttempts = -1 }},

@@ -14,6 +14,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/kafkaerr"
+	"github.com/nolock/nolock/internal/pgschema"
 )
 
 // Handler applies one batch of one partition's messages, in offset order,
@@ -23,9 +25,11 @@ import (
 // what it wants fenced.
 //
 // ctx carries the Claim (FromContext) and ends after BatchTimeout. A
-// returned error rolls the batch back; the same batch is tried again (see
-// Config.MaxAttempts). So a Handler may run more than once for a batch,
-// and only a committed run counts; effects outside tx are not fenced.
+// returned error rolls the batch back; a batch of several messages is then
+// tried again one message at a time, and a message that keeps failing is
+// parked (see Config.MaxAttempts). So a Handler may run more than once for
+// a message, and only a committed run counts; effects outside tx are not
+// fenced.
 //
 // A Handler is called concurrently for different partitions, and one batch
 // at a time for each.
@@ -109,12 +113,12 @@ func New(db DB, cfg Config) (*Consumer, error) {
 // tools.
 func (c *Consumer) Schema() string { return c.sql.schema }
 
-// CreateSchema creates the partitions table if it does not exist.
+// CreateSchema creates the partitions and parked tables if they do not
+// exist. It is safe to call from many processes at once: the DDL runs in
+// one transaction that first takes a transaction-scoped advisory lock
+// (pg_advisory_xact_lock, the same key for all of nolock's schemas).
 func (c *Consumer) CreateSchema(ctx context.Context) error {
-	if err := pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, c.sql.schema)
-		return err
-	}); err != nil {
+	if err := pgschema.CreateWith(ctx, c.db, c.sql.schema); err != nil {
 		return fmt.Errorf("partition: create schema: %w", err)
 	}
 	return nil
@@ -124,12 +128,19 @@ func (c *Consumer) CreateSchema(ctx context.Context) error {
 // member until ctx ends, then returns nil once every worker has stopped
 // and the member has left the group. A worker stops at the end of its
 // generation; a batch in flight then (or when ctx ends) is finished, within
-// BatchTimeout, rather than cut off. Run returns an error only when it
-// cannot go on: a batch failed MaxAttempts times with a non-transient
-// error, or the broker refused the group's settings.
+// BatchTimeout, rather than cut off. A message that fails MaxAttempts
+// times is parked and its partition goes on (Config.MaxAttempts). Run
+// returns an error only when it cannot go on: a message could not be
+// parked (the parked table is missing, say), a stored offset Kafka no
+// longer has (ErrOffsetLost), or Kafka refused with an error that does not
+// pass (authorisation, the group's settings).
 //
-// Transient trouble is waited out inside Run: Kafka or PostgreSQL being
-// unreachable, rebalances, a claim that Kafka refused, a fenced worker.
+// Transient trouble is waited out inside Run, with backoff: Kafka or
+// PostgreSQL being unreachable, rebalances (a rebalance in progress, an
+// illegal generation, an unknown member), a coordinator or leader moving
+// or loading, request timeouts, a claim that Kafka refused, a fenced
+// worker. A Kafka error that does not pass (authorisation, invalid
+// settings, unsupported version) ends Run with it.
 // Run may be called once per Consumer.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
@@ -155,19 +166,25 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return fmt.Errorf("%w: kafka-go consumer group: %v", ErrInvalid, err)
 	}
 	var workers sync.WaitGroup
+	failures := 0
 	for ctx.Err() == nil {
 		gen, err := cg.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
-			if brokerRefused(err) {
+			if !kafkaerr.Retriable(err) {
 				c.fail(fmt.Errorf("partition: join group %s: %w", c.cfg.GroupID, err))
 				break
 			}
-			c.log.Warn("partition: next generation", "err", err)
+			failures++
+			c.log.Warn("partition: next generation failed, retrying", "attempt", failures, "err", err)
+			if backoff.Sleep(ctx, c.retry.Delay(min(failures+1, 30))) != nil {
+				break
+			}
 			continue
 		}
+		failures = 0
 		c.log.Info("partition: generation", "generation", gen.ID, "member", gen.MemberID, "assignments", gen.Assignments)
 		for _, topic := range c.cfg.Topics {
 			for _, pa := range gen.Assignments[topic] {
@@ -194,20 +211,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 // fail records the error that stops Run; the first one wins.
 func (c *Consumer) fail(err error) {
 	c.fatal.once.Do(func() { c.fatal.err = err })
-}
-
-// brokerRefused reports join errors that retrying cannot fix.
-func brokerRefused(err error) bool {
-	var kerr kafka.Error
-	if !errors.As(err, &kerr) {
-		return false
-	}
-	switch kerr {
-	case kafka.InvalidSessionTimeout, kafka.GroupAuthorizationFailed, kafka.TopicAuthorizationFailed,
-		kafka.InvalidGroupId, kafka.InconsistentGroupProtocol:
-		return true
-	}
-	return false
 }
 
 // kafkaLogger sends kafka-go's printf-style logs to log at level.

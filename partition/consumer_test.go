@@ -3,6 +3,8 @@ package partition_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/nolock/nolock/internal/testenv"
 	"github.com/nolock/nolock/partition"
 )
 
@@ -232,94 +235,113 @@ func TestTransientErrorRetried(t *testing.T) {
 	}
 }
 
-// A handler that keeps failing with its own error stops Run after
-// MaxAttempts tries of the batch, returning the error; nothing is stored.
-func TestHandlerErrorStopsRun(t *testing.T) {
+// A handler that keeps failing with its own error: each message is tried
+// MaxAttempts times on its own and parked, in offset order, with the
+// partition's stored offset moved past it; Run goes on and returns nil
+// when stopped; the worker was never released with an error.
+func TestHandlerErrorParks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := newBed(t, 1)
 	produce(t, b.brokers, b.topic, 1, 0, 3)
 	poison := errors.New("poison message")
-	var calls atomic.Int32
-	cfg := b.config("m", func(context.Context, pgx.Tx, []kafka.Message) error {
-		calls.Add(1)
-		return poison
-	})
+	cfg := b.config("m", func(context.Context, pgx.Tx, []kafka.Message) error { return poison })
 	cfg.MaxAttempts = 3
-	var released error
-	cfg.OnRelease = func(_ partition.Claim, err error) { released = err }
-	c, err := partition.New(b.pool, cfg)
+	var releasedErr atomic.Bool
+	cfg.OnRelease = func(_ partition.Claim, err error) { releasedErr.Store(releasedErr.Load() || err != nil) }
+	var parked parkLog
+	cfg.OnPark = parked.onPark
+	m := startMember(t, b.pool, cfg)
+	testenv.Until(t, "3 messages parked", func() (bool, error) {
+		msgs, _ := parked.snapshot()
+		return len(msgs) == 3, nil
+	})
+	if err := m.stop(); err != nil {
+		t.Fatalf("Run: %v; want nil", err)
+	}
+	msgs, errs := parked.snapshot()
+	for i, msg := range msgs {
+		if msg.Offset != int64(i) || !errors.Is(errs[i], poison) {
+			t.Fatalf("OnPark call %d: offset %d, %v; want offset %d and the handler's error", i, msg.Offset, errs[i], i)
+		}
+	}
+	rows, err := readParked(ctx, b.pool, b.group, b.topic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	err = c.Run(runCtx)
-	if !errors.Is(err, poison) || runCtx.Err() != nil {
-		t.Fatalf("Run: %v; want the handler's error before the deadline", err)
-	}
-	if calls.Load() != 3 || !errors.Is(released, poison) {
-		t.Fatalf("%d handler calls, release %v; want 3 and the error", calls.Load(), released)
+	if len(rows) != 3 || rows[2].offset != 2 || rows[0].attempts != 3 || !strings.HasSuffix(rows[0].errText, ": poison message") {
+		t.Fatalf("parked rows %+v; want offsets 0-2, 3 attempts each, the handler's error", rows)
 	}
 	r, err := readRow(ctx, b.pool, b.group, b.topic, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.next != nil {
-		t.Fatalf("stored offset %d after failed batches, want none", *r.next)
+	if r.next == nil || *r.next != 3 || releasedErr.Load() {
+		t.Fatalf("stored offset %s, released with an error %v; want 3 and no error", offsetText(r.next), releasedErr.Load())
 	}
 }
 
+func offsetText(o *int64) string {
+	if o == nil {
+		return "none"
+	}
+	return fmt.Sprint(*o)
+}
+
 // A handler that panics on every call: the panic is recovered as a
-// *PanicError counted toward MaxAttempts, Run returns it, and nothing is
-// written. Before, the panic ended the test binary.
-func TestHandlerPanicStopsRun(t *testing.T) {
+// *PanicError counted toward MaxAttempts, the message is parked with it
+// (OnPark receives it, the parked row holds its text), and nothing else is
+// written. The process and Run live on.
+func TestHandlerPanicParks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := newBed(t, 1)
-	produce(t, b.brokers, b.topic, 1, 0, 3)
+	produce(t, b.brokers, b.topic, 1, 0, 1)
 	var calls atomic.Int32
 	cfg := b.config("m", func(context.Context, pgx.Tx, []kafka.Message) error {
 		calls.Add(1)
 		panic("poison message")
 	})
 	cfg.MaxAttempts = 2
-	c, err := partition.New(b.pool, cfg)
-	if err != nil {
-		t.Fatal(err)
+	var parked parkLog
+	cfg.OnPark = parked.onPark
+	m := startMember(t, b.pool, cfg)
+	testenv.Until(t, "the message parked", func() (bool, error) {
+		msgs, _ := parked.snapshot()
+		return len(msgs) == 1, nil
+	})
+	if err := m.stop(); err != nil {
+		t.Fatalf("Run: %v; want nil", err)
 	}
-	runCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	err = c.Run(runCtx)
+	_, errs := parked.snapshot()
 	var pe *partition.PanicError
-	if !errors.As(err, &pe) || pe.Value != "poison message" || len(pe.Stack) == 0 || runCtx.Err() != nil {
-		t.Fatalf("Run: %v; want the handler's panic before the deadline", err)
+	if !errors.As(errs[0], &pe) || pe.Value != "poison message" || len(pe.Stack) == 0 {
+		t.Fatalf("OnPark error %v; want the handler's panic", errs[0])
 	}
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("%d handler calls, want 2 (MaxAttempts)", n)
 	}
-	r, err := readRow(ctx, b.pool, b.group, b.topic, 0)
+	rows, err := readParked(ctx, b.pool, b.group, b.topic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.next != nil {
-		t.Fatalf("stored offset %d after panicking batches, want none", *r.next)
+	if len(rows) != 1 || !strings.Contains(rows[0].errText, "poison message") {
+		t.Fatalf("parked rows %+v; want one with the panic", rows)
 	}
-	var rows int
-	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM results`).Scan(&rows); err != nil || rows != 0 {
-		t.Fatalf("results holds %d rows (%v), want 0", rows, err)
+	var n int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM results`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("results holds %d rows (%v), want 0", n, err)
 	}
 }
 
 // A handler statement that always hits statement_timeout (57014) counts
-// toward MaxAttempts: Run returns the error after two handler calls.
-// Before, 57014 and 55P03 were transient wherever they came from, and the
-// batch was retried for as long as the generation lasted.
-func TestHandlerStatementTimeoutStopsRun(t *testing.T) {
+// toward MaxAttempts, rather than being retried as transient for the whole
+// generation: after two handler calls the message is parked with it.
+func TestHandlerStatementTimeoutParks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := newBed(t, 1)
-	produce(t, b.brokers, b.topic, 1, 0, 3)
+	produce(t, b.brokers, b.topic, 1, 0, 1)
 	var calls atomic.Int32
 	cfg := b.config("m", func(ctx context.Context, tx pgx.Tx, _ []kafka.Message) error {
 		calls.Add(1)
@@ -330,32 +352,26 @@ func TestHandlerStatementTimeoutStopsRun(t *testing.T) {
 		return err
 	})
 	cfg.MaxAttempts = 2
-	c, err := partition.New(b.pool, cfg)
-	if err != nil {
-		t.Fatal(err)
+	var parked parkLog
+	cfg.OnPark = parked.onPark
+	m := startMember(t, b.pool, cfg)
+	testenv.Until(t, "the message parked", func() (bool, error) {
+		msgs, _ := parked.snapshot()
+		return len(msgs) == 1, nil
+	})
+	if err := m.stop(); err != nil {
+		t.Fatalf("Run: %v; want nil", err)
 	}
-	runCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx) }()
-	for calls.Load() <= 5 {
-		select {
-		case err = <-done:
-		case <-time.After(10 * time.Millisecond):
-			continue
-		}
-		break
-	}
-	if err == nil {
-		cancel()
-		<-done
-		t.Fatalf("%d handler calls and Run goes on; want it to stop after MaxAttempts", calls.Load())
-	}
+	_, errs := parked.snapshot()
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "57014" || runCtx.Err() != nil {
-		t.Fatalf("Run: %v; want the statement timeout before the deadline", err)
+	if !errors.As(errs[0], &pgErr) || pgErr.Code != "57014" {
+		t.Fatalf("OnPark error %v; want the statement timeout", errs[0])
 	}
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("%d handler calls, want 2 (MaxAttempts)", n)
+	}
+	rows, err := readParked(ctx, b.pool, b.group, b.topic)
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("parked rows %+v (%v); want one", rows, err)
 	}
 }

@@ -32,6 +32,8 @@
 //
 // What it does not promise: the handler may run more than once for a batch
 // (each attempt is a fresh transaction; only the committed one counts);
-// throughput is one transaction at a time per partition; and a batch whose
-// handler keeps failing stops Run (in order means no skipping).
+// throughput is one transaction at a time per partition; and a message
+// whose handler keeps failing is parked (recorded in the parked table in
+// the transaction that moves the partition past it), so its partition's
+// later messages are applied without it.
 package partition

@@ -94,6 +94,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/nolock/nolock/internal/kafkaerr"
 	"github.com/nolock/nolock/internal/pgerr"
 )
 
@@ -133,7 +134,7 @@ var schemaSQL string
 
 // statements holds the package's SQL for one table, quoted once.
 type statements struct {
-	schema, lock, bump, fence, unfenced, read string
+	schema, lock, bump, fence, unfenced, read, park, isParked string
 }
 
 // idle sets the transaction's idle_in_transaction_session_timeout (the
@@ -149,9 +150,10 @@ const idle = `WITH idle AS (SELECT set_config('idle_in_transaction_session_timeo
 
 func newStatements(table string) statements {
 	t := pgx.Identifier{table}.Sanitize()
+	parked := pgx.Identifier{table + parkedSuffix}.Sanitize()
 	const key = `group_id = $1 AND topic = $2 AND partition_id = $3`
 	return statements{
-		schema: strings.ReplaceAll(schemaSQL, "{{table}}", t),
+		schema: strings.NewReplacer("{{table}}", t, "{{parked}}", parked).Replace(schemaSQL),
 		lock: idle + `INSERT INTO ` + t + ` AS p (group_id, topic, partition_id) SELECT $1, $2, $3 FROM idle
 ON CONFLICT (group_id, topic, partition_id) DO UPDATE SET epoch = p.epoch
 RETURNING p.epoch, p.generation, p.member_id, p.next_offset`,
@@ -165,6 +167,9 @@ WHERE ` + key + ` AND epoch = $5 AND next_offset IS NOT DISTINCT FROM $6
 		unfenced: idle + `UPDATE ` + t + ` SET next_offset = $7 FROM idle
 WHERE ` + key + ` AND $5::bigint IS NOT NULL AND ($6::bigint IS NULL OR true)`,
 		read: `SELECT epoch, next_offset FROM ` + t + ` WHERE ` + key,
+		park: `INSERT INTO ` + parked + ` (group_id, topic, partition_id, "offset", key, value, headers, error, attempts, epoch)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING`,
+		isParked: `SELECT EXISTS (SELECT 1 FROM ` + parked + ` WHERE ` + key + ` AND "offset" = $4)`,
 	}
 }
 
@@ -182,7 +187,7 @@ type assignment struct {
 // Errors other than ErrFenced are transient: the caller retries them.
 func (c *Consumer) claim(ctx context.Context, a assignment) (Claim, *int64, error) {
 	cl := Claim{GroupID: c.cfg.GroupID, Topic: a.topic, Partition: a.partition, Generation: a.generation, MemberID: a.member}
-	tx, err := c.db.Begin(ctx)
+	tx, err := pgerr.Begin(ctx, c.db)
 	if err != nil {
 		return cl, nil, fmt.Errorf("partition: claim %s: begin: %w", cl, err)
 	}
@@ -210,9 +215,11 @@ func (c *Consumer) claim(ctx context.Context, a assignment) (Claim, *int64, erro
 		return cl, nil, fmt.Errorf("partition: claim %s: bump: %w", cl, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		// If the commit happened after all, retrying claims again: the
-		// epoch moves on by one more, which fences only this worker's
-		// unknown claim. Nothing was written with it.
+		// The commit runs under pgerr.Commit, so the generation ending
+		// does not cancel it in flight. If its outcome is unknown and it
+		// happened after all, retrying claims again: the epoch moves on
+		// by one more, which fences only this worker's unknown claim.
+		// Nothing was written with it.
 		return cl, nil, fmt.Errorf("partition: claim %s: commit: %w", cl, err)
 	}
 	cl.Offset = a.offset
@@ -240,8 +247,7 @@ func (c *Consumer) assigned(ctx context.Context, a assignment) error {
 	}
 	g := res.Groups[0]
 	if g.Error != nil {
-		var kerr kafka.Error
-		if errors.As(g.Error, &kerr) && kerr.Temporary() {
+		if kafkaerr.Retriable(g.Error) {
 			return fmt.Errorf("describe group: %w", g.Error)
 		}
 		return errNotAssigned("describe group: %v", g.Error)

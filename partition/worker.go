@@ -2,10 +2,12 @@ package partition
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +15,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/kafkaerr"
+	"github.com/nolock/nolock/internal/pgerr"
 )
 
 // errGenerationEnded stops a worker's retries when its generation ends.
@@ -69,6 +73,7 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 	var lastKafkaCommit time.Time
 	var pending int64
 	hasPending := false
+	fetchFailures := 0
 	commitKafka := func() {
 		if !hasPending {
 			return
@@ -90,13 +95,24 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 				commitKafka() // idle: commit the burst's trailing offset
 				continue
 			}
-			if genCtx.Err() != nil {
-				err = nil
+			if genCtx.Err() == nil && kafkaerr.Retriable(err) {
+				// The reader reconnects by itself; keep the partition.
+				fetchFailures++
+				log.Warn("partition: fetch failed, retrying", "attempt", fetchFailures, "err", err)
+				if backoff.Sleep(genCtx, c.retry.Delay(min(fetchFailures+1, 30))) == nil {
+					continue
+				}
 			}
 			commitKafka()
+			if genCtx.Err() != nil {
+				c.release(cl, nil, log)
+				return nil
+			}
+			err = fmt.Errorf("partition: %s: fetch: %w", cl, err)
 			c.release(cl, err, log)
-			return nil
+			return err
 		}
+		fetchFailures = 0
 		if prev != nil && msgs[0].Offset > *prev {
 			// kafka-go moves an offset below the log start up to it without
 			// a word; tell that apart from a compaction gap.
@@ -110,7 +126,15 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 			}
 		}
 		next := msgs[len(msgs)-1].Offset + 1
-		switch err := c.applyRetrying(runCtx, genCtx, cl, prev, next, msgs, log); {
+		err = c.applyRetrying(runCtx, genCtx, cl, prev, next, msgs, log)
+		if ex := (*exhaustedError)(nil); errors.As(err, &ex) {
+			if len(msgs) == 1 {
+				err = c.parkRetrying(runCtx, genCtx, cl, prev, msgs[0], ex, log)
+			} else {
+				err = c.isolate(runCtx, genCtx, cl, prev, msgs, log)
+			}
+		}
+		switch {
 		case err == nil:
 		case errors.Is(err, errGenerationEnded):
 			commitKafka()
@@ -235,9 +259,26 @@ func (c *Consumer) fetch(genCtx context.Context, r *kafka.Reader) ([]kafka.Messa
 	return msgs, nil
 }
 
+// exhaustedError is a batch's last failure once it may not be tried
+// again: MaxAttempts failures of a single message, or the first failure
+// of a batch of several, which is then split.
+type exhaustedError struct {
+	attempts int
+	err      error
+}
+
+func (e *exhaustedError) Error() string { return e.err.Error() }
+func (e *exhaustedError) Unwrap() error { return e.err }
+
 // applyRetrying applies one batch, retrying transient failures for as long
-// as the generation lasts and other failures up to MaxAttempts in all.
+// as the generation lasts. Other failures end it with an *exhaustedError:
+// the first one for a batch of several messages (the caller splits it),
+// the MaxAttempts-th for a single message (the caller parks it).
 func (c *Consumer) applyRetrying(runCtx, genCtx context.Context, cl Claim, prev *int64, next int64, msgs []kafka.Message, log *slog.Logger) error {
+	limit := c.cfg.MaxAttempts
+	if len(msgs) > 1 {
+		limit = 1
+	}
 	failures := 0
 	for attempt := 1; ; attempt++ {
 		retry, err := c.apply(runCtx, cl, prev, next, msgs)
@@ -245,21 +286,144 @@ func (c *Consumer) applyRetrying(runCtx, genCtx context.Context, cl Claim, prev 
 			return err
 		}
 		if !retry {
-			if failures++; failures >= c.cfg.MaxAttempts {
-				return fmt.Errorf("partition: %s: batch at offset %d failed %d times: %w", cl, msgs[0].Offset, failures, err)
+			if failures++; failures >= limit {
+				return &exhaustedError{attempts: failures, err: err}
 			}
 		}
-		log.Warn("partition: batch failed, retrying", "offset", msgs[0].Offset, "attempt", attempt, "transient", retry, "err", err)
+		log.Warn("partition: batch failed, retrying", "offset", msgs[0].Offset, "messages", len(msgs), "attempt", attempt, "transient", retry, "err", err)
 		if backoff.Sleep(genCtx, c.retry.Delay(min(attempt+1, 30))) != nil {
 			return errGenerationEnded
 		}
 	}
 }
 
+// isolate applies msgs, whose batch failed, one message per transaction
+// from the stored offset prev; a message that fails MaxAttempts times on
+// its own is parked, and the next one follows.
+func (c *Consumer) isolate(runCtx, genCtx context.Context, cl Claim, prev *int64, msgs []kafka.Message, log *slog.Logger) error {
+	log.Warn("partition: batch failed, applying its messages one at a time", "offset", msgs[0].Offset, "messages", len(msgs))
+	for _, m := range msgs {
+		next := m.Offset + 1
+		err := c.applyRetrying(runCtx, genCtx, cl, prev, next, []kafka.Message{m}, log)
+		if ex := (*exhaustedError)(nil); errors.As(err, &ex) {
+			err = c.parkRetrying(runCtx, genCtx, cl, prev, m, ex, log)
+		}
+		if err != nil {
+			return err
+		}
+		prev = &next
+	}
+	return nil
+}
+
+// parkRetrying parks m, whose attempts ran out, retrying transient
+// failures for as long as the generation lasts, then calls OnPark. It
+// returns an error wrapping ErrFenced if a newer owner exists, and any
+// other failure to park, which stops Run (the parked table is missing,
+// say): skipping m unrecorded is never an option.
+func (c *Consumer) parkRetrying(runCtx, genCtx context.Context, cl Claim, prev *int64, m kafka.Message, ex *exhaustedError, log *slog.Logger) error {
+	for attempt := 1; ; attempt++ {
+		parked, retry, err := c.park(runCtx, cl, prev, m, ex)
+		if err == nil {
+			if parked {
+				log.Error("partition: message parked", "offset", m.Offset, "attempts", ex.attempts, "err", ex.err)
+				if c.cfg.OnPark != nil {
+					c.cfg.OnPark(m, ex.err)
+				}
+			}
+			return nil
+		}
+		if errors.Is(err, ErrFenced) || !retry {
+			return fmt.Errorf("partition: %s: parking offset %d after %d failed attempts (%v): %w", cl, m.Offset, ex.attempts, ex.err, err)
+		}
+		log.Warn("partition: parking failed, retrying", "offset", m.Offset, "attempt", attempt, "err", err)
+		if backoff.Sleep(genCtx, c.retry.Delay(min(attempt+1, 30))) != nil {
+			return errGenerationEnded
+		}
+	}
+}
+
+// park runs one attempt at parking m: begin, fence (moving the stored
+// offset from prev past m), insert the parked row, commit. If the fence
+// finds the offset already moved under this epoch, an earlier attempt whose
+// commit outcome was unknown did commit; the parked row tells whether it
+// was this park (parked true) or not. It reports whether a failure is
+// transient, as apply does.
+func (c *Consumer) park(runCtx context.Context, cl Claim, prev *int64, m kafka.Message, ex *exhaustedError) (parked, retry bool, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), c.cfg.BatchTimeout)
+	defer cancel()
+	tx, err := pgerr.Begin(ctx, c.db)
+	if err != nil {
+		return false, true, fmt.Errorf("partition: begin %s: %w", cl, err)
+	}
+	defer rollback(tx)
+	outcome, err := c.checkFence(ctx, tx, cl, prev, m.Offset+1)
+	if err != nil {
+		return false, !errors.Is(err, ErrFenced) && (ctx.Err() != nil || transient(err, tx)), err
+	}
+	if outcome == fenceApplied {
+		err := tx.QueryRow(ctx, c.sql.isParked, cl.GroupID, cl.Topic, cl.Partition, m.Offset).Scan(&parked)
+		if err != nil {
+			return false, true, fmt.Errorf("partition: park %s at offset %d: %w", cl, m.Offset, err)
+		}
+		return parked, false, nil
+	}
+	if _, err := tx.Exec(ctx, c.sql.park, cl.GroupID, cl.Topic, cl.Partition, m.Offset, m.Key, m.Value,
+		headersJSON(m.Headers), text(ex.err.Error()), ex.attempts, cl.Epoch); err != nil {
+		return false, ctx.Err() != nil || transient(err, tx), fmt.Errorf("partition: park %s at offset %d: %w", cl, m.Offset, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, commitTransient(err), fmt.Errorf("partition: commit park %s at offset %d: %w", cl, m.Offset, err)
+	}
+	return true, false, nil
+}
+
+// commitTransient reports whether a failed COMMIT is worth another
+// attempt: its outcome is unknown (the next attempt's fence finds out
+// whether it committed; until then nothing is acknowledged), nothing was
+// sent, or the server refused it for a transient reason. It does not touch
+// the transaction, whose commit may still be in flight.
+func commitTransient(err error) bool {
+	switch pgerr.Of(err) {
+	case pgerr.Unknown, pgerr.NotSent:
+		return true
+	}
+	return transient(err, nil)
+}
+
+// text makes s storable as PostgreSQL text: valid UTF-8, no NUL bytes.
+func text(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// headersJSON is the parked headers column, as package inbox stores it: a
+// JSON array of {"key", "value"} in order (repeated keys kept), a value
+// that is not storable text given as "base64" instead.
+func headersJSON(hs []kafka.Header) []byte {
+	type header struct {
+		Key    string `json:"key"`
+		Value  string `json:"value,omitempty"`
+		Base64 []byte `json:"base64,omitempty"`
+	}
+	out := make([]header, len(hs))
+	for i, h := range hs {
+		out[i].Key = text(h.Key)
+		if v := string(h.Value); text(v) == v {
+			out[i].Value = v
+		} else {
+			out[i].Base64 = h.Value
+		}
+	}
+	b, _ := json.Marshal(out) // strings and bytes only: cannot fail
+	return b
+}
+
 // apply runs one attempt of a batch: begin, fence, handler, commit. It
 // reports whether a failure is transient: every failure before the
-// handler runs is, BatchTimeout included; a timeout in the handler or at
-// the commit is not (the batch itself may be too slow). Its context carries the claim
+// handler runs is, BatchTimeout included; a timeout in the handler is not
+// (the batch itself may be too slow); a commit whose outcome is unknown
+// is (see commitTransient). The commit runs under pgerr.Commit: neither
+// BatchTimeout nor the caller cancels it in flight. Its context carries the claim
 // and lasts BatchTimeout; it does not end with the generation or with Run,
 // so a batch in flight finishes instead of being cut off.
 func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int64, msgs []kafka.Message) (retry bool, err error) {
@@ -271,7 +435,7 @@ func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int
 	// Until the handler runs, a failure says nothing about the batch: a
 	// Begin or fence that ran out of BatchTimeout met an unreachable or
 	// stalled PostgreSQL (or a row lock still held), which is waited out.
-	tx, err := c.db.Begin(ctx)
+	tx, err := pgerr.Begin(ctx, c.db)
 	if err != nil {
 		return true, fmt.Errorf("partition: begin %s: %w", cl, err)
 	}
@@ -287,17 +451,21 @@ func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int
 		return handlerTransient(err, tx) && ctx.Err() == nil, fmt.Errorf("partition: handler on %s at offset %d: %w", cl, msgs[0].Offset, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		// A lost commit may have applied: the next attempt's fence finds
-		// the row at this batch's end and does not run it again.
-		return transient(err, tx) && ctx.Err() == nil, fmt.Errorf("partition: commit %s at offset %d: %w", cl, msgs[0].Offset, err)
+		// A commit whose outcome is unknown (the connection failed, or
+		// BatchTimeout ended the wait; the commit itself is never
+		// cancelled) is retried, not counted: the next attempt's fence
+		// waits for the row lock, so for the commit to end, and finds
+		// the row at this batch's end if it committed. Until then the
+		// batch is not done, and nothing is committed to Kafka for it.
+		return commitTransient(err), fmt.Errorf("partition: commit %s at offset %d: %w", cl, msgs[0].Offset, err)
 	}
 	return false, nil
 }
 
 // PanicError is a Handler's panic that Run recovered. It counts toward
 // MaxAttempts like any other handler error (never as transient): the batch
-// rolls back, and when the attempts are used up Run stops and returns it,
-// wrapped. The process lives on.
+// rolls back, and when the attempts are used up the message is parked with
+// it (OnPark receives it). The process lives on.
 type PanicError struct {
 	Value any    // what the handler panicked with
 	Stack []byte // the handler's goroutine's stack at the panic

@@ -21,12 +21,14 @@ import (
 	"github.com/nolock/nolock/internal/services"
 )
 
+// benchConfig is what the bench runs on. An empty postgres is pgx's
+// default connection (the PG* variables).
 type benchConfig struct {
-	dsn      string
+	postgres string
 	redis    string // host:port; empty skips the Redis lock scenario
 	clients  []int
 	duration time.Duration
-	out      string // SVG path; empty writes none
+	svg      string // the plot's path; empty writes none
 }
 
 // parseClients parses "1,4,16,64".
@@ -298,18 +300,15 @@ func idempotentDebit(ctx context.Context, env *benchEnv, op func(*idempotency.St
 
 // bench runs every scenario at every client count in a fresh schema it
 // creates and drops, prints progress to progressOut and the table to out,
-// and writes the SVG plot to cfg.out. It fails if a scenario errs or if
-// the store shows a different effect than the operations done (an
-// oversell, a lost or a doubled update).
+// and writes the SVG plot to cfg.svg when that names a file. It fails if a
+// scenario errs or if the store shows a different effect than the
+// operations done (an oversell, a lost or a doubled update).
 func bench(ctx context.Context, cfg benchConfig, out, progressOut io.Writer) (*benchResult, error) {
-	if cfg.dsn == "" {
-		return nil, errors.New("missing -dsn (or NOLOCK_TEST_POSTGRES): the PostgreSQL database to run on")
-	}
 	if len(cfg.clients) == 0 || cfg.duration <= 0 {
 		return nil, errors.New("need at least one client count and a positive -duration")
 	}
 	schema := services.Name("nolock_bench")
-	dsn, err := services.WithSearchPath(cfg.dsn, schema)
+	dsn, err := searchPathDSN(cfg.postgres, schema)
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +336,7 @@ func bench(ctx context.Context, cfg benchConfig, out, progressOut io.Writer) (*b
 			return nil, fmt.Errorf("redis %s: %w", cfg.redis, err)
 		}
 	} else {
-		fmt.Fprintln(progressOut, "nolock bench: no -redis address (or NOLOCK_TEST_REDIS): skipping the Redis lock scenario")
+		fmt.Fprintln(progressOut, "nolock bench: no -redis address: skipping the Redis lock scenario")
 	}
 	if err := benchSchema(ctx, pool); err != nil {
 		return nil, err
@@ -367,11 +366,11 @@ func bench(ctx context.Context, cfg benchConfig, out, progressOut io.Writer) (*b
 		}
 	}
 	printBenchTable(out, res)
-	if cfg.out != "" {
-		if err := writeSVG(cfg.out, res); err != nil {
+	if cfg.svg != "" {
+		if err := writeSVG(cfg.svg, res); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(progressOut, "nolock bench: plot written to %s\n", cfg.out)
+		fmt.Fprintf(progressOut, "nolock bench: plot written to %s\n", cfg.svg)
 	}
 	return res, nil
 }

@@ -27,8 +27,8 @@ func TestBench(t *testing.T) {
 	svg := filepath.Join(t.TempDir(), "bench.svg")
 	var out, progress bytes.Buffer
 	res, err := bench(context.Background(), benchConfig{
-		dsn: testenv.PostgresFreshDSN(t), redis: redisAddr,
-		clients: []int{1, 4}, duration: 300 * time.Millisecond, out: svg,
+		postgres: testenv.PostgresFreshDSN(t), redis: redisAddr,
+		clients: []int{1, 4}, duration: 300 * time.Millisecond, svg: svg,
 	}, &out, &progress)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())

@@ -17,6 +17,8 @@ import (
 	"github.com/nolock/nolock/internal/services"
 )
 
+// demoConfig is where the demo runs. An empty postgres is pgx's default
+// connection (the PG* variables); kafka and dynamodb are required.
 type demoConfig struct {
 	postgres, dynamodb string
 	kafka              []string
@@ -57,11 +59,11 @@ var scenarios = []scenario{
 // demo runs every scenario, prints a transcript and a table whose numbers a
 // reader can check, and fails if any invariant broke.
 func demo(ctx context.Context, cfg demoConfig, out io.Writer) error {
-	if cfg.postgres == "" || cfg.dynamodb == "" || len(cfg.kafka) == 0 {
-		return errors.New("missing -postgres, -kafka or -dynamodb: run scripts/demo, which starts the services first")
+	if cfg.dynamodb == "" || len(cfg.kafka) == 0 {
+		return errors.New("missing -kafka or -dynamodb: give both, or run scripts/demo, which starts local services and passes them")
 	}
 	schema := services.Name("nolock_demo")
-	dsn, err := services.WithSearchPath(cfg.postgres, schema)
+	dsn, err := searchPathDSN(cfg.postgres, schema)
 	if err != nil {
 		return err
 	}

@@ -1,26 +1,35 @@
-// Command nolock runs nolock's narrated demo on the real services, measures
+// Command nolock runs nolock's narrated demo on real services, measures
 // the patterns against lock-based baselines on your own database, and
 // prints the tables the packages need.
 //
-//	nolock demo [-postgres DSN] [-kafka BROKERS] [-dynamodb URL]
-//	nolock bench [-dsn DSN] [-redis ADDR] [-clients 1,4,16,64] [-duration 3s] [-out bench.svg]
-//	nolock schema
+//	nolock demo    [-postgres DSN] [-kafka BROKERS] [-dynamodb URL]
+//	nolock bench   [-postgres DSN] [-redis ADDR] [-clients 1,4,16,64] [-duration 3s] [-svg FILE]
+//	nolock schema  [postgres | dynamodb]
+//	nolock version
+//	nolock help    [command]
 //
-// The flags default to the variables `scripts/services env` prints
-// (NOLOCK_TEST_POSTGRES, NOLOCK_TEST_KAFKA, NOLOCK_TEST_DYNAMODB,
-// NOLOCK_TEST_REDIS).
-// The command exits non-zero when an invariant the demo checks fails.
+// -postgres defaults to $DATABASE_URL and, when that is empty too, to the
+// libpq environment variables (PGHOST, PGPORT, PGUSER, PGPASSWORD,
+// PGDATABASE, PGSSLMODE, ...) as pgx reads them. -dynamodb defaults to
+// $AWS_ENDPOINT_URL_DYNAMODB, then $AWS_ENDPOINT_URL. -kafka has no
+// default.
+//
+// Exit status: 0 on success (and for -h and help), 1 when a command fails
+// (for the demo: when an invariant it checks breaks), 2 on a usage error.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"strings"
-	"time"
+	"text/tabwriter"
 )
 
 func main() {
@@ -29,63 +38,184 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// command is one subcommand. flags defines its flags on fs and returns the
+// function that runs it once fs has parsed the arguments; that function
+// returns the exit status.
+type command struct {
+	name, args, summary, about string
+	flags                      func(fs *flag.FlagSet, stdout, stderr io.Writer) func(ctx context.Context) int
+}
+
+var commands = []command{
+	{
+		name: "demo", args: "[-postgres DSN] [-kafka BROKERS] [-dynamodb URL]",
+		summary: "run the narrated cases on PostgreSQL, Kafka and a DynamoDB-API server",
+		about: `Runs the seed's cases on the real services, one after another, in a fresh
+PostgreSQL schema, Kafka topics and DynamoDB tables that it creates and
+drops: one parcel and two riders, a flash sale, a wallet with retried
+payments, a nightly cron on six replicas, a crashing Kafka worker and a
+paused partition owner. It prints a transcript and a table of what each
+case measured, and exits 1 if an invariant broke. The DynamoDB endpoint is
+a local server (the demo signs with fixed test credentials). scripts/demo
+starts local services and runs this with them.`,
+		flags: demoCommand,
+	},
+	{
+		name: "bench", args: "[-postgres DSN] [-redis ADDR] [-clients 1,4,16,64] [-duration 3s] [-svg FILE]",
+		summary: "measure the patterns against lock-based baselines on your database",
+		about: `Runs every strategy for "take one unit of one hot key" side by side, each
+for -duration at each client count, in a fresh schema it creates and
+drops, and prints ops/s with the ratio to a SELECT … FOR UPDATE
+transaction at the same count. It fails if the store shows other effects
+than the operations that succeeded. With -svg it also writes a plot.`,
+		flags: benchCommand,
+	},
+	{
+		name: "schema", args: "[postgres | dynamodb]",
+		summary: "print the tables every package needs",
+		about: `Prints every PostgreSQL table of every package (idempotent DDL with the
+default names, ready for psql or a migration tool), then the DynamoDB
+tables as 'aws dynamodb create-table --cli-input-json' commands, one per
+DynamoDB-backed type, commented out so that the whole output stays SQL.
+"nolock schema postgres" prints only the DDL; "nolock schema dynamodb"
+prints only the DynamoDB commands, as a shell script. Nothing connects
+anywhere.`,
+		flags: schemaCommand,
+	},
+	{
+		name: "version", summary: "print the module version",
+		about: `Prints the version of the nolock module this binary was built from and
+the Go version that built it. A binary built from a source checkout
+without version information reports "(devel)".`,
+		flags: func(fs *flag.FlagSet, stdout, _ io.Writer) func(context.Context) int {
+			return func(context.Context) int {
+				if fs.NArg() > 0 {
+					return usageError(fs, "nolock version takes no arguments")
+				}
+				fmt.Fprintln(stdout, versionString())
+				return 0
+			}
+		},
+	},
+}
+
+// envHelp describes where the connection flags find their defaults.
+const envHelp = `Connection defaults, when a flag is not given:
+  -postgres  $DATABASE_URL, else the libpq variables (PGHOST, PGPORT, PGUSER,
+             PGPASSWORD, PGDATABASE, PGSSLMODE, ...) as pgx reads them
+  -dynamodb  $AWS_ENDPOINT_URL_DYNAMODB, else $AWS_ENDPOINT_URL
+  -kafka     none`
+
+// run is the command line: it returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	usage := func() {
-		fmt.Fprintln(stderr, "usage: nolock demo [flags] | nolock bench [flags] | nolock schema\n\n  demo    run the narrated demo on the real services (see -h)\n  bench   measure the patterns against lock-based baselines on your database (see -h)\n  schema  print the DDL of every table the packages need")
-	}
 	if len(args) == 0 {
-		usage()
+		printUsage(stderr)
 		return 2
 	}
-	switch args[0] {
-	case "demo":
-		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-		fs.SetOutput(stderr)
-		cfg := demoConfig{}
-		fs.StringVar(&cfg.postgres, "postgres", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN (postgres:// URL)")
-		kafka := fs.String("kafka", os.Getenv("NOLOCK_TEST_KAFKA"), "comma-separated Kafka brokers")
-		fs.StringVar(&cfg.dynamodb, "dynamodb", os.Getenv("NOLOCK_TEST_DYNAMODB"), "DynamoDB endpoint URL")
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
+	switch name := args[0]; name {
+	case "-h", "-help", "--help", "help":
+		if name == "help" && len(args) > 1 {
+			c, ok := lookup(args[1])
+			if !ok || len(args) > 2 {
+				fmt.Fprintf(stderr, "nolock help: unknown command %q\n\n", strings.Join(args[1:], " "))
+				printUsage(stderr)
+				return 2
+			}
+			printCommandUsage(stdout, c, newFlagSet(c, stdout, stderr))
+			return 0
 		}
-		if *kafka != "" {
-			cfg.kafka = strings.Split(*kafka, ",")
-		}
-		if err := demo(ctx, cfg, stdout); err != nil {
-			fmt.Fprintln(stderr, "nolock demo:", err)
-			return 1
-		}
-		return 0
-	case "bench":
-		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-		fs.SetOutput(stderr)
-		cfg := benchConfig{}
-		fs.StringVar(&cfg.dsn, "dsn", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN (postgres:// URL); a fresh schema is created there and dropped")
-		fs.StringVar(&cfg.redis, "redis", os.Getenv("NOLOCK_TEST_REDIS"), "Redis host:port for the SET NX PX lock baseline (empty skips it)")
-		clients := fs.String("clients", "1,4,16,64", "comma-separated client counts")
-		fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "how long each scenario runs at each client count")
-		fs.StringVar(&cfg.out, "out", "bench.svg", "SVG plot to write (empty writes none)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
-		}
-		var err error
-		if cfg.clients, err = parseClients(*clients); err != nil {
-			fmt.Fprintln(stderr, "nolock bench:", err)
-			return 2
-		}
-		if _, err := bench(ctx, cfg, stdout, stderr); err != nil {
-			fmt.Fprintln(stderr, "nolock bench:", err)
-			return 1
-		}
-		return 0
-	case "schema":
-		if err := schema(stdout); err != nil {
-			fmt.Fprintln(stderr, "nolock schema:", err)
-			return 1
-		}
+		printUsage(stdout)
 		return 0
 	default:
-		usage()
-		return 2
+		c, ok := lookup(name)
+		if !ok {
+			fmt.Fprintf(stderr, "nolock: unknown command %q\n\n", name)
+			printUsage(stderr)
+			return 2
+		}
+		fs := flag.NewFlagSet("nolock "+c.name, flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		fs.Usage = func() {} // printed below, to stdout for -h and stderr otherwise
+		runCmd := c.flags(fs, stdout, stderr)
+		if err := fs.Parse(args[1:]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				printCommandUsage(stdout, c, fs)
+				return 0
+			}
+			fmt.Fprintln(stderr)
+			printCommandUsage(stderr, c, fs)
+			return 2
+		}
+		return runCmd(ctx)
 	}
+}
+
+func lookup(name string) (command, bool) {
+	for _, c := range commands {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// newFlagSet returns c's flags, defined and not parsed, for its usage text.
+func newFlagSet(c command, stdout, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("nolock "+c.name, flag.ContinueOnError)
+	c.flags(fs, stdout, stderr)
+	return fs
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "nolock: coordination patterns that replace distributed locks, run on your own services.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "usage:")
+	for _, c := range commands {
+		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  nolock %-8s %s", c.name, c.args), " "))
+	}
+	fmt.Fprintf(w, "  nolock %-8s %s\n", "help", "[command]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "commands:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, c := range commands {
+		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(tw, "  help\t%s\n", "print this, or a command's flags")
+	tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, envHelp)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, `"nolock <command> -h" describes a command and its flags.`)
+}
+
+func printCommandUsage(w io.Writer, c command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: nolock %s %s\n\n%s\n", c.name, c.args, c.about)
+	hasFlags := false
+	fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+	if hasFlags {
+		fmt.Fprintln(w, "\nflags:")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+	}
+}
+
+// usageError reports a usage error found after parsing: exit status 2.
+func usageError(fs *flag.FlagSet, msg string) int {
+	fmt.Fprintf(fs.Output(), "%s (see %s -h)\n", msg, fs.Name())
+	return 2
+}
+
+// versionString is "nolock <module version> <go version>"; the module
+// version is "(devel)" when the binary carries none.
+func versionString() string {
+	v, goVersion := "(devel)", runtime.Version()
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if info.Main.Version != "" {
+			v = info.Main.Version
+		}
+		if info.GoVersion != "" {
+			goVersion = info.GoVersion
+		}
+	}
+	return fmt.Sprintf("nolock %s %s", v, goVersion)
 }

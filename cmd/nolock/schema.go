@@ -2,23 +2,39 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/inbox"
+	"github.com/nolock/nolock/partition"
 )
 
-// schema prints the DDL of every PostgreSQL table the packages need, with
-// their default names, for migration tools. Nothing connects anywhere: the
-// constructors only render SQL.
+// schema prints the PostgreSQL DDL, then the DynamoDB table definitions
+// as SQL comments, so that the whole output applies with psql.
 func schema(out io.Writer) error {
+	if err := postgresSchema(out); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprint(out, "\n-- DynamoDB tables, one per DynamoDB-backed type (\"nolock schema dynamodb\"\n-- prints them as a shell script). Rename the tables at will and pass the\n-- names to the constructors.\n--\n"); err != nil {
+		return err
+	}
+	return dynamoSchema(out, "-- ")
+}
+
+// postgresSchema prints the DDL of every PostgreSQL table the packages
+// need, with their default names, for migration tools. Nothing connects
+// anywhere: the constructors only render SQL.
+func postgresSchema(out io.Writer) error {
 	var db offline
 	stock, err := conditional.NewStock(db)
 	if err != nil {
@@ -46,6 +62,15 @@ func schema(out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// partition renders its DDL from a Consumer; New validates the Config
+	// and connects nowhere, so placeholders do for what the DDL ignores.
+	consumer, err := partition.New(db, partition.Config{
+		Brokers: []string{"schema:9092"}, GroupID: "schema", Topics: []string{"schema"},
+		Handler: func(context.Context, pgx.Tx, []kafka.Message) error { return nil },
+	})
+	if err != nil {
+		return err
+	}
 	for _, part := range []struct{ name, ddl string }{
 		{"conditional.Stock", stock.Schema()},
 		{"conditional.Accounts", accounts.Schema()},
@@ -53,8 +78,86 @@ func schema(out io.Writer) error {
 		{"cas.PostgresBackend", store.Schema()},
 		{"idempotency.Store", keys.Schema()},
 		{"inbox.Inbox", in.Schema()},
+		{"partition.Consumer", consumer.Schema()},
 	} {
-		if _, err := fmt.Fprintf(out, "-- %s\n%s\n", part.name, part.ddl); err != nil {
+		if _, err := fmt.Fprintf(out, "-- %s\n%s\n", part.name, strings.TrimRight(part.ddl, "\n")+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dynamoTable is one DynamoDB-backed type's table: its key schema, and
+// what else the type needs of it.
+type dynamoTable struct {
+	typ, table, use string
+	hashKey         string
+	after           string // a command to run once the table exists, or ""
+}
+
+// dynamoTables are the tables of every DynamoDB-backed type, with names
+// that mirror the PostgreSQL defaults and the key attribute each type
+// expects. conditional.DynamoFenced is absent: it guards your own table.
+func dynamoTables() []dynamoTable {
+	return []dynamoTable{
+		{typ: "dynamolock.Client", table: "nolock_locks", hashKey: "key",
+			use: `dynamolock.New(client, "nolock_locks"); "key" is the default partition key name (WithPartitionKeyName); WithSortKeyName needs a sort key too`},
+		{typ: "conditional.DynamoStock", table: "nolock_stock", hashKey: conditional.DynamoKeyAttr,
+			use: `conditional.NewDynamoStock(client, "nolock_stock")`},
+		{typ: "conditional.DynamoAccounts", table: "nolock_accounts", hashKey: conditional.DynamoKeyAttr,
+			use: `conditional.NewDynamoAccounts(client, "nolock_accounts")`},
+		{typ: "conditional.DynamoHolds", table: "nolock_holds", hashKey: conditional.DynamoKeyAttr,
+			use: `conditional.NewDynamoHolds(client, "nolock_holds")`},
+		{typ: "cas.DynamoDBBackend", table: "nolock_cas", hashKey: "pk",
+			use: `cas.NewDynamoDBBackend(client, "nolock_cas", "pk")`},
+		{typ: "idempotency.DynamoDB", table: "nolock_idempotency", hashKey: "pk",
+			use:   `idempotency.NewDynamoDB(client, "nolock_idempotency"); "pk" is the default partition key name (WithKeyAttributes); TTL on "ttl" deletes expired records`,
+			after: `aws dynamodb update-time-to-live --table-name nolock_idempotency --time-to-live-specification Enabled=true,AttributeName=ttl`},
+	}
+}
+
+// createTableInput is the JSON of `aws dynamodb create-table
+// --cli-input-json`: an on-demand table with a string partition key.
+func (t dynamoTable) createTableInput() ([]byte, error) {
+	type attr struct{ AttributeName, AttributeType string }
+	type key struct{ AttributeName, KeyType string }
+	return json.Marshal(struct {
+		TableName            string
+		AttributeDefinitions []attr
+		KeySchema            []key
+		BillingMode          string
+	}{
+		TableName:            t.table,
+		AttributeDefinitions: []attr{{t.hashKey, "S"}},
+		KeySchema:            []key{{t.hashKey, "HASH"}},
+		BillingMode:          "PAY_PER_REQUEST",
+	})
+}
+
+// dynamoSchema prints one create-table command per DynamoDB-backed type,
+// each line prefixed with prefix ("" for a shell script, "-- " inside SQL).
+func dynamoSchema(out io.Writer, prefix string) error {
+	var b strings.Builder
+	for i, t := range dynamoTables() {
+		in, err := t.createTableInput()
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "# %s: %s\n", t.typ, t.use)
+		fmt.Fprintf(&b, "aws dynamodb create-table --cli-input-json '%s'\n", in)
+		if t.after != "" {
+			fmt.Fprintln(&b, t.after)
+		}
+	}
+	lines := strings.SplitAfter(b.String(), "\n")
+	for _, l := range lines {
+		if l == "" {
+			continue
+		}
+		if _, err := io.WriteString(out, strings.TrimRight(prefix+l, " \n")+"\n"); err != nil {
 			return err
 		}
 	}

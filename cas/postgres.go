@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/internal/pgmode"
+	"github.com/nolock/nolock/internal/pgschema"
 )
 
 // DB is what PostgresBackend needs from pgx: a *pgxpool.Pool or a
@@ -31,6 +33,7 @@ const DefaultTable = "nolock_cas"
 // value bytea), every operation one autocommitted statement.
 type PostgresBackend struct {
 	db                                           DB
+	over                                         pgmode.Override // for db's statements
 	schema, getSQL, createSQL, putSQL, deleteSQL string
 }
 
@@ -47,6 +50,7 @@ func NewPostgresBackend(db DB, table string) (*PostgresBackend, error) {
 	t := pgx.Identifier{table}.Sanitize()
 	return &PostgresBackend{
 		db:        db,
+		over:      pgmode.For(db),
 		schema:    strings.ReplaceAll(postgresSQL, "{{table}}", t),
 		getSQL:    `SELECT value, version FROM ` + t + ` WHERE key = $1`,
 		createSQL: `INSERT INTO ` + t + ` (key, version, value) VALUES ($1, 1, $2) ON CONFLICT (key) DO NOTHING`,
@@ -65,8 +69,10 @@ SELECT EXISTS (SELECT 1 FROM del), EXISTS (SELECT 1 FROM cur)`,
 func (p *PostgresBackend) Schema() string { return p.schema }
 
 // CreateSchema creates the table if it does not exist.
+// It is safe to call from many processes at once: the DDL runs in one
+// transaction that first takes nolock's schema advisory lock.
 func (p *PostgresBackend) CreateSchema(ctx context.Context) error {
-	if _, err := p.db.Exec(ctx, p.schema); err != nil {
+	if err := pgschema.Create(ctx, p.db, p.schema); err != nil {
 		return fmt.Errorf("cas: create schema: %w", err)
 	}
 	return nil
@@ -80,12 +86,12 @@ func (p *PostgresBackend) MaxValue() int { return 64 << 20 }
 func (p *PostgresBackend) Get(ctx context.Context, key string) ([]byte, int64, error) {
 	var b []byte
 	var ver int64
-	err := p.db.QueryRow(ctx, p.getSQL, key).Scan(&b, &ver)
+	err := p.db.QueryRow(ctx, p.getSQL, p.over.Args(key)...).Scan(&b, &ver)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, 0, ErrNotFound
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("cas: get %q: %w", key, err)
+		return nil, 0, fmt.Errorf("cas: get %q: %w", key, pgmode.Explain(err))
 	}
 	return b, ver, nil
 }
@@ -95,7 +101,7 @@ func (p *PostgresBackend) Create(ctx context.Context, key string, value []byte) 
 	if err := notSent(ctx, "create", key); err != nil {
 		return err
 	}
-	tag, err := pgerr.Exec(ctx, p.db, p.createSQL, key, value)
+	tag, err := pgerr.Exec(ctx, p.db, p.createSQL, p.over.Args(key, value)...)
 	if err != nil {
 		return fmt.Errorf("cas: create %q: %w", key, ambiguous(err))
 	}
@@ -112,7 +118,7 @@ func (p *PostgresBackend) Put(ctx context.Context, key string, value []byte, ver
 	}
 	var ver *int64
 	var existed bool
-	if err := pgerr.Row(ctx, p.db, p.putSQL, key, value, version).Scan(&ver, &existed); err != nil {
+	if err := pgerr.Row(ctx, p.db, p.putSQL, p.over.Args(key, value, version)...).Scan(&ver, &existed); err != nil {
 		return 0, fmt.Errorf("cas: put %q: %w", key, ambiguous(err))
 	}
 	switch {
@@ -130,7 +136,7 @@ func (p *PostgresBackend) Delete(ctx context.Context, key string, version int64)
 		return err
 	}
 	var deleted, existed bool
-	if err := pgerr.Row(ctx, p.db, p.deleteSQL, key, version).Scan(&deleted, &existed); err != nil {
+	if err := pgerr.Row(ctx, p.db, p.deleteSQL, p.over.Args(key, version)...).Scan(&deleted, &existed); err != nil {
 		return fmt.Errorf("cas: delete %q: %w", key, ambiguous(err))
 	}
 	switch {
@@ -148,5 +154,5 @@ func ambiguous(err error) error {
 	if pgerr.Ambiguous(err) {
 		return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
 	}
-	return err
+	return pgmode.Explain(err)
 }

@@ -62,7 +62,7 @@ func (a *Accounts) Open(ctx context.Context, account string, balance int64) erro
 	if err := unsent(ctx, fmt.Sprintf("open %q", account)); err != nil {
 		return err
 	}
-	if _, err := pgerr.Exec(ctx, a.s.db, a.s.openSQL, account, balance, int64(a.s.buckets)); err != nil {
+	if _, err := pgerr.Exec(ctx, a.s.db, a.s.openSQL, a.s.over.Args(account, balance, int64(a.s.buckets))...); err != nil {
 		return fmt.Errorf("conditional: open %q: %w", account, classify(err))
 	}
 	return nil
@@ -111,6 +111,8 @@ func (a *Accounts) Balance(ctx context.Context, account string) (int64, error) {
 func (a *Accounts) Schema() string { return a.s.Schema() }
 
 // CreateSchema creates the accounts table if it does not exist.
+// It is safe to call from many processes at once: the DDL runs in one
+// transaction that first takes nolock's schema advisory lock.
 func (a *Accounts) CreateSchema(ctx context.Context) error { return a.s.CreateSchema(ctx) }
 
 // Close fails debits and credits not yet sent with ErrClosed and waits for

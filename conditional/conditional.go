@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/internal/pgmode"
 )
 
 // DB is what this package needs from pgx: a *pgxpool.Pool, a *pgx.Conn or a
@@ -99,7 +100,7 @@ func classify(err error) error {
 	if pgerr.Ambiguous(err) {
 		return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
 	}
-	return err
+	return pgmode.Explain(err)
 }
 
 // classifyOn is classify for a statement run on db. Inside a caller's
@@ -107,7 +108,7 @@ func classify(err error) error {
 // there is never ErrAmbiguousCommit.
 func classifyOn(db DB, err error) error {
 	if _, ok := db.(pgx.Tx); ok {
-		return err
+		return pgmode.Explain(err)
 	}
 	return classify(err)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/internal/pgmode"
 )
 
 // Fenced writes rows of your own table only for a holder whose fencing
@@ -118,7 +119,7 @@ func (f *Fenced) Update(ctx context.Context, db DB, key any, token int64, set ma
 	b.WriteString("SELECT EXISTS (SELECT FROM u), EXISTS (SELECT FROM " + f.table + " WHERE " + f.key + " = $2)")
 
 	var done, exists bool
-	if err := pgerr.Row(ctx, db, b.String(), args...).Scan(&done, &exists); err != nil {
+	if err := pgerr.Row(ctx, db, b.String(), pgmode.ForEach(db).Args(args...)...).Scan(&done, &exists); err != nil {
 		return fmt.Errorf("conditional: fenced update: %w", classifyOn(db, err))
 	}
 	switch {

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/internal/pgmode"
+	"github.com/nolock/nolock/internal/pgschema"
 )
 
 // Holds hands out timed holds on resources (seats, slots, rooms) in a
@@ -34,7 +36,8 @@ import (
 // to make: to confirm in the same transaction as your own writes (the
 // order, the payment), make one with NewHolds on that pgx.Tx.
 type Holds struct {
-	db DB
+	db   DB
+	over pgmode.Override // for statements on db outside a transaction
 
 	schemaSQL, addSQL, holdSQL, lockSQL, holdAllSQL, confirmSQL, releaseSQL string
 }
@@ -91,6 +94,7 @@ func NewHolds(db DB, opts ...HoldsOption) (*Holds, error) {
 	const until = `$3::bigint * interval '1 microsecond'`
 	return &Holds{
 		db:        db,
+		over:      pgmode.For(db),
 		schemaSQL: strings.ReplaceAll(holdSQL, "{{table}}", t),
 		// Sorted and deduplicated by Add, so concurrent Adds take the
 		// index's insertion locks in one order.
@@ -144,7 +148,7 @@ func (h *Holds) Add(ctx context.Context, resources ...string) error {
 	sorted := slices.Clone(resources)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
-	if _, err := pgerr.Exec(ctx, h.db, h.addSQL, sorted); err != nil {
+	if _, err := pgerr.Exec(ctx, h.db, h.addSQL, h.over.Args(sorted)...); err != nil {
 		return fmt.Errorf("conditional: add resources: %w", classifyOn(h.db, err))
 	}
 	return nil
@@ -184,7 +188,7 @@ func (h *Holds) Hold(ctx context.Context, resource, holder string, ttl time.Dura
 	}
 	var got *time.Time
 	var state *string
-	if err := pgerr.Row(ctx, h.db, h.holdSQL, resource, holder, ttl.Microseconds()).Scan(&got, &state); err != nil {
+	if err := pgerr.Row(ctx, h.db, h.holdSQL, h.over.Args(resource, holder, ttl.Microseconds())...).Scan(&got, &state); err != nil {
 		return time.Time{}, fmt.Errorf("conditional: hold %q: %w", resource, classifyOn(h.db, err))
 	}
 	switch {
@@ -235,7 +239,7 @@ func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, 
 	}
 
 	fail := func(err error) (time.Time, error) {
-		return time.Time{}, fmt.Errorf("conditional: hold %d resources: %w", len(sorted), err)
+		return time.Time{}, fmt.Errorf("conditional: hold %d resources: %w", len(sorted), pgmode.Explain(err))
 	}
 	if err := unsent(ctx, fmt.Sprintf("hold %d resources", len(sorted))); err != nil {
 		return time.Time{}, err
@@ -321,7 +325,7 @@ func (h *Holds) settle(ctx context.Context, op, sql, resource, holder string) er
 		return err
 	}
 	var done, exists bool
-	if err := pgerr.Row(ctx, h.db, sql, resource, holder).Scan(&done, &exists); err != nil {
+	if err := pgerr.Row(ctx, h.db, sql, h.over.Args(resource, holder)...).Scan(&done, &exists); err != nil {
 		return fmt.Errorf("conditional: %s %q: %w", op, resource, classifyOn(h.db, err))
 	}
 	switch {
@@ -338,8 +342,10 @@ func (h *Holds) settle(ctx context.Context, op, sql, resource, holder string) er
 func (h *Holds) Schema() string { return h.schemaSQL }
 
 // CreateSchema creates the Holds' table if it does not exist.
+// It is safe to call from many processes at once: the DDL runs in one
+// transaction that first takes nolock's schema advisory lock.
 func (h *Holds) CreateSchema(ctx context.Context) error {
-	if _, err := h.db.Exec(ctx, h.schemaSQL); err != nil {
+	if err := pgschema.Create(ctx, h.db, h.schemaSQL); err != nil {
 		return fmt.Errorf("conditional: create schema: %w", err)
 	}
 	return nil

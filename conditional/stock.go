@@ -19,6 +19,8 @@ import (
 	"github.com/nolock/nolock/internal/combine"
 
 	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/internal/pgmode"
+	"github.com/nolock/nolock/internal/pgschema"
 )
 
 // Stock sells units of keys (SKUs, tickets, quota) from a PostgreSQL table,
@@ -37,7 +39,8 @@ import (
 // A Stock is safe for concurrent use. Close it to stop its goroutines.
 type Stock struct {
 	db                DB
-	table             string // quoted
+	over              pgmode.Override // for statements on db outside a transaction
+	table             string          // quoted
 	keyArg, amountArg string
 	buckets           int
 	rand              func(n int) int
@@ -225,7 +228,7 @@ func newStock(db DB, cfg stockConfig, opts []StockOption) (*Stock, error) {
 	t := pgx.Identifier{cfg.table}.Sanitize()
 	sql := strings.NewReplacer("{{table}}", t, "{{qty}}", pgx.Identifier{cfg.column}.Sanitize()).Replace
 	s := &Stock{
-		db: db, table: t, buckets: cfg.buckets, rand: rand.IntN, keyArg: cfg.keyArg, amountArg: cfg.amountArg,
+		db: db, over: pgmode.For(db), table: t, buckets: cfg.buckets, rand: rand.IntN, keyArg: cfg.keyArg, amountArg: cfg.amountArg,
 		soldOut: map[string]time.Time{}, soldOutTTL: cfg.soldOutTTL, now: time.Now,
 		endgame: cfg.endgame, gathered: map[string]struct{}{},
 		schemaSQL: sql(stockSQL), batchSQL: sql(batchSQL), takeSQL: sql(takeSQL), addSQL: sql(addSQL), addFirstSQL: sql(addFirstSQL),
@@ -295,6 +298,15 @@ func (s *Stock) take(ctx context.Context, tx DB, key string, n int64) error {
 	return err
 }
 
+// overOn returns the Override for statements on db: the Stock's own db's,
+// or, when inTx, the caller's transaction's (see pgmode).
+func (s *Stock) overOn(db DB, inTx bool) pgmode.Override {
+	if inTx {
+		return pgmode.ForEach(db)
+	}
+	return s.over
+}
+
 // errorsOnly adapts an operation whose only answer per request is an error.
 func errorsOnly(run func(context.Context, bucketKey, []int64) ([]error, error)) combine.Run[bucketKey, int64, struct{}] {
 	return func(ctx context.Context, k bucketKey, reqs []int64) ([]struct{}, []error, error) {
@@ -314,7 +326,7 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 	// the plain decrement by the batch's sum grants every request. A sum
 	// past int64 cannot be covered: the first-fit statement sorts it out.
 	if sum, ok := sumOf(reqs); ok {
-		tag, err := pgerr.Exec(ctx, s.db, s.takeSQL, k.key, k.bucket, sum)
+		tag, err := pgerr.Exec(ctx, s.db, s.takeSQL, s.over.Args(k.key, k.bucket, sum)...)
 		if err != nil {
 			return nil, fmt.Errorf("conditional: take %q: %w", k.key, classify(err))
 		}
@@ -324,7 +336,7 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 	}
 	var before int64
 	var granted []bool
-	err := pgerr.Row(ctx, s.db, s.batchSQL, k.key, k.bucket, reqs).Scan(&before, &granted)
+	err := pgerr.Row(ctx, s.db, s.batchSQL, s.over.Args(k.key, k.bucket, reqs)...).Scan(&before, &granted)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrUnknownKey
 	}
@@ -352,7 +364,8 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 // sold out: the transaction may roll back what it saw.
 func (s *Stock) runOne(ctx context.Context, db DB, inTx bool, k bucketKey, n int64) ([]error, error) {
 	gen := s.restockGen()
-	tag, err := pgerr.Exec(ctx, db, s.takeSQL, k.key, k.bucket, n)
+	o := s.overOn(db, inTx)
+	tag, err := pgerr.Exec(ctx, db, s.takeSQL, o.Args(k.key, k.bucket, n)...)
 	if err != nil {
 		return nil, fmt.Errorf("conditional: take %q: %w", k.key, classifyOn(db, err))
 	}
@@ -360,11 +373,11 @@ func (s *Stock) runOne(ctx context.Context, db DB, inTx bool, k bucketKey, n int
 		return []error{nil}, nil
 	}
 	var qty int64
-	switch err := db.QueryRow(ctx, s.qtySQL, k.key, k.bucket).Scan(&qty); {
+	switch err := db.QueryRow(ctx, s.qtySQL, o.Args(k.key, k.bucket)...).Scan(&qty); {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, ErrUnknownKey
 	case err != nil:
-		return nil, fmt.Errorf("conditional: take %q: %w", k.key, err)
+		return nil, fmt.Errorf("conditional: take %q: %w", k.key, pgmode.Explain(err))
 	}
 	if qty == 0 && s.buckets == 1 && !inTx {
 		s.markSoldOut(k.key, gen)
@@ -384,8 +397,8 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 	// of all buckets; if they cannot cover n then, refusing is correct, and
 	// the endgame's buyers do not queue for every bucket's lock.
 	var seen *int64
-	if err := db.QueryRow(ctx, s.availableSQL, key).Scan(&seen); err != nil {
-		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
+	if err := db.QueryRow(ctx, s.availableSQL, s.overOn(db, inTx).Args(key)...).Scan(&seen); err != nil {
+		return fmt.Errorf("conditional: take %q across buckets: %w", key, pgmode.Explain(err))
 	}
 	switch {
 	case seen == nil:
@@ -403,7 +416,7 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	rows, err := tx.Query(ctx, s.acrossSQL, key)
 	if err != nil {
-		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
+		return fmt.Errorf("conditional: take %q across buckets: %w", key, pgmode.Explain(err))
 	}
 	var bucket []int
 	var qty []int64
@@ -418,7 +431,7 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 		total += min(q, math.MaxInt64-total) // saturates: only total >= n matters past int64
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
+		return fmt.Errorf("conditional: take %q across buckets: %w", key, pgmode.Explain(err))
 	}
 	switch {
 	case len(bucket) == 0:
@@ -464,7 +477,7 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 	}
 	_, err = tx.Exec(ctx, s.acrossUpdateSQL, key, newBuckets, newQty)
 	if err != nil {
-		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
+		return fmt.Errorf("conditional: take %q across buckets: %w", key, pgmode.Explain(err))
 	}
 	// A take already sent waits for its outcome (see Take): the commit is
 	// neither cancelled nor abandoned when ctx ends.
@@ -481,7 +494,7 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 // one bucket by the sum of a batch.
 func (s *Stock) runAdd(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
 	if sum, ok := sumOf(reqs); ok {
-		err := s.addOne(ctx, s.db, k, sum)
+		err := s.addOne(ctx, s.db, false, k, sum)
 		if len(reqs) == 1 || !errors.Is(err, errTooLarge) {
 			return make([]error, len(reqs)), err
 		}
@@ -491,7 +504,7 @@ func (s *Stock) runAdd(ctx context.Context, k bucketKey, reqs []int64) ([]error,
 	// fail alone).
 	errs := make([]error, len(reqs))
 	for i, n := range reqs {
-		errs[i] = s.addOne(ctx, s.db, k, n)
+		errs[i] = s.addOne(ctx, s.db, false, k, n)
 	}
 	return errs, nil
 }
@@ -516,11 +529,13 @@ func tooLarge(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "22003"
 }
 
-// addOne adds n to an existing bucket of key.
-func (s *Stock) addOne(ctx context.Context, db DB, k bucketKey, n int64) error {
-	tag, err := pgerr.Exec(ctx, db, s.addSQL, k.key, k.bucket, n)
+// addOne adds n to an existing bucket of key; inTx says db is the
+// caller's transaction.
+func (s *Stock) addOne(ctx context.Context, db DB, inTx bool, k bucketKey, n int64) error {
+	o := s.overOn(db, inTx)
+	tag, err := pgerr.Exec(ctx, db, s.addSQL, o.Args(k.key, k.bucket, n)...)
 	if err == nil && tag.RowsAffected() == 0 && s.buckets > 1 {
-		tag, err = pgerr.Exec(ctx, db, s.addFirstSQL, k.key, n) // the key may have fewer buckets
+		tag, err = pgerr.Exec(ctx, db, s.addFirstSQL, o.Args(k.key, n)...) // the key may have fewer buckets
 	}
 	switch {
 	case tooLarge(err):
@@ -547,7 +562,7 @@ func (s *Stock) add(ctx context.Context, tx DB, key string, n int64) error {
 	}
 	var err error
 	if tx != nil {
-		err = s.addOne(ctx, tx, k, n)
+		err = s.addOne(ctx, tx, true, k, n)
 	} else {
 		_, err = s.adds.Do(ctx, k, n)
 	}
@@ -571,7 +586,7 @@ func (s *Stock) put(ctx context.Context, key string, n int64) error {
 	if err := unsent(ctx, fmt.Sprintf("put %q", key)); err != nil {
 		return err
 	}
-	_, err := pgerr.Exec(ctx, s.db, s.putSQL, key, n, int64(s.buckets))
+	_, err := pgerr.Exec(ctx, s.db, s.putSQL, s.over.Args(key, n, int64(s.buckets))...)
 	s.restocked(key) // after an error too: it may hide a commit
 	if tooLarge(err) {
 		return fmt.Errorf("conditional: put %d to %q: a bucket's %w (%w)", n, key, errTooLarge, err)
@@ -602,8 +617,8 @@ func (s *Stock) Available(ctx context.Context, key string) (int64, error) {
 		return 0, err
 	}
 	var n *int64
-	if err := s.db.QueryRow(ctx, s.availableSQL, key).Scan(&n); err != nil {
-		return 0, fmt.Errorf("conditional: available %q: %w", key, err)
+	if err := s.db.QueryRow(ctx, s.availableSQL, s.over.Args(key)...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("conditional: available %q: %w", key, pgmode.Explain(err))
 	}
 	if n == nil {
 		return 0, ErrUnknownKey
@@ -615,8 +630,10 @@ func (s *Stock) Available(ctx context.Context, key string) (int64, error) {
 func (s *Stock) Schema() string { return s.schemaSQL }
 
 // CreateSchema creates the Stock's table if it does not exist.
+// It is safe to call from many processes at once: the DDL runs in one
+// transaction that first takes nolock's schema advisory lock.
 func (s *Stock) CreateSchema(ctx context.Context) error {
-	if _, err := s.db.Exec(ctx, s.schemaSQL); err != nil {
+	if err := pgschema.Create(ctx, s.db, s.schemaSQL); err != nil {
 		return fmt.Errorf("conditional: create schema: %w", err)
 	}
 	return nil

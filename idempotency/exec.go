@@ -16,6 +16,7 @@ import (
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/internal/pgmode"
 )
 
 // execSQL wraps the caller's statement (%[1]s) so that its effect and the
@@ -119,7 +120,7 @@ func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte,
 			return Result{}, invalid("args[0] is a %T: Exec numbers its own parameters after the statement's, so pass plain positional arguments", args[0])
 		}
 	}
-	stmt, err := s.statement(ctx, sql, len(args))
+	stmt, err := s.statement(ctx, sql, args)
 	if err != nil {
 		return Result{}, err
 	}
@@ -142,14 +143,14 @@ func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte,
 }
 
 // statement returns sql wrapped in execSQL, after refusing it unless it
-// uses exactly n parameters: Exec's own follow the caller's, so a missing
-// argument would silently bind one of them (a debit "WHERE account = $1"
-// matching nothing, stored as refused). The first call with a statement
-// text describes it (a few round trips, nothing run), one text at a time,
-// and the result is kept for the Store's life, for its first maxDescribed
-// texts. A statement whose parameter types the server cannot infer alone
-// (42P18, where only the wrapper implies them, through a simple-protocol
-// pool) is not checked; the server still refuses it if it is wrong.
+// uses exactly len(args) parameters: Exec's own follow the caller's, so a
+// missing argument would silently bind one of them (a debit "WHERE
+// account = $1" matching nothing, stored as refused). The first call with
+// a statement text describes it (a few round trips, nothing run), one text
+// at a time, and the result is kept for the Store's life, for its first
+// maxDescribed texts. No statement runs unchecked: one the server cannot
+// describe is refused, or its call fails having run nothing (see
+// describe).
 //
 // It also decides whether the statement may share a round trip with the
 // read (see readAndRun): only through a pool that prepares statements
@@ -159,7 +160,8 @@ func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte,
 // under Serializable the read's predicate locks, in the statement's
 // transaction, would fail concurrent first runs of neighbouring keys
 // (40001).
-func (s *Store) statement(ctx context.Context, sql string, n int) (wrapped, error) {
+func (s *Store) statement(ctx context.Context, sql string, args []any) (wrapped, error) {
+	n := len(args)
 	v, ok := s.statements.Load(sql)
 	if !ok {
 		select {
@@ -169,7 +171,7 @@ func (s *Store) statement(ctx context.Context, sql string, n int) (wrapped, erro
 			return wrapped{}, fmt.Errorf("idempotency: describe the statement: %w", context.Cause(ctx))
 		}
 		if v, ok = s.statements.Load(sql); !ok {
-			w, keep, err := s.describe(ctx, sql)
+			w, keep, err := s.describe(ctx, sql, args)
 			if err != nil {
 				return wrapped{}, err
 			}
@@ -181,18 +183,32 @@ func (s *Store) statement(ctx context.Context, sql string, n int) (wrapped, erro
 	}
 	w := v.(wrapped)
 	switch {
-	case w.params < 0:
-		return wrapped{text: s.wrap(sql, n)}, nil
 	case w.params != n:
 		return wrapped{}, invalid("sql uses %d parameters and %d args were given", w.params, n)
 	}
 	return w, nil
 }
 
-// describe describes sql for statement, which holds s.describing, and
-// says whether to keep the outcome: params is -1 when sql is not to be
-// checked.
-func (s *Store) describe(ctx context.Context, sql string) (w wrapped, keep bool, err error) {
+// describe describes sql, called with args, for statement, which holds
+// s.describing, and says whether to keep the outcome. The description is
+// the unnamed statement's, made and read in one round trip, so a
+// transaction pooler cannot split it.
+//
+// Where the server cannot infer a parameter's type from sql alone
+// (42P18: only the wrapper, or the value sent through a simple-protocol
+// pool, implies it), sql is described again with the types pgx gives
+// args' Go values: the number of parameters does not depend on them, but
+// is then at least len(args), so a missing argument is caught (it would
+// bind one of Exec's own parameters) and one too many is left to the
+// statement's run, which refuses an argument no parameter takes. If the
+// server still cannot describe it, the call is refused (ErrInvalid)
+// before anything runs: a cast ($1::text) makes it describable.
+//
+// Any other refusal (a table not created yet, a syntax error) fails the
+// call with the server's error, having run nothing, and so does a
+// describe without the server's answer (a connection lost); sql is
+// described again on the next call.
+func (s *Store) describe(ctx context.Context, sql string, args []any) (w wrapped, keep bool, err error) {
 	c, err := s.db.Acquire(ctx)
 	if err != nil {
 		return wrapped{}, false, fmt.Errorf("idempotency: acquire a connection: %w", pgerr.MarkUnsent(err))
@@ -200,22 +216,28 @@ func (s *Store) describe(ctx context.Context, sql string) (w wrapped, keep bool,
 	defer c.Release()
 	conn := c.Conn()
 	d, err := conn.Prepare(ctx, "", sql)
-	if err != nil {
-		// indeterminate_datatype holds for good; any other refusal (a
-		// table not created yet, a syntax error) is the server's to
-		// report when the statement runs, and sql is described again.
-		// Without the server's answer (a connection lost) the statement
-		// is not run unchecked: the call fails, having run nothing.
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgerr.Ambiguous(err) {
-			return wrapped{}, false, fmt.Errorf("idempotency: describe the statement: %w", pgerr.MarkUnsent(err))
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P18" && !pgerr.Ambiguous(err) {
+		oids := make([]uint32, len(args))
+		for i, a := range args {
+			if t, ok := conn.TypeMap().TypeForValue(a); ok && a != nil {
+				oids[i] = t.OID
+			}
 		}
-		return wrapped{params: -1}, pgErr.Code == "42P18", nil
+		if d, err = conn.PgConn().Prepare(ctx, "", sql, oids); errors.As(err, &pgErr) && !pgerr.Ambiguous(err) {
+			return wrapped{}, false, invalid("Exec cannot check sql's parameters against its %d args: the server cannot tell their types (%v); cast them, as in $1::text", len(args), err)
+		}
+	}
+	if err != nil {
+		if !errors.As(err, &pgErr) || pgerr.Ambiguous(err) {
+			err = pgerr.MarkUnsent(err)
+		}
+		return wrapped{}, false, fmt.Errorf("idempotency: describe the statement: %w", err)
 	}
 	n := len(d.ParamOIDs)
 	w = wrapped{text: s.wrap(sql, n), params: n}
 	if s.isolation == "" {
-		_ = conn.QueryRow(ctx, `SELECT current_setting('default_transaction_isolation')`).Scan(&s.isolation)
+		_ = conn.QueryRow(ctx, `SELECT current_setting('default_transaction_isolation')`, s.over...).Scan(&s.isolation)
 	}
 	if s.sharedTexts < maxShared && s.isolation == "read committed" &&
 		conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
@@ -293,7 +315,7 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt
 		// by Do renewed it meanwhile, which the statement will then meet),
 		// then run the statement. The delete's lock is the key's alone.
 		dwait, bound := s.bound(ctx)
-		if _, err := s.db.Exec(ctx, s.expireSQL, scope, key, bound); err != nil {
+		if _, err := s.db.Exec(ctx, s.expireSQL, s.over.Args(scope, key, bound)...); err != nil {
 			return Result{}, s.execError(key, "the key's record, held by a takeover in flight", dwait, err)
 		}
 		runAlone()
@@ -327,7 +349,7 @@ func (s *Store) args(ctx context.Context, scope, key string, fp []byte, args []a
 // run runs stmt, the caller's statement in execSQL, on its own, and scans
 // the record it wrote into rec.
 func (s *Store) run(ctx context.Context, stmt string, args []any, rec *Record) error {
-	return pgerr.Row(ctx, s.db, stmt, args...).Scan(&rec.CreatedAt, &rec.ExpiresAt, &rec.Body, &rec.Terminal)
+	return pgerr.Row(ctx, s.db, stmt, s.over.Args(args...)...).Scan(&rec.CreatedAt, &rec.ExpiresAt, &rec.Body, &rec.Terminal)
 }
 
 // readAndRun sends gateSQL and stmt in one pipeline, one implicit
@@ -352,7 +374,7 @@ func (s *Store) readAndRun(ctx context.Context, scope, key string, stmt wrapped,
 	for _, q := range [][2]string{{s.gateName, s.gateSQL}, {stmt.name, stmt.text}} {
 		if _, err := conn.Prepare(ctx, q[0], q[1]); err != nil {
 			c.Release()
-			return nil, false, false, fmt.Errorf("idempotency: exec %q: prepare: %w", key, err)
+			return nil, false, false, fmt.Errorf("idempotency: exec %q: prepare: %w", key, pgmode.Explain(err))
 		}
 	}
 	b := &pgx.Batch{}
@@ -464,7 +486,7 @@ func (s *Store) execError(key, locks string, wait time.Duration, err error) erro
 		// its error is kept, and shows once the attempts run out.)
 		return fmt.Errorf("%w: %w", errVanished, err)
 	}
-	return fmt.Errorf("idempotency: exec %q: %w", key, err)
+	return fmt.Errorf("idempotency: exec %q: %w", key, pgmode.Explain(err))
 }
 
 // replay answers from the live record of (scope, key) as replayOf does, or

@@ -26,7 +26,7 @@ func (s *Store) PinPlan(shared bool) {
 // CheckStatement runs Exec's check of sql against n arguments, and says
 // how many statement texts the Store remembers.
 func (s *Store) CheckStatement(ctx context.Context, sql string, n int) (remembered int, err error) {
-	_, err = s.statement(ctx, sql, n)
+	_, err = s.statement(ctx, sql, make([]any, n))
 	s.statements.Range(func(any, any) bool { remembered++; return true })
 	return remembered, err
 }

@@ -18,6 +18,8 @@ import (
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/internal/pgmode"
+	"github.com/nolock/nolock/internal/pgschema"
 )
 
 // DB is what a Store needs from pgx: a *pgxpool.Pool satisfies it. Do
@@ -50,6 +52,7 @@ type Func func(ctx context.Context, tx pgx.Tx) (result []byte, err error)
 // A Store is safe for concurrent use; it starts no goroutines.
 type Store struct {
 	db        DB
+	over      pgmode.Override // for statements on db outside a transaction
 	retention time.Duration
 	wait      time.Duration
 	policy    backoff.Policy
@@ -252,7 +255,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	sql := strings.NewReplacer("{{table}}", table,
 		"{{expires_index}}", pgx.Identifier{cfg.table + expiresSuffix}.Sanitize()).Replace
 	return &Store{
-		db: db, execSQL: strings.ReplaceAll(execSQL, "{{table}}", strings.ReplaceAll(table, "%", "%%")),
+		db: db, over: pgmode.For(db), execSQL: strings.ReplaceAll(execSQL, "{{table}}", strings.ReplaceAll(table, "%", "%%")),
 		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts},
 		schemaSQL: sql(storeSQL), table: cfg.table, claimSQL: sql(claimSQL), readSQL: sql(readSQL), gateSQL: sql(gateSQL), gateName: preparedName(sql(gateSQL)), describing: make(chan struct{}, 1), expireSQL: sql(expireSQL),
 		takeoverSQL: sql(takeoverSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),
@@ -263,8 +266,10 @@ func New(db DB, opts ...Option) (*Store, error) {
 func (s *Store) Schema() string { return s.schemaSQL }
 
 // CreateSchema creates the Store's table and index if they do not exist.
+// It is safe to call from many processes at once: the DDL runs in one
+// transaction that first takes nolock's schema advisory lock.
 func (s *Store) CreateSchema(ctx context.Context) error {
-	if _, err := s.db.Exec(ctx, s.schemaSQL); err != nil {
+	if err := pgschema.Create(ctx, s.db, s.schemaSQL); err != nil {
 		return fmt.Errorf("idempotency: create schema: %w", err)
 	}
 	return nil
@@ -280,7 +285,9 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 //     nothing and is returned as is: retrying with the same key is safe.
 //   - A key with a live record and the same fingerprint: fn does not run;
 //     Do returns the stored result with Replayed set. A replay writes
-//     nothing and takes no lock.
+//     nothing and takes no lock; on a server with a synchronous standby
+//     it returns once the standby holds the record (a record whose own
+//     wait for the standby was cancelled is never acknowledged before).
 //   - A key with a live record and another fingerprint: fn does not run;
 //     Do returns a *MismatchError holding the stored record (ErrMismatch).
 //   - A key claimed by a transaction still running (a concurrent
@@ -357,7 +364,7 @@ func retryable(err error) bool {
 
 // once is one attempt of Do. A first run costs two round trips besides
 // fn's own (begin and claim; record and commit), as many as a bare
-// transaction; a replay costs two (begin and claim; read and roll back).
+// transaction; a replay costs two (begin and claim; read and commit).
 func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func) (Result, error) {
 	c, err := s.db.Acquire(ctx)
 	if err != nil {
@@ -388,10 +395,22 @@ func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func)
 			found = err == nil
 			return noRows(err)
 		})
-		b.Queue("rollback") // nothing was written: this only ends the reads
-		err := conn.SendBatch(ctx, b).Close()
-		end(ctx, conn, tx)
+		// The read's transaction commits after a statement that gives it
+		// an xid when the server has a synchronous standby: its COMMIT then
+		// returns only once the standby holds all WAL up to it, the
+		// record's commit included, so a replay never acknowledges a record
+		// that a failover could lose (one whose own wait for the standby
+		// was cancelled). Without a synchronous standby it commits nothing.
+		b.Queue(syncMarkSQL)
+		b.Queue("commit")
+		err := detached(ctx, &release, func(ctx context.Context) error {
+			err := conn.SendBatch(ctx, b).Close()
+			end(ctx, conn, tx)
+			return err
+		})
 		switch {
+		case errors.Is(err, pgerr.ErrStoppedWaiting):
+			return Result{}, fmt.Errorf("idempotency: key %q: stopped waiting for its record to reach the synchronous standby; nothing was run: %w", key, err)
 		case err != nil:
 			return Result{}, fmt.Errorf("idempotency: read %q: %w", key, err)
 		case !found: // gone already (reaped): start over
@@ -431,15 +450,12 @@ func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func)
 
 	// Store the result and commit, in one round trip. The commit runs to
 	// its end on the server's terms even if the caller stops waiting (see
-	// pgerr.Commit), and then releases the connection.
+	// detached).
 	var tag pgconn.CommandTag
 	b := &pgx.Batch{}
 	b.Queue(s.recordSQL, scope, key, body, terminal)
 	b.Queue("commit").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
-	done := release
-	release = nil
-	err = pgerr.Commit(ctx, func(ctx context.Context) error {
-		defer done()
+	err = detached(ctx, &release, func(ctx context.Context) error {
 		err := conn.SendBatch(ctx, b).Close()
 		if err != nil {
 			end(ctx, conn, tx) // when the record failed, the COMMIT was skipped
@@ -454,6 +470,40 @@ func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func)
 	}
 	rec.Body, rec.Terminal = body, terminal
 	return Result{Record: rec}, nil
+}
+
+// syncMarkSQL assigns its transaction an xid when the server has a
+// synchronous standby, so that the transaction's COMMIT waits for the
+// standby to hold the WAL up to it.
+const syncMarkSQL = `SELECT pg_current_xact_id() WHERE current_setting('synchronous_standby_names') <> ''`
+
+// detached runs fn, which ends with a commit on the connection *release
+// releases, under pgerr.Commit: ctx cannot cancel it. If ctx ends first,
+// detached returns pgerr.ErrStoppedWaiting at once, sets *release to nil
+// and leaves the release to fn's goroutine, which releases the connection
+// when fn returns. Otherwise the connection stays with the caller.
+func detached(ctx context.Context, release *func(), fn func(context.Context) error) error {
+	var mu sync.Mutex
+	left, ended := false, false
+	done := *release
+	err := pgerr.Commit(ctx, func(ctx context.Context) error {
+		err := fn(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if ended = true; left {
+			done()
+		}
+		return err
+	})
+	if errors.Is(err, pgerr.ErrStoppedWaiting) {
+		mu.Lock()
+		defer mu.Unlock()
+		*release = nil
+		if left = true; ended {
+			done()
+		}
+	}
+	return err
 }
 
 // claim begins a transaction on conn and runs the claim (or takeover)
@@ -501,7 +551,7 @@ func claimError(key string, wait time.Duration, err error) error {
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
 		return fmt.Errorf("%w: key %q, waited %v", ErrInProgress, key, wait)
 	}
-	return fmt.Errorf("idempotency: claim %q: %w", key, err)
+	return fmt.Errorf("idempotency: claim %q: %w", key, pgmode.Explain(err))
 }
 
 // commitError classifies a failed record-and-commit round trip by what it
@@ -512,7 +562,7 @@ func claimError(key string, wait time.Duration, err error) error {
 // constraint, a serialization failure), or nothing was sent.
 func commitError(key string, err error) error {
 	if !pgerr.Ambiguous(err) {
-		return fmt.Errorf("idempotency: commit %q: rolled back: %w", key, err)
+		return fmt.Errorf("idempotency: commit %q: rolled back: %w", key, pgmode.Explain(err))
 	}
 	return fmt.Errorf("%w: key %q: %w", ErrAmbiguousCommit, key, err)
 }
@@ -572,13 +622,13 @@ func (s *Store) get(ctx context.Context, scope, key string) (Record, error) {
 // it has expired by the database's clock; ErrNotFound if there is none.
 func (s *Store) lookup(ctx context.Context, scope, key string) (rec Record, expired bool, err error) {
 	rec = Record{Scope: scope, Key: key}
-	err = s.db.QueryRow(ctx, s.readSQL, scope, key).
+	err = s.db.QueryRow(ctx, s.readSQL, s.over.Args(scope, key)...).
 		Scan(&rec.Fingerprint, &rec.Terminal, &rec.Body, &rec.CreatedAt, &rec.ExpiresAt, &expired)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Record{}, false, ErrNotFound
 	case err != nil:
-		return Record{}, false, fmt.Errorf("idempotency: get %q: %w", key, err)
+		return Record{}, false, fmt.Errorf("idempotency: get %q: %w", key, pgmode.Explain(err))
 	}
 	return rec, expired, nil
 }
@@ -598,9 +648,9 @@ func (s *Store) Reap(ctx context.Context, batch int) (int64, error) {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		tag, err := s.db.Exec(ctx, s.reapSQL, batch)
+		tag, err := s.db.Exec(ctx, s.reapSQL, s.over.Args(batch)...)
 		if err != nil {
-			return total, fmt.Errorf("idempotency: reap: %w", err)
+			return total, fmt.Errorf("idempotency: reap: %w", pgmode.Explain(err))
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < int64(batch) {

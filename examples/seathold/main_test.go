@@ -8,13 +8,17 @@ import (
 )
 
 // The example runs end to end on each backend's test service and its own
-// checks (which return an error when an invariant breaks) pass.
+// checks (which return an error when an invariant breaks) pass; on
+// PostgreSQL directly and behind PgBouncer (see testenv.ExampleDeployments).
 func TestExample(t *testing.T) {
 	ctx := context.Background()
-	for name, open := range map[string]func(t *testing.T) (seatHolds, func(), error){
-		"postgres": func(t *testing.T) (seatHolds, func(), error) { return onPostgres(ctx, testenv.PostgresFreshDSN(t)) },
+	backends := map[string]func(t *testing.T) (seatHolds, func(), error){
 		"dynamodb": func(t *testing.T) (seatHolds, func(), error) { return onDynamoDB(ctx, testenv.DynamoDBEndpoint(t)) },
-	} {
+	}
+	for _, d := range testenv.ExampleDeployments() {
+		backends["postgres/"+d.Name] = func(t *testing.T) (seatHolds, func(), error) { return onPostgres(ctx, d.DSN(t)) }
+	}
+	for name, open := range backends {
 		t.Run(name, func(t *testing.T) {
 			holds, done, err := open(t)
 			if err != nil {

@@ -8,13 +8,16 @@ import (
 )
 
 // The example runs end to end on the test services and its own checks
-// (which return an error when an invariant breaks) pass.
+// (which return an error when an invariant breaks) pass, on PostgreSQL
+// directly and behind PgBouncer (see testenv.ExampleDeployments).
 func TestExample(t *testing.T) {
-	for _, via := range []string{"do", "exec"} {
-		t.Run(via, func(t *testing.T) {
-			if err := run(context.Background(), testenv.PostgresFreshDSN(t), 3, 100, 3, 8, via); err != nil {
-				t.Fatal(err)
-			}
-		})
+	for _, d := range testenv.ExampleDeployments() {
+		for _, via := range []string{"do", "exec"} {
+			t.Run(d.Name+"/"+via, func(t *testing.T) {
+				if err := run(context.Background(), d.DSN(t), 3, 100, 3, 8, via); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
 	}
 }

@@ -1,0 +1,417 @@
+package pgbouncertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/idempotency"
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// bed is one schema's patterns on one pool.
+type bed struct {
+	pool   *pgxpool.Pool
+	admin  *pgxpool.Pool // direct, for the test's own reads and races
+	stock  *conditional.Stock
+	acc    *conditional.Accounts
+	holds  *conditional.Holds
+	fenced *conditional.Fenced
+	casB   *cas.PostgresBackend
+	cas    *cas.Store[int]
+	idem   *idempotency.Store
+}
+
+// newBed makes the patterns' tables in a fresh schema and opens a pool of
+// 8 connections in mode on it, through PgBouncer or directly.
+func newBed(t *testing.T, viaPgBouncer bool, mode pgx.QueryExecMode) *bed {
+	t.Helper()
+	ctx := context.Background()
+	admin, schema := testenv.PostgresSchema(t, 4)
+	dsn := testenv.PostgresDSNFor(t, schema)
+	if viaPgBouncer {
+		dsn = testenv.PgBouncerDSNFor(t, schema)
+	}
+	b := &bed{pool: testenv.PoolMode(t, dsn, mode, 8), admin: admin}
+	var err error
+	// The schema is made directly, in the default mode: the test is of
+	// the patterns' statements, not of CreateSchema.
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	stock, err := conditional.NewStock(admin, conditional.WithBuckets(2))
+	must(err)
+	must(stock.CreateSchema(ctx))
+	must(stock.Close())
+	holds, err := conditional.NewHolds(admin)
+	must(err)
+	must(holds.CreateSchema(ctx))
+	be, err := cas.NewPostgresBackend(admin, "")
+	must(err)
+	must(be.CreateSchema(ctx))
+	idem, err := idempotency.New(admin)
+	must(err)
+	must(idem.CreateSchema(ctx))
+	_, err = admin.Exec(ctx, `CREATE TABLE accts (LIKE nolock_stock INCLUDING ALL);
+ALTER TABLE accts RENAME COLUMN qty TO balance;
+CREATE TABLE leases (k text PRIMARY KEY, fence bigint NOT NULL DEFAULT 0, owner text);
+CREATE TABLE wallets (account text PRIMARY KEY, balance bigint NOT NULL);
+CREATE TABLE docs (id text PRIMARY KEY, body text NOT NULL, version bigint NOT NULL)`)
+	must(err)
+
+	if b.stock, err = conditional.NewStock(b.pool, conditional.WithBuckets(2)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.stock.Close() })
+	if b.acc, err = conditional.NewAccounts(b.pool, conditional.WithAccountsTable("accts")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.acc.Close() })
+	if b.holds, err = conditional.NewHolds(b.pool); err != nil {
+		t.Fatal(err)
+	}
+	if b.fenced, err = conditional.NewFenced("leases", "k", "fence"); err != nil {
+		t.Fatal(err)
+	}
+	if b.casB, err = cas.NewPostgresBackend(b.pool, ""); err != nil {
+		t.Fatal(err)
+	}
+	if b.cas, err = cas.NewStore[int](b.casB, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.cas.Close() })
+	if b.idem, err = idempotency.New(b.pool); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// vias are the deployments: PostgreSQL directly, and behind PgBouncer.
+var vias = []struct {
+	name      string
+	pgbouncer bool
+}{{"direct", false}, {"pgbouncer", true}}
+
+// Every public entry point of every PostgreSQL pattern does its job behind
+// PgBouncer in each pgx mode that PgBouncer 1.18 can serve (all but
+// cache_statement; in describe_exec the patterns send their statements
+// outside a transaction in exec mode), and directly in every mode. Eight
+// workers run the scenarios at once on distinct keys, so that PgBouncer
+// hands each client's transactions to many server connections.
+func TestPatternsInEveryMode(t *testing.T) {
+	t.Parallel()
+	for _, via := range vias {
+		for _, mode := range testenv.QueryExecModes {
+			if via.pgbouncer && mode == pgx.QueryExecModeCacheStatement {
+				continue // TestCacheStatementBehindPgBouncerIsRefused
+			}
+			t.Run(via.name+"/"+strings.ReplaceAll(mode.String(), " ", "_"), func(t *testing.T) {
+				t.Parallel()
+				b := newBed(t, via.pgbouncer, mode)
+				var wg sync.WaitGroup
+				errs := make(chan error, 64)
+				for w := range 8 {
+					wg.Go(func() {
+						for _, sc := range scenarios {
+							if err := sc.run(context.Background(), b, fmt.Sprintf("w%d", w)); err != nil {
+								errs <- fmt.Errorf("%s (worker %d): %w", sc.name, w, err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Error(err)
+				}
+			})
+		}
+	}
+}
+
+// scenario is one pattern's entry points, on keys prefixed with w, checked
+// against what each must do.
+type scenario struct {
+	name string
+	run  func(ctx context.Context, b *bed, w string) error
+}
+
+// want returns nil if err is target (nil for success), else an error
+// naming the step.
+func want(step string, err, target error) error {
+	if target == nil && err != nil || target != nil && !errors.Is(err, target) {
+		return fmt.Errorf("%s: %v, want %v", step, err, target)
+	}
+	return nil
+}
+
+var scenarios = []scenario{
+	{"conditional.Stock", func(ctx context.Context, b *bed, w string) error {
+		k := w + "-sku"
+		var n int64
+		err := errors.Join(
+			want("Put", b.stock.Put(ctx, k, 5), nil),
+			want("Take", b.stock.Take(ctx, k, 2), nil),
+			want("Take past the stock", b.stock.Take(ctx, k, 4), conditional.ErrSoldOut),
+			want("Take of an unknown key", b.stock.Take(ctx, w+"-none", 1), conditional.ErrUnknownKey),
+			want("TakeIn", pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return b.stock.TakeIn(ctx, tx, k, 1) }), nil),
+		)
+		if err != nil {
+			return err
+		}
+		if n, err = b.stock.Available(ctx, k); err != nil || n != 2 {
+			return fmt.Errorf("Available: %d, %v; want 2", n, err)
+		}
+		// Two units in two buckets: a take of both goes across them.
+		if err := want("Take across buckets", b.stock.Take(ctx, k, 2), nil); err != nil {
+			return err
+		}
+		if n, err = b.stock.Available(ctx, k); err != nil || n != 0 {
+			return fmt.Errorf("Available after all sold: %d, %v; want 0", n, err)
+		}
+		return nil
+	}},
+	{"conditional.Accounts", func(ctx context.Context, b *bed, w string) error {
+		k := w + "-acct"
+		err := errors.Join(
+			want("Open", b.acc.Open(ctx, k, 10), nil),
+			want("Debit", b.acc.Debit(ctx, k, 4), nil),
+			want("Debit past the balance", b.acc.Debit(ctx, k, 7), conditional.ErrInsufficient),
+			want("Credit", b.acc.Credit(ctx, k, 1), nil),
+			want("DebitIn", pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return b.acc.DebitIn(ctx, tx, k, 2) }), nil),
+			want("CreditIn", pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return b.acc.CreditIn(ctx, tx, k, 3) }), nil),
+		)
+		if err != nil {
+			return err
+		}
+		if n, err := b.acc.Balance(ctx, k); err != nil || n != 8 {
+			return fmt.Errorf("Balance: %d, %v; want 8", n, err)
+		}
+		return nil
+	}},
+	{"conditional.Holds", func(ctx context.Context, b *bed, w string) error {
+		r1, r2, r3 := w+"-seat1", w+"-seat2", w+"-seat3"
+		if err := want("Add", b.holds.Add(ctx, r1, r2, r3), nil); err != nil {
+			return err
+		}
+		_, herr := b.holds.Hold(ctx, r1, "ann", time.Minute)
+		_, held := b.holds.Hold(ctx, r1, "bob", time.Minute)
+		_, all := b.holds.HoldAll(ctx, []string{r2, r3}, "bob", time.Minute)
+		_, unknown := b.holds.Hold(ctx, w+"-none", "ann", time.Minute)
+		return errors.Join(
+			want("Hold", herr, nil),
+			want("Hold of a held seat", held, conditional.ErrHeld),
+			want("HoldAll", all, nil),
+			want("Hold of an unknown seat", unknown, conditional.ErrUnknownKey),
+			want("Confirm", b.holds.Confirm(ctx, r1, "ann"), nil),
+			want("Confirm by another", b.holds.Confirm(ctx, r2, "ann"), conditional.ErrNotHolder),
+			want("Release", b.holds.Release(ctx, r3, "bob"), nil),
+		)
+	}},
+	{"conditional.Fenced", func(ctx context.Context, b *bed, w string) error {
+		k := w + "-lease"
+		if _, err := b.admin.Exec(ctx, `INSERT INTO leases (k) VALUES ($1)`, k); err != nil {
+			return err
+		}
+		err := errors.Join(
+			want("Update", b.fenced.Update(ctx, b.pool, k, 2, map[string]any{"owner": "new"}), nil),
+			want("Update with an older token", b.fenced.Update(ctx, b.pool, k, 1, map[string]any{"owner": "old"}), conditional.ErrFenced),
+			want("Update of an unknown key", b.fenced.Update(ctx, b.pool, w+"-none", 3, nil), conditional.ErrUnknownKey),
+			want("Update in a transaction", pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+				return b.fenced.Update(ctx, tx, k, 3, map[string]any{"owner": "tx"})
+			}), nil),
+		)
+		if err != nil {
+			return err
+		}
+		var owner string
+		var fence int64
+		if err := b.admin.QueryRow(ctx, `SELECT owner, fence FROM leases WHERE k = $1`, k).Scan(&owner, &fence); err != nil || owner != "tx" || fence != 3 {
+			return fmt.Errorf("the lease: %q at %d, %v; want \"tx\" at 3", owner, fence, err)
+		}
+		return nil
+	}},
+	{"cas.Store", func(ctx context.Context, b *bed, w string) error {
+		k := w + "-counter"
+		err := errors.Join(
+			want("Create", b.cas.Create(ctx, k, 1), nil),
+			want("Create of an existing key", b.cas.Create(ctx, k, 1), cas.ErrExists),
+		)
+		if err != nil {
+			return err
+		}
+		conflicts := 0
+		v, uerr := b.cas.Update(ctx, k, func(cur int) (int, error) {
+			if conflicts == 0 {
+				// Another writer moves the version on: this attempt
+				// conflicts, and Update runs fn again on a fresh read.
+				conflicts++
+				if _, err := b.casB.Put(ctx, k, []byte("10"), 1); err != nil {
+					return 0, err
+				}
+			}
+			return cur + 1, nil
+		}, cas.NoCombine())
+		_, stale := b.casB.Put(ctx, k, []byte("0"), 1)
+		if err := errors.Join(want("Update after a conflict", uerr, nil), want("Put at a stale version", stale, cas.ErrConflict)); err != nil {
+			return err
+		}
+		if v.Value != 11 || v.Version != 3 || conflicts != 1 {
+			return fmt.Errorf("Update: %+v after %d conflicts; want 11 at version 3 after 1", v, conflicts)
+		}
+		got, err := b.cas.Get(ctx, k)
+		if err != nil || got != v {
+			return fmt.Errorf("Get: %+v, %v; want %+v", got, err, v)
+		}
+		return errors.Join(
+			want("Delete at a stale version", b.cas.Delete(ctx, k, 2), cas.ErrConflict),
+			want("Delete", b.cas.Delete(ctx, k, 3), nil),
+		)
+	}},
+	{"cas.Retry", func(ctx context.Context, b *bed, w string) error {
+		id := w + "-doc"
+		if _, err := b.admin.Exec(ctx, `INSERT INTO docs VALUES ($1, '', 1)`, id); err != nil {
+			return err
+		}
+		attempts := 0
+		err := cas.Retry(ctx, b.pool, func(ctx context.Context, tx pgx.Tx) error {
+			attempts++
+			var body string
+			var version int64
+			if err := tx.QueryRow(ctx, `SELECT body, version FROM docs WHERE id = $1`, id).Scan(&body, &version); err != nil {
+				return err
+			}
+			if attempts == 1 { // another editor commits first
+				if _, err := b.admin.Exec(ctx, `UPDATE docs SET body = 'other', version = version + 1 WHERE id = $1`, id); err != nil {
+					return err
+				}
+			}
+			return cas.Exec(ctx, tx, `UPDATE docs SET body = $1, version = version + 1 WHERE id = $2 AND version = $3`, body+"+mine", id, version)
+		}, cas.WithBackoff(time.Millisecond, 5*time.Millisecond))
+		var body string
+		if qerr := b.admin.QueryRow(ctx, `SELECT body FROM docs WHERE id = $1`, id).Scan(&body); err != nil || qerr != nil || body != "other+mine" || attempts != 2 {
+			return fmt.Errorf("Retry: %v (%v), body %q after %d attempts; want \"other+mine\" after 2", err, qerr, body, attempts)
+		}
+		return nil
+	}},
+	{"idempotency.Store", func(ctx context.Context, b *bed, w string) error {
+		acct := w + "-wallet"
+		if _, err := b.admin.Exec(ctx, `INSERT INTO wallets VALUES ($1, 10)`, acct); err != nil {
+			return err
+		}
+		debit := func(tx pgx.Tx, amount int64) ([]byte, error) {
+			var left int64
+			err := tx.QueryRow(ctx, `UPDATE wallets SET balance = balance - $2 WHERE account = $1 AND balance >= $2 RETURNING balance`, acct, amount).Scan(&left)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return []byte("declined"), idempotency.Terminal(errors.New("insufficient"))
+			}
+			return fmt.Appendf(nil, "%d", left), err
+		}
+		do := func(key string, fp string, amount int64) (idempotency.Result, error) {
+			return b.idem.Do(ctx, "do", acct+key, []byte(fp), func(ctx context.Context, tx pgx.Tx) ([]byte, error) { return debit(tx, amount) })
+		}
+		const debitSQL = `UPDATE wallets SET balance = balance - $2 WHERE account = $1 AND balance >= $2 RETURNING balance`
+		exec := func(key string, fp string, amount int64) (idempotency.Result, error) {
+			return b.idem.Exec(ctx, "exec", acct+key, []byte(fp), debitSQL, acct, amount)
+		}
+		for _, c := range []struct {
+			step     string
+			call     func(string, string, int64) (idempotency.Result, error)
+			key, fp  string
+			amount   int64
+			body     string
+			replayed bool
+			err      error
+		}{
+			{"Do", do, "-1", "a", 3, "7", false, nil},
+			{"Do again (a replay)", do, "-1", "a", 3, "7", true, nil},
+			{"Do with another request", do, "-1", "b", 3, "", false, idempotency.ErrMismatch},
+			{"Exec", exec, "-2", "a", 4, `[{"balance":3}]`, false, nil},
+			{"Exec again (a replay)", exec, "-2", "a", 4, `[{"balance":3}]`, true, nil},
+			{"Exec with another request", exec, "-2", "b", 4, "", false, idempotency.ErrMismatch},
+			{"Exec past the balance (stored as refused)", exec, "-3", "a", 5, "[]", false, nil},
+			{"Do past the balance (stored as refused)", do, "-4", "a", 5, "declined", false, nil},
+		} {
+			res, err := c.call(c.key, c.fp, c.amount)
+			if c.err != nil {
+				if !errors.Is(err, c.err) {
+					return fmt.Errorf("%s: %v, want %v", c.step, err, c.err)
+				}
+				continue
+			}
+			if err != nil || string(res.Body) != c.body || res.Replayed != c.replayed {
+				return fmt.Errorf("%s: %q replayed=%v, %v; want %q replayed=%v", c.step, res.Body, res.Replayed, err, c.body, c.replayed)
+			}
+		}
+		if rec, err := b.idem.Get(ctx, "exec", acct+"-2"); err != nil || string(rec.Body) != `[{"balance":3}]` {
+			return fmt.Errorf("Get: %+v, %v", rec, err)
+		}
+		if _, err := b.idem.Reap(ctx, 100); err != nil {
+			return fmt.Errorf("Reap: %v", err)
+		}
+		var left int64
+		if err := b.admin.QueryRow(ctx, `SELECT balance FROM wallets WHERE account = $1`, acct).Scan(&left); err != nil || left != 3 {
+			return fmt.Errorf("the wallet: %d, %v; want 3 (two debits ran once each)", left, err)
+		}
+		return nil
+	}},
+}
+
+// In pgx's default mode, cache_statement, every statement is a named
+// prepared statement, which PgBouncer 1.18 does not carry from one
+// transaction's server connection to the next. Such a statement fails
+// having run nothing, and the patterns' errors name the settings to
+// change; nothing is written twice or behind the caller's back.
+func TestCacheStatementBehindPgBouncerIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t, true, pgx.QueryExecModeCacheStatement)
+	if _, err := b.admin.Exec(ctx, `INSERT INTO nolock_stock (key, bucket, qty) VALUES ('sku', 0, 1000000), ('sku', 1, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var taken, refused int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 25 {
+				err := b.stock.Take(ctx, "sku", 1)
+				var pgErr *pgconn.PgError
+				mu.Lock()
+				switch {
+				case err == nil:
+					taken++
+				case errors.As(err, &pgErr) && (pgErr.Code == "26000" || pgErr.Code == "42P05") &&
+					!errors.Is(err, conditional.ErrAmbiguousCommit) && strings.Contains(err.Error(), "default_query_exec_mode"):
+					refused++
+				default:
+					t.Errorf("Take: %v; want success or a refusal naming default_query_exec_mode", err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	var left int64
+	if err := b.admin.QueryRow(ctx, `SELECT sum(qty) FROM nolock_stock WHERE key = 'sku'`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if refused == 0 || 1000000-left != taken {
+		t.Fatalf("%d takes answered, %d refused, %d units gone; want some refused, and as many units gone as answered", taken, refused, 1000000-left)
+	}
+	t.Logf("%d takes answered, %d refused", taken, refused)
+}

@@ -328,7 +328,7 @@ func (in *Inbox) handleOne(ctx context.Context, m kafka.Message, h Handler, retr
 		switch {
 		case err == nil:
 			if id, _ := in.id(m); counted {
-				if _, err := in.db.Exec(ctx, in.clearSQL, in.consumer, id); err != nil {
+				if _, err := in.db.Exec(ctx, in.clearSQL, in.over.Args(in.consumer, id)...); err != nil {
 					in.log.Warn("inbox: clearing an attempt counter failed", "err", err)
 				}
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
 )
 
@@ -115,6 +116,7 @@ func ByWatermark() Identity { return Identity{name: "watermark", watermark: true
 // effects. An Inbox is safe for concurrent use.
 type Inbox struct {
 	db       DB
+	over     pgmode.Override // for statements on db outside a transaction
 	consumer string
 	identity Identity
 	max      int
@@ -157,7 +159,7 @@ var schemaSQL string
 // group ID: each consumer processes a message once). Run its CreateSchema,
 // or put its Schema in your migrations, first.
 func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
-	in := &Inbox{db: db, consumer: consumer, identity: ByHeader("id"), max: 5}
+	in := &Inbox{db: db, over: pgmode.For(db), consumer: consumer, identity: ByHeader("id"), max: 5}
 	for _, o := range opts {
 		o(in)
 	}
@@ -397,7 +399,7 @@ func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error) (park
 		id, _ = ByOffset().id(msg)
 	}
 	var attempts int
-	if err := in.db.QueryRow(ctx, in.attemptSQL, in.consumer, id, text(cause.Error())).Scan(&attempts); err != nil {
+	if err := in.db.QueryRow(ctx, in.attemptSQL, in.over.Args(in.consumer, id, text(cause.Error()))...).Scan(&attempts); err != nil {
 		return false, fmt.Errorf("inbox: count attempt: %w", err)
 	}
 	if !IsPermanent(cause) && idErr == nil && attempts < in.max {
@@ -517,7 +519,7 @@ func (in *Inbox) Reap(ctx context.Context, retention time.Duration, batch int) (
 	iv := fmt.Sprintf("%d microseconds", retention.Microseconds())
 	var total int64
 	for {
-		tag, err := in.db.Exec(ctx, in.reapSQL, iv, batch, in.consumer)
+		tag, err := in.db.Exec(ctx, in.reapSQL, in.over.Args(iv, batch, in.consumer)...)
 		if err != nil {
 			return total, fmt.Errorf("inbox: reap: %w", err)
 		}
@@ -526,7 +528,7 @@ func (in *Inbox) Reap(ctx context.Context, retention time.Duration, batch int) (
 			break
 		}
 	}
-	if _, err := in.db.Exec(ctx, in.reapAttemptsSQL, iv, in.consumer); err != nil {
+	if _, err := in.db.Exec(ctx, in.reapAttemptsSQL, in.over.Args(iv, in.consumer)...); err != nil {
 		return total, fmt.Errorf("inbox: reap attempts: %w", err)
 	}
 	return total, nil

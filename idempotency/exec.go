@@ -60,11 +60,11 @@ RETURNING created_at, expires_at, result, terminal`
 // a record while sharing (a replay, a mismatch or an expired record).
 const gateSQL = `WITH r AS MATERIALIZED (
   SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now() AS expired,
-         '` + gateMarker + `'::text AS gate
+         current_setting('synchronous_standby_names') <> '' AS standby, '` + gateMarker + `'::text AS gate
   FROM {{table}} WHERE scope = $1 AND key = $2)
-SELECT fingerprint, terminal, result, created_at, expires_at, expired FROM r
+SELECT fingerprint, terminal, result, created_at, expires_at, expired, standby FROM r
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL FROM r WHERE r.gate::boolean`
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM r WHERE r.gate::boolean`
 
 const gateMarker = "nolock idempotency: this key has a record, so the statement sent with this read is skipped (a replay, not a failure)"
 
@@ -80,9 +80,10 @@ const gateMarker = "nolock idempotency: this key has a record, so the statement 
 // that returns no row is stored as a terminal outcome (Terminal set, Body
 // "[]"), so a debit refused for insufficient funds is replayed as refused.
 //
-//   - A live record with the same fingerprint is replayed, one with
-//     another fingerprint is a *MismatchError; either way the statement
-//     does not run.
+//   - A live record with the same fingerprint is replayed (on a server
+//     with a synchronous standby, once the standby holds it, as in Do),
+//     one with another fingerprint is a *MismatchError; either way the
+//     statement does not run.
 //   - A concurrent request with the same key still in flight: the
 //     statement runs its effect, then waits for the other on the key; if
 //     the other commits, the effect rolls back and Exec replays the
@@ -278,8 +279,7 @@ func preparedName(sql string) string {
 // both in one round trip when plan says so.
 func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt wrapped, args []any) (Result, error) {
 	rec := Record{Scope: scope, Key: key, Fingerprint: fp}
-	var stored *Record
-	var expired bool
+	var stored *found
 	var wait time.Duration
 	var err error
 	runAlone := func() {
@@ -291,15 +291,15 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt
 		var sargs []any
 		var sent bool
 		wait, sargs = s.args(ctx, scope, key, fp, args)
-		stored, expired, sent, err = s.readAndRun(ctx, scope, key, stmt, sargs, &rec)
+		stored, sent, err = s.readAndRun(ctx, scope, key, stmt, sargs, &rec)
 		if !sent || errors.Is(err, errVanished) {
 			return Result{}, err
 		}
 	} else {
-		var r Record
-		switch r, expired, err = s.lookup(ctx, scope, key); {
+		var f found
+		switch f, err = s.lookup(ctx, scope, key); {
 		case err == nil:
-			stored = &r
+			stored = &f
 		case !errors.Is(err, ErrNotFound):
 			return Result{}, err
 		default:
@@ -308,8 +308,8 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt
 	}
 	s.plan.observe(stored != nil)
 	switch {
-	case stored != nil && !expired:
-		return replayOf(*stored, fp)
+	case stored != nil && !stored.expired:
+		return s.replayFound(ctx, *stored, fp)
 	case stored != nil:
 		// An expired record counts as absent: delete it (unless a takeover
 		// by Do renewed it meanwhile, which the statement will then meet),
@@ -333,8 +333,10 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt
 		return Result{}, fmt.Errorf("idempotency: exec %q: %w", key, err)
 	}
 	// Rolled back. If a live record stands in the way now, it is the answer.
-	if res, rerr := s.replay(ctx, scope, key, fp); !errors.Is(rerr, ErrNotFound) {
-		return res, rerr
+	if f, rerr := s.lookup(ctx, scope, key); rerr != nil && !errors.Is(rerr, ErrNotFound) {
+		return Result{}, rerr
+	} else if rerr == nil && !f.expired {
+		return s.replayFound(ctx, f, fp)
 	}
 	return Result{}, s.execError(key, "the key's, held by a request in flight, or one of the effect's rows", wait, err)
 }
@@ -365,16 +367,16 @@ func (s *Store) run(ctx context.Context, stmt string, args []any, rec *Record) e
 // DISCARD ALL or DEALLOCATE ALL, which leave pgx's list stale, or a change
 // to the table's columns), both names are dropped and the attempt is made
 // again.
-func (s *Store) readAndRun(ctx context.Context, scope, key string, stmt wrapped, args []any, rec *Record) (stored *Record, expired, sent bool, err error) {
+func (s *Store) readAndRun(ctx context.Context, scope, key string, stmt wrapped, args []any, rec *Record) (stored *found, sent bool, err error) {
 	c, err := s.db.Acquire(ctx)
 	if err != nil {
-		return nil, false, false, fmt.Errorf("idempotency: acquire a connection: %w", pgerr.MarkUnsent(err))
+		return nil, false, fmt.Errorf("idempotency: acquire a connection: %w", pgerr.MarkUnsent(err))
 	}
 	conn := c.Conn()
 	for _, q := range [][2]string{{s.gateName, s.gateSQL}, {stmt.name, stmt.text}} {
 		if _, err := conn.Prepare(ctx, q[0], q[1]); err != nil {
 			c.Release()
-			return nil, false, false, fmt.Errorf("idempotency: exec %q: prepare: %w", key, pgmode.Explain(err))
+			return nil, false, fmt.Errorf("idempotency: exec %q: prepare: %w", key, pgmode.Explain(err))
 		}
 	}
 	b := &pgx.Batch{}
@@ -383,35 +385,34 @@ func (s *Store) readAndRun(ctx context.Context, scope, key string, stmt wrapped,
 	// The statement commits on its own: it runs to its end on the
 	// server's terms even if the caller stops waiting (see pgerr.Commit),
 	// and the connection is released by whoever finishes it.
-	var gs *Record
-	var ge bool
+	var gs *found
 	err = pgerr.Commit(ctx, func(ctx context.Context) error {
 		defer c.Release()
 		var err error
-		gs, ge, err = s.gateAndRun(ctx, conn, b, scope, key, stmt.name, rec)
+		gs, err = s.gateAndRun(ctx, conn, b, scope, key, stmt.name, rec)
 		return err
 	})
 	if errors.Is(err, pgerr.ErrStoppedWaiting) {
-		return nil, false, true, err // the pipeline still runs: leave its results
+		return nil, true, err // the pipeline still runs: leave its results
 	}
-	return gs, ge, true, err
+	return gs, true, err
 }
 
 // gateAndRun sends readAndRun's pipeline on conn and reads its results.
-func (s *Store) gateAndRun(ctx context.Context, conn *pgx.Conn, b *pgx.Batch, scope, key, name string, rec *Record) (stored *Record, expired bool, err error) {
+func (s *Store) gateAndRun(ctx context.Context, conn *pgx.Conn, b *pgx.Batch, scope, key, name string, rec *Record) (stored *found, err error) {
 	br := conn.SendBatch(ctx, b)
 	rows, _ := br.Query()
 	for rows.Next() {
-		r := Record{Scope: scope, Key: key}
-		if err = rows.Scan(&r.Fingerprint, &r.Terminal, &r.Body, &r.CreatedAt, &r.ExpiresAt, &expired); err != nil {
+		f := found{Record: Record{Scope: scope, Key: key}}
+		if err = f.scan(rows); err != nil {
 			break
 		}
-		stored = &r
+		stored = &f
 	}
 	switch {
 	case stored != nil:
 		br.Close() // the gate's error: it skipped stmt
-		return stored, expired, nil
+		return stored, nil
 	case err == nil && rows.Err() != nil:
 		err = rows.Err()
 	case err == nil:
@@ -420,7 +421,7 @@ func (s *Store) gateAndRun(ctx context.Context, conn *pgx.Conn, b *pgx.Batch, sc
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return nil, false, s.unprepared(ctx, conn, name, err)
+	return nil, s.unprepared(ctx, conn, name, err)
 }
 
 // unprepared returns err, or, when err says that one of readAndRun's
@@ -489,12 +490,20 @@ func (s *Store) execError(key, locks string, wait time.Duration, err error) erro
 	return fmt.Errorf("idempotency: exec %q: %w", key, pgmode.Explain(err))
 }
 
-// replay answers from the live record of (scope, key) as replayOf does, or
-// ErrNotFound.
-func (s *Store) replay(ctx context.Context, scope, key string, fp []byte) (Result, error) {
-	rec, err := s.get(ctx, scope, key)
-	if err != nil {
-		return Result{}, err
+// replayFound answers from a live record as replayOf does. When its server
+// has a synchronous standby, a replay answers only once the standby holds
+// the WAL up to a commit of its own, the record's commit included (as Do's
+// replay does): a record whose own wait for the standby was cancelled is
+// never acknowledged before a failover could lose it. That commit is not
+// cancelled by ctx; if ctx ends first, the error wraps
+// pgerr.ErrStoppedWaiting and nothing was run.
+func (s *Store) replayFound(ctx context.Context, f found, fp []byte) (Result, error) {
+	res, err := replayOf(f.Record, fp)
+	if err != nil || !f.standby {
+		return res, err
 	}
-	return replayOf(rec, fp)
+	if _, err := pgerr.Exec(ctx, s.db, syncMarkSQL, s.over.Args()...); err != nil {
+		return Result{}, fmt.Errorf("idempotency: key %q: waiting for its record to reach the synchronous standby; nothing was run: %w", f.Key, err)
+	}
+	return res, nil
 }

@@ -118,11 +118,13 @@ FROM (SELECT set_config('nolock.lock_timeout', current_setting('lock_timeout'), 
              set_config('lock_timeout', coalesce($5, current_setting('lock_timeout')), true)) AS bound
 ON CONFLICT (scope, key) DO NOTHING
 RETURNING created_at, expires_at, set_config('lock_timeout', current_setting('nolock.lock_timeout'), true)`
-	// readSQL reads a key's record and whether it has expired: the row a
-	// failed claim met (with a snapshot taken after the claim's wait), or
-	// the one Get and Exec look up. "+ interval '0 s'" keeps the planner
+	// readSQL reads a key's record, whether it has expired and whether the
+	// server has a synchronous standby (see found): the row a failed claim
+	// met (with a snapshot taken after the claim's wait), or the one Get
+	// and Exec look up. "+ interval '0 s'" keeps the planner
 	// on the primary key rather than the expiry index.
-	readSQL = `SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now()
+	readSQL = `SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now(),
+       current_setting('synchronous_standby_names') <> ''
 FROM {{table}} WHERE scope = $1 AND key = $2`
 	// expireSQL deletes an expired record, for Exec to insert a new one.
 	// Its wait is bounded like the claim's: a takeover by Do holds the row.
@@ -387,12 +389,12 @@ func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func)
 	}
 	if !claimed {
 		// Read the row the claim met, and end the transaction.
-		var stored Record
-		var found, expired bool
+		var stored found
+		var ok bool
 		b := &pgx.Batch{}
 		b.Queue(s.readSQL, scope, key).QueryRow(func(row pgx.Row) error {
-			err := row.Scan(&stored.Fingerprint, &stored.Terminal, &stored.Body, &stored.CreatedAt, &stored.ExpiresAt, &expired)
-			found = err == nil
+			err := stored.scan(row)
+			ok = err == nil
 			return noRows(err)
 		})
 		// The read's transaction commits after a statement that gives it
@@ -413,11 +415,11 @@ func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func)
 			return Result{}, fmt.Errorf("idempotency: key %q: stopped waiting for its record to reach the synchronous standby; nothing was run: %w", key, err)
 		case err != nil:
 			return Result{}, fmt.Errorf("idempotency: read %q: %w", key, err)
-		case !found: // gone already (reaped): start over
+		case !ok: // gone already (reaped): start over
 			return Result{}, errVanished
-		case !expired:
+		case !stored.expired:
 			stored.Scope, stored.Key = scope, key
-			return replayOf(stored, fp)
+			return replayOf(stored.Record, fp)
 		}
 		// An expired record counts as absent: take the key over.
 		if tx, claimed, err = s.claim(ctx, conn, s.takeoverSQL, &rec); err != nil {
@@ -611,26 +613,37 @@ func (s *Store) Get(ctx context.Context, scope, key string) (Record, error) {
 
 // get is Get without the argument checks.
 func (s *Store) get(ctx context.Context, scope, key string) (Record, error) {
-	rec, expired, err := s.lookup(ctx, scope, key)
-	if err == nil && expired {
+	f, err := s.lookup(ctx, scope, key)
+	if err == nil && f.expired {
 		return Record{}, ErrNotFound
 	}
-	return rec, err
+	return f.Record, err
 }
 
-// lookup returns the record of (scope, key), live or expired, and whether
-// it has expired by the database's clock; ErrNotFound if there is none.
-func (s *Store) lookup(ctx context.Context, scope, key string) (rec Record, expired bool, err error) {
-	rec = Record{Scope: scope, Key: key}
-	err = s.db.QueryRow(ctx, s.readSQL, s.over.Args(scope, key)...).
-		Scan(&rec.Fingerprint, &rec.Terminal, &rec.Body, &rec.CreatedAt, &rec.ExpiresAt, &expired)
+// found is a key's record as readSQL reads it: whether it has expired by
+// the database's clock, and whether that server has a synchronous standby.
+type found struct {
+	Record
+	expired, standby bool
+}
+
+// scan reads readSQL's columns (gateSQL's have the same layout).
+func (f *found) scan(row interface{ Scan(...any) error }) error {
+	return row.Scan(&f.Fingerprint, &f.Terminal, &f.Body, &f.CreatedAt, &f.ExpiresAt, &f.expired, &f.standby)
+}
+
+// lookup returns the record of (scope, key), live or expired; ErrNotFound
+// if there is none.
+func (s *Store) lookup(ctx context.Context, scope, key string) (found, error) {
+	f := found{Record: Record{Scope: scope, Key: key}}
+	err := f.scan(s.db.QueryRow(ctx, s.readSQL, s.over.Args(scope, key)...))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return Record{}, false, ErrNotFound
+		return found{}, ErrNotFound
 	case err != nil:
-		return Record{}, false, fmt.Errorf("idempotency: get %q: %w", key, pgmode.Explain(err))
+		return found{}, fmt.Errorf("idempotency: get %q: %w", key, pgmode.Explain(err))
 	}
-	return rec, expired, nil
+	return f, nil
 }
 
 // Reap deletes expired records, at most batch per statement (each its own

@@ -503,7 +503,7 @@ func (s *Store) replayFound(ctx context.Context, f found, fp []byte) (Result, er
 		return res, err
 	}
 	if _, err := pgerr.Exec(ctx, s.db, syncMarkSQL, s.over.Args()...); err != nil {
-		return Result{}, fmt.Errorf("idempotency: key %q: waiting for its record to reach the synchronous standby; nothing was run: %w", f.Key, err)
+		return Result{}, fmt.Errorf("idempotency: key %q: replay: waiting for its record to reach the synchronous standby: %w; nothing was run", f.Key, err)
 	}
 	return res, nil
 }

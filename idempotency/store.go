@@ -397,8 +397,8 @@ func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func)
 			ok = err == nil
 			return noRows(err)
 		})
-		// The read's transaction commits after a statement that gives it
-		// an xid when the server has a synchronous standby: its COMMIT then
+		// The read's transaction commits after a statement that writes
+		// WAL when the server has a synchronous standby: its COMMIT then
 		// returns only once the standby holds all WAL up to it, the
 		// record's commit included, so a replay never acknowledges a record
 		// that a failover could lose (one whose own wait for the standby
@@ -474,10 +474,12 @@ func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func)
 	return Result{Record: rec}, nil
 }
 
-// syncMarkSQL assigns its transaction an xid when the server has a
-// synchronous standby, so that the transaction's COMMIT waits for the
-// standby to hold the WAL up to it.
-const syncMarkSQL = `SELECT pg_current_xact_id() WHERE current_setting('synchronous_standby_names') <> ''`
+// syncMarkSQL writes a WAL record in its transaction (a transactional
+// logical message, ignored by logical decoding unless asked for) when the
+// server has a synchronous standby: PostgreSQL makes a COMMIT wait for the
+// standby only when its transaction wrote WAL, so the transaction's COMMIT
+// then waits until the standby holds the WAL up to it.
+const syncMarkSQL = `SELECT pg_logical_emit_message(true, 'nolock', '') WHERE current_setting('synchronous_standby_names') <> ''`
 
 // detached runs fn, which ends with a commit on the connection *release
 // releases, under pgerr.Commit: ctx cannot cancel it. If ctx ends first,

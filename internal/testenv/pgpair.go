@@ -205,6 +205,13 @@ func (p *PGPair) KillPrimary() {
 	// A stale pid file would let pg_ctl (the cleanup's stop) signal
 	// whatever process reuses the pid.
 	_ = os.Remove(filepath.Join(n.data(), "postmaster.pid"))
+	// A killed postmaster stays a zombie until reaped, and the socket's lock
+	// file names it: a server started on the same port and socket directory
+	// (Rebuild) would take it for a live postmaster and refuse to start.
+	// Lines 4 and 5 of the pid file: port and socket directory.
+	if len(lines) > 4 {
+		_ = os.Remove(filepath.Join(strings.TrimSpace(lines[4]), ".s.PGSQL."+strings.TrimSpace(lines[3])+".lock"))
+	}
 	// The postmaster's small System V segment outlives a SIGKILL; remove
 	// it (line 7: key and id) so repeated crashes leak nothing.
 	if len(lines) > 6 {

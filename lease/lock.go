@@ -1,0 +1,189 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Lock is a held lock. It renews its lease in the background until
+// Release or Close, its maximum hold, or its loss, which closes Lost.
+//
+// A Lock is a lease: a holder paused past it (a GC pause, a stopped VM)
+// wakes up still running its code, and Lost is closed only when its own
+// goroutine runs again. To keep such a holder from corrupting what the
+// lock protects, make the protected store check the fencing token (Token
+// with conditional.Fenced, or FenceSQL in your own statements). Methods
+// are safe for concurrent use.
+type Lock struct {
+	c     *Client
+	ac    acquireConfig
+	token int64
+	start time.Time // when the acquiring statement was sent
+	stop  context.CancelFunc
+	done  chan struct{} // closed when the renewal goroutine has ended
+
+	lost, expiring chan struct{}
+	ctx            context.Context
+	cancelCtx      context.CancelCauseFunc
+
+	mu         sync.Mutex
+	validUntil time.Time // on this Client's clock
+	err        error
+	warned     bool
+
+	release    sync.Once
+	releaseErr error
+}
+
+// newLock makes the Lock that statement s took with token, and starts its
+// renewals; its Context carries the values of caller, the acquiring
+// context, but not its cancellation. If the Client was closed meanwhile,
+// it releases the row instead (waiting at most a lease) and returns
+// ErrClosed.
+func (c *Client) newLock(caller context.Context, ac acquireConfig, s sent, token int64) (*Lock, error) {
+	rctx, stop := context.WithCancel(context.Background())
+	l := &Lock{
+		c: c, ac: ac, token: token, start: s.at, stop: stop, done: make(chan struct{}),
+		lost: make(chan struct{}), expiring: make(chan struct{}),
+		validUntil: s.at.Add(c.cfg.lease),
+	}
+	l.ctx, l.cancelCtx = context.WithCancelCause(context.WithoutCancel(caller))
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		stop()
+		close(l.done)
+		l.lose(ErrReleased)
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.lease)
+		defer cancel()
+		_ = l.writeRelease(ctx)
+		return nil, ErrClosed
+	}
+	c.locks[l] = struct{}{}
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go l.run(rctx)
+	return l, nil
+}
+
+// Key returns the lock's key.
+func (l *Lock) Key() string { return l.ac.key }
+
+// Token returns the lock's fencing token: larger than the token of every
+// earlier acquisition of this key (the row is never deleted, and only an
+// acquisition changes it), constant for the lock's life. Pass it with
+// every write to the protected resource, which must refuse a token lower
+// than the highest it has seen (conditional.Fenced), or add FenceSQL to
+// your statements on the same database.
+func (l *Lock) Token() int64 { return l.token }
+
+// Data returns the payload this acquisition stored (WithData), or nil.
+// The caller must not modify it.
+func (l *Lock) Data() []byte { return l.ac.data }
+
+// Lost returns a channel closed when the lock ends: a renewal found the
+// row taken over or expired on the database's clock, no renewal was
+// confirmed within the local validity (see the package doc), the maximum
+// hold passed, or Release or Close was called. Err says which. It is
+// closed before a release is written, so a holder watching it learns of
+// the end before anyone else can acquire the lock.
+func (l *Lock) Lost() <-chan struct{} { return l.lost }
+
+// Expiring returns a channel closed when less than the Client's expiry
+// warning margin is left of the lock's local validity or of its maximum
+// hold. It is checked against the remaining time, not at an instant, so
+// it is closed even when the lock is found already expired (after a pause
+// of the whole process), and always before Lost is closed for an expiry
+// or the maximum hold. It is not closed by a release or a takeover: watch
+// Lost for those.
+func (l *Lock) Expiring() <-chan struct{} { return l.expiring }
+
+// Context returns a context cancelled when Lost is closed, with Err as its
+// cause (context.Cause), for work that should stop when the lock ends. It
+// carries the values of the context Acquire or TryAcquire was called with,
+// but not its deadline or cancellation.
+func (l *Lock) Context() context.Context { return l.ctx }
+
+// Err returns nil while the lock is held; then ErrReleased after Release
+// or Close, or a *LostError wrapping ErrLockLost that says why it was lost.
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// lose ends the lock with err (the first reason sticks). For an expiry or
+// the maximum hold it closes Expiring first, if it is still open.
+func (l *Lock) lose(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return
+	}
+	var le *LostError
+	if errors.As(err, &le) && (le.Cause == Expired || le.Cause == MaxHold) {
+		l.warnLocked()
+	}
+	l.err = err
+	close(l.lost)
+	l.cancelCtx(err)
+	if le != nil {
+		l.c.log.Warn("lease: lock lost", "key", l.ac.key, "token", l.token, "err", err)
+	}
+}
+
+// warnLocked closes Expiring, once. l.mu must be held.
+func (l *Lock) warnLocked() {
+	if !l.warned {
+		l.warned = true
+		close(l.expiring)
+	}
+}
+
+// Release ends the lock: it stops the renewals (one in flight is no longer
+// waited for: a renewal applies only to a row not yet released, so it
+// cannot undo the release), waits for the renewal goroutine, closes Lost,
+// and marks the row released if it still carries this lock's token. The
+// row and its token stay, so the token never restarts, and the next
+// acquirer needs no lock-delay. A release whose answer was lost is
+// resolved by trying again until ctx ends (a try that finds the row
+// released with our token is success); each try waits at most a quarter of
+// the lease for its answer, and none is cancelled on the server once sent.
+//
+// It returns nil if the lock was held until the release; the *LostError if
+// it had been lost before (the release is still written after an expiry,
+// if nobody took the lock over, to spare the next holder the lock-delay);
+// or the error that kept the release from being written (then the row is
+// freed by its lease and the lock-delay running out). Release is
+// idempotent: later calls (and Close) return the first one's result.
+func (l *Lock) Release(ctx context.Context) error {
+	l.stop()
+	<-l.done
+	l.lose(ErrReleased)
+	l.releaseRow(ctx)
+	if err := l.Err(); !errors.Is(err, ErrReleased) {
+		return err
+	}
+	return l.releaseErr
+}
+
+// releaseRow writes the release once, unless the lock was taken over.
+func (l *Lock) releaseRow(ctx context.Context) {
+	l.release.Do(func() {
+		defer l.c.forget(l)
+		var le *LostError
+		if errors.As(l.Err(), &le) && le.Cause == TakenOver {
+			return
+		}
+		l.releaseErr = l.writeRelease(ctx)
+	})
+}
+
+// Close is Release with a context bounded by the lease, for defer.
+func (l *Lock) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), l.c.cfg.lease)
+	defer cancel()
+	return l.Release(ctx)
+}

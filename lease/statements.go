@@ -1,0 +1,102 @@
+package lease
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+//go:embed lease.sql
+var schemaSQL string
+
+// The statements, with {{table}} replaced by the quoted table name. Every
+// instant is the database's clock_timestamp(); durations go as bigint
+// microseconds, and remaining times come back the same way, so no client
+// timestamp is ever stored or compared.
+const (
+	// acquireSQL is the whole acquisition, one statement. The insert
+	// creates the row with token 1, or takes it over, adding 1 to its
+	// token, when it is released or its lease (plus the lock-delay $6)
+	// has run out. A refused one returns the holder's row instead, with
+	// the time left until it can be taken (as of the statement's
+	// snapshot; no row if the row was created after it).
+	acquireSQL = `WITH won AS (
+  INSERT INTO {{table}} AS t (key, owner, nonce, token, expires_at, released, data)
+  VALUES ($1::text, $2::text, $3::text, 1, clock_timestamp() + $4::bigint * interval '1 microsecond', false, $5::bytea)
+  ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, nonce = excluded.nonce, token = t.token + 1,
+    expires_at = excluded.expires_at, released = false, data = excluded.data
+  WHERE t.released OR t.expires_at + $6::bigint * interval '1 microsecond' <= clock_timestamp()
+  RETURNING t.token
+)
+SELECT true, token, ''::text, ''::text, NULL::bytea, 0::bigint FROM won
+UNION ALL
+SELECT false, token, owner, nonce, data,
+  (extract(epoch FROM expires_at + $6::bigint * interval '1 microsecond' - clock_timestamp()) * 1000000)::bigint
+FROM {{table}} WHERE key = $1::text AND NOT EXISTS (SELECT FROM won)`
+
+	// renewSQL extends the lease of the holder of token, if its lease
+	// has not run out on the database's clock.
+	renewSQL = `UPDATE {{table}} SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
+WHERE key = $1::text AND token = $2::bigint AND NOT released AND expires_at > clock_timestamp()`
+
+	// releaseSQL marks the row of token's holder released; the row and its
+	// token stay.
+	releaseSQL = `UPDATE {{table}} SET released = true WHERE key = $1::text AND token = $2::bigint AND NOT released`
+
+	// cleanupSQL releases what acquiring statements with an unknown
+	// outcome may have taken.
+	cleanupSQL = `UPDATE {{table}} SET released = true WHERE key = $1::text AND nonce = ANY($2::text[]) AND NOT released`
+
+	// readSQL reads a row and the time left of its lease.
+	readSQL = `SELECT token, owner, released, (extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint
+FROM {{table}} WHERE key = $1::text`
+
+	// fenceSQL is the condition of FenceSQL.
+	fenceSQL = `EXISTS (SELECT FROM {{table}} WHERE key = $K::text AND token = $T::bigint AND NOT released
+  AND expires_at > clock_timestamp() FOR SHARE)`
+)
+
+// statements are a Client's SQL texts for its table.
+type statements struct {
+	schema, acquire, renew, release, cleanup, read, fence string
+}
+
+func newStatements(table string) statements {
+	r := strings.NewReplacer("{{table}}", pgx.Identifier{table}.Sanitize())
+	return statements{
+		schema: r.Replace(schemaSQL), acquire: r.Replace(acquireSQL), renew: r.Replace(renewSQL),
+		release: r.Replace(releaseSQL), cleanup: r.Replace(cleanupSQL), read: r.Replace(readSQL),
+		fence: r.Replace(fenceSQL),
+	}
+}
+
+// micros returns d in whole microseconds, the unit of the statements.
+func micros(d time.Duration) int64 { return d.Microseconds() }
+
+// row is a lock row as read.
+type row struct {
+	exists   bool
+	token    int64
+	owner    string
+	released bool
+	left     time.Duration // of the lease, on the database's clock (negative: expired)
+}
+
+// read reads the row of key (not exists if there is none).
+func (c *Client) read(ctx context.Context, key string) (row, error) {
+	r := row{exists: true}
+	var left int64
+	err := c.db.QueryRow(ctx, c.sql.read, c.over.Args(key)...).Scan(&r.token, &r.owner, &r.released, &left)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return row{}, nil
+	}
+	if err != nil {
+		return row{}, err
+	}
+	r.left = time.Duration(left) * time.Microsecond
+	return r, nil
+}

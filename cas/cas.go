@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 )
 
@@ -41,10 +42,23 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
+// checkCtx returns an ErrInvalid if ctx is nil. Every exported call that
+// takes a ctx checks it before any I/O.
+func checkCtx(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("ctx is nil")
+	}
+	return nil
+}
+
 // notSent returns an error wrapping ctx.Err(), naming the write, if ctx has
-// ended: a backend checks it before sending, so that a write never sent is
-// not reported as ErrAmbiguousCommit.
+// ended, and an ErrInvalid if ctx is nil: a backend checks it before
+// sending, so that a write never sent is not reported as
+// ErrAmbiguousCommit.
 func notSent(ctx context.Context, op, key string) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("cas: %s %q not sent: %w", op, key, err)
 	}
@@ -180,7 +194,9 @@ type Beginner interface {
 // outcome is unknown is returned as ErrAmbiguousCommit and not retried.
 func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) error, opts ...Option) error {
 	switch {
-	case db == nil:
+	case ctx == nil:
+		return invalid("ctx is nil")
+	case pgarg.NilDB(db):
 		return invalid("db is nil")
 	case fn == nil:
 		return invalid("fn is nil")
@@ -221,6 +237,12 @@ type Execer interface {
 // and returns ErrConflict when it changed no row: the version moved on (or
 // the row is gone; read it again to tell). Use it inside Retry.
 func Exec(ctx context.Context, db Execer, sql string, args ...any) error {
+	switch {
+	case ctx == nil:
+		return invalid("ctx is nil")
+	case pgarg.NilDB(db):
+		return invalid("db is nil")
+	}
 	tag, err := db.Exec(ctx, sql, args...)
 	if err != nil {
 		return err

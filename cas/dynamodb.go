@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
 )
 
@@ -44,13 +45,18 @@ type DynamoDBBackend struct {
 // NewDynamoDBBackend returns a Backend on table, whose string partition key
 // is keyAttr.
 func NewDynamoDBBackend(client DynamoDBAPI, table, keyAttr string) (*DynamoDBBackend, error) {
-	switch {
-	case client == nil:
+	if ddbarg.NilClient(client) {
 		return nil, invalid("client is nil")
-	case table == "":
-		return nil, invalid("table is empty")
-	case keyAttr == "":
-		return nil, invalid("key attribute is empty")
+	}
+	if err := ddbarg.Table("table", table); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := ddbarg.Attr("key attribute", keyAttr, ddbarg.MaxKeyAttrLen); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	switch keyAttr {
+	case DynamoValueAttr, DynamoVersionAttr:
+		return nil, invalid("key attribute %q is one of the record's own attributes", keyAttr)
 	}
 	return &DynamoDBBackend{client: client, table: table, keyAt: keyAttr}, nil
 }
@@ -68,6 +74,9 @@ func num(n int64) types.AttributeValue {
 
 // Get implements Backend.
 func (d *DynamoDBBackend) Get(ctx context.Context, key string) ([]byte, int64, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, 0, err
+	}
 	out, err := d.client.GetItem(ctx, &dynamodb.GetItemInput{TableName: &d.table, Key: d.key(key), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return nil, 0, fmt.Errorf("cas: get %q: %w", key, err)

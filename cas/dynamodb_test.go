@@ -19,7 +19,7 @@ func TestDynamoDBRefusedConnectionIsNotAmbiguous(t *testing.T) {
 		t.Skip("something listens on 127.0.0.1:1")
 	}
 	ctx := context.Background()
-	b, err := cas.NewDynamoDBBackend(services.DynamoDBClient("http://127.0.0.1:1", nil), "t", "pk")
+	b, err := cas.NewDynamoDBBackend(services.DynamoDBClient("http://127.0.0.1:1", nil), "tbl", "pk")
 	if err != nil {
 		t.Fatal(err)
 	}

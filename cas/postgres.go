@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
@@ -41,11 +42,14 @@ type PostgresBackend struct {
 // DefaultTable; the name is quoted, never interpolated raw). Run its
 // CreateSchema (or put its Schema in your migrations) first.
 func NewPostgresBackend(db DB, table string) (*PostgresBackend, error) {
-	if db == nil {
+	if pgarg.NilDB(db) {
 		return nil, invalid("db is nil")
 	}
 	if table == "" {
 		table = DefaultTable
+	}
+	if err := pgarg.Ident("table", table, 0); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	t := pgx.Identifier{table}.Sanitize()
 	return &PostgresBackend{
@@ -72,6 +76,9 @@ func (p *PostgresBackend) Schema() string { return p.schema }
 // It is safe to call from many processes at once: the DDL runs in one
 // transaction that first takes nolock's schema advisory lock.
 func (p *PostgresBackend) CreateSchema(ctx context.Context) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := pgschema.Create(ctx, p.db, p.schema); err != nil {
 		return fmt.Errorf("cas: create schema: %w", err)
 	}
@@ -84,6 +91,9 @@ func (p *PostgresBackend) MaxValue() int { return 64 << 20 }
 
 // Get implements Backend.
 func (p *PostgresBackend) Get(ctx context.Context, key string) ([]byte, int64, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, 0, err
+	}
 	var b []byte
 	var ver int64
 	err := p.db.QueryRow(ctx, p.getSQL, p.over.Args(key)...).Scan(&b, &ver)

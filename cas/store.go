@@ -124,6 +124,9 @@ func NewStore[T any](b Backend, codec Codec[T], opts ...Option) (*Store[T], erro
 
 // Get returns the value stored under key with its version, or ErrNotFound.
 func (s *Store[T]) Get(ctx context.Context, key string) (Versioned[T], error) {
+	if err := checkCtx(ctx); err != nil {
+		return Versioned[T]{}, err
+	}
 	if err := validKey(key); err != nil {
 		return Versioned[T]{}, err
 	}
@@ -140,6 +143,9 @@ func (s *Store[T]) Get(ctx context.Context, key string) (Versioned[T], error) {
 
 // Create stores v under key at version 1, or returns ErrExists.
 func (s *Store[T]) Create(ctx context.Context, key string, v T) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := validKey(key); err != nil {
 		return err
 	}
@@ -153,6 +159,9 @@ func (s *Store[T]) Create(ctx context.Context, key string, v T) error {
 // Delete removes key's value if it is still at version; otherwise
 // ErrConflict (or ErrNotFound).
 func (s *Store[T]) Delete(ctx context.Context, key string, version int64) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := validKey(key); err != nil {
 		return err
 	}
@@ -197,6 +206,9 @@ func NoCombine() UpdateOption { return func(c *updateConfig) { c.alone = true } 
 // gives up on a write that then succeeds; under NoCombine ctx also bounds
 // the round trips, and ending it mid-write gives ErrAmbiguousCommit.
 func (s *Store[T]) Update(ctx context.Context, key string, fn func(cur T) (T, error), opts ...UpdateOption) (Versioned[T], error) {
+	if err := checkCtx(ctx); err != nil {
+		return Versioned[T]{}, err
+	}
 	if err := validKey(key); err != nil {
 		return Versioned[T]{}, err
 	}

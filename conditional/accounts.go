@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 )
 
@@ -53,6 +54,9 @@ func NewAccounts(db DB, opts ...StockOption) (*Accounts, error) {
 // unchanged, and Open returns nil: so Open is idempotent, and safe to retry
 // after ErrAmbiguousCommit. Use Credit to add to a balance.
 func (a *Accounts) Open(ctx context.Context, account string, balance int64) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := validArg("account", account); err != nil {
 		return err
 	}
@@ -95,7 +99,7 @@ func (a *Accounts) Credit(ctx context.Context, account string, amount int64) err
 
 // CreditIn is Credit inside the caller's transaction tx, not coalesced.
 func (a *Accounts) CreditIn(ctx context.Context, tx DB, account string, amount int64) error {
-	if tx == nil {
+	if pgarg.NilDB(tx) {
 		return invalid("tx is nil")
 	}
 	return a.s.add(ctx, tx, account, amount)

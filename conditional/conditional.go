@@ -80,10 +80,23 @@ func validArg(name, v string) error {
 	return nil
 }
 
-// unsent returns ctx's error, naming op, if ctx is already done. Every
-// write checks it before its first I/O, so a caller whose ctx ended before
-// the call is told nothing was sent, never ErrAmbiguousCommit.
+// checkCtx returns an ErrInvalid if ctx is nil. Every exported call that
+// takes a ctx checks it before any I/O.
+func checkCtx(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("ctx is nil")
+	}
+	return nil
+}
+
+// unsent returns ctx's error, naming op, if ctx is already done, and an
+// ErrInvalid if ctx is nil. Every write checks it before its first I/O, so
+// a caller whose ctx ended before the call is told nothing was sent, never
+// ErrAmbiguousCommit.
 func unsent(ctx context.Context, op string) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("conditional: %s: nothing sent: %w", op, err)
 	}

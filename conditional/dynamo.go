@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
 )
 
@@ -47,17 +48,19 @@ const (
 // buckets found its buckets changed under it on every attempt.
 var ErrConflict = errors.New("conditional: conflict with concurrent writers")
 
-// maxDynamoNameLen bounds table and attribute names: 1024 bytes fits a
-// table ARN, and DynamoDB's own limits are checked by the server.
-const maxDynamoNameLen = 1024
+// validDynamoTable checks a table name argument (see ddbarg.Table).
+func validDynamoTable(arg, name string) error {
+	if err := ddbarg.Table(arg, name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
 
-// validDynamoName checks a table or attribute name argument.
-func validDynamoName(arg, name string) error {
-	switch {
-	case name == "":
-		return invalid("%s is empty", arg)
-	case len(name) > maxDynamoNameLen:
-		return invalid("%s is %d bytes, more than %d", arg, len(name), maxDynamoNameLen)
+// validDynamoAttr checks an attribute name argument of at most max bytes
+// (see ddbarg.Attr).
+func validDynamoAttr(arg, name string, max int) error {
+	if err := ddbarg.Attr(arg, name, max); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }

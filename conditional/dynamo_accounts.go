@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
 )
 
@@ -40,10 +41,10 @@ type DynamoAccounts struct {
 // is the string attribute DynamoKeyAttr. client is usually a
 // *dynamodb.Client.
 func NewDynamoAccounts(client DynamoDBAPI, table string) (*DynamoAccounts, error) {
-	if client == nil {
+	if ddbarg.NilClient(client) {
 		return nil, invalid("client is nil")
 	}
-	if err := validDynamoName("table", table); err != nil {
+	if err := validDynamoTable("table", table); err != nil {
 		return nil, err
 	}
 	return &DynamoAccounts{client: client, table: table}, nil
@@ -57,6 +58,9 @@ func (a *DynamoAccounts) key(account string) map[string]types.AttributeValue {
 // exists is left as it is, its balance unchanged, and Open returns nil: so
 // Open is idempotent, and safe to retry after ErrAmbiguousCommit.
 func (a *DynamoAccounts) Open(ctx context.Context, account string, balance int64) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := validArg("account", account); err != nil {
 		return err
 	}
@@ -86,6 +90,9 @@ func (a *DynamoAccounts) Open(ctx context.Context, account string, balance int64
 // ErrAmbiguousCommit means the write was sent and its answer lost: it may
 // have applied.
 func (a *DynamoAccounts) Debit(ctx context.Context, account string, amount int64) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	u, err := a.debit(account, amount)
 	if err != nil {
 		return err
@@ -99,6 +106,9 @@ func (a *DynamoAccounts) Debit(ctx context.Context, account string, amount int64
 // refused. ErrAmbiguousCommit means the write was sent and its answer
 // lost: it may have applied.
 func (a *DynamoAccounts) Credit(ctx context.Context, account string, amount int64) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	u, err := a.credit(account, amount)
 	if err != nil {
 		return err
@@ -110,6 +120,9 @@ func (a *DynamoAccounts) Credit(ctx context.Context, account string, amount int6
 // read; ErrUnknownKey means there is no such account. It is a snapshot:
 // concurrent changes may change it at once.
 func (a *DynamoAccounts) Balance(ctx context.Context, account string) (int64, error) {
+	if err := checkCtx(ctx); err != nil {
+		return 0, err
+	}
 	if err := validArg("account", account); err != nil {
 		return 0, err
 	}

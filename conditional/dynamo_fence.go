@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
 )
 
@@ -46,10 +47,14 @@ type DynamoFenced struct {
 // attribute fenceAttr. Names go as expression attribute names, never into
 // the expressions themselves.
 func NewDynamoFenced(table, keyAttr, fenceAttr string) (*DynamoFenced, error) {
-	for _, a := range []struct{ arg, name string }{{"table", table}, {"key attribute", keyAttr}, {"fence attribute", fenceAttr}} {
-		if err := validDynamoName(a.arg, a.name); err != nil {
-			return nil, err
-		}
+	if err := validDynamoTable("table", table); err != nil {
+		return nil, err
+	}
+	if err := validDynamoAttr("key attribute", keyAttr, ddbarg.MaxKeyAttrLen); err != nil {
+		return nil, err
+	}
+	if err := validDynamoAttr("fence attribute", fenceAttr, ddbarg.MaxAttrLen); err != nil {
+		return nil, err
 	}
 	if keyAttr == fenceAttr {
 		return nil, invalid("key attribute and fence attribute are both %q", keyAttr)
@@ -75,7 +80,10 @@ func NewDynamoFenced(table, keyAttr, fenceAttr string) (*DynamoFenced, error) {
 // naming a key or the fence attribute, a nil value) is ErrInvalid, before
 // any I/O.
 func (f *DynamoFenced) Update(ctx context.Context, client DynamoDBAPI, key map[string]types.AttributeValue, token int64, set map[string]types.AttributeValue) error {
-	if client == nil {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	if ddbarg.NilClient(client) {
 		return invalid("client is nil")
 	}
 	u, err := f.update(key, token, set)

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
 )
 
@@ -101,10 +102,10 @@ func NewDynamoHolds(client DynamoDBAPI, table string, opts ...DynamoHoldsOption)
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if client == nil {
+	if ddbarg.NilClient(client) {
 		return nil, invalid("client is nil")
 	}
-	if err := validDynamoName("table", table); err != nil {
+	if err := validDynamoTable("table", table); err != nil {
 		return nil, err
 	}
 	if cfg.clock == nil {
@@ -125,6 +126,9 @@ func (h *DynamoHolds) key(resource string) map[string]types.AttributeValue {
 // is not atomic: on an error, the resources sorted before the one it names
 // exist, and a retry is safe. Add with no resources does nothing.
 func (h *DynamoHolds) Add(ctx context.Context, resources ...string) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	for i, r := range resources {
 		if err := validArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
 			return err
@@ -168,6 +172,9 @@ func (h *DynamoHolds) Add(ctx context.Context, resources ...string) error {
 // idempotent). A write that meets a transaction in progress on the item is
 // retried with backoff, then ErrConflict; nothing changed.
 func (h *DynamoHolds) Hold(ctx context.Context, resource, holder string, ttl time.Duration) (until time.Time, err error) {
+	if err := checkCtx(ctx); err != nil {
+		return time.Time{}, err
+	}
 	if err := validHolder(resource, holder); err != nil {
 		return time.Time{}, err
 	}
@@ -204,6 +211,9 @@ func (h *DynamoHolds) Hold(ctx context.Context, resource, holder string, ttl tim
 // ErrConflict. On a server without transactions (dynalite) it fails with
 // an error wrapping errors.ErrUnsupported.
 func (h *DynamoHolds) HoldAll(ctx context.Context, resources []string, holder string, ttl time.Duration) (until time.Time, err error) {
+	if err := checkCtx(ctx); err != nil {
+		return time.Time{}, err
+	}
 	if len(resources) == 0 {
 		return time.Time{}, invalid("resources is empty")
 	}
@@ -270,6 +280,9 @@ func (h *DynamoHolds) HoldAll(ctx context.Context, resources []string, holder st
 // ErrUnknownKey, and nothing changed. To confirm together with your own
 // writes, use ConfirmItem.
 func (h *DynamoHolds) Confirm(ctx context.Context, resource, holder string) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := validHolder(resource, holder); err != nil {
 		return err
 	}
@@ -282,6 +295,9 @@ func (h *DynamoHolds) Confirm(ctx context.Context, resource, holder string) erro
 // attempt freed the resource returns ErrNotHolder: either way holder does
 // not hold it.
 func (h *DynamoHolds) Release(ctx context.Context, resource, holder string) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := validHolder(resource, holder); err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
 )
 
@@ -86,10 +87,10 @@ func NewDynamoStock(client DynamoDBAPI, table string, opts ...DynamoStockOption)
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if client == nil {
+	if ddbarg.NilClient(client) {
 		return nil, invalid("client is nil")
 	}
-	if err := validDynamoName("table", table); err != nil {
+	if err := validDynamoTable("table", table); err != nil {
 		return nil, err
 	}
 	if cfg.buckets < 1 || cfg.buckets > MaxDynamoBuckets {
@@ -118,6 +119,9 @@ func (s *DynamoStock) itemKey(key string, bucket int) map[string]types.Attribute
 // Cancelling ctx abandons the take; if the write had been sent, the
 // outcome is unknown (ErrAmbiguousCommit).
 func (s *DynamoStock) Take(ctx context.Context, key string, n int64) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := validArg("key", key); err != nil {
 		return err
 	}
@@ -204,6 +208,9 @@ func (s *DynamoStock) read(ctx context.Context, key string) (qty []int64, found 
 // at most MaxInt64/buckets units (more is refused with an error, before
 // any I/O when n alone is too large), so the sum always fits an int64.
 func (s *DynamoStock) Put(ctx context.Context, key string, n int64) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := validArg("key", key); err != nil {
 		return err
 	}
@@ -248,6 +255,9 @@ func (s *DynamoStock) Put(ctx context.Context, key string, n int64) error {
 // per bucket). It is a snapshot, not an atomic one: concurrent takes may
 // change it at once.
 func (s *DynamoStock) Available(ctx context.Context, key string) (int64, error) {
+	if err := checkCtx(ctx); err != nil {
+		return 0, err
+	}
 	if err := validArg("key", key); err != nil {
 		return 0, err
 	}

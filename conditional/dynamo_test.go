@@ -326,19 +326,19 @@ func TestDynamoRefusedConnectionIsNotAmbiguous(t *testing.T) {
 	}
 	ctx := context.Background()
 	client := services.DynamoDBClient("http://127.0.0.1:1", nil)
-	stock, err := conditional.NewDynamoStock(client, "t")
+	stock, err := conditional.NewDynamoStock(client, "tbl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	accounts, err := conditional.NewDynamoAccounts(client, "t")
+	accounts, err := conditional.NewDynamoAccounts(client, "tbl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	holds, err := conditional.NewDynamoHolds(client, "t")
+	holds, err := conditional.NewDynamoHolds(client, "tbl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fenced, err := conditional.NewDynamoFenced("t", "pk", "fence")
+	fenced, err := conditional.NewDynamoFenced("tbl", "pk", "fence")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 )
@@ -38,10 +39,6 @@ type Fenced struct {
 	table, key, fence string // quoted
 	keyCol, fenceCol  string // as given, to check set's columns
 }
-
-// maxIdentLen is PostgreSQL's limit on an identifier's length in bytes
-// (NAMEDATALEN - 1); a longer name would be truncated silently.
-const maxIdentLen = 63
 
 // NewFenced returns a Fenced for table, whose rows are found by keyColumn
 // (a primary key or unique column: one key must name at most one row) and
@@ -83,8 +80,11 @@ func NewFenced(table, keyColumn, fenceColumn string) (*Fenced, error) {
 // nil key, empty or overlong column names, a set naming the key or fence
 // column) is ErrInvalid, before any I/O.
 func (f *Fenced) Update(ctx context.Context, db DB, key any, token int64, set map[string]any) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	switch {
-	case db == nil:
+	case pgarg.NilDB(db):
 		return invalid("db is nil")
 	case key == nil:
 		return invalid("key is nil")
@@ -132,15 +132,11 @@ func (f *Fenced) Update(ctx context.Context, db DB, key any, token int64, set ma
 	}
 }
 
-// validIdent checks an SQL identifier argument before it is quoted.
+// validIdent checks an SQL identifier argument before it is quoted (see
+// pgarg.Ident).
 func validIdent(arg, name string) error {
-	switch {
-	case name == "":
-		return invalid("%s is empty", arg)
-	case len(name) > maxIdentLen:
-		return invalid("%s is %d bytes, more than %d", arg, len(name), maxIdentLen)
-	case strings.IndexByte(name, 0) >= 0:
-		return invalid("%s contains a NUL byte", arg)
+	if err := pgarg.Ident(arg, name, 0); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }

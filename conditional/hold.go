@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
@@ -83,11 +84,11 @@ func NewHolds(db DB, opts ...HoldsOption) (*Holds, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	switch {
-	case db == nil:
+	if pgarg.NilDB(db) {
 		return nil, invalid("db is nil")
-	case cfg.table == "":
-		return nil, invalid("table name is empty")
+	}
+	if err := pgarg.Ident("table", cfg.table, 0); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	t := pgx.Identifier{cfg.table}.Sanitize()
 	// $3 is the TTL in microseconds, the resolution of timestamptz.
@@ -134,6 +135,9 @@ SELECT EXISTS (SELECT FROM u), EXISTS (SELECT FROM ` + t + ` WHERE resource = $1
 // Add creates free resources; those that exist already are left as they
 // are, so Add is idempotent. Add with no resources does nothing.
 func (h *Holds) Add(ctx context.Context, resources ...string) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	for i, r := range resources {
 		if err := validArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
 			return err
@@ -174,6 +178,9 @@ func (h *Holds) Add(ctx context.Context, resources ...string) error {
 // connection failed after the statement was sent; Hold is idempotent, so
 // retry it.
 func (h *Holds) Hold(ctx context.Context, resource, holder string, ttl time.Duration) (until time.Time, err error) {
+	if err := checkCtx(ctx); err != nil {
+		return time.Time{}, err
+	}
 	if err := validArg("resource", resource); err != nil {
 		return time.Time{}, err
 	}
@@ -216,6 +223,9 @@ func (h *Holds) Hold(ctx context.Context, resource, holder string, ttl time.Dura
 // modified. HoldAll is idempotent like Hold; ErrAmbiguousCommit means the
 // commit's outcome is unknown.
 func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, ttl time.Duration) (until time.Time, err error) {
+	if err := checkCtx(ctx); err != nil {
+		return time.Time{}, err
+	}
 	if len(resources) == 0 {
 		return time.Time{}, invalid("resources is empty")
 	}
@@ -300,6 +310,9 @@ func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, 
 // writes, make a Holds on that pgx.Tx: the confirmation then commits or
 // rolls back with them.
 func (h *Holds) Confirm(ctx context.Context, resource, holder string) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	return h.settle(ctx, "confirm", h.confirmSQL, resource, holder)
 }
 
@@ -309,6 +322,9 @@ func (h *Holds) Confirm(ctx context.Context, resource, holder string) error {
 // freed the resource returns ErrNotHolder: either way holder does not hold
 // it. Release is one statement.
 func (h *Holds) Release(ctx context.Context, resource, holder string) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	return h.settle(ctx, "release", h.releaseSQL, resource, holder)
 }
 
@@ -345,6 +361,9 @@ func (h *Holds) Schema() string { return h.schemaSQL }
 // It is safe to call from many processes at once: the DDL runs in one
 // transaction that first takes nolock's schema advisory lock.
 func (h *Holds) CreateSchema(ctx context.Context) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := pgschema.Create(ctx, h.db, h.schemaSQL); err != nil {
 		return fmt.Errorf("conditional: create schema: %w", err)
 	}

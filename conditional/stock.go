@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/combine"
+	"github.com/nolock/nolock/internal/pgarg"
 
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
@@ -205,10 +206,8 @@ func newStock(db DB, cfg stockConfig, opts []StockOption) (*Stock, error) {
 		o(&cfg)
 	}
 	switch {
-	case db == nil:
+	case pgarg.NilDB(db):
 		return nil, invalid("db is nil")
-	case cfg.table == "":
-		return nil, invalid("table name is empty")
 	case cfg.buckets < 1 || cfg.buckets > 1024:
 		return nil, invalid("buckets %d outside [1, 1024]", cfg.buckets)
 	case cfg.maxBatch < 1 || cfg.maxBatch > 10000:
@@ -221,6 +220,9 @@ func newStock(db DB, cfg stockConfig, opts []StockOption) (*Stock, error) {
 		return nil, invalid("endgame %d is negative", cfg.endgame)
 	case cfg.endgame > 0 && cfg.buckets == 1:
 		return nil, invalid("endgame needs buckets > 1")
+	}
+	if err := pgarg.Ident("table", cfg.table, 0); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if !cfg.coalesce {
 		cfg.maxBatch = 1
@@ -251,6 +253,9 @@ func newStock(db DB, cfg stockConfig, opts []StockOption) (*Stock, error) {
 // caller's back. ErrAmbiguousCommit means the connection failed after the
 // statement was sent: read Available before retrying.
 func (s *Stock) Take(ctx context.Context, key string, n int64) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	return s.take(ctx, nil, key, n)
 }
 
@@ -259,7 +264,10 @@ func (s *Stock) Take(ctx context.Context, key string, n int64) error {
 // whose effect commits or rolls back with tx. The row stays locked until
 // tx ends, so keep tx short on a hot key.
 func (s *Stock) TakeIn(ctx context.Context, tx DB, key string, n int64) error {
-	if tx == nil {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	if pgarg.NilDB(tx) {
 		return invalid("tx is nil")
 	}
 	return s.take(ctx, tx, key, n)
@@ -575,6 +583,9 @@ func (s *Stock) add(ctx context.Context, tx DB, key string, n int64) error {
 // Put adds n units to key, creating it if needed: a restock or a return.
 // With buckets, the units are spread evenly over them.
 func (s *Stock) Put(ctx context.Context, key string, n int64) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := s.valid(key, n); err != nil {
 		return err
 	}
@@ -613,6 +624,9 @@ func (s *Stock) valid(key string, n int64) error {
 // buckets (at most math.MaxInt64). It is a snapshot: concurrent takes may
 // change it at once.
 func (s *Stock) Available(ctx context.Context, key string) (int64, error) {
+	if err := checkCtx(ctx); err != nil {
+		return 0, err
+	}
 	if err := validArg(s.keyArg, key); err != nil {
 		return 0, err
 	}
@@ -633,6 +647,9 @@ func (s *Stock) Schema() string { return s.schemaSQL }
 // It is safe to call from many processes at once: the DDL runs in one
 // transaction that first takes nolock's schema advisory lock.
 func (s *Stock) CreateSchema(ctx context.Context) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := pgschema.Create(ctx, s.db, s.schemaSQL); err != nil {
 		return fmt.Errorf("conditional: create schema: %w", err)
 	}

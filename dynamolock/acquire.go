@@ -95,6 +95,9 @@ type acquisition struct {
 // for it and makes it return ErrClosed), then steps an acquisition until
 // one step returns a Lock or an error.
 func (c *Client) acquire(ctx context.Context, key string, opts []AcquireOption, try bool) (*Lock, error) {
+	if ctx == nil {
+		return nil, invalid("ctx is nil")
+	}
 	ac, err := c.acquireConfig(key, opts)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/nolock/nolock/internal/ddbarg"
 )
 
 // DynamoDBAPI is what a Client needs from DynamoDB: a *dynamodb.Client
@@ -176,16 +179,21 @@ func New(client DynamoDBAPI, table string, opts ...Option) (*Client, error) {
 
 func (c *config) validate(client DynamoDBAPI, table string) error {
 	switch {
-	case client == nil:
+	case ddbarg.NilClient(client):
 		return invalid("client is nil")
-	case table == "":
-		return invalid("table is empty")
-	case c.pkName == "" || len(c.pkName) > maxNameLen:
-		return invalid("partition key name %q must be 1 to %d bytes", c.pkName, maxNameLen)
-	case !utf8.ValidString(c.pkName) || !utf8.ValidString(c.skName):
-		return invalid("key attribute names %q, %q must be valid UTF-8", c.pkName, c.skName)
-	case len(c.skName) > maxNameLen:
-		return invalid("sort key name is %d bytes, more than %d", len(c.skName), maxNameLen)
+	}
+	if err := ddbarg.Table("table", table); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := ddbarg.Attr("partition key name", c.pkName, maxNameLen); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if c.skName != "" {
+		if err := ddbarg.Attr("sort key name", c.skName, maxNameLen); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	}
+	switch {
 	case c.skName != "" && c.skName == c.pkName:
 		return invalid("sort key name and partition key name are both %q", c.pkName)
 	case c.lease < time.Millisecond || c.lease > maxLease:

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
 )
 
@@ -212,7 +213,10 @@ type TransactAPI interface {
 // lost: an error without an HTTP 4xx status (a 5xx, a timeout, a lost
 // connection), unless no connection was made, leaves the outcome unknown.
 func (l *Lock) Transact(ctx context.Context, api TransactAPI, items ...types.TransactWriteItem) error {
-	if api == nil {
+	switch {
+	case ctx == nil:
+		return invalid("ctx is nil")
+	case ddbarg.NilClient(api):
 		return invalid("transaction client is nil")
 	}
 	check, err := l.ConditionCheck()

@@ -191,6 +191,9 @@ func (l *Lock) warnLocked() {
 // the item is released by its lease expiring). Release is idempotent: later
 // calls (and Close) return the first one's result.
 func (l *Lock) Release(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("ctx is nil")
+	}
 	// Stop the heartbeats. Without one in flight, the RVNs are final at
 	// once and the release need not wait for the goroutine to notice;
 	// with one, its outcome must be known first.

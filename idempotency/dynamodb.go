@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
 )
 
@@ -65,11 +66,11 @@ type DynamoDB struct {
 // *dynamodb.Client). It takes WithRetention, WithWait, WithKeyAttributes
 // and WithClock.
 func NewDynamoDB(client DynamoDBAPI, table string, opts ...Option) (*DynamoDB, error) {
-	if client == nil {
+	if ddbarg.NilClient(client) {
 		return nil, invalid("client is nil")
 	}
-	if table == "" {
-		return nil, invalid("table name is empty")
+	if err := ddbarg.Table("table", table); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -78,10 +79,11 @@ func NewDynamoDB(client DynamoDBAPI, table string, opts ...Option) (*DynamoDB, e
 	switch {
 	case cfg.pgOnly != "":
 		return nil, invalid("%s applies to PostgreSQL only", cfg.pgOnly)
-	case cfg.pk == "":
-		return nil, invalid("partition key attribute is empty")
 	case cfg.now == nil:
 		return nil, invalid("clock is nil")
+	}
+	if err := validKeyAttrs(cfg.pk, cfg.sk); err != nil {
+		return nil, err
 	}
 	return &DynamoDB{
 		client: client, table: table, pk: cfg.pk, sk: cfg.sk, retention: cfg.retention, wait: cfg.wait,
@@ -98,6 +100,30 @@ const (
 	attrExpires     = "expires_ms"
 	attrTTL         = "ttl"
 )
+
+// validKeyAttrs checks WithKeyAttributes' names: a partition key name, and
+// a sort key name if any, distinct from each other and from the record's
+// own attributes.
+func validKeyAttrs(pk, sk string) error {
+	if err := ddbarg.Attr("partition key attribute", pk, ddbarg.MaxKeyAttrLen); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if sk != "" {
+		if err := ddbarg.Attr("sort key attribute", sk, ddbarg.MaxKeyAttrLen); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		if sk == pk {
+			return invalid("sort key attribute and partition key attribute are both %q", pk)
+		}
+	}
+	for _, name := range []string{pk, sk} {
+		switch name {
+		case attrFingerprint, attrResult, attrTerminal, attrCreated, attrExpires, attrTTL:
+			return invalid("key attribute %q is one of the record's own attributes", name)
+		}
+	}
+	return nil
+}
 
 // itemKey is the record's primary key.
 func (d *DynamoDB) itemKey(scope, key string) map[string]types.AttributeValue {
@@ -126,6 +152,9 @@ var errConflict = errors.New("idempotency: transaction conflict")
 // error): call Do again with the same key to learn which. Bad arguments
 // are ErrInvalid before any I/O, as for Store.Do.
 func (d *DynamoDB) Do(ctx context.Context, scope, key string, fingerprint []byte, fn DynamoFunc) (Result, error) {
+	if err := checkCtx(ctx); err != nil {
+		return Result{}, err
+	}
 	if err := validRequest(scope, key, fingerprint, fn == nil); err != nil {
 		return Result{}, err
 	}
@@ -218,6 +247,9 @@ func (d *DynamoDB) once(ctx context.Context, scope, key string, fp []byte, fn Dy
 // Get returns the live record of (scope, key), or ErrNotFound (judged by
 // this process's clock).
 func (d *DynamoDB) Get(ctx context.Context, scope, key string) (Record, error) {
+	if err := checkCtx(ctx); err != nil {
+		return Record{}, err
+	}
 	if err := ValidKey(scope, key); err != nil {
 		return Record{}, err
 	}

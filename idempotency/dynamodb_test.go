@@ -309,7 +309,7 @@ func (d noDynamo) TransactWriteItems(context.Context, *dynamodb.TransactWriteIte
 func TestDynamoDBBadInput(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store, err := idempotency.NewDynamoDB(noDynamo{t}, "t")
+	store, err := idempotency.NewDynamoDB(noDynamo{t}, "tbl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +327,7 @@ func TestDynamoDBBadInput(t *testing.T) {
 		{idempotency.WithTable("x")}, {idempotency.WithAttempts(2)}, {idempotency.WithRetention(0)},
 		{idempotency.WithKeyAttributes("", "")}, {idempotency.WithClock(nil)},
 	} {
-		if _, err := idempotency.NewDynamoDB(noDynamo{t}, "t", opts...); !errors.Is(err, idempotency.ErrInvalid) {
+		if _, err := idempotency.NewDynamoDB(noDynamo{t}, "tbl", opts...); !errors.Is(err, idempotency.ErrInvalid) {
 			t.Fatalf("NewDynamoDB with a bad option: %v, want ErrInvalid", err)
 		}
 	}

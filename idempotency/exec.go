@@ -108,6 +108,9 @@ const gateMarker = "nolock idempotency: this key has a record, so the statement 
 // args must be positional (not pgx.NamedArgs or a query option). Use
 // Do when the effect needs more than one statement or a decision in Go.
 func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte, sql string, args ...any) (Result, error) {
+	if err := checkCtx(ctx); err != nil {
+		return Result{}, err
+	}
 	if err := validRequest(scope, key, fingerprint, false); err != nil {
 		return Result{}, err
 	}

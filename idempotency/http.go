@@ -42,9 +42,35 @@ func WithScope(scope func(r *http.Request) string) MiddlewareOption {
 }
 
 // WithMethods sets the methods the middleware handles (default POST and
-// PATCH); requests with other methods go straight to the handler.
+// PATCH); requests with other methods go straight to the handler. Methods
+// are case-sensitive (RFC 9110): each must be one of net/http's Method
+// constants, spelled as they are ("POST", not "post"), and the list must
+// not be empty; Middleware refuses any other list with ErrInvalid.
 func WithMethods(methods ...string) MiddlewareOption {
-	return func(m *middleware) { m.methods = methods }
+	return func(m *middleware) { m.methods = slices.Clone(methods) }
+}
+
+// knownMethods are the methods WithMethods accepts.
+var knownMethods = []string{
+	http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+	http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace,
+}
+
+// validMethods checks WithMethods' list.
+func validMethods(methods []string) error {
+	if len(methods) == 0 {
+		return invalid("methods is empty: the middleware would protect no request")
+	}
+	for i, m := range methods {
+		if slices.Contains(knownMethods, m) {
+			continue
+		}
+		if up := strings.ToUpper(m); slices.Contains(knownMethods, up) {
+			return invalid("methods[%d] is %q: methods are case-sensitive, and requests carry %q", i, m, up)
+		}
+		return invalid("methods[%d] %q is not an HTTP method of net/http", i, m)
+	}
+	return nil
 }
 
 // WithOptionalKey lets requests without an Idempotency-Key through to the
@@ -73,6 +99,9 @@ type txKey struct{}
 // middleware (or for a request let through without a key). The
 // transaction follows Func's rules: do not commit or roll it back.
 func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
+	if ctx == nil {
+		return nil, false
+	}
 	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
 	return tx, ok
 }
@@ -112,6 +141,9 @@ func Middleware(store *Store, opts ...MiddlewareOption) (func(http.Handler) http
 	}
 	if proto.maxBody <= 0 {
 		return nil, invalid("max body %d is not positive", proto.maxBody)
+	}
+	if err := validMethods(proto.methods); err != nil {
+		return nil, err
 	}
 	return func(next http.Handler) http.Handler {
 		m := proto

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -134,6 +135,15 @@ func Fingerprint(parts ...[]byte) []byte {
 // invalid returns an ErrInvalid that names what is wrong.
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// checkCtx returns an ErrInvalid if ctx is nil. Every exported call that
+// takes a ctx checks it before any I/O.
+func checkCtx(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("ctx is nil")
+	}
+	return nil
 }
 
 // validText checks a key or scope: at most max bytes of valid UTF-8 without

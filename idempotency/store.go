@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
@@ -87,12 +88,9 @@ const (
 	MaxReapBatch = 100_000
 )
 
-// expiresSuffix names the expiry index after the table; maxTableLen keeps
-// that name within PostgreSQL's identifier length (63 bytes).
-const (
-	expiresSuffix = "_expires_at"
-	maxTableLen   = 63 - len(expiresSuffix)
-)
+// expiresSuffix names the expiry index after the table; New keeps that
+// name within PostgreSQL's identifier length (pgarg.Ident).
+const expiresSuffix = "_expires_at"
 
 //go:embed store.sql
 var storeSQL string
@@ -167,7 +165,7 @@ type config struct {
 }
 
 // WithTable sets the table's name (default "nolock_idempotency"), at most
-// 52 bytes (New refuses longer ones). The name is quoted, never
+// 52 bytes of UTF-8 without NUL (New refuses others). The name is quoted, never
 // interpolated raw. Several Stores may share a table.
 // PostgreSQL only: NewDynamoDB takes the table as an argument.
 func WithTable(name string) Option {
@@ -216,7 +214,7 @@ func newConfig(opts []Option) (config, error) {
 	}
 	switch {
 	case cfg.table == "":
-		return cfg, invalid("table name is empty")
+		return cfg, invalid("table is empty")
 	case cfg.retention <= 0:
 		return cfg, invalid("retention %v is not positive", cfg.retention)
 	case cfg.retention < time.Millisecond:
@@ -235,7 +233,7 @@ func newConfig(opts []Option) (config, error) {
 // transaction: Do begins and commits its own. Run CreateSchema (or put
 // Schema in your migrations) first.
 func New(db DB, opts ...Option) (*Store, error) {
-	if db == nil {
+	if pgarg.NilDB(db) {
 		return nil, invalid("db is nil")
 	}
 	if _, ok := db.(pgx.Tx); ok {
@@ -248,10 +246,10 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if cfg.dynamo != "" {
 		return nil, invalid("%s applies to DynamoDB only", cfg.dynamo)
 	}
-	if n := len(cfg.table); n > maxTableLen {
-		// The server would cut longer names (and the index's) short, and
-		// Exec would not recognise its own table in errors.
-		return nil, invalid("table name is %d bytes, over %d (PostgreSQL's 63, less the expiry index's suffix %q)", n, maxTableLen, expiresSuffix)
+	// The server would cut longer names (and the index's) short, and Exec
+	// would not recognise its own table in errors.
+	if err := pgarg.Ident("table", cfg.table, len(expiresSuffix)); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	table := pgx.Identifier{cfg.table}.Sanitize()
 	sql := strings.NewReplacer("{{table}}", table,
@@ -271,6 +269,9 @@ func (s *Store) Schema() string { return s.schemaSQL }
 // It is safe to call from many processes at once: the DDL runs in one
 // transaction that first takes nolock's schema advisory lock.
 func (s *Store) CreateSchema(ctx context.Context) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := pgschema.Create(ctx, s.db, s.schemaSQL); err != nil {
 		return fmt.Errorf("idempotency: create schema: %w", err)
 	}
@@ -315,6 +316,9 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 // Do does not promise anything about effects fn makes outside tx, and does
 // not detect a fingerprint collision: use a cryptographic hash.
 func (s *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, fn Func) (Result, error) {
+	if err := checkCtx(ctx); err != nil {
+		return Result{}, err
+	}
 	if err := validRequest(scope, key, fingerprint, fn == nil); err != nil {
 		return Result{}, err
 	}
@@ -607,6 +611,9 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 // Get returns the live record of (scope, key), or ErrNotFound. It is a
 // snapshot: useful after ErrAmbiguousCommit, or to show a key's outcome.
 func (s *Store) Get(ctx context.Context, scope, key string) (Record, error) {
+	if err := checkCtx(ctx); err != nil {
+		return Record{}, err
+	}
 	if err := validRequest(scope, key, nil, false); err != nil {
 		return Record{}, err
 	}
@@ -655,6 +662,9 @@ func (s *Store) lookup(ctx context.Context, scope, key string) (found, error) {
 // Run it periodically (for example every few minutes); Do never needs it
 // for correctness, since an expired record already counts as absent.
 func (s *Store) Reap(ctx context.Context, batch int) (int64, error) {
+	if err := checkCtx(ctx); err != nil {
+		return 0, err
+	}
 	if batch <= 0 || batch > MaxReapBatch {
 		return 0, invalid("batch %d outside [1, %d]", batch, MaxReapBatch)
 	}

@@ -99,7 +99,7 @@ func TestNewRefusesBadSettings(t *testing.T) {
 	}{
 		{"nil db", nil, nil, "db"},
 		{"empty table", noIO{t}, []idempotency.Option{idempotency.WithTable("")}, "table"},
-		{"long table", noIO{t}, []idempotency.Option{idempotency.WithTable(strings.Repeat("x", 53))}, "table name is 53 bytes, over 52"},
+		{"long table", noIO{t}, []idempotency.Option{idempotency.WithTable(strings.Repeat("x", 53))}, "table is 53 bytes, more than 52"},
 		{"zero retention", noIO{t}, []idempotency.Option{idempotency.WithRetention(0)}, "retention"},
 		{"negative retention", noIO{t}, []idempotency.Option{idempotency.WithRetention(-time.Hour)}, "retention"},
 		{"retention below 1ms", noIO{t}, []idempotency.Option{idempotency.WithRetention(time.Microsecond)}, "retention"},

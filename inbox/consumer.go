@@ -81,6 +81,9 @@ func WithRetryBackoff(base, cap time.Duration) RunOption {
 // worked on; on a single *pgx.Conn or a pgx.Tx, Run processes one batch
 // at a time.
 func (in *Inbox) Run(ctx context.Context, r Reader, h Handler, opts ...RunOption) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	cfg := runConfig{batch: 1, shutdown: 10 * time.Second, retry: backoff.Policy{Base: 100 * time.Millisecond, Cap: 5 * time.Second}}
 	for _, o := range opts {
 		o(&cfg)

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
@@ -38,6 +39,15 @@ var (
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// checkCtx returns an ErrInvalid if ctx is nil. Every exported call that
+// takes a ctx checks it before any I/O.
+func checkCtx(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("ctx is nil")
+	}
+	return nil
 }
 
 // permanentError marks a handler error that retrying will not fix.
@@ -136,8 +146,10 @@ type Option func(*Inbox)
 func WithIdentity(id Identity) Option { return func(in *Inbox) { in.identity = id } }
 
 // WithTablePrefix names the tables: prefix, prefix_watermarks,
-// prefix_attempts, prefix_parked (default "nolock_inbox"). Names are quoted,
-// never interpolated raw.
+// prefix_attempts, prefix_parked, and the index prefix_processed_at
+// (default "nolock_inbox"). Names are quoted, never interpolated raw. The
+// prefix must be 1 to 50 bytes of UTF-8 without NUL, so that every name
+// fits PostgreSQL's 63 bytes; New refuses any other.
 func WithTablePrefix(prefix string) Option {
 	return func(in *Inbox) { in.prefix = prefix }
 }
@@ -152,6 +164,9 @@ func WithOnPark(f func(msg kafka.Message, err error)) Option { return func(in *I
 // WithLogger logs parked messages and retries (nil: discard).
 func WithLogger(l *slog.Logger) Option { return func(in *Inbox) { in.log = l } }
 
+// longestSuffix is the longest suffix New appends to the table prefix.
+const longestSuffix = "_processed_at"
+
 //go:embed inbox.sql
 var schemaSQL string
 
@@ -159,23 +174,27 @@ var schemaSQL string
 // group ID: each consumer processes a message once). Run its CreateSchema,
 // or put its Schema in your migrations, first.
 func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
-	in := &Inbox{db: db, over: pgmode.For(db), consumer: consumer, identity: ByHeader("id"), max: 5}
+	in := &Inbox{db: db, consumer: consumer, identity: ByHeader("id"), max: 5, prefix: "nolock_inbox"}
 	for _, o := range opts {
 		o(in)
 	}
-	prefix := cmp.Or(in.prefix, "nolock_inbox")
+	prefix := in.prefix
 	switch {
-	case db == nil:
+	case pgarg.NilDB(db):
 		return nil, invalid("db is nil")
 	case consumer == "":
 		return nil, invalid("consumer is empty")
+	case strings.IndexByte(consumer, 0) >= 0 || !utf8.ValidString(consumer):
+		return nil, invalid("consumer %q is not UTF-8 without NUL", consumer)
 	case in.identity.id == nil && !in.identity.watermark:
 		return nil, invalid("identity is empty: use ByHeader, ByFunc, ByOffset or ByWatermark")
 	case in.max < 1:
 		return nil, invalid("max attempts %d is below 1", in.max)
-	case len(prefix) > 40:
-		return nil, invalid("table prefix %q is longer than 40 bytes", prefix)
 	}
+	if err := pgarg.Ident("table prefix", prefix, len(longestSuffix)); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	in.over = pgmode.For(db)
 	if in.log == nil {
 		in.log = slog.New(slog.DiscardHandler)
 	}
@@ -212,6 +231,9 @@ func (in *Inbox) Schema() string { return in.schema }
 // takes a transaction-scoped advisory lock (pg_advisory_xact_lock, the same
 // key for all of nolock's schemas).
 func (in *Inbox) CreateSchema(ctx context.Context) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
 	if err := pgschema.Create(ctx, in.db, in.schema); err != nil {
 		return fmt.Errorf("inbox: create schema: %w", err)
 	}
@@ -233,6 +255,9 @@ type Outcome struct {
 // that died meanwhile is the database's, not the message's: it is not a
 // *HandlerError. Process does not retry, count attempts or park: Run does.
 func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (Outcome, error) {
+	if err := checkCtx(ctx); err != nil {
+		return Outcome{}, err
+	}
 	if h == nil {
 		return Outcome{}, invalid("handler is nil")
 	}
@@ -510,6 +535,9 @@ func ownDeadline(ctx context.Context, err error) bool {
 // reaped earlier lets a redelivered message run again. Attempt counters
 // untouched for retention go too.
 func (in *Inbox) Reap(ctx context.Context, retention time.Duration, batch int) (int64, error) {
+	if err := checkCtx(ctx); err != nil {
+		return 0, err
+	}
 	switch {
 	case retention <= 0:
 		return 0, invalid("retention %v is not positive", retention)

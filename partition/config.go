@@ -6,8 +6,11 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/nolock/nolock/internal/pgarg"
 )
 
 // Defaults for zero fields of a Config. The group timings are kafka-go's.
@@ -21,10 +24,6 @@ const (
 	DefaultJoinGroupBackoff  = 5 * time.Second
 	DefaultMaxAttempts       = 10
 )
-
-// maxIdentLen is PostgreSQL's limit on an identifier's length in bytes;
-// a longer name would be truncated silently.
-const maxIdentLen = 63
 
 // parkedSuffix names the parked messages' table: Table + "_parked".
 const parkedSuffix = "_parked"
@@ -183,6 +182,8 @@ func (c Config) Validate() error {
 		return invalid("Brokers is empty")
 	case c.GroupID == "":
 		return invalid("GroupID is empty")
+	case strings.IndexByte(c.GroupID, 0) >= 0 || !utf8.ValidString(c.GroupID):
+		return invalid("GroupID %q is not UTF-8 without NUL", c.GroupID)
 	case len(c.Topics) == 0:
 		return invalid("Topics is empty")
 	case c.Handler == nil:
@@ -203,11 +204,10 @@ func (c Config) Validate() error {
 		}
 		seen[t] = true
 	}
+	if err := pgarg.Ident("Table", c.Table, len(parkedSuffix)); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	switch {
-	case len(c.Table)+len(parkedSuffix) > maxIdentLen:
-		return invalid("Table is %d bytes, more than %d (%q is appended for the parked table)", len(c.Table), maxIdentLen-len(parkedSuffix), parkedSuffix)
-	case strings.IndexByte(c.Table, 0) >= 0:
-		return invalid("Table contains a NUL byte")
 	case c.MaxBatch < 0:
 		return invalid("MaxBatch %d is negative", c.MaxBatch)
 	case c.MaxAttempts < 0:

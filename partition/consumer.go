@@ -15,6 +15,7 @@ import (
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/kafkaerr"
+	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgschema"
 )
 
@@ -80,7 +81,7 @@ type Consumer struct {
 // the table with CreateSchema, or put Schema in your migrations, before
 // Run.
 func New(db DB, cfg Config) (*Consumer, error) {
-	if db == nil {
+	if pgarg.NilDB(db) {
 		return nil, invalid("db is nil")
 	}
 	if err := cfg.Validate(); err != nil {
@@ -118,6 +119,9 @@ func (c *Consumer) Schema() string { return c.sql.schema }
 // one transaction that first takes a transaction-scoped advisory lock
 // (pg_advisory_xact_lock, the same key for all of nolock's schemas).
 func (c *Consumer) CreateSchema(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("ctx is nil")
+	}
 	if err := pgschema.CreateWith(ctx, c.db, c.sql.schema); err != nil {
 		return fmt.Errorf("partition: create schema: %w", err)
 	}
@@ -143,6 +147,9 @@ func (c *Consumer) CreateSchema(ctx context.Context) error {
 // settings, unsupported version) ends Run with it.
 // Run may be called once per Consumer.
 func (c *Consumer) Run(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("ctx is nil")
+	}
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("partition: Run called twice")
 	}
@@ -227,6 +234,9 @@ type claimKey struct{}
 // FromContext returns the Claim under which a Handler runs, from the ctx
 // it was given.
 func FromContext(ctx context.Context) (Claim, bool) {
+	if ctx == nil {
+		return Claim{}, false
+	}
 	cl, ok := ctx.Value(claimKey{}).(Claim)
 	return cl, ok
 }

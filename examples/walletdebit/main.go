@@ -15,7 +15,7 @@
 // one none), every delivery of a payment got the same answer, and no
 // balance ever went below zero.
 //
-//	go run ./examples/walletdebit -dsn postgres://… [-wallets 5] [-payments 300] [-deliveries 3] [-via do|exec]
+//	go run ./examples/walletdebit -dsn postgres://… [-wallets 5] [-payments 300] [-deliveries 3] [-via do|exec] [-cut 5ms]
 //
 // The DSN defaults to $NOLOCK_TEST_POSTGRES (see scripts/services).
 package main
@@ -47,8 +47,9 @@ func main() {
 	deliveries := flag.Int("deliveries", 3, "concurrent deliveries of each payment")
 	clients := flag.Int("clients", 16, "payments in flight at once")
 	via := flag.String("via", "do", "do: Store.Do with a ledger row; exec: Store.Exec, one statement")
+	cut := flag.Duration("cut", 5*time.Millisecond, "shortest attempt timeout (attempts time out after cut to cut+100ms)")
 	flag.Parse()
-	if err := run(context.Background(), *dsn, *wallets, *payments, *deliveries, *clients, *via); err != nil {
+	if err := run(context.Background(), *dsn, *wallets, *payments, *deliveries, *clients, *via, *cut); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -115,7 +116,7 @@ type payment struct {
 	amount      int64
 }
 
-func run(ctx context.Context, dsn string, nWallets, nPayments, nDeliveries, nClients int, via string) error {
+func run(ctx context.Context, dsn string, nWallets, nPayments, nDeliveries, nClients int, via string, cut time.Duration) error {
 	if via != "do" && via != "exec" {
 		return fmt.Errorf("-via %q: want do or exec", via)
 	}
@@ -180,7 +181,7 @@ func run(ctx context.Context, dsn string, nWallets, nPayments, nDeliveries, nCli
 						time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
 					}
 					attempts.Add(1)
-					actx, cancel := context.WithTimeout(ctx, time.Duration(5+rand.IntN(100))*time.Millisecond)
+					actx, cancel := context.WithTimeout(ctx, cut+time.Duration(rand.IntN(100))*time.Millisecond)
 					res, answer, err := pay(actx, store, via, p, fp)
 					cancel()
 					switch {

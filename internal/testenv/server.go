@@ -2,13 +2,10 @@ package testenv
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"testing"
 	"time"
 )
@@ -41,32 +38,8 @@ func PostgresServer(t testing.TB) *PGServer {
 	s := &PGServer{t: t, bin: filepath.Dir(bins[len(bins)-1])}
 	// Not t.TempDir: the server runs as the postgres user when the tests
 	// run as root (initdb refuses root), and must reach its directory.
-	dir, err := os.MkdirTemp("", "nolock-pg-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.dir = dir
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatalf("testenv: running as root, and no postgres user to run the server: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.port = ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	s.dir = ownedTempDir(t, "nolock-pg-")
+	s.port = freePort(t)
 
 	s.run("initdb", "-D", s.data(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
 	conf := fmt.Sprintf(`listen_addresses = '127.0.0.1'

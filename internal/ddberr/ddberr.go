@@ -39,39 +39,24 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/nolock/nolock/internal/outcome"
 )
 
-// Outcome is what an error proves about a write. The names are pgerr's:
-// one meaning, one name, whatever the store.
-type Outcome int
+// Outcome is what an error proves about a write: the same type as pgerr's.
+// For DynamoDB: Refused is a 4xx answer (a failed condition, a cancelled
+// transaction, throttling, a validation error); Unknown a 5xx answer, a
+// connection lost or a timeout after sending, a cancelled context, an
+// error of a wrapping client.
+type Outcome = outcome.Outcome
 
 // The outcomes, from the caller's side.
 const (
-	// Committed: no error, the write applied.
-	Committed Outcome = iota + 1
-	// NotSent: no connection to the server was made, so the request did
-	// not reach it. Safe to send again, whatever the write.
-	NotSent
-	// Refused: the server answered with a 4xx status (a failed condition,
-	// a cancelled transaction, throttling, a validation error): nothing
-	// changed.
-	Refused
-	// Unknown: the request may have reached the server and applied (a 5xx
-	// answer, a connection lost or a timeout after sending, a cancelled
-	// context, an error of a wrapping client). Send it again only if it is
-	// idempotent by its condition.
-	Unknown
+	Committed = outcome.Committed
+	NotSent   = outcome.NotSent
+	Refused   = outcome.Refused
+	Unknown   = outcome.Unknown
 )
-
-var outcomeNames = [...]string{Committed: "committed", NotSent: "not sent", Refused: "refused", Unknown: "unknown"}
-
-// String names the outcome in words.
-func (o Outcome) String() string {
-	if o < Committed || o > Unknown {
-		return "invalid outcome"
-	}
-	return outcomeNames[o]
-}
 
 // Of classifies err, returned by a DynamoDB request, by what may have
 // reached the server (see Outcome). An error that carries an HTTP status

@@ -15,27 +15,20 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/nolock/nolock/internal/outcome"
 )
 
 // Outcome is what an error proves about a write that commits.
-type Outcome int
+type Outcome = outcome.Outcome
 
 // The outcomes, from the caller's side.
 const (
-	Committed Outcome = iota + 1
-	NotSent
-	Refused
-	Unknown
+	Committed = outcome.Committed
+	NotSent   = outcome.NotSent
+	Refused   = outcome.Refused
+	Unknown   = outcome.Unknown
 )
-
-var outcomeNames = [...]string{Committed: "committed", NotSent: "not sent", Refused: "refused", Unknown: "unknown"}
-
-func (o Outcome) String() string {
-	if o < Committed || o > Unknown {
-		return "invalid outcome"
-	}
-	return outcomeNames[o]
-}
 
 // ErrStoppedWaiting is part of the error Commit returns when the caller's
 // context ended while the commit was in flight: its outcome is unknown.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/kafkaerr"
+	"github.com/nolock/nolock/internal/kafkatxn"
 )
 
 // Reader is what Run needs from a *kafka.Reader configured with a GroupID.
@@ -76,6 +77,15 @@ func WithRetryBackoff(base, cap time.Duration) RunOption {
 // error only for bad input or when r fails for a reason that does not
 // pass (r was closed, authorisation or configuration refused).
 //
+// When r has a Config() kafka.ReaderConfig method (a *kafka.Reader does),
+// Run applies committed data only: Kafka's control records (transaction
+// markers) and records of aborted transactions never reach h or the parked
+// table, and a record of a transaction still open waits until it ends.
+// kafka-go's Reader hands both over, so Run fetches each range once more
+// to tell (see docs/inbox.md); configure the Reader with IsolationLevel
+// kafka.ReadCommitted so it does not wait. Skipped messages' offsets are
+// committed with their batch.
+//
 // The partitions' transactions run concurrently, so the Inbox's DB should
 // be a pool (a *pgxpool.Pool) with a connection per partition being
 // worked on; on a single *pgx.Conn or a pgx.Tx, Run processes one batch
@@ -113,6 +123,17 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler, opts ...RunOption
 	defer stopTimer()
 
 	p := &partitions{in: in, r: r, h: recovering(h), cfg: cfg, run: runCtx, work: work, queues: map[topicPartition]chan kafka.Message{}}
+	if kr, ok := r.(interface{ Config() kafka.ReaderConfig }); ok {
+		rc := kr.Config()
+		tr := &kafka.Transport{}
+		if d := rc.Dialer; d != nil {
+			tr.Dial, tr.TLS, tr.SASL, tr.ClientID = d.DialFunc, d.TLS, d.SASLMechanism, d.ClientID
+		}
+		defer tr.CloseIdleConnections()
+		p.filter = func(topic string, partition int) *kafkatxn.Filter {
+			return kafkatxn.New(tr, kafka.TCP(rc.Brokers...), topic, partition, true)
+		}
+	}
 	if _, ok := in.db.(*pgx.Conn); ok {
 		p.serial = new(sync.Mutex)
 	} else if _, ok := in.db.(pgx.Tx); ok {
@@ -145,6 +166,10 @@ type partitions struct {
 
 	queues map[topicPartition]chan kafka.Message
 	wg     sync.WaitGroup
+
+	// filter, if set, returns a partition's classifier of control
+	// records and records of aborted transactions.
+	filter func(topic string, partition int) *kafkatxn.Filter
 }
 
 // dispatch fetches until run ends or r fails for good, riding out
@@ -192,15 +217,29 @@ func (p *partitions) dispatch() error {
 // redelivery.
 func (p *partitions) consume(q <-chan kafka.Message) {
 	defer p.wg.Done()
+	var f *kafkatxn.Filter
 	for {
 		batch := p.take(q)
 		if batch == nil {
 			return
 		}
-		if p.serial != nil {
+		apply := batch
+		if p.filter != nil {
+			if f == nil {
+				f = p.filter(batch[0].Topic, batch[0].Partition)
+			}
+			var ok bool
+			if apply, ok = p.committed(f, batch); !ok {
+				return
+			}
+		}
+		if p.serial != nil && len(apply) > 0 {
 			p.serial.Lock()
 		}
-		err := p.in.handle(p.work, batch, p.h, p.cfg.retry)
+		var err error
+		if len(apply) > 0 {
+			err = p.in.handle(p.work, apply, p.h, p.cfg.retry)
+		}
 		if err == nil {
 			err = p.r.CommitMessages(p.work, batch...)
 			if err != nil && p.run.Err() == nil {
@@ -209,13 +248,42 @@ func (p *partitions) consume(q <-chan kafka.Message) {
 				p.in.log.Warn("inbox: offset commit failed", "err", err)
 			}
 		}
-		if p.serial != nil {
+		if p.serial != nil && len(apply) > 0 {
 			p.serial.Unlock()
 		}
 		if p.run.Err() != nil {
 			return
 		}
 	}
+}
+
+// committed returns the messages of batch that are neither control records
+// nor records of aborted transactions, waiting while a message's
+// transaction is still open. Failures to tell are retried with backoff; it
+// returns false once run ended, leaving batch for redelivery.
+func (p *partitions) committed(f *kafkatxn.Filter, batch []kafka.Message) ([]kafka.Message, bool) {
+	apply := batch[:0:0]
+	for _, m := range batch {
+		for attempt := 1; ; attempt++ {
+			skip, err := f.Skip(p.run, m)
+			if err == nil {
+				if skip {
+					p.in.log.Debug("inbox: skipped a control record or a record of an aborted transaction", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset)
+				} else {
+					apply = append(apply, m)
+				}
+				break
+			}
+			if p.run.Err() != nil {
+				return nil, false
+			}
+			p.in.log.Warn("inbox: classifying a record failed; retrying", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset, "attempt", attempt, "err", err)
+			if backoff.Sleep(p.run, p.cfg.retry.Delay(attempt+1)) != nil {
+				return nil, false
+			}
+		}
+	}
+	return apply, true
 }
 
 // take waits for one message of q, then takes up to batch-1 more that are

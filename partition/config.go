@@ -23,6 +23,8 @@ const (
 	DefaultRebalanceTimeout  = 30 * time.Second
 	DefaultJoinGroupBackoff  = 5 * time.Second
 	DefaultMaxAttempts       = 10
+	// DefaultPartitionWatchInterval is kafka-go's.
+	DefaultPartitionWatchInterval = 5 * time.Second
 )
 
 // parkedSuffix names the parked messages' table: Table + "_parked".
@@ -111,6 +113,24 @@ type Config struct {
 	// Default 0: never.
 	KafkaCommitInterval time.Duration
 
+	// ReadUncommitted, if true, reads every record a producer wrote,
+	// including those of transactions still open or aborted. By default
+	// (false) the partition is read committed: it is read only up to
+	// Kafka's last stable offset, so a record is applied only once its
+	// transaction committed, and a record of an aborted transaction is
+	// never applied. Either way Kafka's control records (the commit and
+	// abort markers of transactional producers) never reach the Handler,
+	// OnPark or the parked table. kafka-go's Reader hands over both aborted
+	// and control records, so each fetched range is fetched once more to
+	// classify its record batches (see docs/partition.md).
+	ReadUncommitted bool
+
+	// PartitionWatchInterval is how often each member asks Kafka how many
+	// partitions the Topics have; when the count changed (partitions were
+	// added), the group rebalances and the new partitions are assigned and
+	// consumed from StartOffset. Default 5 s; it must not be negative.
+	PartitionWatchInterval time.Duration
+
 	// Dialer connects to Kafka (TLS, SASL, client ID); nil means
 	// kafka.DefaultDialer.
 	Dialer *kafka.Dialer
@@ -170,6 +190,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultMaxAttempts
 	}
+	if c.PartitionWatchInterval == 0 {
+		c.PartitionWatchInterval = DefaultPartitionWatchInterval
+	}
 	return c
 }
 
@@ -222,7 +245,7 @@ func (c Config) Validate() error {
 		{"BatchWait", c.BatchWait}, {"BatchTimeout", c.BatchTimeout},
 		{"HeartbeatInterval", c.HeartbeatInterval}, {"SessionTimeout", c.SessionTimeout},
 		{"RebalanceTimeout", c.RebalanceTimeout}, {"JoinGroupBackoff", c.JoinGroupBackoff},
-		{"KafkaCommitInterval", c.KafkaCommitInterval},
+		{"KafkaCommitInterval", c.KafkaCommitInterval}, {"PartitionWatchInterval", c.PartitionWatchInterval},
 	} {
 		if d.v < 0 {
 			return invalid("%s %v is negative", d.name, d.v)

@@ -45,6 +45,7 @@ func TestConfigValidate(t *testing.T) {
 		{"StartOffset", func(c *partition.Config) { c.StartOffset = 42 }},
 		{"BatchWait", func(c *partition.Config) { c.BatchWait = -time.Second }},
 		{"KafkaCommitInterval", func(c *partition.Config) { c.KafkaCommitInterval = -time.Second }},
+		{"PartitionWatchInterval", func(c *partition.Config) { c.PartitionWatchInterval = -time.Second }},
 		{"HeartbeatInterval", func(c *partition.Config) { c.HeartbeatInterval = 10 * time.Second; c.SessionTimeout = 10 * time.Second }},
 		{"BatchTimeout", func(c *partition.Config) { c.BatchTimeout = 30 * time.Second }}, // = default RebalanceTimeout
 		{"BatchTimeout", func(c *partition.Config) { c.RebalanceTimeout = 5 * time.Second; c.BatchTimeout = 6 * time.Second }},

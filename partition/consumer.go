@@ -166,8 +166,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 		RebalanceTimeout:  c.cfg.RebalanceTimeout,
 		JoinGroupBackoff:  c.cfg.JoinGroupBackoff,
 		StartOffset:       c.cfg.StartOffset,
-		Logger:            kafkaLogger(c.log, slog.LevelDebug),
-		ErrorLogger:       kafkaLogger(c.log, slog.LevelWarn),
+		// A member that sees the partition count change ends the
+		// generation; the group rejoins and assigns the new partitions.
+		WatchPartitionChanges:  true,
+		PartitionWatchInterval: c.cfg.PartitionWatchInterval,
+		Logger:                 kafkaLogger(c.log, slog.LevelDebug),
+		ErrorLogger:            kafkaLogger(c.log, slog.LevelWarn),
 	})
 	if err != nil {
 		return fmt.Errorf("%w: kafka-go consumer group: %v", ErrInvalid, err)

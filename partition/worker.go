@@ -16,6 +16,7 @@ import (
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/kafkaerr"
+	"github.com/nolock/nolock/internal/kafkatxn"
 	"github.com/nolock/nolock/internal/pgerr"
 )
 
@@ -51,21 +52,30 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 		c.cfg.OnClaim(cl)
 	}
 
+	isolation := kafka.ReadCommitted
+	if c.cfg.ReadUncommitted {
+		isolation = kafka.ReadUncommitted
+	}
 	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:       c.cfg.Brokers,
-		Topic:         a.topic,
-		Partition:     a.partition,
-		Dialer:        c.cfg.Dialer,
-		MaxWait:       time.Second,
-		QueueCapacity: max(100, c.cfg.MaxBatch),
-		Logger:        kafkaLogger(log, slog.LevelDebug-4), // below Debug: the reader is chatty
-		ErrorLogger:   kafkaLogger(log, slog.LevelWarn),
+		Brokers:        c.cfg.Brokers,
+		Topic:          a.topic,
+		Partition:      a.partition,
+		Dialer:         c.cfg.Dialer,
+		MaxWait:        time.Second,
+		IsolationLevel: isolation,
+		QueueCapacity:  max(100, c.cfg.MaxBatch),
+		Logger:         kafkaLogger(log, slog.LevelDebug-4), // below Debug: the reader is chatty
+		ErrorLogger:    kafkaLogger(log, slog.LevelWarn),
 	})
 	defer r.Close()
 	if err := r.SetOffset(cl.Offset); err != nil {
 		c.release(cl, err, log)
 		return nil
 	}
+	// The Reader hands over control records and, read committed, the
+	// records of aborted transactions too; the filter tells them apart.
+	filter := kafkatxn.New(c.transport, kafka.TCP(c.cfg.Brokers...), a.topic, a.partition, !c.cfg.ReadUncommitted)
+	expect := prev // the offset the Reader should deliver next, if known
 
 	// Informational Kafka commits (KafkaCommitInterval): at most one per
 	// interval, and the trailing offset of a burst once the partition
@@ -88,14 +98,15 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 		if hasPending {
 			fetchCtx, cancelFetch = context.WithDeadline(genCtx, lastKafkaCommit.Add(c.cfg.KafkaCommitInterval))
 		}
-		msgs, err := c.fetch(fetchCtx, r)
+		b, err := c.fetch(fetchCtx, genCtx, r, filter, log)
 		cancelFetch()
 		if err != nil {
-			if genCtx.Err() == nil && fetchCtx.Err() != nil {
+			classify := errors.Is(err, errClassify) // the Reader's message is gone: never retried here
+			if !classify && genCtx.Err() == nil && fetchCtx.Err() != nil {
 				commitKafka() // idle: commit the burst's trailing offset
 				continue
 			}
-			if genCtx.Err() == nil && kafkaerr.Retriable(err) {
+			if !classify && genCtx.Err() == nil && kafkaerr.Retriable(err) {
 				// The reader reconnects by itself; keep the partition.
 				fetchFailures++
 				log.Warn("partition: fetch failed, retrying", "attempt", fetchFailures, "err", err)
@@ -113,10 +124,10 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 			return err
 		}
 		fetchFailures = 0
-		if prev != nil && msgs[0].Offset > *prev {
+		if expect != nil && b.first > *expect {
 			// kafka-go moves an offset below the log start up to it without
 			// a word; tell that apart from a compaction gap.
-			if err := c.checkGap(genCtx, a, *prev, log); err != nil {
+			if err := c.checkGap(genCtx, a, *expect, log); err != nil {
 				if errors.Is(err, errGenerationEnded) {
 					err = nil
 				}
@@ -124,6 +135,11 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 				c.release(cl, err, log)
 				return err
 			}
+		}
+		expect = &b.next
+		msgs := b.msgs
+		if len(msgs) == 0 {
+			continue // only control records or aborted ones
 		}
 		next := msgs[len(msgs)-1].Offset + 1
 		err = c.applyRetrying(runCtx, genCtx, cl, prev, next, msgs, log)
@@ -234,30 +250,77 @@ func (c *Consumer) firstOffset(ctx context.Context, a assignment) (int64, error)
 	return 0, fmt.Errorf("list offsets: no answer for %s/%d", a.topic, a.partition)
 }
 
-// fetch returns the next batch: it waits for one message as long as the
-// generation lasts, then takes the messages Kafka already reported behind
+// fetched is one batch read from the Reader: the messages to apply, in
+// offset order, and the offsets the Reader delivered, skipped ones
+// included.
+type fetched struct {
+	msgs  []kafka.Message
+	first int64 // the first offset delivered
+	next  int64 // the offset after the last one delivered
+}
+
+// fetch returns the next batch: it waits for one message as long as
+// fetchCtx lasts, then takes the messages Kafka already reported behind
 // it (the reader's lag), up to MaxBatch, waiting at most BatchWait for
-// them. It never waits for messages not yet produced.
-func (c *Consumer) fetch(genCtx context.Context, r *kafka.Reader) ([]kafka.Message, error) {
-	m, err := r.FetchMessage(genCtx)
+// them. It never waits for messages not yet produced. Control records
+// and, read committed, records of aborted transactions are left out; the
+// batch's msgs may then be empty. Classifying a message is retried for as
+// long as genCtx lasts: the Reader has handed it over and will not again.
+func (c *Consumer) fetch(fetchCtx, genCtx context.Context, r *kafka.Reader, f *kafkatxn.Filter, log *slog.Logger) (fetched, error) {
+	m, err := r.FetchMessage(fetchCtx)
 	if err != nil {
-		return nil, err
+		return fetched{}, err
 	}
-	msgs := []kafka.Message{m}
+	b := fetched{first: m.Offset}
+	if err := c.add(genCtx, f, &b, m, log); err != nil {
+		return fetched{}, err
+	}
 	if c.cfg.MaxBatch == 1 || r.Lag() <= 0 {
-		return msgs, nil
+		return b, nil
 	}
 	ctx, cancel := context.WithTimeout(genCtx, c.cfg.BatchWait)
 	defer cancel()
-	for len(msgs) < c.cfg.MaxBatch && r.Lag() > 0 {
+	for len(b.msgs) < c.cfg.MaxBatch && r.Lag() > 0 {
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
 			break // hand over what we have; the message stays queued
 		}
-		msgs = append(msgs, m)
+		if err := c.add(genCtx, f, &b, m, log); err != nil {
+			return fetched{}, err
+		}
 	}
-	return msgs, nil
+	return b, nil
 }
+
+// add appends m to b unless it is a control record or, read committed, a
+// record of an aborted transaction. A failure to classify it is retried
+// with backoff as long as genCtx lasts and the failure is transient.
+func (c *Consumer) add(genCtx context.Context, f *kafkatxn.Filter, b *fetched, m kafka.Message, log *slog.Logger) error {
+	b.next = m.Offset + 1
+	for attempt := 1; ; attempt++ {
+		skip, err := f.Skip(genCtx, m)
+		if err == nil {
+			if skip {
+				log.Debug("partition: skipped a control record or a record of an aborted transaction", "offset", m.Offset)
+			} else {
+				b.msgs = append(b.msgs, m)
+			}
+			return nil
+		}
+		if genCtx.Err() != nil || !kafkaerr.Retriable(err) {
+			return fmt.Errorf("%w: offset %d: %w", errClassify, m.Offset, err)
+		}
+		log.Warn("partition: classifying a record failed, retrying", "offset", m.Offset, "attempt", attempt, "err", err)
+		if backoff.Sleep(genCtx, c.retry.Delay(min(attempt+1, 30))) != nil {
+			return fmt.Errorf("%w: offset %d: %w", errClassify, m.Offset, err)
+		}
+	}
+}
+
+// errClassify marks a fetch that failed after the Reader handed over a
+// message: telling whether it is a control or an aborted record failed
+// for good, or the generation ended meanwhile.
+var errClassify = errors.New("partition: classifying a record")
 
 // exhaustedError is a batch's last failure once it may not be tried
 // again: MaxAttempts failures of a single message, or the first failure

@@ -19,8 +19,9 @@ import (
 	"github.com/nolock/nolock/internal/testenv"
 )
 
-// The anchor's settings (cirello.io/dynamolock v2.2.0 as measured for
-// issue 8): lease 2 s, heartbeat 500 ms, refresh (our poll) 50 ms.
+// The anchor's settings (cirello.io/dynamolock v2.2.0, the client the
+// benchmarks compare against): lease 2 s, heartbeat 500 ms, refresh (our
+// poll) 50 ms.
 const (
 	benchLease     = 2 * time.Second
 	benchHeartbeat = 500 * time.Millisecond

@@ -23,8 +23,8 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
 }
 
-// concurrency is how many callers create one schema at once (issue 16
-// saw 20 of 30 fail without the lock).
+// concurrency is how many callers create one schema at once: enough that,
+// without the advisory lock, some of them fail with 23505.
 const concurrency = 30
 
 // Every package's CreateSchema, called 30 times at once on a fresh

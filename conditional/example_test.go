@@ -1,0 +1,200 @@
+package conditional_test
+
+// The examples are whole programs: PostgreSQL comes from DATABASE_URL and
+// DynamoDB from exampleDynamoDB (stand-ins for your own). They have no
+// Output comment, so go test only compiles them; TestExamples runs each one
+// against the test services and checks what it prints.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// Eight buyers race for five units: exactly five are sold, never more.
+func ExampleStock_Take() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	stock, _ := conditional.NewStock(pool)
+	defer stock.Close()
+	if err := stock.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := stock.Put(ctx, "sku-42", 5); err != nil {
+		log.Fatal(err)
+	}
+	var sold, soldOut atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			switch err := stock.Take(ctx, "sku-42", 1); {
+			case err == nil:
+				sold.Add(1)
+			case errors.Is(err, conditional.ErrSoldOut):
+				soldOut.Add(1)
+			default:
+				log.Fatal(err)
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Println("sold:", sold.Load(), "sold out:", soldOut.Load())
+}
+
+// A debit the balance cannot cover is refused and changes nothing.
+func ExampleAccounts_Debit() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	accounts, _ := conditional.NewAccounts(pool)
+	defer accounts.Close()
+	if err := accounts.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := accounts.Open(ctx, "wallet-7", 100_00); err != nil { // cents
+		log.Fatal(err)
+	}
+	fmt.Println("first:", accounts.Debit(ctx, "wallet-7", 70_00))
+	err = accounts.Debit(ctx, "wallet-7", 70_00)
+	fmt.Println("second refused:", errors.Is(err, conditional.ErrInsufficient))
+	balance, _ := accounts.Balance(ctx, "wallet-7")
+	fmt.Println("balance:", balance)
+}
+
+// A seat held by one buyer cannot be held by another until the hold
+// expires or is released; the holder confirms it.
+func ExampleHolds_Hold() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	seats, _ := conditional.NewHolds(pool)
+	if err := seats.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := seats.Add(ctx, "show-9/12A"); err != nil {
+		log.Fatal(err)
+	}
+	_, err = seats.Hold(ctx, "show-9/12A", "alice", 10*time.Minute)
+	fmt.Println("alice holds:", err == nil)
+	_, err = seats.Hold(ctx, "show-9/12A", "bob", 10*time.Minute)
+	fmt.Println("bob refused:", errors.Is(err, conditional.ErrHeld))
+	fmt.Println("alice confirms:", seats.Confirm(ctx, "show-9/12A", "alice"))
+}
+
+// A hold that expired cannot be confirmed, even if no one took the seat:
+// the database's clock decides, not the holder's belief.
+func ExampleHolds_Confirm() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	seats, _ := conditional.NewHolds(pool)
+	if err := seats.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+	_ = seats.Add(ctx, "show-9/12B")
+	if _, err := seats.Hold(ctx, "show-9/12B", "carol", 10*time.Millisecond); err != nil {
+		log.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // carol is slow to pay
+	err = seats.Confirm(ctx, "show-9/12B", "carol")
+	fmt.Println("expired hold refused:", errors.Is(err, conditional.ErrNotHolder))
+}
+
+// A leader paused past its lease wakes up with an old token: its write is
+// refused because a newer leader wrote the row.
+func ExampleFenced_Update() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE manifest (dataset text PRIMARY KEY, files text, fence bigint);
+		INSERT INTO manifest VALUES ('events', 'seg-0001', NULL)`); err != nil {
+		log.Fatal(err)
+	}
+	manifest, _ := conditional.NewFenced("manifest", "dataset", "fence")
+	fmt.Println("new leader (token 8):", manifest.Update(ctx, pool, "events", 8, map[string]any{"files": "seg-0102"}))
+	err = manifest.Update(ctx, pool, "events", 7, map[string]any{"files": "seg-0101"})
+	fmt.Println("old leader (token 7) fenced:", errors.Is(err, conditional.ErrFenced))
+	var files string
+	_ = pool.QueryRow(ctx, `SELECT files FROM manifest WHERE dataset = 'events'`).Scan(&files)
+	fmt.Println("files:", files)
+}
+
+// Stock on DynamoDB: each take is one conditional write, never below zero.
+func ExampleDynamoStock_Take() {
+	ctx := context.Background()
+	ddb, table := exampleDynamoDB() // your client, and a table whose string hash key is "pk"
+	stock, err := conditional.NewDynamoStock(ddb, table)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := stock.Put(ctx, "sku-42", 3); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("first:", stock.Take(ctx, "sku-42", 2))
+	err = stock.Take(ctx, "sku-42", 2)
+	fmt.Println("second sold out:", errors.Is(err, conditional.ErrSoldOut))
+	left, _ := stock.Available(ctx, "sku-42")
+	fmt.Println("left:", left)
+}
+
+// TestExamples runs each Example against the test services, in a fresh
+// schema (DATABASE_URL) and a fresh DynamoDB table.
+func TestExamples(t *testing.T) {
+	for _, ex := range []struct {
+		name string
+		run  func()
+		want string
+	}{
+		{"Stock_Take", ExampleStock_Take, "sold: 5 sold out: 3\n"},
+		{"Accounts_Debit", ExampleAccounts_Debit, "first: <nil>\nsecond refused: true\nbalance: 3000\n"},
+		{"Holds_Hold", ExampleHolds_Hold, "alice holds: true\nbob refused: true\nalice confirms: <nil>\n"},
+		{"Holds_Confirm", ExampleHolds_Confirm, "expired hold refused: true\n"},
+		{"Fenced_Update", ExampleFenced_Update, "new leader (token 8): <nil>\nold leader (token 7) fenced: true\nfiles: seg-0102\n"},
+		{"DynamoStock_Take", ExampleDynamoStock_Take, "first: <nil>\nsecond sold out: true\nleft: 1\n"},
+	} {
+		t.Run(ex.name, func(t *testing.T) {
+			t.Setenv("DATABASE_URL", testenv.PostgresFreshDSN(t))
+			exampleDynamoDB = func() (*dynamodb.Client, string) {
+				ddb := testenv.DynamoDB(t)
+				return ddb, testenv.Table(t, ddb, false)
+			}
+			if got := testenv.Printed(t, ex.run); got != ex.want {
+				t.Errorf("printed\n%s\nwant\n%s", got, ex.want)
+			}
+		})
+	}
+}
+
+// exampleDynamoDB returns the examples' client and a table; TestExamples
+// sets it for each example.
+var exampleDynamoDB func() (*dynamodb.Client, string)

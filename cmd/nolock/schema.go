@@ -16,6 +16,7 @@ import (
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/inbox"
+	"github.com/nolock/nolock/lease"
 	"github.com/nolock/nolock/partition"
 )
 
@@ -62,6 +63,10 @@ func postgresSchema(out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	locks, err := lease.New(db)
+	if err != nil {
+		return err
+	}
 	// partition renders its DDL from a Consumer; New validates the Config
 	// and connects nowhere, so placeholders do for what the DDL ignores.
 	consumer, err := partition.New(db, partition.Config{
@@ -79,6 +84,7 @@ func postgresSchema(out io.Writer) error {
 		{"idempotency.Store", keys.Schema()},
 		{"inbox.Inbox", in.Schema()},
 		{"partition.Consumer", consumer.Schema()},
+		{"lease.Client", locks.Schema()},
 	} {
 		if _, err := fmt.Fprintf(out, "-- %s\n%s\n", part.name, strings.TrimRight(part.ddl, "\n")+"\n"); err != nil {
 			return err

@@ -26,6 +26,7 @@ var postgresTables = []string{
 	"nolock_idempotency",                                                                      // idempotency
 	"nolock_inbox", "nolock_inbox_watermarks", "nolock_inbox_attempts", "nolock_inbox_parked", // inbox
 	"nolock_partition", "nolock_partition_parked", // partition
+	"nolock_lease", // lease
 }
 
 // nolock schema names every package's tables and every DynamoDB-backed

@@ -148,7 +148,8 @@ func TestParkOnlyWhatWasNotProcessed(t *testing.T) {
 	bFinished := make(chan struct{})
 	// a counts its failed attempt (and may park) only once b's transaction
 	// ended: b applies x after a's attempt rolled back and before a looks.
-	a, err := inbox.New(queryAfter{pool, bFinished}, "billing", inbox.WithMaxAttempts(1), hook)
+	counted := new(atomic.Bool)
+	a, err := inbox.New(queryAfter{pool, bFinished, counted}, "billing", inbox.WithMaxAttempts(1), hook)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,12 @@ func TestParkOnlyWhatWasNotProcessed(t *testing.T) {
 			testenv.WaitLockWaiters(t, pool, 1) // b waits on a's claim
 		})
 		return errors.New("downstream timeout")
-	}, func() bool { return len(effects(t, pool)) == 1 })
+	}, func() bool {
+		// b applied x, and a is done with its failed attempt: counted,
+		// then found x processed and dropped its counter.
+		return len(effects(t, pool)) == 1 && counted.Load() &&
+			count(t, pool, `SELECT count(*) FROM nolock_inbox_attempts`) == 0
+	})
 	if err := <-bDone; err != nil {
 		t.Fatal(err)
 	}
@@ -183,15 +189,28 @@ func TestParkOnlyWhatWasNotProcessed(t *testing.T) {
 }
 
 // queryAfter is a DB whose QueryRow, with which an Inbox counts a failed
-// attempt, waits until after is closed.
+// attempt, waits until after is closed; counted is set once that count
+// has been read (its statement committed).
 type queryAfter struct {
 	inbox.DB
-	after <-chan struct{}
+	after   <-chan struct{}
+	counted *atomic.Bool
 }
 
 func (q queryAfter) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	<-q.after
-	return q.DB.QueryRow(ctx, sql, args...)
+	return countedRow{q.DB.QueryRow(ctx, sql, args...), q.counted}
+}
+
+type countedRow struct {
+	pgx.Row
+	counted *atomic.Bool
+}
+
+func (r countedRow) Scan(dest ...any) error {
+	err := r.Row.Scan(dest...)
+	r.counted.Store(err == nil)
+	return err
 }
 
 // A handler whose own query times out (pgx then closes the connection)

@@ -3,10 +3,8 @@ package conditional
 import (
 	"cmp"
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -14,11 +12,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/combine"
 	"github.com/nolock/nolock/internal/pgarg"
-
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
@@ -48,11 +44,12 @@ type Stock struct {
 
 	batch *combine.Combiner[bucketKey, int64, struct{}]
 
-	soldOutMu  sync.Mutex
-	soldOut    map[string]time.Time // key → when this process saw it empty
-	restocks   atomic.Uint64        // bumped, under soldOutMu, by every restock in this process
-	soldOutTTL time.Duration
-	now        func() time.Time
+	soldOutMu      sync.Mutex
+	soldOut        map[string]time.Time // key → when this process saw it empty
+	restocks       atomic.Uint64        // bumped, under soldOutMu, by every restock in this process
+	soldOutTTL     time.Duration
+	soldOutSweepAt int // the cache's size at which markSoldOut sweeps it; guarded by soldOutMu
+	now            func() time.Time
 
 	endgame  int64               // gather a key's buckets into bucket 0 at this many units or fewer; 0: never
 	gathered map[string]struct{} // keys this process saw gathered: their takes go to bucket 0
@@ -62,64 +59,6 @@ type Stock struct {
 
 	schemaSQL, batchSQL, takeSQL, addSQL, addFirstSQL, qtySQL, acrossSQL, acrossUpdateSQL, availableSQL, putSQL, openSQL string
 }
-
-// The statements, with {{table}} and {{qty}} replaced by quoted identifiers.
-const (
-	// One statement grants a batch of requests, first fit in arrival order:
-	// o locks the row (waiting for, then reading, the newest version), g
-	// walks the requests ($3) granting each one the rest covers, upd writes
-	// the result only if something was granted. It returns the units before
-	// the batch and one grant flag per request; no row means no such key.
-	batchSQL = `WITH RECURSIVE
- o AS (SELECT {{qty}} AS qty FROM {{table}} WHERE key = $1 AND bucket = $2 FOR UPDATE),
- g(i, rest, ok) AS (
-   SELECT 0, qty, true FROM o
-   UNION ALL
-   SELECT g.i + 1, CASE WHEN r.n <= g.rest THEN g.rest - r.n ELSE g.rest END, r.n <= g.rest
-   FROM g, LATERAL (SELECT ($3::bigint[])[g.i + 1] AS n) r
-   WHERE g.i < cardinality($3::bigint[])),
- fin AS (SELECT rest FROM g ORDER BY i DESC LIMIT 1),
- upd AS (UPDATE {{table}} s SET {{qty}} = fin.rest FROM fin, o
-         WHERE s.key = $1 AND s.bucket = $2 AND fin.rest <> o.qty)
-SELECT o.qty, (SELECT array_agg(ok ORDER BY i) FROM g WHERE i > 0) FROM o`
-	// A batch of one is the plain conditional decrement: on the uncontended
-	// path the library costs no more than the bare statement.
-	takeSQL = `UPDATE {{table}} SET {{qty}} = {{qty}} - $3 WHERE key = $1 AND bucket = $2 AND {{qty}} >= $3`
-	// addSQL adds to an existing row only (a credit), all of a batch at once.
-	addSQL = `UPDATE {{table}} SET {{qty}} = {{qty}} + $3 WHERE key = $1 AND bucket = $2`
-	// addFirstSQL adds to the key's first bucket: for a key with fewer
-	// buckets than this Stock spreads over.
-	addFirstSQL     = `UPDATE {{table}} SET {{qty}} = {{qty}} + $2 WHERE key = $1 AND bucket = (SELECT min(bucket) FROM {{table}} WHERE key = $1)`
-	qtySQL          = `SELECT {{qty}} FROM {{table}} WHERE key = $1 AND bucket = $2`
-	acrossSQL       = `SELECT bucket, {{qty}} FROM {{table}} WHERE key = $1 ORDER BY bucket FOR UPDATE`
-	acrossUpdateSQL = `UPDATE {{table}} s SET {{qty}} = v.qty FROM unnest($2::int[], $3::bigint[]) AS v(bucket, qty)
-WHERE s.key = $1 AND s.bucket = v.bucket`
-	// availableSQL saturates at the largest bigint (buckets may hold more
-	// between them than one int64) and is NULL for a key without rows
-	// (least would skip the NULL).
-	availableSQL = `SELECT (CASE WHEN sum({{qty}}) > 9223372036854775807 THEN 9223372036854775807 ELSE sum({{qty}}) END)::bigint
-FROM {{table}} WHERE key = $1`
-	// spread lays n out over the buckets, the remainder to the first ones.
-	spread = `INSERT INTO {{table}} AS s (key, bucket, {{qty}})
-SELECT $1, b, $2::bigint / $3::int + CASE WHEN b < $2::bigint % $3::int THEN 1 ELSE 0 END FROM generate_series(0, $3::int - 1) AS b
-ON CONFLICT (key, bucket) `
-	// Put adds n to the key's buckets, creating them if needed.
-	putSQL = spread + `DO UPDATE SET {{qty}} = s.{{qty}} + EXCLUDED.{{qty}}`
-	// openSQL creates the key's buckets only if the key has no bucket 0:
-	// bucket 0 decides, so an Accounts with more buckets than the key was
-	// opened with adds nothing (a per-row DO NOTHING added the new
-	// buckets' share), and concurrent Opens queue on bucket 0's entry.
-	openSQL = `WITH first AS (
-  INSERT INTO {{table}} (key, bucket, {{qty}}) VALUES ($1, 0, $2::bigint / $3::int + CASE WHEN 0 < $2::bigint % $3::int THEN 1 ELSE 0 END)
-  ON CONFLICT (key, bucket) DO NOTHING RETURNING 1)
-INSERT INTO {{table}} (key, bucket, {{qty}})
-SELECT $1, b, $2::bigint / $3::int + CASE WHEN b < $2::bigint % $3::int THEN 1 ELSE 0 END
-FROM generate_series(1, $3::int - 1) AS b WHERE EXISTS (SELECT FROM first)
-ON CONFLICT (key, bucket) DO NOTHING`
-)
-
-//go:embed stock.sql
-var stockSQL string
 
 // DefaultStockTable is the stock table's name unless WithStockTable says otherwise.
 const DefaultStockTable = "nolock_stock"
@@ -189,7 +128,9 @@ func WithStatementTimeout(d time.Duration) StockOption {
 // what it saw). Put, a credit or a CreditIn in this process clears the mark
 // (a CreditIn even if its transaction rolls back), and a take that read
 // the stock before such a restock never marks; a restock by another
-// process is seen only after d.
+// process is seen only after d. The cache drops expired marks as it adds
+// new ones and holds at most 65536 keys; a mark dropped early costs one
+// query.
 func WithSoldOutCache(d time.Duration) StockOption {
 	return func(c *stockConfig) { c.soldOutTTL = d }
 }
@@ -315,271 +256,6 @@ func (s *Stock) overOn(db DB, inTx bool) pgmode.Override {
 	return s.over
 }
 
-// errorsOnly adapts an operation whose only answer per request is an error.
-func errorsOnly(run func(context.Context, bucketKey, []int64) ([]error, error)) combine.Run[bucketKey, int64, struct{}] {
-	return func(ctx context.Context, k bucketKey, reqs []int64) ([]struct{}, []error, error) {
-		errs, err := run(ctx, k, reqs)
-		return make([]struct{}, len(reqs)), errs, err
-	}
-}
-
-// runTake is the take combiner's statement: one conditional update of one bucket
-// for a batch of requests.
-func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
-	gen := s.restockGen()
-	if len(reqs) == 1 {
-		return s.runOne(ctx, s.db, false, k, reqs[0])
-	}
-	// While the stock covers the whole batch (all of a sale but its end),
-	// the plain decrement by the batch's sum grants every request. A sum
-	// past int64 cannot be covered: the first-fit statement sorts it out.
-	if sum, ok := sumOf(reqs); ok {
-		tag, err := pgerr.Exec(ctx, s.db, s.takeSQL, s.over.Args(k.key, k.bucket, sum)...)
-		if err != nil {
-			return nil, fmt.Errorf("conditional: take %q: %w", k.key, classify(err))
-		}
-		if tag.RowsAffected() == 1 {
-			return make([]error, len(reqs)), nil
-		}
-	}
-	var before int64
-	var granted []bool
-	err := pgerr.Row(ctx, s.db, s.batchSQL, s.over.Args(k.key, k.bucket, reqs)...).Scan(&before, &granted)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrUnknownKey
-	}
-	if err != nil {
-		return nil, fmt.Errorf("conditional: take %q: %w", k.key, classify(err))
-	}
-	if len(granted) != len(reqs) {
-		return nil, fmt.Errorf("conditional: take %q: %d grant flags for %d requests", k.key, len(granted), len(reqs))
-	}
-	if before == 0 && s.buckets == 1 {
-		s.markSoldOut(k.key, gen)
-	}
-	errs := make([]error, len(reqs))
-	for i, ok := range granted {
-		if !ok {
-			errs[i] = ErrSoldOut
-		}
-	}
-	return errs, nil
-}
-
-// runOne takes n units of one bucket with the plain conditional decrement.
-// Only when it changes nothing does a second read tell sold out from unknown.
-// inTx says db is the caller's transaction, whose reads never mark the key
-// sold out: the transaction may roll back what it saw.
-func (s *Stock) runOne(ctx context.Context, db DB, inTx bool, k bucketKey, n int64) ([]error, error) {
-	gen := s.restockGen()
-	o := s.overOn(db, inTx)
-	tag, err := pgerr.Exec(ctx, db, s.takeSQL, o.Args(k.key, k.bucket, n)...)
-	if err != nil {
-		return nil, fmt.Errorf("conditional: take %q: %w", k.key, classifyOn(db, err))
-	}
-	if tag.RowsAffected() == 1 {
-		return []error{nil}, nil
-	}
-	var qty int64
-	switch err := db.QueryRow(ctx, s.qtySQL, o.Args(k.key, k.bucket)...).Scan(&qty); {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil, ErrUnknownKey
-	case err != nil:
-		return nil, fmt.Errorf("conditional: take %q: %w", k.key, pgmode.Explain(err))
-	}
-	if qty == 0 && s.buckets == 1 && !inTx {
-		s.markSoldOut(k.key, gen)
-	}
-	return []error{ErrSoldOut}, nil
-}
-
-// takeAcross takes n units from all of key's buckets in one transaction
-// (a savepoint when db is itself a transaction), locking them in ascending
-// order (every multi-row locker uses that order, and single-bucket
-// statements lock one row, so no deadlock). inTx says db is the caller's
-// transaction: what it sees may roll back, so it neither marks the key sold
-// out nor gathers it for this process.
-func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n int64) error {
-	gen := s.restockGen()
-	// Sold-out short-circuit: one unlocked read sees a consistent snapshot
-	// of all buckets; if they cannot cover n then, refusing is correct, and
-	// the endgame's buyers do not queue for every bucket's lock.
-	var seen *int64
-	if err := db.QueryRow(ctx, s.availableSQL, s.overOn(db, inTx).Args(key)...).Scan(&seen); err != nil {
-		return fmt.Errorf("conditional: take %q across buckets: %w", key, pgmode.Explain(err))
-	}
-	switch {
-	case seen == nil:
-		return ErrUnknownKey
-	case *seen < n:
-		if *seen == 0 && !inTx {
-			s.markSoldOut(key, gen)
-		}
-		return ErrSoldOut
-	}
-	tx, err := pgerr.Begin(ctx, db)
-	if err != nil {
-		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	rows, err := tx.Query(ctx, s.acrossSQL, key)
-	if err != nil {
-		return fmt.Errorf("conditional: take %q across buckets: %w", key, pgmode.Explain(err))
-	}
-	var bucket []int
-	var qty []int64
-	var total int64
-	for rows.Next() {
-		var b int
-		var q int64
-		if err := rows.Scan(&b, &q); err != nil {
-			return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
-		}
-		bucket, qty = append(bucket, b), append(qty, q)
-		total += min(q, math.MaxInt64-total) // saturates: only total >= n matters past int64
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("conditional: take %q across buckets: %w", key, pgmode.Explain(err))
-	}
-	switch {
-	case len(bucket) == 0:
-		return ErrUnknownKey
-	case total == 0:
-		if !inTx {
-			s.markSoldOut(key, gen)
-			s.setGathered(key, false)
-		}
-		return ErrSoldOut
-	case total < n:
-		return ErrSoldOut
-	}
-	var newBuckets []int
-	var newQty []int64
-	gather := s.endgame > 0 && total <= s.endgame
-	if gather {
-		// Endgame: everything left goes to the first bucket, where this
-		// process's later takes of the key coalesce.
-		for i := range bucket {
-			want := int64(0)
-			if i == 0 {
-				want = total - n
-			}
-			if qty[i] != want {
-				newBuckets, newQty = append(newBuckets, bucket[i]), append(newQty, want)
-			}
-		}
-	}
-	// Otherwise take from the fullest buckets first, leaving the rest to
-	// single-bucket takes.
-	for rest := n; rest > 0 && !gather; {
-		best := 0
-		for i := range qty {
-			if qty[i] > qty[best] {
-				best = i
-			}
-		}
-		d := min(rest, qty[best])
-		qty[best] -= d
-		rest -= d
-		newBuckets, newQty = append(newBuckets, bucket[best]), append(newQty, qty[best])
-	}
-	_, err = tx.Exec(ctx, s.acrossUpdateSQL, key, newBuckets, newQty)
-	if err != nil {
-		return fmt.Errorf("conditional: take %q across buckets: %w", key, pgmode.Explain(err))
-	}
-	// A take already sent waits for its outcome (see Take): the commit is
-	// neither cancelled nor abandoned when ctx ends.
-	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("conditional: take %q across buckets: %w", key, classifyOn(db, err))
-	}
-	if !inTx {
-		s.setGathered(key, gather) // a restock elsewhere ends an endgame seen here
-	}
-	return nil
-}
-
-// runAdd is the add combiner's statement: one unconditional increment of
-// one bucket by the sum of a batch.
-func (s *Stock) runAdd(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
-	if sum, ok := sumOf(reqs); ok {
-		err := s.addOne(ctx, s.db, false, k, sum)
-		if len(reqs) == 1 || !errors.Is(err, errTooLarge) {
-			return make([]error, len(reqs)), err
-		}
-	}
-	// The sum is past int64, or takes the row past it: one statement per
-	// request, so each gets its own answer (those that overflow the column
-	// fail alone).
-	errs := make([]error, len(reqs))
-	for i, n := range reqs {
-		errs[i] = s.addOne(ctx, s.db, false, k, n)
-	}
-	return errs, nil
-}
-
-// sumOf adds up positive amounts; ok is false if the sum overflows int64.
-func sumOf(reqs []int64) (sum int64, ok bool) {
-	for _, n := range reqs {
-		if n > math.MaxInt64-sum {
-			return 0, false
-		}
-		sum += n
-	}
-	return sum, true
-}
-
-// errTooLarge marks an add that would take a row past math.MaxInt64.
-var errTooLarge = fmt.Errorf("the total would exceed %d", int64(math.MaxInt64))
-
-// tooLarge reports whether err is PostgreSQL's numeric_value_out_of_range.
-func tooLarge(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "22003"
-}
-
-// addOne adds n to an existing bucket of key; inTx says db is the
-// caller's transaction.
-func (s *Stock) addOne(ctx context.Context, db DB, inTx bool, k bucketKey, n int64) error {
-	o := s.overOn(db, inTx)
-	tag, err := pgerr.Exec(ctx, db, s.addSQL, o.Args(k.key, k.bucket, n)...)
-	if err == nil && tag.RowsAffected() == 0 && s.buckets > 1 {
-		tag, err = pgerr.Exec(ctx, db, s.addFirstSQL, o.Args(k.key, n)...) // the key may have fewer buckets
-	}
-	switch {
-	case tooLarge(err):
-		return fmt.Errorf("conditional: add %d to %q: %w (%w)", n, k.key, errTooLarge, err)
-	case err != nil:
-		return fmt.Errorf("conditional: add to %q: %w", k.key, classifyOn(db, err))
-	case tag.RowsAffected() == 0:
-		return ErrUnknownKey
-	}
-	return nil
-}
-
-// add adds n to a random existing bucket of key, coalesced (tx nil) or in tx.
-func (s *Stock) add(ctx context.Context, tx DB, key string, n int64) error {
-	if err := s.valid(key, n); err != nil {
-		return err
-	}
-	if err := unsent(ctx, fmt.Sprintf("add to %q", key)); err != nil {
-		return err
-	}
-	k := bucketKey{key, 0}
-	if s.buckets > 1 {
-		k.bucket = s.rand(s.buckets)
-	}
-	var err error
-	if tx != nil {
-		err = s.addOne(ctx, tx, true, k, n)
-	} else {
-		_, err = s.adds.Do(ctx, k, n)
-	}
-	// Even in a transaction that may roll back, and after an error that may
-	// hide a commit: forgetting a mark costs at most a query.
-	s.restocked(key)
-	return err
-}
-
 // Put adds n units to key, creating it if needed: a restock or a return.
 // With buckets, the units are spread evenly over them.
 func (s *Stock) Put(ctx context.Context, key string, n int64) error {
@@ -663,66 +339,4 @@ func (s *Stock) Close() error {
 	s.batch.Close()
 	s.adds.Close()
 	return nil
-}
-
-func (s *Stock) cachedSoldOut(key string) bool {
-	if s.soldOutTTL == 0 {
-		return false
-	}
-	s.soldOutMu.Lock()
-	defer s.soldOutMu.Unlock()
-	at, ok := s.soldOut[key]
-	return ok && s.now().Sub(at) < s.soldOutTTL
-}
-
-// restocked forgets that key was seen sold out (or gathered) in this
-// process, and makes every take that read the stock before now unable to
-// mark any key sold out: its read may predate this restock.
-func (s *Stock) restocked(key string) {
-	s.soldOutMu.Lock()
-	s.restocks.Add(1)
-	delete(s.soldOut, key)
-	s.soldOutMu.Unlock()
-	s.setGathered(key, false)
-}
-
-// restockGen returns the restock generation; a take reads it before sending
-// its statement and passes it to markSoldOut.
-func (s *Stock) restockGen() uint64 { return s.restocks.Load() }
-
-// markSoldOut records that key was seen empty by a take that read the
-// restock generation gen before its statement, unless a restock in this
-// process happened since (the empty read may predate it).
-func (s *Stock) markSoldOut(key string, gen uint64) {
-	if s.soldOutTTL == 0 {
-		return
-	}
-	s.soldOutMu.Lock()
-	if s.restocks.Load() == gen {
-		s.soldOut[key] = s.now()
-	}
-	s.soldOutMu.Unlock()
-}
-
-func (s *Stock) isGathered(key string) bool {
-	if s.endgame == 0 {
-		return false
-	}
-	s.gatherMu.Lock()
-	defer s.gatherMu.Unlock()
-	_, ok := s.gathered[key]
-	return ok
-}
-
-func (s *Stock) setGathered(key string, on bool) {
-	if s.endgame == 0 {
-		return
-	}
-	s.gatherMu.Lock()
-	defer s.gatherMu.Unlock()
-	if on {
-		s.gathered[key] = struct{}{}
-	} else {
-		delete(s.gathered, key)
-	}
 }

@@ -152,6 +152,8 @@ func Middleware(store *Store, opts ...MiddlewareOption) (func(http.Handler) http
 	}, nil
 }
 
+// ServeHTTP handles one request as Middleware describes: it checks the
+// request, runs the handler through Store.Do and writes the outcome.
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !slices.Contains(m.methods, r.Method) {
 		m.next.ServeHTTP(w, r)
@@ -166,17 +168,38 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "idempotency: the "+HeaderKey+" header is required", http.StatusBadRequest)
 		return
 	}
-	scope := ""
+	scope, body, ok := m.read(w, r, key)
+	if !ok {
+		return
+	}
+	fp := Fingerprint([]byte(r.Method), []byte(r.URL.RequestURI()), body)
+	res, err := m.store.Do(r.Context(), scope, key, fp, m.handle(r, body))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	resp, err := decodeResponse(res.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	resp.write(w, res.Replayed)
+}
+
+// read checks the request's scope and key and reads its body, up to the
+// limit. ok false means it has answered the request itself (400, 413, or
+// 500 for a scope function's invalid scope).
+func (m *middleware) read(w http.ResponseWriter, r *http.Request, key string) (scope string, body []byte, ok bool) {
 	if m.scope != nil {
 		scope = m.scope(r)
 		if err := validText("scope", scope, MaxScopeLen, true); err != nil {
 			http.Error(w, "idempotency: bad scope", http.StatusInternalServerError)
-			return
+			return "", nil, false
 		}
 	}
 	if err := validText("key", key, MaxKeyLen, false); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return "", nil, false
 	}
 	limit := m.maxBody
 	if limit < math.MaxInt64 {
@@ -185,15 +208,22 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit))
 	if err != nil {
 		http.Error(w, "idempotency: reading the body: "+err.Error(), http.StatusBadRequest)
-		return
+		return "", nil, false
 	}
 	if int64(len(body)) > m.maxBody {
 		http.Error(w, fmt.Sprintf("idempotency: body over %d bytes", m.maxBody), http.StatusRequestEntityTooLarge)
-		return
+		return "", nil, false
 	}
-	fp := Fingerprint([]byte(r.Method), []byte(r.URL.RequestURI()), body)
+	return scope, body, true
+}
 
-	res, err := m.store.Do(r.Context(), scope, key, fp, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+// handle returns the Func that runs the handler on r, with body as its
+// body, inside Do's transaction, and returns the response to store: a
+// response below 400 as a result, a 4xx as a terminal one. A 5xx, a 4xx
+// after a failed statement, or a response that cannot be stored and
+// replayed is carried out as a *serverError, which rolls everything back.
+func (m *middleware) handle(r *http.Request, body []byte) Func {
+	return func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 		rec := &recorder{header: http.Header{}}
 		req := r.WithContext(context.WithValue(ctx, txKey{}, tx))
 		req.Body = io.NopCloser(bytes.NewReader(body))
@@ -220,33 +250,28 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return enc, Terminal(nil)
 		}
 		return enc, nil
-	})
+	}
+}
+
+// writeError answers a request whose Do failed: a response carried out of
+// the handler's run (a *serverError) as it is, 422 for a mismatch, 409 with Retry-After while the
+// key is in progress, 500 otherwise (details stay out of the answer: they
+// name tables and constraints).
+func writeError(w http.ResponseWriter, err error) {
 	var failed *serverError
 	switch {
-	case err == nil:
 	case errors.As(err, &failed):
 		failed.resp.write(w, false)
-		return
 	case errors.Is(err, ErrMismatch):
 		http.Error(w, "idempotency: this key was used for another request", http.StatusUnprocessableEntity)
-		return
 	case errors.Is(err, ErrInProgress):
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "idempotency: a request with this key is in progress", http.StatusConflict)
-		return
 	case errors.Is(err, ErrAmbiguousCommit):
 		http.Error(w, "idempotency: the outcome is unknown; retry with the same key", http.StatusInternalServerError)
-		return
-	default: // details stay out of the answer: they name tables and constraints
+	default:
 		http.Error(w, "idempotency: the request failed and was rolled back; retry with the same key", http.StatusInternalServerError)
-		return
 	}
-	resp, err := decodeResponse(res.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	resp.write(w, res.Replayed)
 }
 
 // headerKey returns the Idempotency-Key header's value, unquoted if it is

@@ -2,14 +2,12 @@ package idempotency
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/pgarg"
-	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
 )
@@ -91,63 +88,6 @@ const (
 // expiresSuffix names the expiry index after the table; New keeps that
 // name within PostgreSQL's identifier length (pgarg.Ident).
 const expiresSuffix = "_expires_at"
-
-//go:embed store.sql
-var storeSQL string
-
-// The statements, with {{table}} replaced by the quoted table name.
-const (
-	// claimSQL claims a key. Under Read Committed an insert that meets
-	// another transaction's uncommitted row for the key waits for it: if it
-	// rolls back, the insert claims the key; if it commits, the insert does
-	// nothing. A committed row (live or expired) makes it do nothing at
-	// once, without writing anything.
-	//
-	// The wait is bounded by lock_timeout ($5; NULL keeps the connection's
-	// own) for this statement only: the source row sets it, saving the
-	// connection's value, before the insert can wait, and RETURNING
-	// restores it once the key is claimed (fn runs with the connection's
-	// setting). When the claim fails, the transaction ends without fn, so
-	// there is nothing to restore. All in one statement: each statement in
-	// a pipeline costs as much as a small query.
-	claimSQL = `INSERT INTO {{table}} (scope, key, fingerprint, expires_at)
-SELECT $1, $2, $3, now() + $4::bigint * interval '1 microsecond'
-FROM (SELECT set_config('nolock.lock_timeout', current_setting('lock_timeout'), true),
-             set_config('lock_timeout', coalesce($5, current_setting('lock_timeout')), true)) AS bound
-ON CONFLICT (scope, key) DO NOTHING
-RETURNING created_at, expires_at, set_config('lock_timeout', current_setting('nolock.lock_timeout'), true)`
-	// readSQL reads a key's record, whether it has expired and whether the
-	// server has a synchronous standby (see found): the row a failed claim
-	// met (with a snapshot taken after the claim's wait), or the one Get
-	// and Exec look up. "+ interval '0 s'" keeps the planner
-	// on the primary key rather than the expiry index.
-	readSQL = `SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now(),
-       current_setting('synchronous_standby_names') <> ''
-FROM {{table}} WHERE scope = $1 AND key = $2`
-	// expireSQL deletes an expired record, for Exec to insert a new one.
-	// Its wait is bounded like the claim's: a takeover by Do holds the row.
-	expireSQL = `DELETE FROM {{table}}
-USING (SELECT set_config('lock_timeout', coalesce($3, current_setting('lock_timeout')), true)) AS bound
-WHERE scope = $1 AND key = $2 AND expires_at + interval '0 s' <= now()`
-	// takeoverSQL claims a key whose record has expired, in place, its wait
-	// bounded like the claim's. Two takers queue on the row lock; the second
-	// re-checks the row the first left and takes it only if the first
-	// rolled back.
-	takeoverSQL = `UPDATE {{table}} SET fingerprint = $3, terminal = false, result = NULL, created_at = now(),
-  expires_at = now() + $4::bigint * interval '1 microsecond'
-FROM (SELECT set_config('nolock.lock_timeout', current_setting('lock_timeout'), true),
-             set_config('lock_timeout', coalesce($5, current_setting('lock_timeout')), true)) AS bound
-WHERE scope = $1 AND key = $2 AND expires_at + interval '0 s' <= now()
-RETURNING created_at, expires_at, set_config('lock_timeout', current_setting('nolock.lock_timeout'), true)`
-	// recordSQL stores fn's result in the claimed row. It is pipelined with
-	// COMMIT, so it must fail rather than update nothing if the row is gone
-	// (fn deleted it): 1/0 raises, and the COMMIT behind it never runs.
-	recordSQL = `WITH r AS (UPDATE {{table}} SET result = $3, terminal = $4 WHERE scope = $1 AND key = $2 RETURNING 1)
-SELECT 1 / count(*) FROM r`
-	reapSQL = `DELETE FROM {{table}} t USING (
-  SELECT scope, key FROM {{table}} WHERE expires_at <= now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
-) e WHERE t.scope = e.scope AND t.key = e.key AND t.expires_at <= now()`
-)
 
 // Option configures New and NewDynamoDB. Each option says which it
 // applies to; the other refuses it with ErrInvalid.
@@ -278,303 +218,6 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 	return nil
 }
 
-// Do runs fn at most once per (scope, key): it claims the key, runs fn,
-// and stores fn's result with the key, in one transaction (Read Committed).
-//
-//   - A key not used yet (or whose record expired): fn runs; if it
-//     succeeds, or fails with an error marked Terminal, its writes and the
-//     record commit together and Do returns the result (Replayed false,
-//     nil error). Any other error of fn rolls everything back, stores
-//     nothing and is returned as is: retrying with the same key is safe.
-//   - A key with a live record and the same fingerprint: fn does not run;
-//     Do returns the stored result with Replayed set. A replay writes
-//     nothing and takes no lock; on a server with a synchronous standby
-//     it returns once the standby holds the record (a record whose own
-//     wait for the standby was cancelled is never acknowledged before).
-//   - A key with a live record and another fingerprint: fn does not run;
-//     Do returns a *MismatchError holding the stored record (ErrMismatch).
-//   - A key claimed by a transaction still running (a concurrent
-//     duplicate): Do waits for it, bounded by WithWait and ctx's deadline.
-//     If it commits, Do replays its result (or reports a mismatch); if it
-//     rolls back, Do claims the key and runs fn. If the bound runs out, Do
-//     returns ErrInProgress and nothing ran.
-//
-// ErrAmbiguousCommit means the connection failed after COMMIT was sent;
-// call Do again with the same key to learn the outcome: it replays the
-// result if the commit happened and runs fn if it did not. Cancelling ctx
-// before the commit rolls back. Once fn has returned, the commit is never
-// cancelled: no CancelRequest cuts it short (a cancelled wait for a
-// synchronous standby would leave it visible but not replicated). If ctx
-// ends while it is in flight, Do stops waiting and returns
-// ErrAmbiguousCommit; the commit goes on to its end on the server's terms.
-//
-// Arguments are checked before any I/O (ErrInvalid): key must be 1 to
-// MaxKeyLen bytes, scope at most MaxScopeLen ("" is a scope like any
-// other), both UTF-8 without NUL; fingerprint at most MaxFingerprintLen
-// bytes (nil equals empty; see Fingerprint); fn not nil.
-//
-// Do does not promise anything about effects fn makes outside tx, and does
-// not detect a fingerprint collision: use a cryptographic hash.
-func (s *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, fn Func) (Result, error) {
-	if err := checkCtx(ctx); err != nil {
-		return Result{}, err
-	}
-	if err := validRequest(scope, key, fingerprint, fn == nil); err != nil {
-		return Result{}, err
-	}
-	if fingerprint == nil {
-		fingerprint = []byte{}
-	}
-	var res Result
-	err := s.policy.Retry(ctx, func(ctx context.Context, _ int) error {
-		var err error
-		res, err = settled(ctx, func() (Result, error) { return s.once(ctx, scope, key, fingerprint, fn) })
-		return err
-	}, retryable, nil)
-	var exhausted *backoff.ExhaustedError
-	if errors.As(err, &exhausted) {
-		return Result{}, fmt.Errorf("idempotency: key %q: %w", key, err)
-	}
-	return res, err
-}
-
-// errVanished means the record that stood in the way of a claim (Do) or
-// an insert (Exec) was gone or expired by the time it was read: the
-// attempt is made again.
-var errVanished = errors.New("idempotency: the key's record vanished while in the way")
-
-// settled runs attempt again (up to 10 times, while ctx lives) as long as
-// it ends in errVanished: fn did not run then (an Exec statement may have,
-// and rolled back, as its record was in the way or its prepared statement
-// stale), so these do not count against WithAttempts, which bounds runs of
-// the effect that rolled back.
-func settled(ctx context.Context, attempt func() (Result, error)) (Result, error) {
-	for i := 0; ; i++ {
-		res, err := attempt()
-		if !errors.Is(err, errVanished) || i == 9 || ctx.Err() != nil {
-			return res, err
-		}
-	}
-}
-
-// retryable reports whether Do may run the whole transaction again: it
-// rolled back for a reason a new attempt may not meet.
-func retryable(err error) bool {
-	if errors.Is(err, ErrAmbiguousCommit) {
-		return false
-	}
-	var pgErr *pgconn.PgError
-	return errors.Is(err, errVanished) ||
-		errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
-}
-
-// once is one attempt of Do. A first run costs two round trips besides
-// fn's own (begin and claim; record and commit), as many as a bare
-// transaction; a replay costs two (begin and claim; read and commit).
-func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func) (Result, error) {
-	c, err := s.db.Acquire(ctx)
-	if err != nil {
-		return Result{}, fmt.Errorf("idempotency: acquire a connection: %w", pgerr.MarkUnsent(err))
-	}
-	// A connection left inside a transaction is closed, not reused. The
-	// commit releases it itself: it may outlive this call (see below).
-	release := c.Release
-	defer func() {
-		if release != nil {
-			release()
-		}
-	}()
-	conn := c.Conn()
-
-	rec := Record{Scope: scope, Key: key, Fingerprint: fp}
-	tx, claimed, err := s.claim(ctx, conn, s.claimSQL, &rec)
-	if err != nil {
-		return Result{}, err
-	}
-	if !claimed {
-		// Read the row the claim met, and end the transaction.
-		var stored found
-		var ok bool
-		b := &pgx.Batch{}
-		b.Queue(s.readSQL, scope, key).QueryRow(func(row pgx.Row) error {
-			err := stored.scan(row)
-			ok = err == nil
-			return noRows(err)
-		})
-		// The read's transaction commits after a statement that writes
-		// WAL when the server has a synchronous standby: its COMMIT then
-		// returns only once the standby holds all WAL up to it, the
-		// record's commit included, so a replay never acknowledges a record
-		// that a failover could lose (one whose own wait for the standby
-		// was cancelled). Without a synchronous standby it commits nothing.
-		b.Queue(syncMarkSQL)
-		b.Queue("commit")
-		err := detached(ctx, &release, func(ctx context.Context) error {
-			err := conn.SendBatch(ctx, b).Close()
-			end(ctx, conn, tx)
-			return err
-		})
-		switch {
-		case errors.Is(err, pgerr.ErrStoppedWaiting):
-			return Result{}, fmt.Errorf("idempotency: key %q: stopped waiting for its record to reach the synchronous standby; nothing was run: %w", key, err)
-		case err != nil:
-			return Result{}, fmt.Errorf("idempotency: read %q: %w", key, err)
-		case !ok: // gone already (reaped): start over
-			return Result{}, errVanished
-		case !stored.expired:
-			stored.Scope, stored.Key = scope, key
-			return replayOf(stored.Record, fp)
-		}
-		// An expired record counts as absent: take the key over.
-		if tx, claimed, err = s.claim(ctx, conn, s.takeoverSQL, &rec); err != nil {
-			return Result{}, err
-		}
-		if !claimed { // another taker committed first, or it was reaped
-			end(ctx, conn, tx)
-			return Result{}, errVanished
-		}
-	}
-
-	ftx := &fnTx{Tx: tx, closed: new(atomic.Bool)}
-	body, ferr := func() ([]byte, error) {
-		defer ftx.closed.Store(true)
-		return fn(ctx, ftx)
-	}()
-	terminal := ferr != nil && isTerminal(ferr)
-	if ferr != nil && !terminal {
-		rollback(ctx, tx)
-		return Result{}, ferr
-	}
-	switch conn.PgConn().TxStatus() {
-	case 'T':
-	case 'E':
-		rollback(ctx, tx)
-		return Result{}, fmt.Errorf("idempotency: key %q: fn returned success but a statement of its transaction failed; rolled back", key)
-	default:
-		return Result{}, fmt.Errorf("idempotency: key %q: fn ended the transaction itself; its effect may have committed without the key", key)
-	}
-
-	// Store the result and commit, in one round trip. The commit runs to
-	// its end on the server's terms even if the caller stops waiting (see
-	// detached).
-	var tag pgconn.CommandTag
-	b := &pgx.Batch{}
-	b.Queue(s.recordSQL, scope, key, body, terminal)
-	b.Queue("commit").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
-	err = detached(ctx, &release, func(ctx context.Context) error {
-		err := conn.SendBatch(ctx, b).Close()
-		if err != nil {
-			end(ctx, conn, tx) // when the record failed, the COMMIT was skipped
-		}
-		return err
-	})
-	if err != nil {
-		return Result{}, commitError(key, err)
-	}
-	if tag.String() != "COMMIT" {
-		return Result{}, fmt.Errorf("idempotency: key %q: commit rolled back (%s)", key, tag)
-	}
-	rec.Body, rec.Terminal = body, terminal
-	return Result{Record: rec}, nil
-}
-
-// syncMarkSQL writes a WAL record in its transaction (a transactional
-// logical message, ignored by logical decoding unless asked for) when the
-// server has a synchronous standby: PostgreSQL makes a COMMIT wait for the
-// standby only when its transaction wrote WAL, so the transaction's COMMIT
-// then waits until the standby holds the WAL up to it.
-const syncMarkSQL = `SELECT pg_logical_emit_message(true, 'nolock', '') WHERE current_setting('synchronous_standby_names') <> ''`
-
-// detached runs fn, which ends with a commit on the connection *release
-// releases, under pgerr.Commit: ctx cannot cancel it. If ctx ends first,
-// detached returns pgerr.ErrStoppedWaiting at once, sets *release to nil
-// and leaves the release to fn's goroutine, which releases the connection
-// when fn returns. Otherwise the connection stays with the caller.
-func detached(ctx context.Context, release *func(), fn func(context.Context) error) error {
-	var mu sync.Mutex
-	left, ended := false, false
-	done := *release
-	err := pgerr.Commit(ctx, func(ctx context.Context) error {
-		err := fn(ctx)
-		mu.Lock()
-		defer mu.Unlock()
-		if ended = true; left {
-			done()
-		}
-		return err
-	})
-	if errors.Is(err, pgerr.ErrStoppedWaiting) {
-		mu.Lock()
-		defer mu.Unlock()
-		*release = nil
-		if left = true; ended {
-			done()
-		}
-	}
-	return err
-}
-
-// claim begins a transaction on conn and runs the claim (or takeover)
-// statement sql in the same round trip, filling rec's times when it claims
-// the key. The transaction is left open either way, unless an error is
-// returned.
-func (s *Store) claim(ctx context.Context, conn *pgx.Conn, sql string, rec *Record) (tx pgx.Tx, claimed bool, err error) {
-	wait, bound := s.bound(ctx)
-	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	var restored string
-	b.Queue(sql, rec.Scope, rec.Key, rec.Fingerprint, s.retention.Microseconds(), bound).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&rec.CreatedAt, &rec.ExpiresAt, &restored)
-		claimed = err == nil
-		return noRows(err)
-	})
-	br := conn.SendBatch(ctx, b)
-	tx = br.Tx()
-	if err := br.Close(); err != nil {
-		end(ctx, conn, tx)
-		return nil, false, claimError(rec.Key, wait, err)
-	}
-	return tx, claimed, nil
-}
-
-// end rolls back tx unless conn is already outside a transaction.
-func end(ctx context.Context, conn *pgx.Conn, tx pgx.Tx) {
-	if conn.PgConn().TxStatus() != 'I' {
-		rollback(ctx, tx)
-	}
-}
-
-// noRows turns "no row" into nil: a claim that met a row returns none.
-func noRows(err error) error {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
-	return err
-}
-
-// claimError classifies a failed claim: lock_timeout (55P03) while waiting
-// for a concurrent duplicate is ErrInProgress. Nothing was committed.
-func claimError(key string, wait time.Duration, err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
-		return fmt.Errorf("%w: key %q, waited %v", ErrInProgress, key, wait)
-	}
-	return fmt.Errorf("idempotency: claim %q: %w", key, pgmode.Explain(err))
-}
-
-// commitError classifies a failed record-and-commit round trip by what it
-// proves (see pgerr.Of): the connection lost, a timeout, a FATAL such as
-// pg_terminate_backend, or the caller no longer waiting may have come after
-// the commit: ErrAmbiguousCommit. Anything else rolled the transaction
-// back: the server refused a statement (a failed record, a deferred
-// constraint, a serialization failure), or nothing was sent.
-func commitError(key string, err error) error {
-	if !pgerr.Ambiguous(err) {
-		return fmt.Errorf("idempotency: commit %q: rolled back: %w", key, pgmode.Explain(err))
-	}
-	return fmt.Errorf("%w: key %q: %w", ErrAmbiguousCommit, key, err)
-}
-
 // waitFor returns the lock_timeout for the claim: the Store's wait,
 // shortened to 90 % of what is left before ctx's deadline, so that the
 // server gives up before the client drops the connection. 0: no bound.
@@ -598,14 +241,6 @@ func (s *Store) bound(ctx context.Context) (time.Duration, any) {
 		return 0, nil
 	}
 	return wait, strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
-}
-
-// rollback ends tx even when ctx is cancelled. A failure closes the
-// connection, which the pool then drops; a closed tx returns ErrTxClosed.
-func rollback(ctx context.Context, tx pgx.Tx) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	_ = tx.Rollback(ctx)
 }
 
 // Get returns the live record of (scope, key), or ErrNotFound. It is a

@@ -1,0 +1,349 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/internal/pgmode"
+)
+
+// Do runs fn at most once per (scope, key): it claims the key, runs fn,
+// and stores fn's result with the key, in one transaction (Read Committed).
+//
+//   - A key not used yet (or whose record expired): fn runs; if it
+//     succeeds, or fails with an error marked Terminal, its writes and the
+//     record commit together and Do returns the result (Replayed false,
+//     nil error). Any other error of fn rolls everything back, stores
+//     nothing and is returned as is: retrying with the same key is safe.
+//   - A key with a live record and the same fingerprint: fn does not run;
+//     Do returns the stored result with Replayed set. A replay writes
+//     nothing and takes no lock; on a server with a synchronous standby
+//     it returns once the standby holds the record (a record whose own
+//     wait for the standby was cancelled is never acknowledged before).
+//   - A key with a live record and another fingerprint: fn does not run;
+//     Do returns a *MismatchError holding the stored record (ErrMismatch).
+//   - A key claimed by a transaction still running (a concurrent
+//     duplicate): Do waits for it, bounded by WithWait and ctx's deadline.
+//     If it commits, Do replays its result (or reports a mismatch); if it
+//     rolls back, Do claims the key and runs fn. If the bound runs out, Do
+//     returns ErrInProgress and nothing ran.
+//
+// ErrAmbiguousCommit means the connection failed after COMMIT was sent;
+// call Do again with the same key to learn the outcome: it replays the
+// result if the commit happened and runs fn if it did not. Cancelling ctx
+// before the commit rolls back. Once fn has returned, the commit is never
+// cancelled: no CancelRequest cuts it short (a cancelled wait for a
+// synchronous standby would leave it visible but not replicated). If ctx
+// ends while it is in flight, Do stops waiting and returns
+// ErrAmbiguousCommit; the commit goes on to its end on the server's terms.
+//
+// Arguments are checked before any I/O (ErrInvalid): key must be 1 to
+// MaxKeyLen bytes, scope at most MaxScopeLen ("" is a scope like any
+// other), both UTF-8 without NUL; fingerprint at most MaxFingerprintLen
+// bytes (nil equals empty; see Fingerprint); fn not nil.
+//
+// Do does not promise anything about effects fn makes outside tx, and does
+// not detect a fingerprint collision: use a cryptographic hash.
+func (s *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, fn Func) (Result, error) {
+	if err := checkCtx(ctx); err != nil {
+		return Result{}, err
+	}
+	if err := validRequest(scope, key, fingerprint, fn == nil); err != nil {
+		return Result{}, err
+	}
+	if fingerprint == nil {
+		fingerprint = []byte{}
+	}
+	var res Result
+	err := s.policy.Retry(ctx, func(ctx context.Context, _ int) error {
+		var err error
+		res, err = settled(ctx, func() (Result, error) { return s.once(ctx, scope, key, fingerprint, fn) })
+		return err
+	}, retryable, nil)
+	var exhausted *backoff.ExhaustedError
+	if errors.As(err, &exhausted) {
+		return Result{}, fmt.Errorf("idempotency: key %q: %w", key, err)
+	}
+	return res, err
+}
+
+// errVanished means the record that stood in the way of a claim (Do) or
+// an insert (Exec) was gone or expired by the time it was read: the
+// attempt is made again.
+var errVanished = errors.New("idempotency: the key's record vanished while in the way")
+
+// settled runs attempt again (up to 10 times, while ctx lives) as long as
+// it ends in errVanished: fn did not run then (an Exec statement may have,
+// and rolled back, as its record was in the way or its prepared statement
+// stale), so these do not count against WithAttempts, which bounds runs of
+// the effect that rolled back.
+func settled(ctx context.Context, attempt func() (Result, error)) (Result, error) {
+	for i := 0; ; i++ {
+		res, err := attempt()
+		if !errors.Is(err, errVanished) || i == 9 || ctx.Err() != nil {
+			return res, err
+		}
+	}
+}
+
+// retryable reports whether Do may run the whole transaction again: it
+// rolled back for a reason a new attempt may not meet.
+func retryable(err error) bool {
+	if errors.Is(err, ErrAmbiguousCommit) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	return errors.Is(err, errVanished) ||
+		errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+// once is one attempt of Do. A first run costs two round trips besides
+// fn's own (begin and claim; record and commit), as many as a bare
+// transaction; a replay costs two (begin and claim; read and commit).
+func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func) (Result, error) {
+	c, err := s.db.Acquire(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("idempotency: acquire a connection: %w", pgerr.MarkUnsent(err))
+	}
+	// A connection left inside a transaction is closed, not reused. The
+	// commit releases it itself: it may outlive this call (see detached).
+	release := c.Release
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
+	conn := c.Conn()
+
+	rec := Record{Scope: scope, Key: key, Fingerprint: fp}
+	tx, claimed, err := s.claim(ctx, conn, s.claimSQL, &rec)
+	if err != nil {
+		return Result{}, err
+	}
+	if !claimed {
+		res, expired, err := s.replay(ctx, conn, tx, &release, scope, key, fp)
+		if !expired {
+			return res, err
+		}
+		// An expired record counts as absent: take the key over.
+		if tx, claimed, err = s.claim(ctx, conn, s.takeoverSQL, &rec); err != nil {
+			return Result{}, err
+		}
+		if !claimed { // another taker committed first, or it was reaped
+			end(ctx, conn, tx)
+			return Result{}, errVanished
+		}
+	}
+	body, terminal, err := runFn(ctx, conn, tx, key, fn)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := s.record(ctx, conn, tx, &release, scope, key, body, terminal); err != nil {
+		return Result{}, err
+	}
+	rec.Body, rec.Terminal = body, terminal
+	return Result{Record: rec}, nil
+}
+
+// replay reads the record a failed claim met, in the claim's transaction
+// tx, and ends that transaction. It answers from a live record (a replay
+// or a *MismatchError); expired is true, with the transaction ended and
+// nothing else done, when the record has expired and the key may be taken
+// over. A record gone already (reaped) is errVanished.
+//
+// The read's transaction commits after a statement that writes WAL when
+// the server has a synchronous standby: its COMMIT then returns only once
+// the standby holds all WAL up to it, the record's commit included, so a
+// replay never acknowledges a record that a failover could lose (one whose
+// own wait for the standby was cancelled). Without a synchronous standby
+// it commits nothing.
+func (s *Store) replay(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *func(), scope, key string, fp []byte) (res Result, expired bool, err error) {
+	var stored found
+	var ok bool
+	b := &pgx.Batch{}
+	b.Queue(s.readSQL, scope, key).QueryRow(func(row pgx.Row) error {
+		err := stored.scan(row)
+		ok = err == nil
+		return noRows(err)
+	})
+	b.Queue(syncMarkSQL)
+	b.Queue("commit")
+	err = detached(ctx, release, func(ctx context.Context) error {
+		err := conn.SendBatch(ctx, b).Close()
+		end(ctx, conn, tx)
+		return err
+	})
+	switch {
+	case errors.Is(err, pgerr.ErrStoppedWaiting):
+		return Result{}, false, fmt.Errorf("idempotency: key %q: stopped waiting for its record to reach the synchronous standby; nothing was run: %w", key, err)
+	case err != nil:
+		return Result{}, false, fmt.Errorf("idempotency: read %q: %w", key, err)
+	case !ok: // gone already (reaped): start over
+		return Result{}, false, errVanished
+	case !stored.expired:
+		stored.Scope, stored.Key = scope, key
+		res, err := replayOf(stored.Record, fp)
+		return res, false, err
+	}
+	return Result{}, true, nil
+}
+
+// runFn runs fn in tx, the key's claimed transaction on conn, and returns
+// its result and whether fn marked it Terminal, with tx still open and
+// healthy. An error of fn not marked Terminal rolls tx back and is
+// returned as is; so is a success after a failed statement (as an error).
+// A tx that fn ended itself is reported: its effect may have committed
+// without the key.
+func runFn(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, key string, fn Func) (body []byte, terminal bool, err error) {
+	ftx := &fnTx{Tx: tx, closed: new(atomic.Bool)}
+	body, ferr := func() ([]byte, error) {
+		defer ftx.closed.Store(true)
+		return fn(ctx, ftx)
+	}()
+	terminal = ferr != nil && isTerminal(ferr)
+	if ferr != nil && !terminal {
+		rollback(ctx, tx)
+		return nil, false, ferr
+	}
+	switch conn.PgConn().TxStatus() {
+	case 'T':
+	case 'E':
+		rollback(ctx, tx)
+		return nil, false, fmt.Errorf("idempotency: key %q: fn returned success but a statement of its transaction failed; rolled back", key)
+	default:
+		return nil, false, fmt.Errorf("idempotency: key %q: fn ended the transaction itself; its effect may have committed without the key", key)
+	}
+	return body, terminal, nil
+}
+
+// record stores fn's result in the claimed row and commits tx, in one
+// round trip. The commit runs to its end on the server's terms even if the
+// caller stops waiting (see detached). nil means the effect and the record
+// committed together; an error says what it proves (see commitError).
+func (s *Store) record(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *func(), scope, key string, body []byte, terminal bool) error {
+	var tag pgconn.CommandTag
+	b := &pgx.Batch{}
+	b.Queue(s.recordSQL, scope, key, body, terminal)
+	b.Queue("commit").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	err := detached(ctx, release, func(ctx context.Context) error {
+		err := conn.SendBatch(ctx, b).Close()
+		if err != nil {
+			end(ctx, conn, tx) // when the record failed, the COMMIT was skipped
+		}
+		return err
+	})
+	if err != nil {
+		return commitError(key, err)
+	}
+	if tag.String() != "COMMIT" {
+		return fmt.Errorf("idempotency: key %q: commit rolled back (%s)", key, tag)
+	}
+	return nil
+}
+
+// detached runs fn, which ends with a commit on the connection *release
+// releases, under pgerr.Commit: ctx cannot cancel it. If ctx ends first,
+// detached returns pgerr.ErrStoppedWaiting at once, sets *release to nil
+// and leaves the release to fn's goroutine, which releases the connection
+// when fn returns. Otherwise the connection stays with the caller.
+func detached(ctx context.Context, release *func(), fn func(context.Context) error) error {
+	var mu sync.Mutex
+	left, ended := false, false
+	done := *release
+	err := pgerr.Commit(ctx, func(ctx context.Context) error {
+		err := fn(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if ended = true; left {
+			done()
+		}
+		return err
+	})
+	if errors.Is(err, pgerr.ErrStoppedWaiting) {
+		mu.Lock()
+		defer mu.Unlock()
+		*release = nil
+		if left = true; ended {
+			done()
+		}
+	}
+	return err
+}
+
+// claim begins a transaction on conn and runs the claim (or takeover)
+// statement sql in the same round trip, filling rec's times when it claims
+// the key. The transaction is left open either way, unless an error is
+// returned.
+func (s *Store) claim(ctx context.Context, conn *pgx.Conn, sql string, rec *Record) (tx pgx.Tx, claimed bool, err error) {
+	wait, bound := s.bound(ctx)
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	var restored string
+	b.Queue(sql, rec.Scope, rec.Key, rec.Fingerprint, s.retention.Microseconds(), bound).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&rec.CreatedAt, &rec.ExpiresAt, &restored)
+		claimed = err == nil
+		return noRows(err)
+	})
+	br := conn.SendBatch(ctx, b)
+	tx = br.Tx()
+	if err := br.Close(); err != nil {
+		end(ctx, conn, tx)
+		return nil, false, claimError(rec.Key, wait, err)
+	}
+	return tx, claimed, nil
+}
+
+// end rolls back tx unless conn is already outside a transaction.
+func end(ctx context.Context, conn *pgx.Conn, tx pgx.Tx) {
+	if conn.PgConn().TxStatus() != 'I' {
+		rollback(ctx, tx)
+	}
+}
+
+// noRows turns "no row" into nil: a claim that met a row returns none.
+func noRows(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	return err
+}
+
+// claimError classifies a failed claim: lock_timeout (55P03) while waiting
+// for a concurrent duplicate is ErrInProgress. Nothing was committed.
+func claimError(key string, wait time.Duration, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+		return fmt.Errorf("%w: key %q, waited %v", ErrInProgress, key, wait)
+	}
+	return fmt.Errorf("idempotency: claim %q: %w", key, pgmode.Explain(err))
+}
+
+// commitError classifies a failed record-and-commit round trip by what it
+// proves (see pgerr.Of): the connection lost, a timeout, a FATAL such as
+// pg_terminate_backend, or the caller no longer waiting may have come after
+// the commit: ErrAmbiguousCommit. Anything else rolled the transaction
+// back: the server refused a statement (a failed record, a deferred
+// constraint, a serialization failure), or nothing was sent.
+func commitError(key string, err error) error {
+	if !pgerr.Ambiguous(err) {
+		return fmt.Errorf("idempotency: commit %q: rolled back: %w", key, pgmode.Explain(err))
+	}
+	return fmt.Errorf("%w: key %q: %w", ErrAmbiguousCommit, key, err)
+}
+
+// rollback ends tx even when ctx is cancelled. A failure closes the
+// connection, which the pool then drops; a closed tx returns ErrTxClosed.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = tx.Rollback(ctx)
+}

@@ -1,0 +1,116 @@
+package idempotency
+
+import _ "embed"
+
+//go:embed store.sql
+var storeSQL string
+
+// The statements, with {{table}} replaced by the quoted table name.
+const (
+	// claimSQL claims a key. Under Read Committed an insert that meets
+	// another transaction's uncommitted row for the key waits for it: if it
+	// rolls back, the insert claims the key; if it commits, the insert does
+	// nothing. A committed row (live or expired) makes it do nothing at
+	// once, without writing anything.
+	//
+	// The wait is bounded by lock_timeout ($5; NULL keeps the connection's
+	// own) for this statement only: the source row sets it, saving the
+	// connection's value, before the insert can wait, and RETURNING
+	// restores it once the key is claimed (fn runs with the connection's
+	// setting). When the claim fails, the transaction ends without fn, so
+	// there is nothing to restore. All in one statement: each statement in
+	// a pipeline costs as much as a small query.
+	claimSQL = `INSERT INTO {{table}} (scope, key, fingerprint, expires_at)
+SELECT $1, $2, $3, now() + $4::bigint * interval '1 microsecond'
+FROM (SELECT set_config('nolock.lock_timeout', current_setting('lock_timeout'), true),
+             set_config('lock_timeout', coalesce($5, current_setting('lock_timeout')), true)) AS bound
+ON CONFLICT (scope, key) DO NOTHING
+RETURNING created_at, expires_at, set_config('lock_timeout', current_setting('nolock.lock_timeout'), true)`
+	// readSQL reads a key's record, whether it has expired and whether the
+	// server has a synchronous standby (see found): the row a failed claim
+	// met (with a snapshot taken after the claim's wait), or the one Get
+	// and Exec look up. "+ interval '0 s'" keeps the planner
+	// on the primary key rather than the expiry index.
+	readSQL = `SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now(),
+       current_setting('synchronous_standby_names') <> ''
+FROM {{table}} WHERE scope = $1 AND key = $2`
+	// expireSQL deletes an expired record, for Exec to insert a new one.
+	// Its wait is bounded like the claim's: a takeover by Do holds the row.
+	expireSQL = `DELETE FROM {{table}}
+USING (SELECT set_config('lock_timeout', coalesce($3, current_setting('lock_timeout')), true)) AS bound
+WHERE scope = $1 AND key = $2 AND expires_at + interval '0 s' <= now()`
+	// takeoverSQL claims a key whose record has expired, in place, its wait
+	// bounded like the claim's. Two takers queue on the row lock; the second
+	// re-checks the row the first left and takes it only if the first
+	// rolled back.
+	takeoverSQL = `UPDATE {{table}} SET fingerprint = $3, terminal = false, result = NULL, created_at = now(),
+  expires_at = now() + $4::bigint * interval '1 microsecond'
+FROM (SELECT set_config('nolock.lock_timeout', current_setting('lock_timeout'), true),
+             set_config('lock_timeout', coalesce($5, current_setting('lock_timeout')), true)) AS bound
+WHERE scope = $1 AND key = $2 AND expires_at + interval '0 s' <= now()
+RETURNING created_at, expires_at, set_config('lock_timeout', current_setting('nolock.lock_timeout'), true)`
+	// recordSQL stores fn's result in the claimed row. It is pipelined with
+	// COMMIT, so it must fail rather than update nothing if the row is gone
+	// (fn deleted it): 1/0 raises, and the COMMIT behind it never runs.
+	recordSQL = `WITH r AS (UPDATE {{table}} SET result = $3, terminal = $4 WHERE scope = $1 AND key = $2 RETURNING 1)
+SELECT 1 / count(*) FROM r`
+	reapSQL = `DELETE FROM {{table}} t USING (
+  SELECT scope, key FROM {{table}} WHERE expires_at <= now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+) e WHERE t.scope = e.scope AND t.key = e.key AND t.expires_at <= now()`
+)
+
+// syncMarkSQL writes a WAL record in its transaction (a transactional
+// logical message, ignored by logical decoding unless asked for) when the
+// server has a synchronous standby: PostgreSQL makes a COMMIT wait for the
+// standby only when its transaction wrote WAL, so the transaction's COMMIT
+// then waits until the standby holds the WAL up to it.
+const syncMarkSQL = `SELECT pg_logical_emit_message(true, 'nolock', '') WHERE current_setting('synchronous_standby_names') <> ''`
+
+// execSQL wraps the caller's statement (%[1]s) so that its effect and the
+// key's record are written by one statement, in one implicit transaction.
+// Parameters $%[2]d to $%[6]d follow the caller's own.
+//
+//   - nolock_bound runs first (the effect is pulled only through a LATERAL
+//     join on it, and a MATERIALIZED CTE is not folded into its user): it
+//     bounds every lock wait of the statement by lock_timeout ($%[2]d), for
+//     this implicit transaction only. Not just the key's: a duplicate of a
+//     request in flight usually waits first for the effect's rows, which
+//     that request holds, so a bound on the key's wait alone would bound
+//     nothing (TestExecWaitsForInFlightDuplicate).
+//   - nolock_effect is the caller's statement; its RETURNING rows become
+//     the record's result (a JSON array; no row at all is stored as a
+//     terminal outcome, such as a debit refused for insufficient funds).
+//   - The INSERT writes the record. A record for the key, committed since
+//     Exec read it or by a concurrent duplicate this insert waited for on
+//     the key's index entry, makes it fail with a unique violation, and the
+//     effect rolls back with it: no effect ever commits without its key.
+//     That error is the only guard, and it costs nothing until it fires
+//     (an ON CONFLICT clause with a check of its outcome in the same
+//     statement costs every first run about 10 %, by pgbench).
+const execSQL = `WITH nolock_bound AS MATERIALIZED (
+  SELECT set_config('lock_timeout', coalesce($%[2]d, current_setting('lock_timeout')), true) AS lock_timeout),
+nolock_effect AS (%[1]s
+)
+INSERT INTO {{table}} (scope, key, fingerprint, result, terminal, expires_at)
+SELECT $%[3]d, $%[4]d, $%[5]d, convert_to(coalesce(r.rows, '[]'), 'UTF8'), r.rows IS NULL,
+       now() + $%[6]d::bigint * interval '1 microsecond'
+FROM nolock_bound b, LATERAL (SELECT json_agg(e)::text AS rows FROM nolock_effect e WHERE b.lock_timeout IS NOT NULL) r
+RETURNING created_at, expires_at, result, terminal`
+
+// gateSQL is Exec's read when it shares a round trip with the statement:
+// the key's record, as readSQL returns it, and then, if there was one, an
+// error, so that the server skips the statement sent after it (a pipeline
+// skips everything after an error until its Sync). The error is a cast of
+// the CTE's text column to boolean (the planner cannot see through a
+// MATERIALIZED CTE, so it never folds the cast into an error at planning
+// time). The server logs that error, gateMarker, once per call that finds
+// a record while sharing (a replay, a mismatch or an expired record).
+const gateSQL = `WITH r AS MATERIALIZED (
+  SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now() AS expired,
+         current_setting('synchronous_standby_names') <> '' AS standby, '` + gateMarker + `'::text AS gate
+  FROM {{table}} WHERE scope = $1 AND key = $2)
+SELECT fingerprint, terminal, result, created_at, expires_at, expired, standby FROM r
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM r WHERE r.gate::boolean`
+
+const gateMarker = "nolock idempotency: this key has a record, so the statement sent with this read is skipped (a replay, not a failure)"

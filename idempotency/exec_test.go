@@ -139,9 +139,16 @@ func TestExecWaitsForInFlightDuplicate(t *testing.T) {
 		if took := time.Since(start); !errors.Is(err, idempotency.ErrInProgress) || took < 200*time.Millisecond {
 			t.Fatalf("duplicate of a request in flight: %v after %v, want ErrInProgress after about 300ms", err, took)
 		}
+		// A duplicate that may wait long enough (however slow the machine)
+		// replays the first's result once it commits.
+		patient, err := idempotency.New(b.pool, idempotency.WithWait(testenv.Scale(30*time.Second)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pin(patient)
 		got := make(chan error, 1)
 		go func() {
-			res, err := b.store.Exec(ctx, "alice", "pay-1", fingerprint("alice", "pay-1", 500), debitSQL, "alice", 500)
+			res, err := patient.Exec(ctx, "alice", "pay-1", fingerprint("alice", "pay-1", 500), debitSQL, "alice", 500)
 			if err == nil && (!res.Replayed || string(res.Body) != "paid pay-1 500") {
 				err = fmt.Errorf("got %+v, want a replay of the first's result", res)
 			}

@@ -50,8 +50,12 @@ func proxied(t *testing.T, dropNext, blackhole *atomic.Bool) *dynamodb.Client {
 // the hung write's RVN too, succeeds.
 func TestHungHeartbeatKeepsLock(t *testing.T) {
 	t.Parallel()
-	// A short heartbeat, and the largest allowed, half the lease.
-	for _, hb := range []time.Duration{testLease / 16, testLease / 2} {
+	// A short heartbeat, and the largest allowed, half the lease. With half
+	// the lease, the hung call's bound and the retry must fit in the other
+	// half; that lease is three test leases, so a busy machine's scheduling
+	// delays fit too.
+	for _, c := range []struct{ lease, hb time.Duration }{{testLease, testLease / 16}, {3 * testLease, 3 * testLease / 2}} {
+		lease, hb := c.lease, c.hb
 		t.Run(hb.String(), func(t *testing.T) {
 			t.Parallel()
 			server, table := newTable(t)
@@ -61,7 +65,7 @@ func TestHungHeartbeatKeepsLock(t *testing.T) {
 					dropNext.Store(true) // this heartbeat's answer is the next one the server sends
 				}
 			}}
-			c := newClient(t, api, table, dynamolock.WithHeartbeat(hb))
+			c := newClient(t, api, table, dynamolock.WithLease(lease), dynamolock.WithHeartbeat(hb))
 			l := mustAcquire(t, c, "k")
 			before := attrS(readItem(t, server, table, "k"), dynamolock.AttrRVN)
 			testenv.Until(t, "a heartbeat after the hung one confirmed", func() (bool, error) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nolock/nolock/internal/testenv"
 	"github.com/nolock/nolock/lease"
+	"github.com/nolock/nolock/pgoutcome"
 )
 
 // Acquire and release, twice: the second holder gets the next token, the
@@ -62,7 +63,9 @@ func TestHeld(t *testing.T) {
 	}
 	start := time.Now()
 	_, err = b.Acquire(context.Background(), "k", lease.WithWait(3*testLease))
-	if !errors.Is(err, lease.ErrNotAcquired) || time.Since(start) < 3*testLease {
+	// Not acquired; or, on a busy machine, the wait ran out with a try in
+	// flight, whose outcome the caller is told it does not know.
+	if !errors.Is(err, lease.ErrNotAcquired) && !errors.Is(err, pgoutcome.ErrStoppedWaiting) || time.Since(start) < 3*testLease {
 		t.Fatalf("bounded Acquire: %v after %v", err, time.Since(start))
 	}
 	if l.Err() != nil || readRow(t, pool, "k").Token != 1 {

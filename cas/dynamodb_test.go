@@ -8,18 +8,16 @@ import (
 
 	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/internal/services"
+	"github.com/nolock/nolock/internal/testenv"
 )
 
 // A write whose connection is refused was never sent: the backend returns
 // the dial error, not ErrAmbiguousCommit.
 func TestDynamoDBRefusedConnectionIsNotAmbiguous(t *testing.T) {
 	t.Parallel()
-	if conn, err := net.Dial("tcp", "127.0.0.1:1"); err == nil {
-		conn.Close()
-		t.Skip("something listens on 127.0.0.1:1")
-	}
+	refused := testenv.RefusedEndpoint(t)
 	ctx := context.Background()
-	b, err := cas.NewDynamoDBBackend(services.DynamoDBClient("http://127.0.0.1:1", nil), "tbl", "pk")
+	b, err := cas.NewDynamoDBBackend(services.DynamoDBClient(refused, nil), "tbl", "pk")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -320,12 +320,9 @@ func TestDynamoSDKDoesNotRetryALostWrite(t *testing.T) {
 // the dial error, not as ErrAmbiguousCommit, whatever the operation.
 func TestDynamoRefusedConnectionIsNotAmbiguous(t *testing.T) {
 	t.Parallel()
-	if conn, err := net.Dial("tcp", "127.0.0.1:1"); err == nil {
-		conn.Close()
-		t.Skip("something listens on 127.0.0.1:1")
-	}
+	refused := testenv.RefusedEndpoint(t)
 	ctx := context.Background()
-	client := services.DynamoDBClient("http://127.0.0.1:1", nil)
+	client := services.DynamoDBClient(refused, nil)
 	stock, err := conditional.NewDynamoStock(client, "tbl")
 	if err != nil {
 		t.Fatal(err)

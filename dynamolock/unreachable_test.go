@@ -98,12 +98,9 @@ func (r *refusing) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput,
 // whose release was not sent stays held.
 func TestRefusedConnectionNotSent(t *testing.T) {
 	t.Parallel()
-	if conn, err := net.Dial("tcp", "127.0.0.1:1"); err == nil {
-		conn.Close()
-		t.Skip("something listens on 127.0.0.1:1")
-	}
+	refused := testenv.RefusedEndpoint(t)
 	server, table := newTable(t)
-	api := &refusing{live: server, dead: clientFor(t, "http://127.0.0.1:1")}
+	api := &refusing{live: server, dead: clientFor(t, refused)}
 	bound := testLease / 2 // a retry until a lease passes would exceed it
 	api.down.Store(true)
 	c := newClient(t, api, table)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,7 +19,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
+
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"github.com/nolock/nolock/internal/testenv"
 )
 
 // answered builds the error the SDK returns for an answer with status and
@@ -46,10 +49,10 @@ func sendFailed(err error) error {
 func code(c string) error { return &smithy.GenericAPIError{Code: c, Message: "m"} }
 
 func TestOf(t *testing.T) {
-	// Port 1 on loopback refuses connections: a real dial error.
-	_, dialErr := (&net.Dialer{Timeout: 5 * time.Second}).Dial("tcp", "127.0.0.1:1")
+	// A freed loopback port refuses connections: a real dial error.
+	_, dialErr := (&net.Dialer{Timeout: 5 * time.Second}).Dial("tcp", strings.TrimPrefix(testenv.RefusedEndpoint(t), "http://"))
 	if dialErr == nil {
-		t.Skip("something listens on 127.0.0.1:1")
+		t.Fatal("a dial to a freed port connected")
 	}
 	item := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}}
 	for _, tc := range []struct {
@@ -204,13 +207,10 @@ func TestNoBlindRetries(t *testing.T) {
 // A real SDK client whose connections are refused: the error is NotSent,
 // and NoBlindRetries lets the SDK retry it (nothing was sent).
 func TestRefusedDialIsNotSent(t *testing.T) {
-	if conn, err := net.Dial("tcp", "127.0.0.1:1"); err == nil {
-		conn.Close()
-		t.Skip("something listens on 127.0.0.1:1")
-	}
+	refused := testenv.RefusedEndpoint(t)
 	var attempts atomic.Int64
 	client := dynamodb.New(dynamodb.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String("http://127.0.0.1:1"), Credentials: aws.AnonymousCredentials{},
+		Region: "us-east-1", BaseEndpoint: aws.String(refused), Credentials: aws.AnonymousCredentials{},
 		HTTPClient: &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
 			attempts.Add(1)
 			return http.DefaultTransport.RoundTrip(r)

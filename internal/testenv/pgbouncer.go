@@ -410,3 +410,11 @@ func ownedTempDir(t testing.TB, pattern string) string {
 	}
 	return dir
 }
+
+// RefusedEndpoint returns an http://127.0.0.1 endpoint on a port nothing
+// listens on (just freed), so that a dial to it is refused: a request that
+// was never sent.
+func RefusedEndpoint(t testing.TB) string {
+	t.Helper()
+	return fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+}

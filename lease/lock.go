@@ -21,8 +21,9 @@ type Lock struct {
 	ac    acquireConfig
 	token int64
 	start time.Time // when the acquiring statement was sent
-	stop  context.CancelFunc
-	done  chan struct{} // closed when the renewal goroutine has ended
+	stop    context.CancelFunc
+	starter *time.Timer   // starts the renewal goroutine at its first wake
+	done    chan struct{} // closed when the renewal goroutine has ended (or was never started)
 
 	lost, expiring chan struct{}
 	ctx            context.Context
@@ -63,9 +64,34 @@ func (c *Client) newLock(caller context.Context, ac acquireConfig, s sent, token
 	}
 	c.locks[l] = struct{}{}
 	c.wg.Add(1)
+	// The renewal goroutine starts at its first wake (a heartbeat, or the
+	// warning or the maximum hold if sooner): a lock released before then
+	// costs no goroutine.
+	l.starter = time.AfterFunc(l.firstWake(), func() { l.run(rctx) })
 	c.mu.Unlock()
-	go l.run(rctx)
 	return l, nil
+}
+
+// firstWake is how long after now the renewal goroutine has its first
+// thing to do: a heartbeat, the Expiring warning, or the end of the
+// maximum hold, whichever comes first.
+func (l *Lock) firstWake() time.Duration {
+	cfg := l.c.cfg
+	d := min(cfg.heartbeat, cfg.lease-cfg.warn)
+	if l.ac.maxHold > 0 {
+		d = min(d, l.ac.maxHold-cfg.warn)
+	}
+	return d - cfg.now().Sub(l.start)
+}
+
+// halt ends the renewals: it cancels them, and when their goroutine has
+// not started, ends them itself (done closes at once).
+func (l *Lock) halt() {
+	l.stop()
+	if l.starter.Stop() {
+		close(l.done)
+		l.c.wg.Done()
+	}
 }
 
 // Key returns the lock's key.
@@ -159,7 +185,7 @@ func (l *Lock) warnLocked() {
 // freed by its lease and the lock-delay running out). Release is
 // idempotent: later calls (and Close) return the first one's result.
 func (l *Lock) Release(ctx context.Context) error {
-	l.stop()
+	l.halt()
 	<-l.done
 	l.lose(ErrReleased)
 	l.releaseRow(ctx)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/nolock/nolock/observe"
 )
 
 // Lock is a held lock. It renews its lease in the background until
@@ -17,10 +19,10 @@ import (
 // with conditional.Fenced, or FenceSQL in your own statements). Methods
 // are safe for concurrent use.
 type Lock struct {
-	c     *Client
-	ac    acquireConfig
-	token int64
-	start time.Time // when the acquiring statement was sent
+	c       *Client
+	ac      acquireConfig
+	token   int64
+	start   time.Time // when the acquiring statement was sent
 	stop    context.CancelFunc
 	starter *time.Timer   // starts the renewal goroutine at its first wake
 	done    chan struct{} // closed when the renewal goroutine has ended (or was never started)
@@ -143,29 +145,40 @@ func (l *Lock) Err() error {
 // lose ends the lock with err (the first reason sticks). For an expiry or
 // the maximum hold it closes Expiring first, if it is still open.
 func (l *Lock) lose(err error) {
+	var le *LostError
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.err != nil {
+		l.mu.Unlock()
 		return
 	}
-	var le *LostError
-	if errors.As(err, &le) && (le.Cause == Expired || le.Cause == MaxHold) {
-		l.warnLocked()
-	}
+	warned := errors.As(err, &le) && (le.Cause == Expired || le.Cause == MaxHold) && l.warnLocked()
 	l.err = err
 	close(l.lost)
 	l.cancelCtx(err)
+	l.mu.Unlock()
+	if warned {
+		l.event("lease.expiring", 0, nil)
+	}
 	if le != nil {
 		l.c.log.Warn("lease: lock lost", "key", l.ac.key, "token", l.token, "err", err)
+		l.event("lease.lost", 0, err)
 	}
 }
 
-// warnLocked closes Expiring, once. l.mu must be held.
-func (l *Lock) warnLocked() {
-	if !l.warned {
-		l.warned = true
-		close(l.expiring)
+// warnLocked closes Expiring, once, and reports whether it did. l.mu must
+// be held.
+func (l *Lock) warnLocked() bool {
+	if l.warned {
+		return false
 	}
+	l.warned = true
+	close(l.expiring)
+	return true
+}
+
+// event reports an event of the lock to the Client's observer.
+func (l *Lock) event(name string, d time.Duration, err error) {
+	l.c.events.Notify(l.ctx, observe.Event{Name: name, Key: l.ac.key, Token: l.token, Duration: d, Err: err})
 }
 
 // Release ends the lock: it stops the renewals (one in flight is no longer
@@ -191,6 +204,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.releaseRow(ctx)
 	if err := l.Err(); !errors.Is(err, ErrReleased) {
 		return err
+	}
+	if l.releaseErr == nil {
+		l.event("lease.released", l.c.cfg.now().Sub(l.start), nil)
 	}
 	return l.releaseErr
 }

@@ -27,7 +27,8 @@ import (
 // this process are coalesced (see WithCoalescing): one statement in flight
 // per key, each granting a whole batch. Several processes may share a table;
 // the row lock keeps them exact. For keys hotter than one row allows across
-// processes, spread the stock over buckets (WithBuckets). Every Stock on a
+// processes, spread the stock over buckets (WithBuckets) and give each
+// process a bucket of its own to coalesce on (WithHome). Every Stock on a
 // table must use the same WithBuckets: a take with more buckets than the
 // key's rows still finds its units (it goes across the rows), but a Stock
 // with one bucket sees only bucket 0 and answers ErrSoldOut while other
@@ -40,6 +41,7 @@ type Stock struct {
 	table             string          // quoted
 	keyArg, amountArg string
 	buckets           int
+	home              int // this Stock's home bucket (WithHome); -1: none
 	rand              func(n int) int
 
 	batch *combine.Combiner[bucketKey, int64, struct{}]
@@ -77,6 +79,8 @@ type stockConfig struct {
 	keyArg     string // what errors call a key: "key", or "account"
 	amountArg  string // what errors call a quantity: "n", or "amount"
 	buckets    int
+	home       int
+	homeSet    bool
 	endgame    int64
 	coalesce   bool
 	maxBatch   int
@@ -89,10 +93,11 @@ type stockConfig struct {
 func WithStockTable(name string) StockOption { return func(c *stockConfig) { c.table = name } }
 
 // WithBuckets spreads each key's stock over n rows (default 1). Takes go to
-// a random bucket; when it cannot cover a request, one transaction takes
-// across all buckets, so the last units always sell. Use buckets when
-// several processes write one hot key; within one process coalescing is
-// usually enough. Measure before choosing.
+// a random bucket, or to the Stock's home (WithHome); when it cannot cover
+// a request, one transaction takes across all buckets, so the last units
+// always sell. Use buckets, with a home per process, when several
+// processes write one hot key; within one process coalescing is usually
+// enough. Measure before choosing.
 func WithBuckets(n int) StockOption { return func(c *stockConfig) { c.buckets = n } }
 
 // WithEndgame gathers a key's units into its first bucket once a take
@@ -162,6 +167,13 @@ func newStock(db DB, cfg stockConfig, opts []StockOption) (*Stock, error) {
 	case cfg.endgame > 0 && cfg.buckets == 1:
 		return nil, invalid("endgame needs buckets > 1")
 	}
+	if err := validHome(cfg); err != nil {
+		return nil, err
+	}
+	home := -1
+	if cfg.homeSet {
+		home = cfg.home
+	}
 	if err := pgarg.Ident("table", cfg.table, 0); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -171,7 +183,7 @@ func newStock(db DB, cfg stockConfig, opts []StockOption) (*Stock, error) {
 	t := pgx.Identifier{cfg.table}.Sanitize()
 	sql := strings.NewReplacer("{{table}}", t, "{{qty}}", pgx.Identifier{cfg.column}.Sanitize()).Replace
 	s := &Stock{
-		db: db, over: pgmode.For(db), table: t, buckets: cfg.buckets, rand: rand.IntN, keyArg: cfg.keyArg, amountArg: cfg.amountArg,
+		db: db, over: pgmode.For(db), table: t, buckets: cfg.buckets, home: home, rand: rand.IntN, keyArg: cfg.keyArg, amountArg: cfg.amountArg,
 		soldOut: map[string]time.Time{}, soldOutTTL: cfg.soldOutTTL, now: time.Now,
 		endgame: cfg.endgame, gathered: map[string]struct{}{},
 		schemaSQL: sql(stockSQL), batchSQL: sql(batchSQL), takeSQL: sql(takeSQL), addSQL: sql(addSQL), addFirstSQL: sql(addFirstSQL),
@@ -225,13 +237,13 @@ func (s *Stock) take(ctx context.Context, tx DB, key string, n int64) error {
 	if err := unsent(ctx, fmt.Sprintf("take %q", key)); err != nil {
 		return err
 	}
-	b := 0
-	if s.buckets > 1 && !s.isGathered(key) {
-		b = s.rand(s.buckets)
-	}
+	b := s.bucketFor(key)
 	var err error
 	if tx == nil {
 		_, err = s.batch.Do(ctx, bucketKey{key, b}, n)
+		if s.atHome(b) {
+			return err // a refusal at home already looked at every bucket
+		}
 	} else {
 		var errs []error
 		if errs, err = s.runOne(ctx, tx, true, bucketKey{key, b}, n); err == nil {

@@ -26,6 +26,9 @@ func errorsOnly(run func(context.Context, bucketKey, []int64) ([]error, error)) 
 // for a batch of requests.
 func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
 	gen := s.restockGen()
+	if s.atHome(k.bucket) {
+		return s.runHome(ctx, k, reqs, gen)
+	}
 	if len(reqs) == 1 {
 		return s.runOne(ctx, s.db, false, k, reqs[0])
 	}
@@ -159,7 +162,10 @@ func (s *Stock) add(ctx context.Context, tx DB, key string, n int64) error {
 		return err
 	}
 	k := bucketKey{key, 0}
-	if s.buckets > 1 {
+	switch {
+	case s.home >= 0:
+		k.bucket = s.home
+	case s.buckets > 1:
 		k.bucket = s.rand(s.buckets)
 	}
 	var err error

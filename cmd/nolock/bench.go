@@ -62,6 +62,7 @@ type benchResult struct {
 
 // benchEnv is what a scenario's setup gets.
 type benchEnv struct {
+	dsn   string // the pool's: for processes of their own
 	pool  *pgxpool.Pool
 	redis *redis.Client // nil when no Redis address was given
 	seq   atomic.Int64  // for unique keys, tokens and idempotency keys
@@ -69,11 +70,13 @@ type benchEnv struct {
 
 func (e *benchEnv) unique(prefix string) string { return fmt.Sprintf("%s-%d", prefix, e.seq.Add(1)) }
 
-// trial is one scenario prepared for one client count: op is timed,
+// trial is one scenario prepared for one client count: op is timed (or,
+// for a scenario whose clients run in other processes, run runs them all),
 // effect reads what the store shows was done (units taken, increments,
 // debits), and done releases what setup made.
 type trial struct {
 	op     func(ctx context.Context, client int) error
+	run    func(ctx context.Context, clients int, d time.Duration) (services.Run, error)
 	effect func(ctx context.Context) (int64, error)
 	done   func()
 }
@@ -209,6 +212,8 @@ var benchScenarios = []benchScenario{
 	}},
 	{name: "conditional.Stock (coalesced)", setup: stockTrial()},
 	{name: "conditional.Stock, 16 buckets", setup: stockTrial(conditional.WithBuckets(16))},
+	{name: benchBareProcesses, setup: processTrial("bare")},
+	{name: benchHomesProcesses, setup: processTrial("homes")},
 	{name: "cas.Store.Update (combined)", setup: func(ctx context.Context, env *benchEnv) (trial, error) {
 		backend, err := cas.NewPostgresBackend(env.pool, "")
 		if err != nil {
@@ -328,7 +333,7 @@ func bench(ctx context.Context, cfg benchConfig, out, progressOut io.Writer) (*b
 	defer pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	fmt.Fprintf(progressOut, "nolock bench: schema %s, clients %v, %v per run\n", schema, cfg.clients, cfg.duration)
 
-	env := &benchEnv{pool: pool}
+	env := &benchEnv{dsn: dsn, pool: pool}
 	if cfg.redis != "" {
 		env.redis = redis.NewClient(&redis.Options{Addr: cfg.redis, PoolSize: slicesMax(cfg.clients) + 8})
 		defer env.redis.Close()
@@ -366,6 +371,7 @@ func bench(ctx context.Context, cfg benchConfig, out, progressOut io.Writer) (*b
 		}
 	}
 	printBenchTable(out, res)
+	printProcessRatio(out, res)
 	if cfg.svg != "" {
 		if err := writeSVG(cfg.svg, res); err != nil {
 			return nil, err
@@ -415,7 +421,12 @@ func benchOne(ctx context.Context, env *benchEnv, sc benchScenario, clients int,
 	if err != nil {
 		return measure{}, err
 	}
-	run, err := services.RunClients(ctx, clients, 0, d, tr.op)
+	var run services.Run
+	if tr.run != nil {
+		run, err = tr.run(ctx, clients, d)
+	} else {
+		run, err = services.RunClients(ctx, clients, 0, d, tr.op)
+	}
 	if err != nil {
 		return measure{}, err
 	}

@@ -1,0 +1,84 @@
+package conditional_test
+
+import (
+	"slices"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// saleRounds alternates which scenario of BenchmarkStockProcesses goes
+// first, across iterations and -count runs.
+var saleRounds atomic.Int64
+
+// BenchmarkStockProcesses sells one hot key from 8 processes of 8 clients
+// each (each process its own pool), one unit per take, until it is sold
+// out, and measures units/s from the start signal to the last process's
+// report, the end of the sale included. Each iteration runs every
+// scenario, starting with the next one each time:
+//
+//	bare       the bare conditional UPDATE on one row, autocommit, no library
+//	ceiling    the bare UPDATE, each client on its own row: no contention
+//	coalesced  Stock on one row: each process coalesces, the processes queue on the row
+//	buckets    Stock over 8 buckets, a random bucket per take, WithEndgame(1000)
+//	homes      Stock over 8 buckets, process i at home i, WithEndgame(1000)
+//
+// It reports each scenario's median units/s and, as <scenario>-x-bare,
+// the median over the iterations of its rate over bare's in the same
+// iteration, and fails unless every sale was exact: sold == stocked,
+// nothing left, no sold-out answer while units were left.
+//
+//	go test -count 3 -run '^$' -bench StockProcesses ./conditional
+func BenchmarkStockProcesses(b *testing.B) {
+	const procs, clients = 8, 8
+	pool, schema := testenv.PostgresSchema(b, 8)
+	same := func(p saleProc) []saleProc {
+		ps := make([]saleProc, procs)
+		for i := range ps {
+			ps[i] = p
+		}
+		return ps
+	}
+	scenarios := []struct {
+		name  string
+		units int64 // about two seconds' worth
+		procs []saleProc
+	}{
+		{"bare", 5_000, same(saleProc{bare: true, clients: clients, buckets: 1, home: -1})},
+		{"ceiling", 12_800, same(saleProc{bare: true, ownRow: true, clients: clients, buckets: 1, home: -1})},
+		{"coalesced", 30_000, same(saleProc{clients: clients, buckets: 1, home: -1})},
+		{"buckets", 30_000, same(saleProc{clients: clients, buckets: procs, home: -1, endgame: 1000})},
+		{"homes", 200_000, homes(procs, clients, procs, 1000)},
+	}
+	rates := map[string][]float64{}
+	ratios := map[string][]float64{}
+	for range b.N {
+		first := int(saleRounds.Add(1))
+		for j := range scenarios {
+			sc := scenarios[(first+j)%len(scenarios)]
+			r := sale(b, pool, schema, sc.units, sc.procs)
+			exact(b, sc.name, r)
+			rates[sc.name] = append(rates[sc.name], r.rate())
+			b.Logf("%s: %d units in %v: %.0f units/s", sc.name, r.sold, r.took.Round(1e6), r.rate())
+		}
+		for _, sc := range scenarios[1:] {
+			ratios[sc.name] = append(ratios[sc.name], rates[sc.name][len(rates[sc.name])-1]/rates["bare"][len(rates["bare"])-1])
+		}
+	}
+	b.ReportMetric(median(rates["bare"]), "bare-units/s")
+	for _, sc := range scenarios[1:] {
+		b.ReportMetric(median(rates[sc.name]), sc.name+"-units/s")
+		b.ReportMetric(median(ratios[sc.name]), sc.name+"-x-bare")
+	}
+}
+
+// median returns the middle of xs (the mean of the two middle ones for an
+// even count).
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

@@ -1,0 +1,323 @@
+package conditional_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// A sale: one hot key sold one unit per take by several processes, each
+// with its own pool and clients, until it is sold out. The parent stocks
+// the key, starts the processes (this test binary re-executed to run
+// TestChildSale), lets them all go at once, and counts.
+
+// The environment a sale's process reads.
+const (
+	envSaleDSN     = "NOLOCK_SALE_DSN"
+	envSaleKey     = "NOLOCK_SALE_KEY"
+	envSaleBare    = "NOLOCK_SALE_BARE" // "1": the bare UPDATE on table plain instead of a Stock
+	envSaleOwnRow  = "NOLOCK_SALE_OWN_ROW"
+	envSaleProc    = "NOLOCK_SALE_PROC"
+	envSaleUnits   = "NOLOCK_SALE_UNITS"
+	envSaleClients = "NOLOCK_SALE_CLIENTS"
+	envSaleBuckets = "NOLOCK_SALE_BUCKETS"
+	envSaleHome    = "NOLOCK_SALE_HOME" // -1: no home
+	envSaleEndgame = "NOLOCK_SALE_ENDGAME"
+)
+
+// saleProc is what one process of a sale runs.
+type saleProc struct {
+	bare    bool // the bare conditional UPDATE, no library
+	ownRow  bool // bare, each client on its own row: no contention (the ceiling)
+	clients int
+	buckets int
+	home    int // -1: no WithHome
+	endgame int64
+}
+
+// stockOptions are the Stock options of a process.
+func (p saleProc) stockOptions() []conditional.StockOption {
+	opts := []conditional.StockOption{conditional.WithBuckets(p.buckets)}
+	if p.home >= 0 {
+		opts = append(opts, conditional.WithHome(p.home))
+	}
+	if p.endgame > 0 {
+		opts = append(opts, conditional.WithEndgame(p.endgame))
+	}
+	return opts
+}
+
+// env is the environment of process i of a sale of units of key on dsn.
+func (p saleProc) env(dsn, key string, i int, units int64) []string {
+	flag := map[bool]string{false: "0", true: "1"}
+	return []string{
+		envSaleDSN + "=" + dsn, envSaleKey + "=" + key, envSaleProc + "=" + strconv.Itoa(i),
+		envSaleUnits + "=" + strconv.FormatInt(units, 10), envSaleBare + "=" + flag[p.bare], envSaleOwnRow + "=" + flag[p.ownRow],
+		envSaleClients + "=" + strconv.Itoa(p.clients), envSaleBuckets + "=" + strconv.Itoa(p.buckets),
+		envSaleHome + "=" + strconv.Itoa(p.home), envSaleEndgame + "=" + strconv.FormatInt(p.endgame, 10),
+	}
+}
+
+// bareTake is the baseline: the bare conditional decrement of one row,
+// autocommit, no library (bench_test.go's take1).
+const bareTake = `UPDATE plain SET qty = qty - 1 WHERE key = $1 AND qty >= 1`
+
+// TestChildSale is a sale process's body: its own pool, its own Stock
+// (or the bare statement), and clients that each take one unit at a time
+// from the moment the parent sends SIGUSR1 until the key is sold out. A
+// client told "sold out" reads what is left: units left then were left
+// when it was told (nothing restocks during a sale), so it counts the
+// answer as early and goes on. A process that sold more than the sale's
+// units (an oversell) stops there. It prints the units sold and the early
+// sold-out answers.
+func TestChildSale(t *testing.T) {
+	testenv.ChildOnly(t)
+	ctx := context.Background()
+	atoi := func(name string) int {
+		n, err := strconv.Atoi(os.Getenv(name))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return n
+	}
+	p := saleProc{bare: os.Getenv(envSaleBare) == "1", ownRow: os.Getenv(envSaleOwnRow) == "1", clients: atoi(envSaleClients),
+		buckets: atoi(envSaleBuckets), home: atoi(envSaleHome), endgame: int64(atoi(envSaleEndgame))}
+	key, proc, units := os.Getenv(envSaleKey), atoi(envSaleProc), int64(atoi(envSaleUnits))
+	pool := testenv.Pool(t, os.Getenv(envSaleDSN), int32(p.clients+2))
+	take, left := saleOps(t, pool, p, key)
+
+	start := make(chan os.Signal, 1)
+	signal.Notify(start, syscall.SIGUSR1)
+	defer signal.Stop(start)
+	fmt.Println("ready")
+	<-start
+	var sold, early atomic.Int64
+	var wg sync.WaitGroup
+	for c := range p.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := key
+			if p.ownRow {
+				key = ownRow(key, proc, c)
+			}
+			for sold.Load() <= units {
+				ok, err := take(ctx, key)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					sold.Add(1)
+					continue
+				}
+				n, err := left(ctx, key)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if n == 0 {
+					return
+				}
+				if early.Add(1) > 1000 {
+					t.Errorf("told sold out over 1000 times while %d units were left", n)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Printf("sold=%d early=%d\n", sold.Load(), early.Load())
+}
+
+// ownRow is the row of client c of process proc in an own-row sale of key.
+func ownRow(key string, proc, c int) string { return fmt.Sprintf("%s/%d/%d", key, proc, c) }
+
+// saleOps returns a process's take of one unit of a key (false: sold out)
+// and its read of the units left; key is the Stock's key (the bare
+// scenarios take the key they are given).
+func saleOps(t *testing.T, pool *pgxpool.Pool, p saleProc, key string) (take func(context.Context, string) (bool, error), left func(context.Context, string) (int64, error)) {
+	if p.bare {
+		return func(ctx context.Context, key string) (bool, error) {
+				tag, err := pool.Exec(ctx, bareTake, key)
+				return err == nil && tag.RowsAffected() == 1, err
+			}, func(ctx context.Context, key string) (int64, error) {
+				var n int64
+				err := pool.QueryRow(ctx, `SELECT qty FROM plain WHERE key = $1`, key).Scan(&n)
+				return n, err
+			}
+	}
+	s, err := conditional.NewStock(pool, p.stockOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return func(ctx context.Context, key string) (bool, error) {
+			err := s.Take(ctx, key, 1)
+			if errors.Is(err, conditional.ErrSoldOut) {
+				return false, nil
+			}
+			return err == nil, err
+		}, func(ctx context.Context, key string) (int64, error) {
+			return s.Available(ctx, key)
+		}
+}
+
+// saleResult is what a sale's processes reported.
+type saleResult struct {
+	units, sold, early, left int64
+	took                     time.Duration // from the start signal to the last process's report
+}
+
+func (r saleResult) rate() float64 { return float64(r.sold) / r.took.Seconds() }
+
+// sale stocks units of a fresh key in schema (the bare sale on table
+// plain, which it creates if needed; the others with procs[0]'s Stock
+// options), runs one process per procs entry until the key is sold out,
+// and returns what they reported and what is left. It fails tb if a
+// process fails; the caller checks the counts (see exact).
+func sale(tb testing.TB, pool *pgxpool.Pool, schema string, units int64, procs []saleProc) saleResult {
+	tb.Helper()
+	ctx := context.Background()
+	key := testenv.Name("sale")
+	stockSale(tb, pool, key, units, procs)
+	kids := make([]*testenv.Child, len(procs))
+	for i, p := range procs {
+		kids[i] = testenv.StartChild(tb, "TestChildSale", p.env(testenv.PostgresDSNFor(tb, schema), key, i, units)...)
+	}
+	for _, k := range kids {
+		k.WaitFor("ready", time.Minute)
+	}
+	r := saleResult{units: units}
+	start := time.Now()
+	for _, k := range kids {
+		if err := syscall.Kill(k.Pid(), syscall.SIGUSR1); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for i, k := range kids {
+		line := strings.TrimSpace(k.WaitFor("sold=", 5*time.Minute))
+		var sold, early int64
+		if _, err := fmt.Sscanf(line, "sold=%d early=%d", &sold, &early); err != nil {
+			tb.Fatalf("process %d: %q: %v", i, line, err)
+		}
+		r.sold, r.early = r.sold+sold, r.early+early
+	}
+	r.took = time.Since(start)
+	for i, k := range kids {
+		if err := k.Wait(); err != nil {
+			tb.Fatalf("process %d: %v", i, err)
+		}
+	}
+	left := `SELECT coalesce(sum(qty), 0)::bigint FROM nolock_stock WHERE key = $1`
+	if procs[0].bare {
+		left = `SELECT coalesce(sum(qty), 0)::bigint FROM plain WHERE key = $1 OR starts_with(key, $1 || '/')`
+	}
+	if err := pool.QueryRow(ctx, left, key).Scan(&r.left); err != nil {
+		tb.Fatal(err)
+	}
+	return r
+}
+
+// stockSale stocks units of key for a sale by procs: on table plain
+// (created if needed) for the bare sales, one row per client for an
+// own-row sale; else with procs[0]'s Stock options.
+func stockSale(tb testing.TB, pool *pgxpool.Pool, key string, units int64, procs []saleProc) {
+	tb.Helper()
+	ctx := context.Background()
+	if procs[0].bare {
+		mustExec(tb, pool, `CREATE TABLE IF NOT EXISTS plain (key text PRIMARY KEY, qty bigint NOT NULL CHECK (qty >= 0)) WITH (fillfactor = 70)`)
+		rows, each := []string{key}, units
+		if procs[0].ownRow {
+			rows = nil
+			for i, p := range procs {
+				for c := range p.clients {
+					rows = append(rows, ownRow(key, i, c))
+				}
+			}
+			each = units / int64(len(rows))
+			if each*int64(len(rows)) != units {
+				tb.Fatalf("%d units do not split evenly over %d rows", units, len(rows))
+			}
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO plain SELECT unnest($1::text[]), $2`, rows, each); err != nil {
+			tb.Fatal(err)
+		}
+	} else {
+		s, err := conditional.NewStock(pool, procs[0].stockOptions()...)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer s.Close()
+		if err := s.CreateSchema(ctx); err != nil {
+			tb.Fatal(err)
+		}
+		if err := s.Put(ctx, key, units); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// exact fails tb unless the sale sold exactly its units, left none and
+// told nobody "sold out" while units were left.
+func exact(tb testing.TB, name string, r saleResult) {
+	tb.Helper()
+	if r.sold != r.units || r.left != 0 || r.early != 0 {
+		tb.Fatalf("%s: sold %d of %d, %d left, %d sold-out answers while units were left; want exactly %d sold, 0 left, 0 early",
+			name, r.sold, r.units, r.left, r.early, r.units)
+	}
+}
+
+// homes returns procs processes of clients clients each over buckets
+// buckets, process i at home i % buckets.
+func homes(procs, clients, buckets int, endgame int64) []saleProc {
+	ps := make([]saleProc, procs)
+	for i := range ps {
+		ps[i] = saleProc{clients: clients, buckets: buckets, home: i % buckets, endgame: endgame}
+	}
+	return ps
+}
+
+// Processes with homes sell one hot key exactly: every unit sold once,
+// none left, nobody told "sold out" while units were left, whether each
+// process has its own home, two share one and other buckets are nobody's
+// home (sold only through steals), or a process without a home takes
+// random buckets beside them.
+func TestStockHomesSellExactlyAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	shared := []saleProc{
+		{clients: 4, buckets: 8, home: 0},
+		{clients: 4, buckets: 8, home: 0},
+		{clients: 4, buckets: 8, home: 5},
+		{clients: 4, buckets: 8, home: -1},
+	}
+	for _, tc := range []struct {
+		name  string
+		units int64
+		procs []saleProc
+	}{
+		{"own homes", 2000, homes(4, 4, 4, 0)},
+		{"own homes+endgame", 2000, homes(4, 4, 4, 200)},
+		{"shared home, spare buckets, no home", 1500, shared},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool, schema := testenv.PostgresSchema(t, 4)
+			exact(t, tc.name, sale(t, pool, schema, tc.units, tc.procs))
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/dynamocas"
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/dynamolock"
 	"github.com/nolock/nolock/idempotency"
@@ -152,8 +153,8 @@ func TestDynamoSchemaServesEachType(t *testing.T) {
 			_, err = h.Hold(ctx, "seat-1", "ann", time.Minute)
 			return err
 		},
-		"cas.DynamoDBBackend": func(t *testing.T, table string) error {
-			b, err := cas.NewDynamoDBBackend(plain, table, "pk")
+		"dynamocas.Backend": func(t *testing.T, table string) error {
+			b, err := dynamocas.NewBackend(plain, table, "pk")
 			if err != nil {
 				return err
 			}

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/dynamocas"
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/dynamolock"
 	"github.com/nolock/nolock/idempotency"
@@ -252,7 +253,7 @@ func TestNilContextRefused(t *testing.T) {
 	}
 	pgBackend, err := cas.NewPostgresBackend(db, "")
 	must(err)
-	ddbBackend, err := cas.NewDynamoDBBackend(ddb, "table", "pk")
+	ddbBackend, err := dynamocas.NewBackend(ddb, "table", "pk")
 	must(err)
 	store, err := cas.NewStore[int](pgBackend, nil)
 	must(err)
@@ -298,10 +299,10 @@ func TestNilContextRefused(t *testing.T) {
 		e(cas.ErrInvalid, "PostgresBackend.Create", func() error { return pgBackend.Create(c, "k", nil) }),
 		e(cas.ErrInvalid, "PostgresBackend.Put", func() error { _, err := pgBackend.Put(c, "k", nil, 1); return err }),
 		e(cas.ErrInvalid, "PostgresBackend.Delete", func() error { return pgBackend.Delete(c, "k", 1) }),
-		e(cas.ErrInvalid, "DynamoDBBackend.Get", func() error { _, _, err := ddbBackend.Get(c, "k"); return err }),
-		e(cas.ErrInvalid, "DynamoDBBackend.Create", func() error { return ddbBackend.Create(c, "k", nil) }),
-		e(cas.ErrInvalid, "DynamoDBBackend.Put", func() error { _, err := ddbBackend.Put(c, "k", nil, 1); return err }),
-		e(cas.ErrInvalid, "DynamoDBBackend.Delete", func() error { return ddbBackend.Delete(c, "k", 1) }),
+		e(cas.ErrInvalid, "dynamocas.Backend.Get", func() error { _, _, err := ddbBackend.Get(c, "k"); return err }),
+		e(cas.ErrInvalid, "dynamocas.Backend.Create", func() error { return ddbBackend.Create(c, "k", nil) }),
+		e(cas.ErrInvalid, "dynamocas.Backend.Put", func() error { _, err := ddbBackend.Put(c, "k", nil, 1); return err }),
+		e(cas.ErrInvalid, "dynamocas.Backend.Delete", func() error { return ddbBackend.Delete(c, "k", 1) }),
 		e(cas.ErrInvalid, "Store.Get", func() error { _, err := store.Get(c, "k"); return err }),
 		e(cas.ErrInvalid, "Store.Create", func() error { return store.Create(c, "k", 1) }),
 		e(cas.ErrInvalid, "Store.Delete", func() error { return store.Delete(c, "k", 1) }),
@@ -400,7 +401,7 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 	for _, b := range tables {
 		n := b.name
 		cases = append(cases,
-			refusal{"cas table " + b.label, cas.ErrInvalid, b.says, func() error { _, err := cas.NewDynamoDBBackend(ddb, n, "pk"); return err }},
+			refusal{"cas table " + b.label, cas.ErrInvalid, b.says, func() error { _, err := dynamocas.NewBackend(ddb, n, "pk"); return err }},
 			refusal{"DynamoStock table " + b.label, conditional.ErrInvalid, b.says, func() error { _, err := conditional.NewDynamoStock(ddb, n); return err }},
 			refusal{"DynamoAccounts table " + b.label, conditional.ErrInvalid, b.says, func() error { _, err := conditional.NewDynamoAccounts(ddb, n); return err }},
 			refusal{"DynamoHolds table " + b.label, conditional.ErrInvalid, b.says, func() error { _, err := conditional.NewDynamoHolds(ddb, n); return err }},
@@ -412,7 +413,7 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 	for _, b := range attrs {
 		n := b.name
 		cases = append(cases,
-			refusal{"cas key attribute " + b.label, cas.ErrInvalid, "key attribute " + b.says, func() error { _, err := cas.NewDynamoDBBackend(ddb, "table", n); return err }},
+			refusal{"cas key attribute " + b.label, cas.ErrInvalid, "key attribute " + b.says, func() error { _, err := dynamocas.NewBackend(ddb, "table", n); return err }},
 			refusal{"DynamoFenced key attribute " + b.label, conditional.ErrInvalid, "key attribute " + b.says, func() error { _, err := conditional.NewDynamoFenced("table", n, "fence"); return err }},
 			refusal{"idempotency partition key " + b.label, idempotency.ErrInvalid, "partition key attribute " + b.says, func() error {
 				_, err := idempotency.NewDynamoDB(ddb, "table", idempotency.WithKeyAttributes(n, ""))
@@ -440,7 +441,7 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 		label string
 		api   any
 	}{{"nil", nil}, {"nil *dynamodb.Client", nilClient}} {
-		casAPI, _ := c.api.(cas.DynamoDBAPI)
+		casAPI, _ := c.api.(dynamocas.DynamoDBAPI)
 		condAPI, _ := c.api.(conditional.DynamoDBAPI)
 		idemAPI, _ := c.api.(idempotency.DynamoDBAPI)
 		lockAPI, _ := c.api.(dynamolock.DynamoDBAPI)
@@ -450,7 +451,7 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 		}
 		l := c.label + " "
 		cases = append(cases,
-			refusal{l + "cas", cas.ErrInvalid, "client is nil", func() error { _, err := cas.NewDynamoDBBackend(casAPI, "table", "pk"); return err }},
+			refusal{l + "cas", cas.ErrInvalid, "client is nil", func() error { _, err := dynamocas.NewBackend(casAPI, "table", "pk"); return err }},
 			refusal{l + "DynamoStock", conditional.ErrInvalid, "client is nil", func() error { _, err := conditional.NewDynamoStock(condAPI, "table"); return err }},
 			refusal{l + "DynamoAccounts", conditional.ErrInvalid, "client is nil", func() error { _, err := conditional.NewDynamoAccounts(condAPI, "table"); return err }},
 			refusal{l + "DynamoHolds", conditional.ErrInvalid, "client is nil", func() error { _, err := conditional.NewDynamoHolds(condAPI, "table"); return err }},
@@ -461,7 +462,7 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 	}
 	// Names DynamoDB takes are taken.
 	for _, n := range []string{"abc", "My.Table-1_x", strings.Repeat("t", 255), "arn:aws:dynamodb:us-east-1:123456789012:table/locks"} {
-		if _, err := cas.NewDynamoDBBackend(ddb, n, "pk"); err != nil {
+		if _, err := dynamocas.NewBackend(ddb, n, "pk"); err != nil {
 			t.Errorf("table %q: %v", n, err)
 		}
 	}

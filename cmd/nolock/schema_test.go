@@ -15,7 +15,7 @@ import (
 	"github.com/nolock/nolock/cas/dynamocas"
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/dynamolock"
-	"github.com/nolock/nolock/idempotency"
+	"github.com/nolock/nolock/idempotency/dynamoidempotency"
 	"github.com/nolock/nolock/internal/services"
 	"github.com/nolock/nolock/internal/testenv"
 )
@@ -169,8 +169,8 @@ func TestDynamoSchemaServesEachType(t *testing.T) {
 			_, err = s.Update(ctx, "n", func(n int64) (int64, error) { return n + 1, nil })
 			return err
 		},
-		"idempotency.DynamoDB": func(t *testing.T, table string) error {
-			d, err := idempotency.NewDynamoDB(tx, table)
+		"dynamoidempotency.Store": func(t *testing.T, table string) error {
+			d, err := dynamoidempotency.New(tx, table)
 			if err != nil {
 				return err
 			}
@@ -187,7 +187,7 @@ func TestDynamoSchemaServesEachType(t *testing.T) {
 				t.Fatalf("no check for %s", tbl.typ)
 			}
 			client := plain
-			if tbl.typ == "idempotency.DynamoDB" {
+			if tbl.typ == "dynamoidempotency.Store" {
 				client = tx
 			}
 			if err := f(t, create(t, client, tbl)); err != nil {

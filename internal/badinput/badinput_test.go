@@ -21,6 +21,7 @@ import (
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/dynamolock"
 	"github.com/nolock/nolock/idempotency"
+	"github.com/nolock/nolock/idempotency/dynamoidempotency"
 	"github.com/nolock/nolock/inbox"
 	"github.com/nolock/nolock/internal/testenv"
 	"github.com/nolock/nolock/partition"
@@ -278,7 +279,7 @@ func TestNilContextRefused(t *testing.T) {
 	must(err)
 	idem, err := idempotency.New(db)
 	must(err)
-	didem, err := idempotency.NewDynamoDB(ddb, "table")
+	didem, err := dynamoidempotency.New(ddb, "table")
 	must(err)
 	in, err := inbox.New(db, "c")
 	must(err)
@@ -351,11 +352,11 @@ func TestNilContextRefused(t *testing.T) {
 		e(idempotency.ErrInvalid, "Store.Get", func() error { _, err := idem.Get(c, "", "k"); return err }),
 		e(idempotency.ErrInvalid, "Store.Reap", func() error { _, err := idem.Reap(c, 10); return err }),
 		e(idempotency.ErrInvalid, "Store.CreateSchema", func() error { return idem.CreateSchema(c) }),
-		e(idempotency.ErrInvalid, "DynamoDB.Do", func() error {
+		e(idempotency.ErrInvalid, "dynamoidempotency.Store.Do", func() error {
 			_, err := didem.Do(c, "", "k", nil, func(context.Context) ([]types.TransactWriteItem, []byte, error) { return nil, nil, nil })
 			return err
 		}),
-		e(idempotency.ErrInvalid, "DynamoDB.Get", func() error { _, err := didem.Get(c, "", "k"); return err }),
+		e(idempotency.ErrInvalid, "dynamoidempotency.Store.Get", func() error { _, err := didem.Get(c, "", "k"); return err }),
 
 		e(inbox.ErrInvalid, "Inbox.CreateSchema", func() error { return in.CreateSchema(c) }),
 		e(inbox.ErrInvalid, "Inbox.Process", func() error {
@@ -406,7 +407,7 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 			refusal{"DynamoAccounts table " + b.label, conditional.ErrInvalid, b.says, func() error { _, err := conditional.NewDynamoAccounts(ddb, n); return err }},
 			refusal{"DynamoHolds table " + b.label, conditional.ErrInvalid, b.says, func() error { _, err := conditional.NewDynamoHolds(ddb, n); return err }},
 			refusal{"DynamoFenced table " + b.label, conditional.ErrInvalid, b.says, func() error { _, err := conditional.NewDynamoFenced(n, "pk", "fence"); return err }},
-			refusal{"idempotency table " + b.label, idempotency.ErrInvalid, b.says, func() error { _, err := idempotency.NewDynamoDB(ddb, n); return err }},
+			refusal{"idempotency table " + b.label, idempotency.ErrInvalid, b.says, func() error { _, err := dynamoidempotency.New(ddb, n); return err }},
 			refusal{"dynamolock table " + b.label, dynamolock.ErrInvalid, b.says, func() error { _, err := dynamolock.New(ddb, n); return err }},
 		)
 	}
@@ -416,7 +417,7 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 			refusal{"cas key attribute " + b.label, cas.ErrInvalid, "key attribute " + b.says, func() error { _, err := dynamocas.NewBackend(ddb, "table", n); return err }},
 			refusal{"DynamoFenced key attribute " + b.label, conditional.ErrInvalid, "key attribute " + b.says, func() error { _, err := conditional.NewDynamoFenced("table", n, "fence"); return err }},
 			refusal{"idempotency partition key " + b.label, idempotency.ErrInvalid, "partition key attribute " + b.says, func() error {
-				_, err := idempotency.NewDynamoDB(ddb, "table", idempotency.WithKeyAttributes(n, ""))
+				_, err := dynamoidempotency.New(ddb, "table", dynamoidempotency.WithKeyAttributes(n, ""))
 				return err
 			}},
 			refusal{"dynamolock partition key " + b.label, dynamolock.ErrInvalid, "partition key name " + b.says, func() error {
@@ -427,7 +428,7 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 		if n != "" { // "" means no sort key
 			cases = append(cases,
 				refusal{"idempotency sort key " + b.label, idempotency.ErrInvalid, "sort key attribute " + b.says, func() error {
-					_, err := idempotency.NewDynamoDB(ddb, "table", idempotency.WithKeyAttributes("pk", n))
+					_, err := dynamoidempotency.New(ddb, "table", dynamoidempotency.WithKeyAttributes("pk", n))
 					return err
 				}},
 				refusal{"dynamolock sort key " + b.label, dynamolock.ErrInvalid, "sort key name " + b.says, func() error {
@@ -443,7 +444,7 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 	}{{"nil", nil}, {"nil *dynamodb.Client", nilClient}} {
 		casAPI, _ := c.api.(dynamocas.DynamoDBAPI)
 		condAPI, _ := c.api.(conditional.DynamoDBAPI)
-		idemAPI, _ := c.api.(idempotency.DynamoDBAPI)
+		idemAPI, _ := c.api.(dynamoidempotency.DynamoDBAPI)
 		lockAPI, _ := c.api.(dynamolock.DynamoDBAPI)
 		dfenced, err := conditional.NewDynamoFenced("table", "pk", "fence")
 		if err != nil {
@@ -456,7 +457,7 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 			refusal{l + "DynamoAccounts", conditional.ErrInvalid, "client is nil", func() error { _, err := conditional.NewDynamoAccounts(condAPI, "table"); return err }},
 			refusal{l + "DynamoHolds", conditional.ErrInvalid, "client is nil", func() error { _, err := conditional.NewDynamoHolds(condAPI, "table"); return err }},
 			refusal{l + "DynamoFenced.Update", conditional.ErrInvalid, "client is nil", func() error { return dfenced.Update(context.Background(), condAPI, nil, 1, nil) }},
-			refusal{l + "idempotency", idempotency.ErrInvalid, "client is nil", func() error { _, err := idempotency.NewDynamoDB(idemAPI, "table"); return err }},
+			refusal{l + "idempotency", idempotency.ErrInvalid, "client is nil", func() error { _, err := dynamoidempotency.New(idemAPI, "table"); return err }},
 			refusal{l + "dynamolock", dynamolock.ErrInvalid, "client is nil", func() error { _, err := dynamolock.New(lockAPI, "table"); return err }},
 		)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/cas/dynamocas"
-	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/dynamolock"
 	"github.com/nolock/nolock/idempotency/dynamoidempotency"
 	"github.com/nolock/nolock/internal/services"
@@ -122,8 +122,8 @@ func TestDynamoSchemaServesEachType(t *testing.T) {
 			}
 			return l.Release(ctx)
 		},
-		"conditional.DynamoStock": func(t *testing.T, table string) error {
-			s, err := conditional.NewDynamoStock(plain, table)
+		"dynamoconditional.Stock": func(t *testing.T, table string) error {
+			s, err := dynamoconditional.NewStock(plain, table)
 			if err != nil {
 				return err
 			}
@@ -132,8 +132,8 @@ func TestDynamoSchemaServesEachType(t *testing.T) {
 			}
 			return s.Take(ctx, "sku", 1)
 		},
-		"conditional.DynamoAccounts": func(t *testing.T, table string) error {
-			a, err := conditional.NewDynamoAccounts(plain, table)
+		"dynamoconditional.Accounts": func(t *testing.T, table string) error {
+			a, err := dynamoconditional.NewAccounts(plain, table)
 			if err != nil {
 				return err
 			}
@@ -142,8 +142,8 @@ func TestDynamoSchemaServesEachType(t *testing.T) {
 			}
 			return a.Debit(ctx, "wallet", 3)
 		},
-		"conditional.DynamoHolds": func(t *testing.T, table string) error {
-			h, err := conditional.NewDynamoHolds(plain, table)
+		"dynamoconditional.Holds": func(t *testing.T, table string) error {
+			h, err := dynamoconditional.NewHolds(plain, table)
 			if err != nil {
 				return err
 			}

@@ -33,3 +33,12 @@ func TestRefusedConnectionIsNotAmbiguous(t *testing.T) {
 		}
 	}
 }
+
+// NewStore refuses a nil backend before anything else, as cas.NewStore
+// does: a nil *Backend is not a usable one.
+func TestNewStoreRefusesNilBackend(t *testing.T) {
+	t.Parallel()
+	if _, err := dynamocas.NewStore[int](nil, nil); !errors.Is(err, dynamocas.ErrInvalid) {
+		t.Fatalf("NewStore(nil): %v, want ErrInvalid", err)
+	}
+}

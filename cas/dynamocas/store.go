@@ -38,6 +38,9 @@ const MaxKeyLen = casstore.MaxKeyLen
 // NewStore returns a Store of T values on b, encoded with codec (nil means
 // JSON). It is cas.NewStore, for a program that imports no pgx.
 func NewStore[T any](b *Backend, codec Codec[T], opts ...Option) (*Store[T], error) {
+	if b == nil {
+		return nil, casstore.Invalid("backend is nil")
+	}
 	return casstore.NewStore(b, codec, opts...)
 }
 

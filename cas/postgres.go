@@ -97,7 +97,7 @@ func (p *PostgresBackend) Get(ctx context.Context, key string) ([]byte, int64, e
 	}
 	var b []byte
 	var ver int64
-	err := p.db.QueryRow(ctx, p.getSQL, p.over.Args(key)...).Scan(&b, &ver)
+	err := p.over.QueryRow(ctx, p.db, p.getSQL, key).Scan(&b, &ver)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, 0, ErrNotFound
 	}

@@ -308,7 +308,7 @@ func (s *Stock) Available(ctx context.Context, key string) (int64, error) {
 		return 0, err
 	}
 	var n *int64
-	if err := s.db.QueryRow(ctx, s.availableSQL, s.over.Args(key)...).Scan(&n); err != nil {
+	if err := s.over.QueryRow(ctx, s.db, s.availableSQL, key).Scan(&n); err != nil {
 		return 0, fmt.Errorf("conditional: available %q: %w", key, pgmode.Explain(err))
 	}
 	if n == nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/ddberr"
+	"github.com/nolock/nolock/observe"
 )
 
 // Acquire takes the lock named key, waiting while someone else holds it.
@@ -88,12 +89,13 @@ type acquisition struct {
 	failed    int                             // writes in a row that did not take the lock
 	lastErr   error                           // the last call's DynamoDB error; nil after a call that worked
 	errs      int                             // calls in a row that failed with a DynamoDB error
+	writes    int                             // acquiring writes sent
 }
 
 // acquire runs Acquire (try false) or TryAcquire (try true): it validates
 // the options before any I/O, registers with the Client (so Close waits
-// for it and makes it return ErrClosed), then steps an acquisition until
-// one step returns a Lock or an error.
+// for it and makes it return ErrClosed), runs the acquisition, and reports
+// the outcome to the observer.
 func (c *Client) acquire(ctx context.Context, key string, opts []AcquireOption, try bool) (*Lock, error) {
 	if ctx == nil {
 		return nil, invalid("ctx is nil")
@@ -109,9 +111,24 @@ func (c *Client) acquire(ctx context.Context, key string, opts []AcquireOption, 
 	a := &acquisition{c: c, ac: ac, caller: ctx, try: try,
 		name: lockName(ac.key, ac.sortKey), id: ac.key + "\x00" + ac.sortKey,
 		bo: backoff.Policy{Base: max(c.cfg.poll/16, time.Millisecond), Cap: c.cfg.poll}}
+	start := c.cfg.now()
 	if ac.wait > 0 {
-		a.deadline = c.cfg.now().Add(ac.wait)
+		a.deadline = start.Add(ac.wait)
 	}
+	l, err := a.run(ctx)
+	e := observe.Event{Name: "dynamolock.acquired", Key: eventKey(a.ac.key, a.ac.sortKey), Attempt: a.writes, Duration: c.cfg.now().Sub(start), Err: err}
+	if l != nil {
+		e.Token = l.token
+	} else {
+		e.Name = "dynamolock.not_acquired"
+	}
+	c.events.Notify(ctx, e)
+	return l, err
+}
+
+// run steps the acquisition until one step returns a Lock or an error.
+func (a *acquisition) run(ctx context.Context) (*Lock, error) {
+	c := a.c
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(c.ctx, cancel)()
@@ -191,6 +208,7 @@ func (a *acquisition) write(ctx context.Context) (*Lock, error) {
 	if err := a.pause(ctx, a.bo.Delay(a.failed+1)); err != nil {
 		return a.giveUp(err)
 	}
+	a.writes++
 	s := sent{rvn: newRVN(), at: a.c.cfg.now()}
 	a.ours = append(a.ours, s)
 	if len(a.ours) > maxPending {
@@ -295,9 +313,11 @@ func (a *acquisition) judge(ctx context.Context) (*Lock, error) {
 	if !seenAt.Before(expires) {
 		a.takeover = &rec.rvn
 		c.log.Debug("dynamolock: taking over a lock unchanged for a lease", "lock", a.name, "owner", rec.owner, "lease", lease)
+		c.events.Notify(a.caller, observe.Event{Name: "dynamolock.takeover", Key: eventKey(a.ac.key, a.ac.sortKey), Attempt: a.writes, Duration: lease})
 		return nil, nil
 	}
 	held := &HeldError{Key: a.ac.key, SortKey: a.ac.sortKey, Owner: rec.owner, Lease: lease, Data: rec.data}
+	c.events.Notify(a.caller, observe.Event{Name: "dynamolock.contended", Key: eventKey(a.ac.key, a.ac.sortKey), Token: rec.token, Attempt: a.writes})
 	if a.try {
 		return a.giveUp(held)
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/nolock/nolock/internal/ddbarg"
+	"github.com/nolock/nolock/internal/notify"
+	"github.com/nolock/nolock/observe"
 )
 
 // DynamoDBAPI is what a Client needs from DynamoDB: a *dynamodb.Client
@@ -58,6 +60,7 @@ type config struct {
 	set            struct{ heartbeat, poll, warning bool } // which of the three an option gave
 	owner          string
 	logger         *slog.Logger
+	observer       observe.Observer
 	now            func() time.Time
 	fencing        bool
 }
@@ -115,6 +118,15 @@ func WithOwner(name string) Option { return func(c *config) { c.owner = name } }
 // retries at debug level and lost locks at warn level.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
+// WithObserver reports the Client's events to o (nil: none): see
+// docs/observability.md for "dynamolock.acquired", "dynamolock.contended",
+// "dynamolock.takeover", "dynamolock.not_acquired", "dynamolock.renewed",
+// "dynamolock.renew_failed", "dynamolock.expiring", "dynamolock.lost" and
+// "dynamolock.released". Events reach o on a goroutine of the Client's,
+// in order, never blocking a heartbeat; Close waits until o has had them
+// all.
+func WithObserver(o observe.Observer) Option { return func(c *config) { c.observer = o } }
+
 // WithClock replaces time.Now as the Client's clock. Only differences of
 // its readings are used (time.Now's carry a monotonic reading, so a wall
 // clock step changes nothing); waiting still uses real timers. For tests.
@@ -135,11 +147,12 @@ func WithoutFencing() Option { return func(c *config) { c.fencing = false } }
 // reentrant (acquiring a key this Client holds waits like anyone else).
 // Close releases every lock it still holds and waits for its goroutines.
 type Client struct {
-	api   DynamoDBAPI
-	table string
-	cfg   config
-	log   *slog.Logger
-	seen  *sightings
+	api    DynamoDBAPI
+	table  string
+	cfg    config
+	log    *slog.Logger
+	events *notify.Queue // nil without an observer
+	seen   *sightings
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -172,7 +185,7 @@ func New(client DynamoDBAPI, table string, opts ...Option) (*Client, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{
-		api: client, table: table, cfg: cfg, log: log, seen: newSightings(defaultSightings),
+		api: client, table: table, cfg: cfg, log: log, events: notify.New(cfg.observer, 1024), seen: newSightings(defaultSightings),
 		ctx: ctx, cancel: cancel, locks: make(map[*Lock]struct{}),
 	}, nil
 }
@@ -297,6 +310,7 @@ func (c *Client) Close() error {
 		}
 		wg.Wait()
 		c.wg.Wait()
+		c.events.Close()
 		c.closeErr = errors.Join(errs...)
 	})
 	return c.closeErr

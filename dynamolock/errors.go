@@ -119,6 +119,15 @@ func (e *LostError) Unwrap() []error {
 	return []error{ErrLockLost, e.Last}
 }
 
+// eventKey is a lock's Key in observe.Events: the key, and "/" and the
+// sort key when there is one.
+func eventKey(key, sortKey string) string {
+	if sortKey == "" {
+		return key
+	}
+	return key + "/" + sortKey
+}
+
 func lockName(key, sortKey string) string {
 	if sortKey == "" {
 		return fmt.Sprintf("lock %q", key)

@@ -65,8 +65,11 @@ func (l *Lock) run(ctx context.Context) {
 		warnAt := b.warnAt(valid)
 		if !warned && !now.Before(warnAt) {
 			l.mu.Lock()
-			l.warnLocked()
+			first := l.warnLocked()
 			l.mu.Unlock()
+			if first {
+				l.event("dynamolock.expiring", 0, nil)
+			}
 			warned = true
 		}
 		if !now.Before(valid) {
@@ -206,9 +209,11 @@ func (b *beats) wait(now, wake time.Time) bool {
 			b.last = r.err
 			b.next = l.c.cfg.now().Add(b.retry.Delay(b.failures + 2))
 			l.c.log.Debug("dynamolock: heartbeat failed; retrying", "lock", lockName(l.ac.key, l.ac.sortKey), "err", r.err)
+			l.event("dynamolock.renew_failed", l.c.cfg.now().Sub(r.s.at), r.err)
 		default:
 			b.failures = 0
 			b.last = nil
+			l.event("dynamolock.renewed", l.c.cfg.now().Sub(r.s.at), nil)
 			b.next = r.s.at.Add(l.c.cfg.heartbeat)
 		}
 		return true

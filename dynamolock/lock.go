@@ -3,6 +3,7 @@ package dynamolock
 import (
 	"context"
 	"errors"
+	"github.com/nolock/nolock/observe"
 	"sync"
 	"time"
 )
@@ -150,29 +151,41 @@ func (l *Lock) Err() error {
 // lose ends the lock with err (the first reason sticks). For an expiry or
 // the maximum hold it closes Expiring first, if it is still open.
 func (l *Lock) lose(err error) {
+	var le *LostError
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.err != nil {
+		l.mu.Unlock()
 		return
 	}
-	var le *LostError
-	if errors.As(err, &le) && (le.Cause == Expired || le.Cause == MaxHold) {
-		l.warnLocked() // a late wake-up may find the warning's time passed too
-	}
+	// A late wake-up may find the warning's time passed too.
+	warned := errors.As(err, &le) && (le.Cause == Expired || le.Cause == MaxHold) && l.warnLocked()
 	l.err = err
 	close(l.lost)
 	l.cancelCtx(err)
+	l.mu.Unlock()
+	if warned {
+		l.event("dynamolock.expiring", 0, nil)
+	}
 	if le != nil {
 		l.c.log.Warn("dynamolock: lock lost", "lock", lockName(l.ac.key, l.ac.sortKey), "err", err)
+		l.event("dynamolock.lost", 0, err)
 	}
 }
 
-// warnLocked closes Expiring, once. l.mu must be held.
-func (l *Lock) warnLocked() {
-	if !l.warned {
-		l.warned = true
-		close(l.expiring)
+// warnLocked closes Expiring, once, and reports whether it did. l.mu must
+// be held.
+func (l *Lock) warnLocked() bool {
+	if l.warned {
+		return false
 	}
+	l.warned = true
+	close(l.expiring)
+	return true
+}
+
+// event reports an event of the lock to the Client's observer.
+func (l *Lock) event(name string, d time.Duration, err error) {
+	l.c.events.Notify(l.ctx, observe.Event{Name: name, Key: eventKey(l.ac.key, l.ac.sortKey), Token: l.token, Duration: d, Err: err})
 }
 
 // Release ends the lock: it stops the heartbeats (cancelling one in
@@ -210,6 +223,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	<-l.done
 	if err := l.Err(); !errors.Is(err, ErrReleased) {
 		return err
+	}
+	if l.releaseErr == nil {
+		l.event("dynamolock.released", l.c.cfg.now().Sub(l.start), nil)
 	}
 	return l.releaseErr
 }

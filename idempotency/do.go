@@ -77,9 +77,10 @@ func (s *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, f
 	return res, err
 }
 
-// errVanished means the record that stood in the way of a claim (Do) or
-// an insert (Exec) was gone or expired by the time it was read: the
-// attempt is made again.
+// errVanished means the attempt was made in vain and is made again: the
+// record that stood in the way of a claim (Do) or an insert (Exec) was
+// gone or expired by the time it was read, or the server connection did
+// not keep a named prepared statement (see pgmode.Learn).
 var errVanished = errors.New("idempotency: the key's record vanished while in the way")
 
 // settled runs attempt again (up to 10 times, while ctx lives) as long as
@@ -103,7 +104,7 @@ func retryable(err error) bool {
 		return false
 	}
 	var pgErr *pgconn.PgError
-	return errors.Is(err, errVanished) ||
+	return errors.Is(err, errVanished) || pgmode.MissingNamed(err) ||
 		errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
@@ -179,7 +180,8 @@ func (s *Store) replay(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *
 	b.Queue(syncMarkSQL)
 	b.Queue("commit")
 	err = detached(ctx, release, func(ctx context.Context) error {
-		err := conn.SendBatch(ctx, b).Close()
+		err := pgmode.SendBatch(ctx, conn, b).Close()
+		pgmode.Learn(conn, err)
 		end(ctx, conn, tx)
 		return err
 	})
@@ -236,8 +238,9 @@ func (s *Store) record(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *
 	b.Queue(s.recordSQL, scope, key, body, terminal)
 	b.Queue("commit").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	err := detached(ctx, release, func(ctx context.Context) error {
-		err := conn.SendBatch(ctx, b).Close()
+		err := pgmode.SendBatch(ctx, conn, b).Close()
 		if err != nil {
+			pgmode.Learn(conn, err)
 			end(ctx, conn, tx) // when the record failed, the COMMIT was skipped
 		}
 		return err
@@ -286,18 +289,31 @@ func detached(ctx context.Context, release *func(), fn func(context.Context) err
 // returned.
 func (s *Store) claim(ctx context.Context, conn *pgx.Conn, sql string, rec *Record) (tx pgx.Tx, claimed bool, err error) {
 	wait, bound := s.bound(ctx)
+	opts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	unnamed := pgmode.Unnamed(conn)
+	if unnamed { // the begin on its own round trip (see pgmode.SendBatch)
+		if tx, err = conn.BeginTx(ctx, opts); err != nil {
+			return nil, false, claimError(rec.Key, wait, err)
+		}
+	} else {
+		b.BeginTx(opts)
+	}
 	var restored string
 	b.Queue(sql, rec.Scope, rec.Key, rec.Fingerprint, s.retention.Microseconds(), bound).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&rec.CreatedAt, &rec.ExpiresAt, &restored)
 		claimed = err == nil
 		return noRows(err)
 	})
-	br := conn.SendBatch(ctx, b)
-	tx = br.Tx()
+	br := pgmode.SendBatch(ctx, conn, b)
+	if !unnamed {
+		tx = br.Tx()
+	}
 	if err := br.Close(); err != nil {
 		end(ctx, conn, tx)
+		if pgmode.Learn(conn, err) { // nothing ran: claim again, unnamed
+			return nil, false, fmt.Errorf("%w: %w", errVanished, err)
+		}
 		return nil, false, claimError(rec.Key, wait, err)
 	}
 	return tx, claimed, nil

@@ -108,7 +108,7 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt
 		wait, sargs = s.args(ctx, scope, key, fp, args)
 		err = s.run(ctx, stmt.text, sargs, &rec)
 	}
-	if stmt.name != "" && s.plan.shared() {
+	if stmt.name != "" && s.plan.shared() && !pgmode.Unnamed(s.db) {
 		var sargs []any
 		var sent bool
 		wait, sargs = s.args(ctx, scope, key, fp, args)
@@ -136,7 +136,7 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt
 		// by Do renewed it meanwhile, which the statement will then meet),
 		// then run the statement. The delete's lock is the key's alone.
 		dwait, bound := s.bound(ctx)
-		if _, err := s.db.Exec(ctx, s.expireSQL, s.over.Args(scope, key, bound)...); err != nil {
+		if _, err := s.over.Exec(ctx, s.db, s.expireSQL, scope, key, bound); err != nil {
 			return Result{}, s.execError(key, "the key's record, held by a takeover in flight", dwait, err)
 		}
 		runAlone()

@@ -35,6 +35,9 @@ func (s *Store) readAndRun(ctx context.Context, scope, key string, stmt wrapped,
 	for _, q := range [][2]string{{s.gateName, s.gateSQL}, {stmt.name, stmt.text}} {
 		if _, err := conn.Prepare(ctx, q[0], q[1]); err != nil {
 			c.Release()
+			if pgmode.Learn(conn, err) { // the next attempt reads first, unnamed
+				return nil, false, fmt.Errorf("%w: %w", errVanished, err)
+			}
 			return nil, false, fmt.Errorf("idempotency: exec %q: prepare: %w", key, pgmode.Explain(err))
 		}
 	}
@@ -83,15 +86,19 @@ func (s *Store) gateAndRun(ctx context.Context, conn *pgx.Conn, b *pgx.Batch, sc
 	return nil, s.unprepared(ctx, conn, name, err)
 }
 
-// unprepared returns err, or, when err says that one of readAndRun's
-// prepared statements is gone (26000) or no longer fits the table (0A000
-// from the server's revalidation of it, "cached plan must not change
-// result type", which recurs until it is prepared again), drops both
-// names and returns errVanished: make the attempt again.
+// unprepared returns err, or errVanished (make the attempt again) when
+// err says that one of readAndRun's prepared statements is gone (26000:
+// the endpoint is then learnt not to keep named statements, and the next
+// attempt reads first, unnamed; see pgmode.Learn) or no longer fits the
+// table (0A000 from the server's revalidation of it, "cached plan must not
+// change result type", which recurs until it is prepared again: both
+// names are dropped).
 func (s *Store) unprepared(ctx context.Context, conn *pgx.Conn, name string, err error) error {
+	if pgmode.Learn(conn, err) {
+		return fmt.Errorf("%w: %w", errVanished, err)
+	}
 	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) ||
-		pgErr.Code != "26000" && (pgErr.Code != "0A000" || pgErr.Routine != "RevalidateCachedQuery") {
+	if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "0A000" || pgErr.Routine != "RevalidateCachedQuery" {
 		return err
 	}
 	for _, q := range []string{s.gateName, name} {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/internal/pgmode"
 )
 
 // statement returns sql wrapped in execSQL, after refusing it unless it
@@ -109,10 +110,10 @@ func (s *Store) describe(ctx context.Context, sql string, args []any) (w wrapped
 	n := len(d.ParamOIDs)
 	w = wrapped{text: s.wrap(sql, n), params: n}
 	if s.isolation == "" {
-		_ = conn.QueryRow(ctx, `SELECT current_setting('default_transaction_isolation')`, s.over...).Scan(&s.isolation)
+		_ = conn.QueryRow(ctx, `SELECT current_setting('default_transaction_isolation')`, s.over.Args()...).Scan(&s.isolation)
 	}
 	if s.sharedTexts < maxShared && s.isolation == "read committed" &&
-		conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+		conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && !pgmode.Unnamed(conn) {
 		s.sharedTexts++
 		w.name = preparedName(w.text)
 	}

@@ -247,7 +247,7 @@ func (f *found) scan(row interface{ Scan(...any) error }) error {
 // if there is none.
 func (s *Store) lookup(ctx context.Context, scope, key string) (found, error) {
 	f := found{Record: Record{Scope: scope, Key: key}}
-	err := f.scan(s.db.QueryRow(ctx, s.readSQL, s.over.Args(scope, key)...))
+	err := f.scan(s.over.QueryRow(ctx, s.db, s.readSQL, scope, key))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return found{}, ErrNotFound
@@ -275,7 +275,7 @@ func (s *Store) Reap(ctx context.Context, batch int) (int64, error) {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		tag, err := s.db.Exec(ctx, s.reapSQL, s.over.Args(batch)...)
+		tag, err := s.over.Exec(ctx, s.db, s.reapSQL, batch)
 		if err != nil {
 			return total, fmt.Errorf("idempotency: reap: %w", pgmode.Explain(err))
 		}

@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/nolock/nolock/internal/pgmode"
 )
 
 // errTxOwned is what fn gets from tx.Commit and tx.Rollback.
@@ -17,7 +19,9 @@ var errTxOwned = errors.New("idempotency: the transaction belongs to Do: return 
 // Do commits it together with the record, so fn may not end it, and it
 // refuses use once fn has returned (its connection is back in the pool by
 // then). Begin still gives savepoints, which fn may commit or roll back,
-// refused as well once fn has returned: they share the closed flag.
+// refused as well once fn has returned: they share the closed flag. Its
+// statements go unnamed to an endpoint that keeps no named prepared
+// statements (see internal/pgmode).
 type fnTx struct {
 	pgx.Tx
 	closed    *atomic.Bool
@@ -59,28 +63,32 @@ func (t *fnTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 	if t.closed.Load() {
 		return pgconn.CommandTag{}, pgx.ErrTxClosed
 	}
-	return t.Tx.Exec(ctx, sql, args...)
+	tag, err := t.Tx.Exec(ctx, sql, pgmode.ForEach(t.Tx).Args(args...)...)
+	pgmode.Learn(t.Tx, err)
+	return tag, err
 }
 
 func (t *fnTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if t.closed.Load() {
 		return closedRows{}, pgx.ErrTxClosed
 	}
-	return t.Tx.Query(ctx, sql, args...)
+	rows, err := t.Tx.Query(ctx, sql, pgmode.ForEach(t.Tx).Args(args...)...)
+	pgmode.Learn(t.Tx, err)
+	return rows, err
 }
 
 func (t *fnTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if t.closed.Load() {
 		return closedRows{}
 	}
-	return t.Tx.QueryRow(ctx, sql, args...)
+	return t.Tx.QueryRow(ctx, sql, pgmode.ForEach(t.Tx).Args(args...)...)
 }
 
 func (t *fnTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if t.closed.Load() {
 		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
 	}
-	return t.Tx.SendBatch(ctx, b)
+	return pgmode.SendBatch(ctx, t.Tx.Conn(), b)
 }
 
 func (t *fnTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {

@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -59,18 +61,97 @@ func ExampleInbox_Process() {
 	fmt.Println("invoices:", n)
 }
 
+// An operator's tool for the billing consumer's parked messages, run
+// once a fix is deployed: list them, replay each with the fixed handler,
+// purge what the fix cannot apply. Parked messages are kept until an
+// operator acts; a daily PurgeParkedOlderThan bounds how long.
+func ExampleInbox_ReplayParked() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	in, err := inbox.New(pool, "billing")
+	if err != nil {
+		log.Fatal(err)
+	}
+	charge := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error { // the fixed handler
+		amount, err := strconv.ParseFloat(string(m.Value), 64)
+		if err != nil {
+			return inbox.Permanent(err)
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO invoices VALUES ($1)`, strconv.FormatFloat(amount, 'f', 2, 64))
+		return err
+	}
+	parked, err := in.ListParked(ctx, "", 100) // a page; pass the last ID for the next
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, p := range parked {
+		fmt.Printf("%s (%s/%d@%d, %d attempt): %s\n", p.ID, p.Msg.Topic, p.Msg.Partition, p.Msg.Offset, p.Attempts, p.Error)
+		err := in.ReplayParked(ctx, p.ID, charge) // applied once, however many replay it
+		if err == nil {
+			fmt.Println("  replayed")
+			continue
+		}
+		fmt.Println("  still parked:", err)
+		if err := in.PurgeParked(ctx, p.ID); err != nil { // the operator's decision: drop it
+			log.Fatal(err)
+		}
+		fmt.Println("  purged")
+	}
+	if _, err := in.PurgeParkedOlderThan(ctx, 30*24*time.Hour); err != nil { // scheduled daily
+		log.Fatal(err)
+	}
+	var n int
+	_ = pool.QueryRow(ctx, `SELECT count(*) FROM invoices`).Scan(&n)
+	fmt.Println("invoices:", n)
+}
+
+// parkForReplay is ExampleInbox_ReplayParked's world: the billing
+// consumer's tables, with two messages parked by a handler that refused
+// decimals.
+func parkForReplay(t *testing.T, dsn string) {
+	pool := testenv.Pool(t, dsn, 4)
+	parked, hook := parkCounter()
+	in := newInbox(t, pool, hook)
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE invoices (amount text)`); err != nil {
+		t.Fatal(err)
+	}
+	order := func(id string, offset int64, amount string) kafka.Message {
+		return kafka.Message{Topic: "orders", Offset: offset, Headers: []kafka.Header{{Key: "id", Value: []byte(id)}}, Value: []byte(amount)}
+	}
+	runSlice(t, in, []kafka.Message{order("order-41", 41, "41.50"), order("order-42", 42, "forty-two")},
+		func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+			return inbox.Permanent(fmt.Errorf("amount %q is not in cents", m.Value))
+		}, func() bool { return parked.Load() == 2 })
+}
+
 // TestExamples runs each Example against the test services, in a fresh
 // schema (DATABASE_URL).
 func TestExamples(t *testing.T) {
 	for _, ex := range []struct {
-		name string
-		run  func()
-		want string
+		name  string
+		setup func(t *testing.T, dsn string)
+		run   func()
+		want  string
 	}{
-		{"Inbox_Process", ExampleInbox_Process, "processed 2, duplicates 0\nprocessed 0, duplicates 2\ninvoices: 2\n"},
+		{"Inbox_Process", nil, ExampleInbox_Process, "processed 2, duplicates 0\nprocessed 0, duplicates 2\ninvoices: 2\n"},
+		{"Inbox_ReplayParked", parkForReplay, ExampleInbox_ReplayParked, `order-41 (orders/0@41, 1 attempt): amount "41.50" is not in cents
+  replayed
+order-42 (orders/0@42, 1 attempt): amount "forty-two" is not in cents
+  still parked: inbox: handler failed on orders/0@42: strconv.ParseFloat: parsing "forty-two": invalid syntax
+  purged
+invoices: 1
+`},
 	} {
 		t.Run(ex.name, func(t *testing.T) {
-			t.Setenv("DATABASE_URL", testenv.PostgresFreshDSN(t))
+			dsn := testenv.PostgresFreshDSN(t)
+			if ex.setup != nil {
+				ex.setup(t, dsn)
+			}
+			t.Setenv("DATABASE_URL", dsn)
 			if got := testenv.Printed(t, ex.run); got != ex.want {
 				t.Errorf("printed\n%s\nwant\n%s", got, ex.want)
 			}

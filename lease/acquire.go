@@ -14,6 +14,7 @@ import (
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/observe"
 )
 
 // Acquire takes the lock named key, waiting while someone else holds it.
@@ -67,7 +68,9 @@ type acquisition struct {
 	caller   context.Context // the caller's: its values go to the Lock's Context
 	try      bool
 	bo       backoff.Policy
+	start    time.Time // when the call began
 	deadline time.Time // the wait's end; zero: until ctx ends
+	tries    int       // statements sent
 
 	ours      []sent // statements that may have applied
 	ambiguous bool   // one of them has an unknown outcome
@@ -78,8 +81,8 @@ type acquisition struct {
 
 // acquire runs Acquire (try false) or TryAcquire (try true): it validates
 // the options before any I/O, registers with the Client (so Close waits
-// for it and makes it return ErrClosed), then tries until a try returns a
-// Lock or an error, pausing as the try says between them.
+// for it and makes it return ErrClosed), runs the tries, and reports the
+// outcome to the observer.
 func (c *Client) acquire(ctx context.Context, key string, opts []AcquireOption, try bool) (*Lock, error) {
 	ac, err := c.acquireConfig(key, opts)
 	if err != nil {
@@ -89,11 +92,26 @@ func (c *Client) acquire(ctx context.Context, key string, opts []AcquireOption, 
 		return nil, err
 	}
 	defer c.wg.Done()
-	a := &acquisition{c: c, ac: ac, caller: ctx, try: try,
+	a := &acquisition{c: c, ac: ac, caller: ctx, try: try, start: c.cfg.now(),
 		bo: backoff.Policy{Base: max(c.cfg.poll/16, time.Millisecond), Cap: c.cfg.poll}}
 	if ac.wait > 0 {
-		a.deadline = c.cfg.now().Add(ac.wait)
+		a.deadline = a.start.Add(ac.wait)
 	}
+	l, err := a.run(ctx)
+	e := observe.Event{Name: "lease.acquired", Key: key, Attempt: a.tries, Duration: c.cfg.now().Sub(a.start), Err: err}
+	if l != nil {
+		e.Token = l.token
+	} else {
+		e.Name = "lease.not_acquired"
+	}
+	c.events.Notify(ctx, e)
+	return l, err
+}
+
+// run tries until a try returns a Lock or an error, pausing as the try
+// says between them.
+func (a *acquisition) run(ctx context.Context) (*Lock, error) {
+	c := a.c
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(c.ctx, cancel)()
@@ -120,6 +138,7 @@ func (c *Client) acquire(ctx context.Context, key string, opts []AcquireOption, 
 // try.
 func (a *acquisition) attempt(ctx context.Context) (*Lock, time.Duration, error) {
 	c := a.c
+	a.tries++
 	s := sent{nonce: rand.Text(), at: c.cfg.now()}
 	a.ours = append(a.ours, s)
 	if len(a.ours) > maxPending {
@@ -170,6 +189,7 @@ func (a *acquisition) held(s sent, token int64, owner, nonce string, data []byte
 		}
 	}
 	h := &HeldError{Key: a.ac.key, Owner: owner, Token: token, Data: data}
+	c.events.Notify(a.caller, observe.Event{Name: "lease.contended", Key: a.ac.key, Token: token, Attempt: a.tries})
 	if a.try || !a.deadline.IsZero() && !c.cfg.now().Before(a.deadline) {
 		_, err := a.giveUp(h)
 		return nil, 0, err

@@ -14,8 +14,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
+	"github.com/nolock/nolock/observe"
 )
 
 // DB is what a Client needs from pgx: a *pgxpool.Pool satisfies it, and so
@@ -54,6 +56,7 @@ type config struct {
 	set                          struct{ heartbeat, poll, warn bool }
 	owner                        string
 	logger                       *slog.Logger
+	observer                     observe.Observer
 	now                          func() time.Time
 }
 
@@ -111,6 +114,14 @@ func WithOwner(name string) Option { return func(c *config) { c.owner = name } }
 // retries at debug level and lost locks at warn level.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
+// WithObserver reports the Client's events to o (nil: none): see
+// docs/observability.md for "lease.acquired", "lease.contended",
+// "lease.not_acquired", "lease.renewed", "lease.renew_failed",
+// "lease.expiring", "lease.lost" and "lease.released". Events reach o on
+// a goroutine of the Client's, in order, never blocking a renewal; Close
+// waits until o has had them all.
+func WithObserver(o observe.Observer) Option { return func(c *config) { c.observer = o } }
+
 // WithClock replaces time.Now as the Client's clock for its own deadlines.
 // Only differences of its readings are used (time.Now's carry a monotonic
 // reading, so a wall clock step changes nothing); waiting still uses real
@@ -126,11 +137,12 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 // reentrant (acquiring a key this Client holds waits like anyone else).
 // Close releases every lock it still holds and waits for its goroutines.
 type Client struct {
-	db   DB
-	cfg  config
-	log  *slog.Logger
-	over pgmode.Override
-	sql  statements
+	db     DB
+	cfg    config
+	log    *slog.Logger
+	events *notify.Queue // nil without an observer
+	over   pgmode.Override
+	sql    statements
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -163,7 +175,7 @@ func New(db DB, opts ...Option) (*Client, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{
-		db: db, cfg: cfg, log: log, over: pgmode.For(db), sql: newStatements(cfg.table),
+		db: db, cfg: cfg, log: log, events: notify.New(cfg.observer, 1024), over: pgmode.For(db), sql: newStatements(cfg.table),
 		ctx: ctx, cancel: cancel, locks: make(map[*Lock]struct{}),
 	}, nil
 }
@@ -282,6 +294,7 @@ func (c *Client) Close() error {
 		}
 		wg.Wait()
 		c.wg.Wait()
+		c.events.Close()
 		c.closeErr = errors.Join(errs...)
 	})
 	return c.closeErr

@@ -75,8 +75,11 @@ func (l *Lock) run(ctx context.Context) {
 		}
 		if !warned && !now.Before(warnAt) {
 			l.mu.Lock()
-			l.warnLocked()
+			first := l.warnLocked()
 			l.mu.Unlock()
+			if first {
+				l.event("lease.expiring", 0, nil)
+			}
 			warned = true
 		}
 		if !now.Before(valid) {
@@ -128,9 +131,11 @@ func (l *Lock) settled(r renewal, failures *int, last *error, next *time.Time, r
 		*last = r.err
 		*next = l.c.cfg.now().Add(retry.Delay(*failures + 2))
 		l.c.log.Debug("lease: renewal failed; retrying", "key", l.ac.key, "err", r.err)
+		l.event("lease.renew_failed", l.c.cfg.now().Sub(r.at), r.err)
 	default:
 		*failures, *last = 0, nil
 		l.extend(r.valid)
+		l.event("lease.renewed", l.c.cfg.now().Sub(r.at), nil)
 		*next = r.at.Add(l.c.cfg.heartbeat)
 	}
 	return true

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/nolock/nolock/observe"
 )
 
 // Lock is a held lock. It renews its lease in the background until
@@ -17,12 +19,13 @@ import (
 // with conditional.Fenced, or FenceSQL in your own statements). Methods
 // are safe for concurrent use.
 type Lock struct {
-	c     *Client
-	ac    acquireConfig
-	token int64
-	start time.Time // when the acquiring statement was sent
-	stop  context.CancelFunc
-	done  chan struct{} // closed when the renewal goroutine has ended
+	c       *Client
+	ac      acquireConfig
+	token   int64
+	start   time.Time // when the acquiring statement was sent
+	stop    context.CancelFunc
+	starter *time.Timer   // starts the renewal goroutine at its first wake
+	done    chan struct{} // closed when the renewal goroutine has ended (or was never started)
 
 	lost, expiring chan struct{}
 	ctx            context.Context
@@ -63,9 +66,34 @@ func (c *Client) newLock(caller context.Context, ac acquireConfig, s sent, token
 	}
 	c.locks[l] = struct{}{}
 	c.wg.Add(1)
+	// The renewal goroutine starts at its first wake (a heartbeat, or the
+	// warning or the maximum hold if sooner): a lock released before then
+	// costs no goroutine.
+	l.starter = time.AfterFunc(l.firstWake(), func() { l.run(rctx) })
 	c.mu.Unlock()
-	go l.run(rctx)
 	return l, nil
+}
+
+// firstWake is how long after now the renewal goroutine has its first
+// thing to do: a heartbeat, the Expiring warning, or the end of the
+// maximum hold, whichever comes first.
+func (l *Lock) firstWake() time.Duration {
+	cfg := l.c.cfg
+	d := min(cfg.heartbeat, cfg.lease-cfg.warn)
+	if l.ac.maxHold > 0 {
+		d = min(d, l.ac.maxHold-cfg.warn)
+	}
+	return d - cfg.now().Sub(l.start)
+}
+
+// halt ends the renewals: it cancels them, and when their goroutine has
+// not started, ends them itself (done closes at once).
+func (l *Lock) halt() {
+	l.stop()
+	if l.starter.Stop() {
+		close(l.done)
+		l.c.wg.Done()
+	}
 }
 
 // Key returns the lock's key.
@@ -117,29 +145,40 @@ func (l *Lock) Err() error {
 // lose ends the lock with err (the first reason sticks). For an expiry or
 // the maximum hold it closes Expiring first, if it is still open.
 func (l *Lock) lose(err error) {
+	var le *LostError
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.err != nil {
+		l.mu.Unlock()
 		return
 	}
-	var le *LostError
-	if errors.As(err, &le) && (le.Cause == Expired || le.Cause == MaxHold) {
-		l.warnLocked()
-	}
+	warned := errors.As(err, &le) && (le.Cause == Expired || le.Cause == MaxHold) && l.warnLocked()
 	l.err = err
 	close(l.lost)
 	l.cancelCtx(err)
+	l.mu.Unlock()
+	if warned {
+		l.event("lease.expiring", 0, nil)
+	}
 	if le != nil {
 		l.c.log.Warn("lease: lock lost", "key", l.ac.key, "token", l.token, "err", err)
+		l.event("lease.lost", 0, err)
 	}
 }
 
-// warnLocked closes Expiring, once. l.mu must be held.
-func (l *Lock) warnLocked() {
-	if !l.warned {
-		l.warned = true
-		close(l.expiring)
+// warnLocked closes Expiring, once, and reports whether it did. l.mu must
+// be held.
+func (l *Lock) warnLocked() bool {
+	if l.warned {
+		return false
 	}
+	l.warned = true
+	close(l.expiring)
+	return true
+}
+
+// event reports an event of the lock to the Client's observer.
+func (l *Lock) event(name string, d time.Duration, err error) {
+	l.c.events.Notify(l.ctx, observe.Event{Name: name, Key: l.ac.key, Token: l.token, Duration: d, Err: err})
 }
 
 // Release ends the lock: it stops the renewals (one in flight is no longer
@@ -159,12 +198,15 @@ func (l *Lock) warnLocked() {
 // freed by its lease and the lock-delay running out). Release is
 // idempotent: later calls (and Close) return the first one's result.
 func (l *Lock) Release(ctx context.Context) error {
-	l.stop()
+	l.halt()
 	<-l.done
 	l.lose(ErrReleased)
 	l.releaseRow(ctx)
 	if err := l.Err(); !errors.Is(err, ErrReleased) {
 		return err
+	}
+	if l.releaseErr == nil {
+		l.event("lease.released", l.c.cfg.now().Sub(l.start), nil)
 	}
 	return l.releaseErr
 }

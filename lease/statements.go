@@ -90,7 +90,7 @@ type row struct {
 func (c *Client) read(ctx context.Context, key string) (row, error) {
 	r := row{exists: true}
 	var left int64
-	err := c.db.QueryRow(ctx, c.sql.read, c.over.Args(key)...).Scan(&r.token, &r.owner, &r.released, &left)
+	err := c.over.QueryRow(ctx, c.db, c.sql.read, key).Scan(&r.token, &r.owner, &r.released, &left)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return row{}, nil
 	}

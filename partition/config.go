@@ -152,6 +152,17 @@ type Config struct {
 	// message by the worker that parked it. It runs on the worker's
 	// goroutine, concurrently across partitions, and must return quickly.
 	OnPark func(msg kafka.Message, err error)
+	// BeforeBatch, if set, is called by a worker with each batch it is
+	// about to apply, before each attempt's transaction begins: the worker
+	// then holds no transaction and no lock. It runs on the worker's
+	// goroutine, concurrently across partitions. Blocking in it plays an
+	// owner that stalls between reading a batch and writing it (a GC
+	// pause, a frozen VM): when it returns, the attempt begins with a
+	// fresh BatchTimeout, and if a newer owner claimed the partition
+	// meanwhile, the fence refuses the attempt with ErrFenced and the
+	// worker stops. Meant for tests, demonstrations and tracing; a
+	// production Handler needs none.
+	BeforeBatch func(Claim, []kafka.Message)
 }
 
 // DefaultConfig returns a Config with every default filled in; set

@@ -59,6 +59,7 @@ type Consumer struct {
 	db          DB
 	cfg         Config
 	sql         statements
+	parked      parkedStatements
 	idleTimeout string // BatchTimeout in ms, for set_config
 	log         *slog.Logger
 	retry       backoff.Policy
@@ -72,8 +73,7 @@ type Consumer struct {
 	}
 
 	// Test hooks, set only by export_test.go.
-	beforeFence func(Claim, []kafka.Message)
-	unfenced    bool
+	unfenced bool
 }
 
 // New returns a Consumer applying cfg.Topics to db with cfg.Handler. It
@@ -102,6 +102,7 @@ func New(db DB, cfg Config) (*Consumer, error) {
 		db:          db,
 		cfg:         cfg,
 		sql:         newStatements(cfg.Table),
+		parked:      newParkedStatements(cfg.Table),
 		idleTimeout: strconv.FormatInt(cfg.BatchTimeout.Milliseconds(), 10),
 		log:         log.With("group", cfg.GroupID),
 		retry:       backoff.Policy{Base: 10 * time.Millisecond, Cap: time.Second},

@@ -35,5 +35,6 @@
 // throughput is one transaction at a time per partition; and a message
 // whose handler keeps failing is parked (recorded in the parked table in
 // the transaction that moves the partition past it), so its partition's
-// later messages are applied without it.
+// later messages are applied without it; an operator may replay it later
+// (Consumer.ReplayParked), out of offset order, or purge it.
 package partition

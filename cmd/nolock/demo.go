@@ -52,8 +52,9 @@ var scenarios = []scenario{
 	{"flash sale", "5,000 buyers, 300 units of one product. A read-then-write oversells; a lock around it is\ncorrect but slow; one conditional statement per batch (coalesced) is correct and fast.", flashSale},
 	{"wallet", "400 payments of 500 against a wallet holding 180,000, each sent three times at once (a client that\nretried, a duplicate delivery). The idempotency key, the debit and the ledger row commit in one\ntransaction: a retry replays the first answer; payments past the balance are declined, also once.", wallet},
 	{"nightly cron", "Six replicas wake at 02:00 each night and try the same lock, named by date. Exactly one runs\nthe report; the others see it held and go back to sleep.", cron},
+	{"leader-only job", "Three replicas share the invoicing job through a lease on PostgreSQL. The leader sends page after\npage, each write fenced by its token; its connection freezes past the lease, another replica takes\nover with a higher token, and the frozen leader's late page is refused by the fence.", leaderJob},
 	{"kafka worker", "A consumer applies 500 payments (plus producer duplicates), crashes before committing any\nKafka offset, and a new consumer gets everything again. The inbox skips what was applied.", kafkaWorker},
-	{"paused partition owner", "One member owns a Kafka partition and stalls inside a batch, transaction open, past the\ngroup's session timeout. The partition moves to another member, which claims a higher epoch. When\nthe first wakes, its batch has been cut off (BatchTimeout) and its late write is refused; a new\ntransaction of its would meet the epoch fence. Every offset applied once, in order.", zombie},
+	{"paused partition owner", "One member owns a Kafka partition and stalls with a batch in hand, before its transaction\nbegins, past the group's rebalance timeout. The partition moves to another member, which claims a\nhigher epoch. When the first wakes, it begins its late transaction with a live context, and the\nepoch fence refuses it (partition.ErrFenced). Every offset applied once, in order.", zombie},
 }
 
 // demo runs every scenario, prints a transcript and a table whose numbers a

@@ -6,6 +6,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nolock/nolock/internal/pgmode"
 )
 
 // Querier runs statements: a pool, a connection, a transaction.
@@ -32,7 +34,7 @@ func Exec(ctx context.Context, db Querier, sql string, args ...any) (pgconn.Comm
 		err error
 	}
 	var res result
-	err := write(ctx, db, func(ctx context.Context, q Querier) error {
+	err := write(ctx, db, args, func(ctx context.Context, q Querier, args []any) error {
 		tag, err := q.Exec(ctx, sql, args...)
 		res = result{tag, err}
 		return err
@@ -58,16 +60,26 @@ type committingRow struct {
 }
 
 func (r committingRow) Scan(dest ...any) error {
-	return write(r.ctx, r.db, func(ctx context.Context, q Querier) error {
-		return q.QueryRow(ctx, r.sql, r.args...).Scan(dest...)
+	return write(r.ctx, r.db, r.args, func(ctx context.Context, q Querier, args []any) error {
+		return q.QueryRow(ctx, r.sql, args...).Scan(dest...)
 	})
 }
 
-// write runs stmt on db (on a connection acquired from it, for a pool)
-// under Commit, or directly inside a transaction.
-func write(ctx context.Context, db Querier, stmt func(context.Context, Querier) error) error {
+// write runs stmt with args on db (on a connection acquired from it, for a
+// pool) under Commit, or directly inside a transaction. Outside a
+// transaction, a statement that failed because the server connection did
+// not keep pgx's named prepared statement ran nothing: it is sent again at
+// once, unnamed (see pgmode.Learn).
+func write(ctx context.Context, db Querier, args []any, stmt func(context.Context, Querier, []any) error) error {
 	if _, ok := db.(pgx.Tx); ok {
-		return stmt(ctx, db)
+		return stmt(ctx, db, args)
+	}
+	once := func(ctx context.Context, q Querier) error {
+		err := stmt(ctx, q, args)
+		if pgmode.Learn(q, err) {
+			err = stmt(ctx, q, pgmode.ForEach(q).Args(args...))
+		}
+		return err
 	}
 	if p, ok := db.(acquirer); ok {
 		conn, err := p.Acquire(ctx)
@@ -76,10 +88,10 @@ func write(ctx context.Context, db Querier, stmt func(context.Context, Querier) 
 		}
 		return Commit(ctx, func(ctx context.Context) error {
 			defer conn.Release()
-			return stmt(ctx, conn)
+			return once(ctx, conn)
 		})
 	}
-	return Commit(ctx, func(ctx context.Context) error { return stmt(ctx, db) })
+	return Commit(ctx, func(ctx context.Context) error { return once(ctx, db) })
 }
 
 // Beginner starts transactions: a pool, a connection, or a transaction
@@ -116,6 +128,37 @@ func (t *Tx) Commit(ctx context.Context) error {
 		return t.Tx.Commit(ctx)
 	}
 	return Commit(ctx, t.Tx.Commit)
+}
+
+// Exec, Query and QueryRow send a statement in the transaction unnamed
+// when its endpoint is known not to keep named prepared statements (see
+// pgmode), and learn that from the statement's failure.
+func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	tag, err := t.Tx.Exec(ctx, sql, pgmode.ForEach(t.Tx).Args(args...)...)
+	pgmode.Learn(t.Tx, err)
+	return tag, err
+}
+
+func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	rows, err := t.Tx.Query(ctx, sql, pgmode.ForEach(t.Tx).Args(args...)...)
+	pgmode.Learn(t.Tx, err)
+	return rows, err
+}
+
+func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return learningRow{t.Tx.QueryRow(ctx, sql, pgmode.ForEach(t.Tx).Args(args...)...), t.Tx}
+}
+
+// learningRow is a row whose Scan learns from its error (see pgmode.Learn).
+type learningRow struct {
+	pgx.Row
+	tx pgx.Tx
+}
+
+func (r learningRow) Scan(dest ...any) error {
+	err := r.Row.Scan(dest...)
+	pgmode.Learn(r.tx, err)
+	return err
 }
 
 // Rollback rolls the transaction back unless Commit was called.

@@ -1,6 +1,6 @@
 // Package pgmode makes nolock's own statements safe in every pgx query
 // mode, through a transaction pooler (PgBouncer in transaction pooling)
-// too, and explains the errors of the one mode such a pooler cannot serve.
+// too.
 //
 // In pgx.QueryExecModeDescribeExec, pgx runs a statement in two round
 // trips: the first prepares it as the unnamed statement and describes it,
@@ -17,13 +17,24 @@
 //
 // In pgx.QueryExecModeCacheStatement (pgx's default) every statement is a
 // named prepared statement, which PgBouncer before 1.21 does not carry
-// from one transaction's server connection to the next: statements fail
-// with 26000 or 42P05, having run nothing. Explain names the settings
-// that fix it.
+// from one transaction's server connection to the next: a statement fails
+// with 26000 or 42P05, having run nothing. The first such failure on a
+// server endpoint (host, port, database, user, session parameters) is learnt (Learn): from
+// then on nolock sends its statements to that endpoint in
+// pgx.QueryExecModeCacheDescribe (unnamed statements, their descriptions
+// cached by pgx), inside transactions too, and a one-statement write that
+// failed so is sent again at once (see internal/pgerr). Explain names the
+// settings that avoid the first failure.
 package pgmode
 
 import (
+	"context"
 	"errors"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -36,52 +47,72 @@ import (
 // *pgx.Conn or pgx.Tx, or one that wraps them). It copies the
 // configuration: call it once per db, not per statement (see Override).
 func Of(db any) (pgx.QueryExecMode, bool) {
-	switch d := db.(type) {
-	case interface{ Config() *pgxpool.Config }:
-		return d.Config().ConnConfig.DefaultQueryExecMode, true
-	case interface{ Config() *pgx.ConnConfig }:
-		return d.Config().DefaultQueryExecMode, true
-	case interface{ Conn() *pgx.Conn }:
-		return d.Conn().Config().DefaultQueryExecMode, true
+	if c := config(db); c != nil {
+		return c.DefaultQueryExecMode, true
 	}
 	return 0, false
 }
 
-// Override is what a statement sent on a db goes with: nil, or the
-// argument (pgx.QueryExecModeExec) that Args puts before the statement's
-// own, for a db whose mode is describe_exec.
-type Override []any
-
-// For returns the Override for statements sent on db outside a
-// transaction: for a db in describe_exec mode, exec mode; for any other
-// db (and for a pgx.Tx, whose statements share one server connection) none.
-func For(db any) Override {
-	if _, ok := db.(pgx.Tx); ok {
-		return nil
-	}
-	if m, ok := Of(db); ok && m == pgx.QueryExecModeDescribeExec {
-		return Override{pgx.QueryExecModeExec}
+// config returns a copy of the configuration of db's connections, or nil.
+func config(db any) *pgx.ConnConfig {
+	switch d := db.(type) {
+	case interface{ Config() *pgxpool.Config }:
+		return d.Config().ConnConfig
+	case interface{ Config() *pgx.ConnConfig }:
+		return d.Config()
+	case interface{ Conn() *pgx.Conn }:
+		return d.Conn().Config()
 	}
 	return nil
 }
 
+// Override is what a statement sent on a db goes with (see Args). The
+// zero Override adds nothing.
+type Override struct {
+	exec bool      // a describe_exec db outside a transaction: exec mode
+	at   *endpoint // a cache_statement db's endpoint: cache_describe once learnt
+}
+
+// For returns the Override for statements sent on db: for a db in
+// describe_exec mode outside a transaction, exec mode; for a db in
+// cache_statement mode, cache_describe once its endpoint is known to drop
+// named statements; else none. It reads db's configuration once.
+func For(db any) Override {
+	c := config(db)
+	if c == nil {
+		return Override{}
+	}
+	switch c.DefaultQueryExecMode {
+	case pgx.QueryExecModeDescribeExec:
+		if _, tx := db.(pgx.Tx); !tx {
+			return Override{exec: true}
+		}
+	case pgx.QueryExecModeCacheStatement:
+		return Override{at: endpointOf(c)}
+	}
+	return Override{}
+}
+
 // ForEach is For for a db given per call (not held by a long-lived
 // value): it remembers the last *pgxpool.Pool it saw, so that a caller
-// that uses one pool pays for reading its configuration once.
+// that uses one pool pays for reading its configuration once, and for a
+// transaction it reads the configuration only once some endpoint has been
+// learnt to drop named statements.
 func ForEach(db any) Override {
-	p, ok := db.(*pgxpool.Pool)
-	if !ok {
-		if _, tx := db.(pgx.Tx); tx {
-			return nil
+	switch d := db.(type) {
+	case *pgxpool.Pool:
+		if last := lastPool.Load(); last != nil && last.pool == d {
+			return last.over
 		}
-		return For(db)
+		o := For(d)
+		lastPool.Store(&poolOverride{d, o})
+		return o
+	case pgx.Tx:
+		if !anyUnnamed.Load() {
+			return Override{}
+		}
 	}
-	if last := lastPool.Load(); last != nil && last.pool == p {
-		return last.over
-	}
-	o := For(p)
-	lastPool.Store(&poolOverride{p, o})
-	return o
+	return For(db)
 }
 
 type poolOverride struct {
@@ -91,13 +122,88 @@ type poolOverride struct {
 
 var lastPool atomic.Pointer[poolOverride]
 
-// Args returns args to send with a statement: args themselves when o is
-// nil (no copy), else o's mode followed by args.
+// Args returns args to send with a statement: args themselves when o adds
+// nothing (no copy), else o's mode followed by args. A mode already first
+// in args wins over o's, as pgx reads the last one.
 func (o Override) Args(args ...any) []any {
-	if o == nil {
+	var mode pgx.QueryExecMode
+	switch {
+	case o.exec:
+		mode = pgx.QueryExecModeExec
+	case o.at != nil && o.at.unnamed.Load():
+		mode = pgx.QueryExecModeCacheDescribe
+	default:
 		return args
 	}
-	return append(append(make([]any, 0, len(args)+1), o[0]), args...)
+	return append(append(make([]any, 0, len(args)+1), mode), args...)
+}
+
+// endpoint is one server endpoint that cache_statement dbs send to.
+type endpoint struct {
+	unnamed atomic.Bool // named prepared statements are not kept there
+}
+
+var (
+	endpoints  sync.Map    // endpoint key → *endpoint
+	anyUnnamed atomic.Bool // some endpoint is unnamed
+)
+
+// endpointOf returns c's endpoint, the same for every configuration that
+// reaches the same host, port, database and user with the same session
+// parameters.
+func endpointOf(c *pgx.ConnConfig) *endpoint {
+	var b strings.Builder
+	for _, s := range []string{c.Host, strconv.Itoa(int(c.Port)), c.Database, c.User} {
+		b.WriteString(s)
+		b.WriteByte(0)
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.RuntimeParams)) {
+		b.WriteString(k + "=" + c.RuntimeParams[k])
+		b.WriteByte(0)
+	}
+	key := b.String()
+	if e, ok := endpoints.Load(key); ok {
+		return e.(*endpoint)
+	}
+	e, _ := endpoints.LoadOrStore(key, new(endpoint))
+	return e.(*endpoint)
+}
+
+// MissingNamed reports whether err says that a prepared statement pgx
+// expected on the connection was missing (26000) or already there (42P05).
+// Such a statement ran nothing.
+func MissingNamed(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "26000" || pgErr.Code == "42P05")
+}
+
+// Learn records, when err is a missing or duplicate prepared statement on
+// a db in cache_statement mode, that db's endpoint does not keep named
+// statements, and reports whether it did: the statement ran nothing and
+// may be sent again with For(db)'s or ForEach(db)'s Args.
+func Learn(db any, err error) bool {
+	if err == nil || !MissingNamed(err) {
+		return false
+	}
+	c := config(db)
+	if c == nil || c.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+		return false
+	}
+	endpointOf(c).unnamed.Store(true)
+	anyUnnamed.Store(true)
+	return true
+}
+
+// Unnamed reports whether db is in cache_statement mode on an endpoint
+// learnt to drop named statements: statements that cannot carry a mode of
+// their own (a pgx.Batch takes its connection's) must not be sent as
+// named statements there.
+func Unnamed(db any) bool {
+	if !anyUnnamed.Load() {
+		return false
+	}
+	c := config(db)
+	return c != nil && c.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && endpointOf(c).unnamed.Load()
 }
 
 // Explain returns err with a hint naming the settings to change when err
@@ -108,9 +214,8 @@ func (o Override) Args(args ...any) []any {
 // connection). The statement ran nothing. Any other err, and one Explain
 // returned already, is returned as is.
 func Explain(err error) error {
-	var pgErr *pgconn.PgError
 	var h *hinted
-	if !errors.As(err, &pgErr) || pgErr.Code != "26000" && pgErr.Code != "42P05" || errors.As(err, &h) {
+	if !MissingNamed(err) || errors.As(err, &h) {
 		return err
 	}
 	return &hinted{err}
@@ -121,8 +226,65 @@ type hinted struct{ err error }
 
 func (h *hinted) Error() string {
 	return h.err.Error() + " (nothing ran: a prepared statement was missing or already there on the server connection; " +
-		"behind PgBouncer before 1.21 in transaction pooling set pgx's default_query_exec_mode to exec, cache_describe or simple_protocol; " +
+		"nolock sends its own statements there unnamed from now on; behind PgBouncer before 1.21 in transaction pooling " +
+		"set pgx's default_query_exec_mode to exec, cache_describe or simple_protocol for yours; " +
 		"from PgBouncer 1.21 set max_prepared_statements)"
 }
 
 func (h *hinted) Unwrap() error { return h.err }
+
+// Querier sends statements: a pool, a connection or a transaction.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Exec is db.Exec(ctx, sql, o.Args(args...)...); outside a transaction, a
+// statement that failed because the server connection did not keep pgx's
+// named prepared statement ran nothing, and is sent once more, unnamed
+// (see Learn). Statements that commit must run under internal/pgerr
+// instead, which does the same.
+func (o Override) Exec(ctx context.Context, db Querier, sql string, args ...any) (pgconn.CommandTag, error) {
+	tag, err := db.Exec(ctx, sql, o.Args(args...)...)
+	if o.again(db, err) {
+		tag, err = db.Exec(ctx, sql, ForEach(db).Args(args...)...)
+	}
+	return tag, err
+}
+
+// QueryRow is db.QueryRow(ctx, sql, o.Args(args...)...), whose Scan sends
+// the statement once more as Exec does.
+func (o Override) QueryRow(ctx context.Context, db Querier, sql string, args ...any) pgx.Row {
+	return retryRow{o, ctx, db, sql, args}
+}
+
+type retryRow struct {
+	o    Override
+	ctx  context.Context
+	db   Querier
+	sql  string
+	args []any
+}
+
+func (r retryRow) Scan(dest ...any) error {
+	err := r.db.QueryRow(r.ctx, r.sql, r.o.Args(r.args...)...).Scan(dest...)
+	if r.o.again(r.db, err) {
+		err = r.db.QueryRow(r.ctx, r.sql, ForEach(r.db).Args(r.args...)...).Scan(dest...)
+	}
+	return err
+}
+
+// again learns from err (see Learn) and reports whether the statement may
+// be sent again: it ran nothing and db is not a transaction (which the
+// failure aborted).
+func (o Override) again(db any, err error) bool {
+	if _, tx := db.(pgx.Tx); tx || !MissingNamed(err) {
+		return false
+	}
+	if o.at != nil {
+		o.at.unnamed.Store(true)
+		anyUnnamed.Store(true)
+		return true
+	}
+	return Learn(db, err)
+}

@@ -1,0 +1,59 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nolock/nolock/internal/kafkapark"
+	"github.com/segmentio/kafka-go"
+)
+
+// fail counts a failed attempt at msg outside any transaction and, when it
+// is permanent or the attempts ran out, parks it: records it as processed
+// (so it never runs again) and keeps it in the parked table, in one
+// transaction, then calls the hook. A message found processed meanwhile
+// (another member applied it, or it was parked before) is not parked
+// again. It reports whether msg is done with.
+func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error) (parked bool, err error) {
+	id, idErr := in.id(msg)
+	if idErr != nil {
+		// A message without an identity cannot be deduplicated: park it,
+		// known by its offset.
+		cause = errors.Join(cause, idErr)
+		id, _ = ByOffset().id(msg)
+	}
+	var attempts int
+	if err := in.db.QueryRow(ctx, in.attemptSQL, in.over.Args(in.consumer, id, kafkapark.Text(cause.Error()))...).Scan(&attempts); err != nil {
+		return false, fmt.Errorf("inbox: count attempt: %w", err)
+	}
+	if !IsPermanent(cause) && idErr == nil && attempts < in.max {
+		in.log.Warn("inbox: handler failed; will retry", "topic", msg.Topic, "partition", msg.Partition, "offset", msg.Offset, "attempt", attempts, "err", cause)
+		return false, nil
+	}
+	var fresh []bool
+	reason := kafkapark.Text(cause.Error())
+	err = in.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		if fresh, err = in.claim(ctx, tx, []kafka.Message{msg}, []string{id}); err != nil {
+			return err
+		}
+		if fresh[0] { // else processed meanwhile (by another member, or parked before): nothing to park
+			_, err = tx.Exec(ctx, in.parkSQL, in.consumer, id, msg.Topic, msg.Partition, msg.Offset, msg.Key, msg.Value, kafkapark.HeadersJSON(msg.Headers), reason, attempts)
+			if err != nil {
+				return fmt.Errorf("inbox: park: %w", err)
+			}
+		}
+		_, err = tx.Exec(ctx, in.clearSQL, in.consumer, id)
+		return err
+	})
+	if err != nil || !fresh[0] {
+		return err == nil, err
+	}
+	in.log.Error("inbox: message parked", "topic", msg.Topic, "partition", msg.Partition, "offset", msg.Offset, "attempts", attempts, "err", cause)
+	if in.hook != nil {
+		in.hook(msg, cause)
+	}
+	return true, nil
+}

@@ -1,0 +1,183 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/kafkaerr"
+	"github.com/nolock/nolock/internal/kafkatxn"
+)
+
+// partitionBuffer is how many fetched messages a partition holds before
+// fetching waits for it (or twice the batch size, if larger).
+const partitionBuffer = 256
+
+type topicPartition struct {
+	topic     string
+	partition int
+}
+
+// partitions is one Run: a fetch loop that hands messages to one goroutine
+// per partition.
+type partitions struct {
+	in        *Inbox
+	r         Reader
+	h         Handler
+	cfg       runConfig
+	run, work context.Context
+	serial    *sync.Mutex // one batch at a time, for a DB that is one connection
+
+	queues map[topicPartition]chan kafka.Message
+	wg     sync.WaitGroup
+
+	// filter, if set, returns a partition's classifier of control
+	// records and records of aborted transactions.
+	filter func(topic string, partition int) *kafkatxn.Filter
+}
+
+// dispatch fetches until run ends or r fails for good, riding out
+// retriable errors with backoff, and queues each message on its
+// partition's goroutine (started on its first message). It returns nil
+// when run ended.
+func (p *partitions) dispatch() error {
+	failures := 0
+	for {
+		m, err := p.r.FetchMessage(p.run)
+		if p.run.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			if !kafkaerr.Retriable(err) {
+				return fmt.Errorf("inbox: fetch: %w", err)
+			}
+			failures++
+			p.in.log.Warn("inbox: fetch failed; retrying", "attempt", failures, "err", err)
+			if backoff.Sleep(p.run, p.cfg.retry.Delay(failures+1)) != nil {
+				return nil
+			}
+			continue
+		}
+		failures = 0
+		k := topicPartition{m.Topic, m.Partition}
+		q, ok := p.queues[k]
+		if !ok {
+			q = make(chan kafka.Message, max(partitionBuffer, 2*p.cfg.batch))
+			p.queues[k] = q
+			p.wg.Add(1)
+			go p.consume(q)
+		}
+		select {
+		case q <- m:
+		case <-p.run.Done():
+			return nil
+		}
+	}
+}
+
+// consume processes one partition's messages in order, a batch per
+// transaction, until run ends; then it finishes the batch in flight
+// (within the shutdown timeout) and leaves the queued messages for
+// redelivery.
+func (p *partitions) consume(q <-chan kafka.Message) {
+	defer p.wg.Done()
+	var f *kafkatxn.Filter
+	for {
+		batch := p.take(q)
+		if batch == nil {
+			return
+		}
+		apply := batch
+		if p.filter != nil {
+			if f == nil {
+				f = p.filter(batch[0].Topic, batch[0].Partition)
+			}
+			var ok bool
+			if apply, ok = p.committed(f, batch); !ok {
+				return
+			}
+		}
+		if p.serial != nil && len(apply) > 0 {
+			p.serial.Lock()
+		}
+		var err error
+		if len(apply) > 0 {
+			err = p.in.handle(p.work, apply, p.h, p.cfg.retry)
+		}
+		if err == nil {
+			err = p.r.CommitMessages(p.work, batch...)
+			if err != nil && p.run.Err() == nil {
+				// The effects are recorded; a lost commit only means a
+				// redelivery, which the inbox skips.
+				p.in.log.Warn("inbox: offset commit failed", "err", err)
+			}
+		}
+		if p.serial != nil && len(apply) > 0 {
+			p.serial.Unlock()
+		}
+		if p.run.Err() != nil {
+			return
+		}
+	}
+}
+
+// committed returns the messages of batch that are neither control records
+// nor records of aborted transactions, waiting while a message's
+// transaction is still open. Failures to tell are retried with backoff; it
+// returns false once run ended, leaving batch for redelivery.
+func (p *partitions) committed(f *kafkatxn.Filter, batch []kafka.Message) ([]kafka.Message, bool) {
+	apply := batch[:0:0]
+	for _, m := range batch {
+		for attempt := 1; ; attempt++ {
+			skip, err := f.Skip(p.run, m)
+			if err == nil {
+				if skip {
+					p.in.log.Debug("inbox: skipped a control record or a record of an aborted transaction", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset)
+				} else {
+					apply = append(apply, m)
+				}
+				break
+			}
+			if p.run.Err() != nil {
+				return nil, false
+			}
+			p.in.log.Warn("inbox: classifying a record failed; retrying", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset, "attempt", attempt, "err", err)
+			if backoff.Sleep(p.run, p.cfg.retry.Delay(attempt+1)) != nil {
+				return nil, false
+			}
+		}
+	}
+	return apply, true
+}
+
+// take waits for one message of q, then takes up to batch-1 more that are
+// queued or arrive within linger. It returns nil once run ended.
+func (p *partitions) take(q <-chan kafka.Message) []kafka.Message {
+	var first kafka.Message
+	select {
+	case first = <-q:
+	case <-p.run.Done():
+		return nil
+	}
+	batch := []kafka.Message{first}
+	if p.cfg.batch == 1 {
+		return batch
+	}
+	linger := time.NewTimer(p.cfg.linger)
+	defer linger.Stop()
+	for len(batch) < p.cfg.batch {
+		select {
+		case m := <-q:
+			batch = append(batch, m)
+		case <-linger.C:
+			return batch
+		case <-p.run.Done():
+			return batch
+		}
+	}
+	return batch
+}

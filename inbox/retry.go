@@ -1,0 +1,124 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/nolock/nolock/internal/backoff"
+)
+
+// PanicError is a handler's panic that Run recovered: the message counts
+// as failed (and is parked after the attempts), the process lives on.
+type PanicError struct {
+	Value any    // what the handler panicked with
+	Stack []byte // the handler's goroutine's stack at the panic
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("inbox: handler panicked: %v\n%s", e.Value, e.Stack)
+}
+
+// recovering turns a panic of h into a *PanicError, so that one poison
+// message makes Run park it rather than crash the process on every
+// redelivery.
+func recovering(h Handler) Handler {
+	return func(ctx context.Context, tx pgx.Tx, m kafka.Message) (err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				err = &PanicError{Value: v, Stack: debug.Stack()}
+			}
+		}()
+		return h(ctx, tx, m)
+	}
+}
+
+// handle processes batch in one transaction; when a handler fails, it
+// processes the messages one by one so a poison message is isolated. Other
+// failures (the database unreachable, a commit whose outcome is unknown)
+// are retried with backoff: the inbox makes a retry of a batch that did
+// commit a no-op.
+func (in *Inbox) handle(ctx context.Context, batch []kafka.Message, h Handler, retry backoff.Policy) error {
+	if len(batch) > 1 {
+		isolate, err := in.processBatch(ctx, batch, h, retry)
+		if err != nil || !isolate {
+			return err
+		}
+	}
+	for _, m := range batch {
+		if err := in.handleOne(ctx, m, h, retry); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// processBatch retries batch as a whole until it commits, a handler fails
+// (isolate: go one by one), or ctx ends.
+func (in *Inbox) processBatch(ctx context.Context, batch []kafka.Message, h Handler, retry backoff.Policy) (isolate bool, err error) {
+	for attempt := 1; ; attempt++ {
+		_, err := in.Process(ctx, batch, h)
+		var he *HandlerError
+		switch {
+		case err == nil:
+			return false, nil
+		case errors.As(err, &he) || errors.Is(err, ErrNoID):
+			return true, nil
+		}
+		in.log.Warn("inbox: batch failed; retrying", "attempt", attempt, "err", err)
+		if serr := backoff.Sleep(ctx, retry.Delay(attempt+1)); serr != nil {
+			return false, errors.Join(serr, err)
+		}
+	}
+}
+
+// handleOne processes m until it succeeds or is parked. Once it succeeds
+// after counted failures, it drops their counter (best effort: Reap drops
+// what is left).
+func (in *Inbox) handleOne(ctx context.Context, m kafka.Message, h Handler, retry backoff.Policy) error {
+	counted, lost := false, 0
+	for attempt := 1; ; attempt++ {
+		_, err := in.Process(ctx, []kafka.Message{m}, h)
+		var he *HandlerError
+		var cl *connLostError
+		if errors.As(err, &cl) {
+			// Once, the database's trouble; every time on this message
+			// (it ends its own backend, or idles past the server's
+			// timeout), the message's: counted, so it can be parked.
+			if lost++; lost > in.max {
+				he = &HandlerError{Msg: m, Err: cl.error}
+				err = he
+			}
+		}
+		switch {
+		case err == nil:
+			if id, _ := in.id(m); counted {
+				if _, err := in.db.Exec(ctx, in.clearSQL, in.over.Args(in.consumer, id)...); err != nil {
+					in.log.Warn("inbox: clearing an attempt counter failed", "err", err)
+				}
+			}
+			return nil
+		case errors.As(err, &he) || errors.Is(err, ErrNoID):
+			cause := err
+			if he != nil {
+				cause = he.Err
+			}
+			parked, ferr := in.fail(ctx, m, cause)
+			counted = counted || ferr == nil
+			if ferr != nil {
+				err = ferr // the database is in trouble: back off below
+			} else if parked {
+				return nil
+			}
+		default:
+			in.log.Warn("inbox: message failed; retrying", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset, "attempt", attempt, "err", err)
+		}
+		if serr := backoff.Sleep(ctx, retry.Delay(attempt+1)); serr != nil {
+			return errors.Join(serr, err)
+		}
+	}
+}

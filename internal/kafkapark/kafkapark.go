@@ -1,0 +1,57 @@
+// Package kafkapark is how inbox and partition store a parked Kafka
+// message's text and headers in PostgreSQL, and read them back.
+package kafkapark
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Text makes s storable as PostgreSQL text: valid UTF-8, no NUL bytes
+// (each bad byte sequence and each NUL becomes U+FFFD).
+func Text(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// storedHeader is one element of the parked headers column.
+type storedHeader struct {
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Base64 []byte `json:"base64,omitempty"`
+}
+
+// HeadersJSON is the parked headers column: a JSON array of {"key",
+// "value"} in order (repeated keys kept), a value that is not storable
+// text given as "base64" instead, so that every value reads back as it
+// was (HeadersFromJSON); a key is stored as Text.
+func HeadersJSON(hs []kafka.Header) []byte {
+	out := make([]storedHeader, len(hs))
+	for i, h := range hs {
+		out[i].Key = Text(h.Key)
+		if v := string(h.Value); Text(v) == v {
+			out[i].Value = v
+		} else {
+			out[i].Base64 = h.Value
+		}
+	}
+	b, _ := json.Marshal(out) // strings and bytes only: cannot fail
+	return b
+}
+
+// HeadersFromJSON reads the parked headers column back, in order.
+func HeadersFromJSON(b []byte) ([]kafka.Header, error) {
+	var stored []storedHeader
+	if err := json.Unmarshal(b, &stored); err != nil {
+		return nil, err
+	}
+	hs := make([]kafka.Header, len(stored))
+	for i, h := range stored {
+		hs[i] = kafka.Header{Key: h.Key, Value: h.Base64}
+		if h.Base64 == nil {
+			hs[i].Value = []byte(h.Value)
+		}
+	}
+	return hs, nil
+}

@@ -1,0 +1,142 @@
+package partition_test
+
+// The examples are whole programs: PostgreSQL comes from DATABASE_URL (a
+// stand-in for your own). They have no Output comment, so go test only
+// compiles them; TestExamples runs each one against the test services and
+// checks what it prints.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/partition"
+)
+
+// An operator's tool for the balances group's parked messages, run once a
+// fix is deployed: a Consumer with the fixed Handler lists them, replays
+// each, and purges what the fix cannot apply. New does no I/O and the
+// parked calls talk to PostgreSQL only, so the tool needs no Kafka and
+// does not join the group.
+func ExampleConsumer_ReplayParked() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	apply := func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error { // the fixed handler
+		for _, m := range msgs {
+			amount, err := strconv.ParseInt(string(m.Value), 10, 64)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance + $2 WHERE id = $1`, string(m.Key), amount); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	c, err := partition.New(pool, partition.Config{
+		Brokers: []string{"127.0.0.1:9092"}, GroupID: "balances", Topics: []string{"transfers"}, Handler: apply,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	parked, err := c.ListParked(ctx, partition.ParkedID{}, 100) // a page; pass the last ID for the next
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, p := range parked {
+		fmt.Printf("%s key %s, %d attempts: %s\n", p.ID, p.Msg.Key, p.Attempts, p.Error)
+		err := c.ReplayParked(ctx, p.ID) // applied once, however many replay it
+		if err == nil {
+			fmt.Println("  replayed")
+			continue
+		}
+		fmt.Println("  still parked:", err)
+		if err := c.PurgeParked(ctx, p.ID); err != nil { // the operator's decision: drop it
+			log.Fatal(err)
+		}
+		fmt.Println("  purged")
+	}
+	if _, err := c.PurgeParkedOlderThan(ctx, 30*24*time.Hour); err != nil { // scheduled daily
+		log.Fatal(err)
+	}
+	var balance int64
+	_ = pool.QueryRow(ctx, `SELECT balance FROM accounts WHERE id = 'acct-1'`).Scan(&balance)
+	fmt.Println("acct-1 balance:", balance)
+}
+
+// parkForReplay is ExampleConsumer_ReplayParked's world: the balances
+// group's tables, with two transfers parked by a worker whose handler
+// found the account frozen.
+func parkForReplay(t *testing.T, dsn string) {
+	ctx := context.Background()
+	pool := testenv.Pool(t, dsn, 4)
+	c, err := partition.New(pool, partition.Config{Brokers: []string{"127.0.0.1:9092"}, GroupID: "balances", Topics: []string{"transfers"}, Handler: record("setup")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CreateSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		`CREATE TABLE accounts (id text PRIMARY KEY, balance bigint NOT NULL)`,
+		`INSERT INTO accounts VALUES ('acct-1', 100)`,
+		`INSERT INTO ` + partition.DefaultTable + ` (group_id, topic, partition_id, epoch, next_offset) VALUES ('balances', 'transfers', 0, 1, 7)`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl := partition.Claim{GroupID: "balances", Topic: "transfers", Epoch: 1}
+	for _, m := range []struct {
+		offset int64
+		value  string
+	}{{7, "25"}, {8, "ten"}} {
+		prev := m.offset
+		msg := kafka.Message{Topic: "transfers", Offset: m.offset, Key: []byte("acct-1"), Value: []byte(m.value)}
+		if err := partition.Park(ctx, c, cl, &prev, msg, errors.New("account acct-1 is frozen"), 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestExamples runs each Example against the test services, in a fresh
+// schema (DATABASE_URL) that its setup prepares.
+func TestExamples(t *testing.T) {
+	for _, ex := range []struct {
+		name  string
+		setup func(t *testing.T, dsn string)
+		run   func()
+		want  string
+	}{
+		{"Consumer_ReplayParked", parkForReplay, ExampleConsumer_ReplayParked, `transfers/0@7 key acct-1, 10 attempts: account acct-1 is frozen
+  replayed
+transfers/0@8 key acct-1, 10 attempts: account acct-1 is frozen
+  still parked: partition: replay transfers/0@8: handler: strconv.ParseInt: parsing "ten": invalid syntax
+  purged
+acct-1 balance: 125
+`},
+	} {
+		t.Run(ex.name, func(t *testing.T) {
+			dsn := testenv.PostgresFreshDSN(t)
+			ex.setup(t, dsn)
+			t.Setenv("DATABASE_URL", dsn)
+			if got := testenv.Printed(t, ex.run); got != ex.want {
+				t.Errorf("printed\n%s\nwant\n%s", got, ex.want)
+			}
+		})
+	}
+}

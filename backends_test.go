@@ -34,7 +34,7 @@ var (
 	// "" is the root package, which holds only the overview.
 	neitherSide = []string{
 		"", "internal/casstore", "internal/condcore", "internal/idemrecord",
-		"internal/backoff", "internal/combine", "internal/outcome",
+		"internal/backoff", "internal/combine", "internal/outcome", "observe", "internal/notify",
 	}
 )
 

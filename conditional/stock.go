@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/combine"
-	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
@@ -149,19 +148,19 @@ func newStock(db DB, cfg stockConfig, opts []StockOption) (*Stock, error) {
 	}
 	switch {
 	case pgarg.NilDB(db):
-		return nil, condcore.Invalid("db is nil")
+		return nil, invalid("db is nil")
 	case cfg.buckets < 1 || cfg.buckets > 1024:
-		return nil, condcore.Invalid("buckets %d outside [1, 1024]", cfg.buckets)
+		return nil, invalid("buckets %d outside [1, 1024]", cfg.buckets)
 	case cfg.maxBatch < 1 || cfg.maxBatch > 10000:
-		return nil, condcore.Invalid("max batch %d outside [1, 10000]", cfg.maxBatch)
+		return nil, invalid("max batch %d outside [1, 10000]", cfg.maxBatch)
 	case cfg.timeout <= 0:
-		return nil, condcore.Invalid("statement timeout %v is not positive", cfg.timeout)
+		return nil, invalid("statement timeout %v is not positive", cfg.timeout)
 	case cfg.soldOutTTL < 0:
-		return nil, condcore.Invalid("sold-out cache %v is negative", cfg.soldOutTTL)
+		return nil, invalid("sold-out cache %v is negative", cfg.soldOutTTL)
 	case cfg.endgame < 0:
-		return nil, condcore.Invalid("endgame %d is negative", cfg.endgame)
+		return nil, invalid("endgame %d is negative", cfg.endgame)
 	case cfg.endgame > 0 && cfg.buckets == 1:
-		return nil, condcore.Invalid("endgame needs buckets > 1")
+		return nil, invalid("endgame needs buckets > 1")
 	}
 	if err := pgarg.Ident("table", cfg.table, 0); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -195,7 +194,7 @@ func newStock(db DB, cfg stockConfig, opts []StockOption) (*Stock, error) {
 // caller's back. ErrAmbiguousCommit means the connection failed after the
 // statement was sent: read Available before retrying.
 func (s *Stock) Take(ctx context.Context, key string, n int64) error {
-	if err := condcore.CheckCtx(ctx); err != nil {
+	if err := checkCtx(ctx); err != nil {
 		return err
 	}
 	return s.take(ctx, nil, key, n)
@@ -206,11 +205,11 @@ func (s *Stock) Take(ctx context.Context, key string, n int64) error {
 // whose effect commits or rolls back with tx. The row stays locked until
 // tx ends, so keep tx short on a hot key.
 func (s *Stock) TakeIn(ctx context.Context, tx DB, key string, n int64) error {
-	if err := condcore.CheckCtx(ctx); err != nil {
+	if err := checkCtx(ctx); err != nil {
 		return err
 	}
 	if pgarg.NilDB(tx) {
-		return condcore.Invalid("tx is nil")
+		return invalid("tx is nil")
 	}
 	return s.take(ctx, tx, key, n)
 }
@@ -223,7 +222,7 @@ func (s *Stock) take(ctx context.Context, tx DB, key string, n int64) error {
 	if s.cachedSoldOut(key) {
 		return ErrSoldOut
 	}
-	if err := condcore.Unsent(ctx, fmt.Sprintf("take %q", key)); err != nil {
+	if err := unsent(ctx, fmt.Sprintf("take %q", key)); err != nil {
 		return err
 	}
 	b := 0
@@ -260,7 +259,7 @@ func (s *Stock) overOn(db DB, inTx bool) pgmode.Override {
 // Put adds n units to key, creating it if needed: a restock or a return.
 // With buckets, the units are spread evenly over them.
 func (s *Stock) Put(ctx context.Context, key string, n int64) error {
-	if err := condcore.CheckCtx(ctx); err != nil {
+	if err := checkCtx(ctx); err != nil {
 		return err
 	}
 	if err := s.valid(key, n); err != nil {
@@ -271,7 +270,7 @@ func (s *Stock) Put(ctx context.Context, key string, n int64) error {
 
 // put adds n >= 0 units to key, creating its buckets if needed.
 func (s *Stock) put(ctx context.Context, key string, n int64) error {
-	if err := condcore.Unsent(ctx, fmt.Sprintf("put %q", key)); err != nil {
+	if err := unsent(ctx, fmt.Sprintf("put %q", key)); err != nil {
 		return err
 	}
 	_, err := pgerr.Exec(ctx, s.db, s.putSQL, s.over.Args(key, n, int64(s.buckets))...)
@@ -288,11 +287,11 @@ func (s *Stock) put(ctx context.Context, key string, n int64) error {
 // valid checks a key and a positive quantity, naming them as this type's
 // callers know them.
 func (s *Stock) valid(key string, n int64) error {
-	if err := condcore.ValidArg(s.keyArg, key); err != nil {
+	if err := validArg(s.keyArg, key); err != nil {
 		return err
 	}
 	if n <= 0 {
-		return condcore.Invalid("%s must be positive, got %d", s.amountArg, n)
+		return invalid("%s must be positive, got %d", s.amountArg, n)
 	}
 	return nil
 }
@@ -301,10 +300,10 @@ func (s *Stock) valid(key string, n int64) error {
 // buckets (at most math.MaxInt64). It is a snapshot: concurrent takes may
 // change it at once.
 func (s *Stock) Available(ctx context.Context, key string) (int64, error) {
-	if err := condcore.CheckCtx(ctx); err != nil {
+	if err := checkCtx(ctx); err != nil {
 		return 0, err
 	}
-	if err := condcore.ValidArg(s.keyArg, key); err != nil {
+	if err := validArg(s.keyArg, key); err != nil {
 		return 0, err
 	}
 	var n *int64
@@ -324,7 +323,7 @@ func (s *Stock) Schema() string { return s.schemaSQL }
 // It is safe to call from many processes at once: the DDL runs in one
 // transaction that first takes nolock's schema advisory lock.
 func (s *Stock) CreateSchema(ctx context.Context) error {
-	if err := condcore.CheckCtx(ctx); err != nil {
+	if err := checkCtx(ctx); err != nil {
 		return err
 	}
 	if err := pgschema.Create(ctx, s.db, s.schemaSQL); err != nil {

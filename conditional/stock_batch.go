@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/combine"
-	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 )
@@ -156,7 +155,7 @@ func (s *Stock) add(ctx context.Context, tx DB, key string, n int64) error {
 	if err := s.valid(key, n); err != nil {
 		return err
 	}
-	if err := condcore.Unsent(ctx, fmt.Sprintf("add to %q", key)); err != nil {
+	if err := unsent(ctx, fmt.Sprintf("add to %q", key)); err != nil {
 		return err
 	}
 	k := bucketKey{key, 0}

@@ -21,6 +21,12 @@
 //   - dynamolock: a DynamoDB lock that never compares clocks, with a
 //     fencing token for the writes it protects.
 //
+// cas, conditional and idempotency work on PostgreSQL; each has a DynamoDB
+// twin in a subpackage (cas/dynamocas, conditional/dynamoconditional,
+// idempotency/dynamoidempotency) with the same errors and result types, so
+// a program compiles only the client it uses: no AWS SDK for PostgreSQL,
+// no pgx for DynamoDB.
+//
 // Which to use: if the data sits in one database, skip the lock and let the
 // row decide (conditional, cas). If running twice must be harmless, record a
 // key with the effect (idempotency, inbox). If one writer per key is the

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/dynamocas"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
@@ -27,7 +28,7 @@ func backends() map[string]func(t *testing.T) cas.Backend {
 		},
 		"dynamodb": func(t *testing.T) cas.Backend {
 			client := testenv.DynamoDB(t)
-			b, err := cas.NewDynamoDBBackend(client, testenv.Table(t, client, false), "pk")
+			b, err := dynamocas.NewBackend(client, testenv.Table(t, client, false), "pk")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,8 +14,9 @@
 //   - Retry and Exec wrap your own tables: Retry runs your function in a
 //     fresh transaction per attempt and retries conflicts (0 rows from Exec,
 //     or SQLSTATE 40001/40P01).
-//   - Store is a ready typed (key, value, version) store on PostgreSQL or
-//     DynamoDB. Concurrent Updates of one key in one process are combined:
+//   - Store is a ready typed (key, value, version) store on PostgreSQL
+//     (PostgresBackend) or DynamoDB (package dynamocas, whose Store is this
+//     one, for programs that import no pgx). Concurrent Updates of one key in one process are combined:
 //     one leader reads once, applies each caller's function in turn, writes
 //     once and answers each caller with its own result, so a hot key costs
 //     one conditional write per batch instead of a storm of conflicts.

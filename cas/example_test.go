@@ -1,7 +1,7 @@
 package cas_test
 
-// The examples are whole programs: PostgreSQL comes from DATABASE_URL and
-// DynamoDB from exampleDynamoDB (stand-ins for your own). They have no
+// The examples are whole programs: PostgreSQL comes from DATABASE_URL (a
+// stand-in for your own); package dynamocas has the DynamoDB one. They have no
 // Output comment, so go test only compiles them; TestExamples runs each one
 // against the test services and checks what it prints.
 
@@ -14,7 +14,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -56,28 +55,6 @@ func ExampleStore_Update() {
 	wg.Wait()
 	got, _ := store.Get(ctx, "page/home")
 	fmt.Println("views:", got.Value.Views)
-}
-
-// The same Store on DynamoDB: every write is conditioned on the version.
-func ExampleNewDynamoDBBackend() {
-	ctx := context.Background()
-	ddb, table := exampleDynamoDB() // your client, and a table whose string hash key is "pk"
-	backend, err := cas.NewDynamoDBBackend(ddb, table, "pk")
-	if err != nil {
-		log.Fatal(err)
-	}
-	store, _ := cas.NewStore(backend, cas.JSON[Counter]{})
-	defer store.Close()
-	if err := store.Create(ctx, "page/home", Counter{}); err != nil {
-		log.Fatal(err)
-	}
-	v, err := store.Update(ctx, "page/home", func(c Counter) (Counter, error) { c.Views++; return c, nil })
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println("views:", v.Value.Views, "version:", v.Version)
-	err = backend.Delete(ctx, "page/home", v.Version-1) // a stale version
-	fmt.Println("stale delete refused:", errors.Is(err, cas.ErrConflict))
 }
 
 // Optimistic concurrency on your own table: the UPDATE names the version it
@@ -140,7 +117,7 @@ func ExampleRetry() {
 }
 
 // TestExamples runs each Example against the test services, in a fresh
-// schema (DATABASE_URL) and a fresh DynamoDB table.
+// schema (DATABASE_URL).
 func TestExamples(t *testing.T) {
 	for _, ex := range []struct {
 		name string
@@ -148,23 +125,14 @@ func TestExamples(t *testing.T) {
 		want string
 	}{
 		{"Store_Update", ExampleStore_Update, "views: 10\n"},
-		{"NewDynamoDBBackend", ExampleNewDynamoDBBackend, "views: 1 version: 2\nstale delete refused: true\n"},
 		{"Exec", ExampleExec, "alice: <nil>\nbob conflicts: true\n"},
 		{"Retry", ExampleRetry, "a: 0 b: 800\n"},
 	} {
 		t.Run(ex.name, func(t *testing.T) {
 			t.Setenv("DATABASE_URL", testenv.PostgresFreshDSN(t))
-			exampleDynamoDB = func() (*dynamodb.Client, string) {
-				ddb := testenv.DynamoDB(t)
-				return ddb, testenv.Table(t, ddb, false)
-			}
 			if got := testenv.Printed(t, ex.run); got != ex.want {
 				t.Errorf("printed\n%s\nwant\n%s", got, ex.want)
 			}
 		})
 	}
 }
-
-// exampleDynamoDB returns the examples' client and a table; TestExamples
-// sets it for each example.
-var exampleDynamoDB func() (*dynamodb.Client, string)

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/dynamocas"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
@@ -237,7 +238,7 @@ func TestCheckerRejectsABrokenStore(t *testing.T) {
 // UpdateItem it throws the response away after the write has applied and
 // returns a network error: the "response lost after commit" fault.
 type dropping struct {
-	cas.DynamoDBAPI
+	dynamocas.DynamoDBAPI
 	n atomic.Int64
 }
 
@@ -256,7 +257,7 @@ func TestStoreLostResponsesAreAmbiguousNotDoubled(t *testing.T) {
 	t.Parallel()
 	client := testenv.DynamoDB(t)
 	table := testenv.Table(t, client, false)
-	b, err := cas.NewDynamoDBBackend(&dropping{DynamoDBAPI: client}, table, "pk")
+	b, err := dynamocas.NewBackend(&dropping{DynamoDBAPI: client}, table, "pk")
 	if err != nil {
 		t.Fatal(err)
 	}

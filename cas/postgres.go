@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/nolock/nolock/internal/casstore"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
@@ -43,7 +44,7 @@ type PostgresBackend struct {
 // CreateSchema (or put its Schema in your migrations) first.
 func NewPostgresBackend(db DB, table string) (*PostgresBackend, error) {
 	if pgarg.NilDB(db) {
-		return nil, invalid("db is nil")
+		return nil, casstore.Invalid("db is nil")
 	}
 	if table == "" {
 		table = DefaultTable
@@ -76,7 +77,7 @@ func (p *PostgresBackend) Schema() string { return p.schema }
 // It is safe to call from many processes at once: the DDL runs in one
 // transaction that first takes nolock's schema advisory lock.
 func (p *PostgresBackend) CreateSchema(ctx context.Context) error {
-	if err := checkCtx(ctx); err != nil {
+	if err := casstore.CheckCtx(ctx); err != nil {
 		return err
 	}
 	if err := pgschema.Create(ctx, p.db, p.schema); err != nil {
@@ -91,7 +92,7 @@ func (p *PostgresBackend) MaxValue() int { return 64 << 20 }
 
 // Get implements Backend.
 func (p *PostgresBackend) Get(ctx context.Context, key string) ([]byte, int64, error) {
-	if err := checkCtx(ctx); err != nil {
+	if err := casstore.CheckCtx(ctx); err != nil {
 		return nil, 0, err
 	}
 	var b []byte
@@ -108,7 +109,7 @@ func (p *PostgresBackend) Get(ctx context.Context, key string) ([]byte, int64, e
 
 // Create implements Backend.
 func (p *PostgresBackend) Create(ctx context.Context, key string, value []byte) error {
-	if err := notSent(ctx, "create", key); err != nil {
+	if err := casstore.NotSent(ctx, "create", key); err != nil {
 		return err
 	}
 	tag, err := pgerr.Exec(ctx, p.db, p.createSQL, p.over.Args(key, value)...)
@@ -123,7 +124,7 @@ func (p *PostgresBackend) Create(ctx context.Context, key string, value []byte) 
 
 // Put implements Backend.
 func (p *PostgresBackend) Put(ctx context.Context, key string, value []byte, version int64) (int64, error) {
-	if err := notSent(ctx, "put", key); err != nil {
+	if err := casstore.NotSent(ctx, "put", key); err != nil {
 		return 0, err
 	}
 	var ver *int64
@@ -142,7 +143,7 @@ func (p *PostgresBackend) Put(ctx context.Context, key string, value []byte, ver
 
 // Delete implements Backend.
 func (p *PostgresBackend) Delete(ctx context.Context, key string, version int64) error {
-	if err := notSent(ctx, "delete", key); err != nil {
+	if err := casstore.NotSent(ctx, "delete", key); err != nil {
 		return err
 	}
 	var deleted, existed bool

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 )
@@ -54,16 +55,16 @@ func NewAccounts(db DB, opts ...StockOption) (*Accounts, error) {
 // unchanged, and Open returns nil: so Open is idempotent, and safe to retry
 // after ErrAmbiguousCommit. Use Credit to add to a balance.
 func (a *Accounts) Open(ctx context.Context, account string, balance int64) error {
-	if err := checkCtx(ctx); err != nil {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
-	if err := validArg("account", account); err != nil {
+	if err := condcore.ValidArg("account", account); err != nil {
 		return err
 	}
 	if balance < 0 {
-		return invalid("balance must not be negative, got %d", balance)
+		return condcore.Invalid("balance must not be negative, got %d", balance)
 	}
-	if err := unsent(ctx, fmt.Sprintf("open %q", account)); err != nil {
+	if err := condcore.Unsent(ctx, fmt.Sprintf("open %q", account)); err != nil {
 		return err
 	}
 	if _, err := pgerr.Exec(ctx, a.s.db, a.s.openSQL, a.s.over.Args(account, balance, int64(a.s.buckets))...); err != nil {
@@ -100,7 +101,7 @@ func (a *Accounts) Credit(ctx context.Context, account string, amount int64) err
 // CreditIn is Credit inside the caller's transaction tx, not coalesced.
 func (a *Accounts) CreditIn(ctx context.Context, tx DB, account string, amount int64) error {
 	if pgarg.NilDB(tx) {
-		return invalid("tx is nil")
+		return condcore.Invalid("tx is nil")
 	}
 	return a.s.add(ctx, tx, account, amount)
 }

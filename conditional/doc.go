@@ -19,10 +19,12 @@
 // write to your own table conditional on a fencing token, so a paused
 // ex-holder's late write is refused.
 //
-// DynamoStock, DynamoAccounts, DynamoHolds and DynamoFenced do the same on
-// DynamoDB with condition expressions, one conditional write each (no
-// coalescing; buckets are the lever there). DynamoHolds judges a hold's end
-// by the callers' clocks, DynamoDB having none a condition can read.
+// Package dynamoconditional does the same on DynamoDB with condition
+// expressions (its Stock, Accounts, Holds and Fenced), one conditional
+// write each (no coalescing; buckets are the lever there), sharing this
+// package's errors; its Holds judges a hold's end by the callers' clocks,
+// DynamoDB having none a condition can read. This package compiles no AWS
+// SDK.
 //
 // Use this package when the change fits in one statement on one table.
 // When it does not (the new value needs application logic), use package cas.

@@ -1,7 +1,7 @@
 package conditional_test
 
-// The examples are whole programs: PostgreSQL comes from DATABASE_URL and
-// DynamoDB from exampleDynamoDB (stand-ins for your own). They have no
+// The examples are whole programs: PostgreSQL comes from DATABASE_URL (a
+// stand-in for your own); package dynamoconditional has the DynamoDB one. They have no
 // Output comment, so go test only compiles them; TestExamples runs each one
 // against the test services and checks what it prints.
 
@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/conditional"
@@ -149,26 +148,8 @@ func ExampleFenced_Update() {
 	fmt.Println("files:", files)
 }
 
-// Stock on DynamoDB: each take is one conditional write, never below zero.
-func ExampleDynamoStock_Take() {
-	ctx := context.Background()
-	ddb, table := exampleDynamoDB() // your client, and a table whose string hash key is "pk"
-	stock, err := conditional.NewDynamoStock(ddb, table)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := stock.Put(ctx, "sku-42", 3); err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println("first:", stock.Take(ctx, "sku-42", 2))
-	err = stock.Take(ctx, "sku-42", 2)
-	fmt.Println("second sold out:", errors.Is(err, conditional.ErrSoldOut))
-	left, _ := stock.Available(ctx, "sku-42")
-	fmt.Println("left:", left)
-}
-
 // TestExamples runs each Example against the test services, in a fresh
-// schema (DATABASE_URL) and a fresh DynamoDB table.
+// schema (DATABASE_URL).
 func TestExamples(t *testing.T) {
 	for _, ex := range []struct {
 		name string
@@ -180,21 +161,12 @@ func TestExamples(t *testing.T) {
 		{"Holds_Hold", ExampleHolds_Hold, "alice holds: true\nbob refused: true\nalice confirms: <nil>\n"},
 		{"Holds_Confirm", ExampleHolds_Confirm, "expired hold refused: true\n"},
 		{"Fenced_Update", ExampleFenced_Update, "new leader (token 8): <nil>\nold leader (token 7) fenced: true\nfiles: seg-0102\n"},
-		{"DynamoStock_Take", ExampleDynamoStock_Take, "first: <nil>\nsecond sold out: true\nleft: 1\n"},
 	} {
 		t.Run(ex.name, func(t *testing.T) {
 			t.Setenv("DATABASE_URL", testenv.PostgresFreshDSN(t))
-			exampleDynamoDB = func() (*dynamodb.Client, string) {
-				ddb := testenv.DynamoDB(t)
-				return ddb, testenv.Table(t, ddb, false)
-			}
 			if got := testenv.Printed(t, ex.run); got != ex.want {
 				t.Errorf("printed\n%s\nwant\n%s", got, ex.want)
 			}
 		})
 	}
 }
-
-// exampleDynamoDB returns the examples' client and a table; TestExamples
-// sets it for each example.
-var exampleDynamoDB func() (*dynamodb.Client, string)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
@@ -52,7 +53,7 @@ func NewFenced(table, keyColumn, fenceColumn string) (*Fenced, error) {
 		}
 	}
 	if keyColumn == fenceColumn {
-		return nil, invalid("key column and fence column are both %q", keyColumn)
+		return nil, condcore.Invalid("key column and fence column are both %q", keyColumn)
 	}
 	return &Fenced{
 		table: pgx.Identifier{table}.Sanitize(), key: pgx.Identifier{keyColumn}.Sanitize(),
@@ -80,16 +81,16 @@ func NewFenced(table, keyColumn, fenceColumn string) (*Fenced, error) {
 // nil key, empty or overlong column names, a set naming the key or fence
 // column) is ErrInvalid, before any I/O.
 func (f *Fenced) Update(ctx context.Context, db DB, key any, token int64, set map[string]any) error {
-	if err := checkCtx(ctx); err != nil {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
 	switch {
 	case pgarg.NilDB(db):
-		return invalid("db is nil")
+		return condcore.Invalid("db is nil")
 	case key == nil:
-		return invalid("key is nil")
+		return condcore.Invalid("key is nil")
 	case token < 0:
-		return invalid("token %d is negative", token)
+		return condcore.Invalid("token %d is negative", token)
 	}
 	cols := slices.Sorted(maps.Keys(set))
 	for _, c := range cols {
@@ -98,13 +99,13 @@ func (f *Fenced) Update(ctx context.Context, db DB, key any, token int64, set ma
 		}
 		switch c {
 		case f.keyCol:
-			return invalid("set names the key column %q", c)
+			return condcore.Invalid("set names the key column %q", c)
 		case f.fenceCol:
-			return invalid("set names the fence column %q; the token is written there", c)
+			return condcore.Invalid("set names the fence column %q; the token is written there", c)
 		}
 	}
 
-	if err := unsent(ctx, "fenced update"); err != nil {
+	if err := condcore.Unsent(ctx, "fenced update"); err != nil {
 		return err
 	}
 	var b strings.Builder

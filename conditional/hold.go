@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
@@ -61,22 +62,6 @@ type holdsConfig struct {
 // name is quoted, never interpolated raw.
 func WithHoldsTable(name string) HoldsOption { return func(c *holdsConfig) { c.table = name } }
 
-// HoldError says which resource could not be held and why: Err is ErrHeld,
-// ErrConfirmed or ErrUnknownKey, and errors.Is sees through to it. Hold and
-// HoldAll return it; nothing was held.
-type HoldError struct {
-	Resource string
-	Err      error
-}
-
-// Error names the resource and the reason.
-func (e *HoldError) Error() string {
-	return fmt.Sprintf("conditional: hold %q: %v", e.Resource, e.Err)
-}
-
-// Unwrap returns the reason, ErrHeld, ErrConfirmed or ErrUnknownKey.
-func (e *HoldError) Unwrap() error { return e.Err }
-
 // NewHolds returns a Holds on db, usually a *pgxpool.Pool. Run its
 // CreateSchema (or put its Schema in your migrations) first.
 func NewHolds(db DB, opts ...HoldsOption) (*Holds, error) {
@@ -85,7 +70,7 @@ func NewHolds(db DB, opts ...HoldsOption) (*Holds, error) {
 		o(&cfg)
 	}
 	if pgarg.NilDB(db) {
-		return nil, invalid("db is nil")
+		return nil, condcore.Invalid("db is nil")
 	}
 	if err := pgarg.Ident("table", cfg.table, 0); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -135,18 +120,18 @@ SELECT EXISTS (SELECT FROM u), EXISTS (SELECT FROM ` + t + ` WHERE resource = $1
 // Add creates free resources; those that exist already are left as they
 // are, so Add is idempotent. Add with no resources does nothing.
 func (h *Holds) Add(ctx context.Context, resources ...string) error {
-	if err := checkCtx(ctx); err != nil {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
 	for i, r := range resources {
-		if err := validArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
+		if err := condcore.ValidArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
 			return err
 		}
 	}
 	if len(resources) == 0 {
 		return nil
 	}
-	if err := unsent(ctx, "add resources"); err != nil {
+	if err := condcore.Unsent(ctx, "add resources"); err != nil {
 		return err
 	}
 	sorted := slices.Clone(resources)
@@ -178,19 +163,19 @@ func (h *Holds) Add(ctx context.Context, resources ...string) error {
 // connection failed after the statement was sent; Hold is idempotent, so
 // retry it.
 func (h *Holds) Hold(ctx context.Context, resource, holder string, ttl time.Duration) (until time.Time, err error) {
-	if err := checkCtx(ctx); err != nil {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return time.Time{}, err
 	}
-	if err := validArg("resource", resource); err != nil {
+	if err := condcore.ValidArg("resource", resource); err != nil {
 		return time.Time{}, err
 	}
-	if err := validArg("holder", holder); err != nil {
+	if err := condcore.ValidArg("holder", holder); err != nil {
 		return time.Time{}, err
 	}
 	if err := validTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
-	if err := unsent(ctx, fmt.Sprintf("hold %q", resource)); err != nil {
+	if err := condcore.Unsent(ctx, fmt.Sprintf("hold %q", resource)); err != nil {
 		return time.Time{}, err
 	}
 	var got *time.Time
@@ -202,11 +187,11 @@ func (h *Holds) Hold(ctx context.Context, resource, holder string, ttl time.Dura
 	case got != nil:
 		return *got, nil
 	case state == nil:
-		return time.Time{}, &HoldError{resource, ErrUnknownKey}
+		return time.Time{}, &HoldError{Resource: resource, Err: ErrUnknownKey}
 	case *state == "confirmed":
-		return time.Time{}, &HoldError{resource, ErrConfirmed}
+		return time.Time{}, &HoldError{Resource: resource, Err: ErrConfirmed}
 	default:
-		return time.Time{}, &HoldError{resource, ErrHeld}
+		return time.Time{}, &HoldError{Resource: resource, Err: ErrHeld}
 	}
 }
 
@@ -223,18 +208,18 @@ func (h *Holds) Hold(ctx context.Context, resource, holder string, ttl time.Dura
 // modified. HoldAll is idempotent like Hold; ErrAmbiguousCommit means the
 // commit's outcome is unknown.
 func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, ttl time.Duration) (until time.Time, err error) {
-	if err := checkCtx(ctx); err != nil {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return time.Time{}, err
 	}
 	if len(resources) == 0 {
-		return time.Time{}, invalid("resources is empty")
+		return time.Time{}, condcore.Invalid("resources is empty")
 	}
 	for i, r := range resources {
-		if err := validArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
+		if err := condcore.ValidArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
 			return time.Time{}, err
 		}
 	}
-	if err := validArg("holder", holder); err != nil {
+	if err := condcore.ValidArg("holder", holder); err != nil {
 		return time.Time{}, err
 	}
 	if err := validTTL(ttl); err != nil {
@@ -244,14 +229,14 @@ func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, 
 	slices.Sort(sorted)
 	for i := 1; i < len(sorted); i++ {
 		if sorted[i] == sorted[i-1] {
-			return time.Time{}, invalid("resources has %q twice", sorted[i])
+			return time.Time{}, condcore.Invalid("resources has %q twice", sorted[i])
 		}
 	}
 
 	fail := func(err error) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("conditional: hold %d resources: %w", len(sorted), pgmode.Explain(err))
 	}
-	if err := unsent(ctx, fmt.Sprintf("hold %d resources", len(sorted))); err != nil {
+	if err := condcore.Unsent(ctx, fmt.Sprintf("hold %d resources", len(sorted))); err != nil {
 		return time.Time{}, err
 	}
 	tx, err := pgerr.Begin(ctx, h.db)
@@ -271,7 +256,7 @@ func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, 
 	}
 	for _, r := range sorted {
 		if _, ok := state[r]; !ok {
-			return time.Time{}, &HoldError{r, ErrUnknownKey}
+			return time.Time{}, &HoldError{Resource: r, Err: ErrUnknownKey}
 		}
 	}
 
@@ -287,9 +272,9 @@ func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, 
 		if !held[r] {
 			// The row is locked by this transaction: its state is current.
 			if state[r] == "confirmed" {
-				return time.Time{}, &HoldError{r, ErrConfirmed}
+				return time.Time{}, &HoldError{Resource: r, Err: ErrConfirmed}
 			}
-			return time.Time{}, &HoldError{r, ErrHeld}
+			return time.Time{}, &HoldError{Resource: r, Err: ErrHeld}
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -310,7 +295,7 @@ func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, 
 // writes, make a Holds on that pgx.Tx: the confirmation then commits or
 // rolls back with them.
 func (h *Holds) Confirm(ctx context.Context, resource, holder string) error {
-	if err := checkCtx(ctx); err != nil {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
 	return h.settle(ctx, "confirm", h.confirmSQL, resource, holder)
@@ -322,7 +307,7 @@ func (h *Holds) Confirm(ctx context.Context, resource, holder string) error {
 // freed the resource returns ErrNotHolder: either way holder does not hold
 // it. Release is one statement.
 func (h *Holds) Release(ctx context.Context, resource, holder string) error {
-	if err := checkCtx(ctx); err != nil {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
 	return h.settle(ctx, "release", h.releaseSQL, resource, holder)
@@ -331,13 +316,13 @@ func (h *Holds) Release(ctx context.Context, resource, holder string) error {
 // settle runs Confirm's or Release's statement, which returns whether it
 // changed the row and whether the row existed when it began.
 func (h *Holds) settle(ctx context.Context, op, sql, resource, holder string) error {
-	if err := validArg("resource", resource); err != nil {
+	if err := condcore.ValidArg("resource", resource); err != nil {
 		return err
 	}
-	if err := validArg("holder", holder); err != nil {
+	if err := condcore.ValidArg("holder", holder); err != nil {
 		return err
 	}
-	if err := unsent(ctx, fmt.Sprintf("%s %q", op, resource)); err != nil {
+	if err := condcore.Unsent(ctx, fmt.Sprintf("%s %q", op, resource)); err != nil {
 		return err
 	}
 	var done, exists bool
@@ -361,7 +346,7 @@ func (h *Holds) Schema() string { return h.schemaSQL }
 // It is safe to call from many processes at once: the DDL runs in one
 // transaction that first takes nolock's schema advisory lock.
 func (h *Holds) CreateSchema(ctx context.Context) error {
-	if err := checkCtx(ctx); err != nil {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
 	if err := pgschema.Create(ctx, h.db, h.schemaSQL); err != nil {
@@ -373,7 +358,7 @@ func (h *Holds) CreateSchema(ctx context.Context) error {
 // validTTL checks a hold's TTL: at least the database's resolution.
 func validTTL(ttl time.Duration) error {
 	if ttl < time.Microsecond {
-		return invalid("ttl %v is below 1µs", ttl)
+		return condcore.Invalid("ttl %v is below 1µs", ttl)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 )
@@ -54,10 +55,10 @@ import (
 // Do does not promise anything about effects fn makes outside tx, and does
 // not detect a fingerprint collision: use a cryptographic hash.
 func (s *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, fn Func) (Result, error) {
-	if err := checkCtx(ctx); err != nil {
+	if err := idemrecord.CheckCtx(ctx); err != nil {
 		return Result{}, err
 	}
-	if err := validRequest(scope, key, fingerprint, fn == nil); err != nil {
+	if err := idemrecord.ValidRequest(scope, key, fingerprint, fn == nil); err != nil {
 		return Result{}, err
 	}
 	if fingerprint == nil {
@@ -193,7 +194,7 @@ func (s *Store) replay(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *
 		return Result{}, false, errVanished
 	case !stored.expired:
 		stored.Scope, stored.Key = scope, key
-		res, err := replayOf(stored.Record, fp)
+		res, err := idemrecord.ReplayOf(stored.Record, fp)
 		return res, false, err
 	}
 	return Result{}, true, nil
@@ -211,7 +212,7 @@ func runFn(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, key string, fn Func) 
 		defer ftx.closed.Store(true)
 		return fn(ctx, ftx)
 	}()
-	terminal = ferr != nil && isTerminal(ferr)
+	terminal = ferr != nil && idemrecord.IsTerminal(ferr)
 	if ferr != nil && !terminal {
 		rollback(ctx, tx)
 		return nil, false, ferr

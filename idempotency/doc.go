@@ -17,8 +17,10 @@
 //
 // Store is the PostgreSQL ledger (Do, Get, Reap; Exec when the effect is
 // one SQL statement, which then carries the record too); Middleware wraps a
-// net/http handler for the Idempotency-Key header; DynamoDB does the same
-// on DynamoDB with TransactWriteItems.
+// net/http handler for the Idempotency-Key header. Package
+// dynamoidempotency does the same on DynamoDB with TransactWriteItems,
+// sharing this package's Record, Result and errors; this package compiles
+// no AWS SDK.
 //
 // Use this package when an effect in your database must not apply twice
 // (a debit, an order, a booking) and callers retry. When the effect is

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 )
@@ -56,20 +57,20 @@ import (
 // args must be positional (not pgx.NamedArgs or a query option). Use
 // Do when the effect needs more than one statement or a decision in Go.
 func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte, sql string, args ...any) (Result, error) {
-	if err := checkCtx(ctx); err != nil {
+	if err := idemrecord.CheckCtx(ctx); err != nil {
 		return Result{}, err
 	}
-	if err := validRequest(scope, key, fingerprint, false); err != nil {
+	if err := idemrecord.ValidRequest(scope, key, fingerprint, false); err != nil {
 		return Result{}, err
 	}
 	sql = strings.TrimRight(strings.TrimSpace(sql), "; \t\n")
 	if sql == "" {
-		return Result{}, invalid("sql is empty")
+		return Result{}, idemrecord.Invalid("sql is empty")
 	}
 	if len(args) > 0 {
 		switch args[0].(type) {
 		case pgx.NamedArgs, pgx.StrictNamedArgs, pgx.QueryExecMode, pgx.QueryRewriter:
-			return Result{}, invalid("args[0] is a %T: Exec numbers its own parameters after the statement's, so pass plain positional arguments", args[0])
+			return Result{}, idemrecord.Invalid("args[0] is a %T: Exec numbers its own parameters after the statement's, so pass plain positional arguments", args[0])
 		}
 	}
 	stmt, err := s.statement(ctx, sql, args)
@@ -199,7 +200,7 @@ func (s *Store) execError(key, locks string, wait time.Duration, err error) erro
 // cancelled by ctx; if ctx ends first, the error wraps
 // pgerr.ErrStoppedWaiting and nothing was run.
 func (s *Store) replayFound(ctx context.Context, f found, fp []byte) (Result, error) {
-	res, err := replayOf(f.Record, fp)
+	res, err := idemrecord.ReplayOf(f.Record, fp)
 	if err != nil || !f.standby {
 		return res, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 )
@@ -56,7 +57,7 @@ func (s *Store) statement(ctx context.Context, sql string, args []any) (wrapped,
 	w := v.(wrapped)
 	switch {
 	case w.params != n:
-		return wrapped{}, invalid("sql uses %d parameters and %d args were given", w.params, n)
+		return wrapped{}, idemrecord.Invalid("sql uses %d parameters and %d args were given", w.params, n)
 	}
 	return w, nil
 }
@@ -97,7 +98,7 @@ func (s *Store) describe(ctx context.Context, sql string, args []any) (w wrapped
 			}
 		}
 		if d, err = conn.PgConn().Prepare(ctx, "", sql, oids); errors.As(err, &pgErr) && !pgerr.Ambiguous(err) {
-			return wrapped{}, false, invalid("Exec cannot check sql's parameters against its %d args: the server cannot tell their types (%v); cast them, as in $1::text", len(args), err)
+			return wrapped{}, false, idemrecord.Invalid("Exec cannot check sql's parameters against its %d args: the server cannot tell their types (%v); cast them, as in $1::text", len(args), err)
 		}
 	}
 	if err != nil {

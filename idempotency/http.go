@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/nolock/nolock/internal/idemrecord"
 )
 
 // The headers the middleware reads and writes.
@@ -59,16 +61,16 @@ var knownMethods = []string{
 // validMethods checks WithMethods' list.
 func validMethods(methods []string) error {
 	if len(methods) == 0 {
-		return invalid("methods is empty: the middleware would protect no request")
+		return idemrecord.Invalid("methods is empty: the middleware would protect no request")
 	}
 	for i, m := range methods {
 		if slices.Contains(knownMethods, m) {
 			continue
 		}
 		if up := strings.ToUpper(m); slices.Contains(knownMethods, up) {
-			return invalid("methods[%d] is %q: methods are case-sensitive, and requests carry %q", i, m, up)
+			return idemrecord.Invalid("methods[%d] is %q: methods are case-sensitive, and requests carry %q", i, m, up)
 		}
-		return invalid("methods[%d] %q is not an HTTP method of net/http", i, m)
+		return idemrecord.Invalid("methods[%d] %q is not an HTTP method of net/http", i, m)
 	}
 	return nil
 }
@@ -133,14 +135,14 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 // safe for concurrent use.
 func Middleware(store *Store, opts ...MiddlewareOption) (func(http.Handler) http.Handler, error) {
 	if store == nil {
-		return nil, invalid("store is nil")
+		return nil, idemrecord.Invalid("store is nil")
 	}
 	proto := middleware{store: store, methods: []string{http.MethodPost, http.MethodPatch}, maxBody: 1 << 20}
 	for _, o := range opts {
 		o(&proto)
 	}
 	if proto.maxBody <= 0 {
-		return nil, invalid("max body %d is not positive", proto.maxBody)
+		return nil, idemrecord.Invalid("max body %d is not positive", proto.maxBody)
 	}
 	if err := validMethods(proto.methods); err != nil {
 		return nil, err
@@ -192,12 +194,12 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (m *middleware) read(w http.ResponseWriter, r *http.Request, key string) (scope string, body []byte, ok bool) {
 	if m.scope != nil {
 		scope = m.scope(r)
-		if err := validText("scope", scope, MaxScopeLen, true); err != nil {
+		if err := idemrecord.ValidText("scope", scope, MaxScopeLen, true); err != nil {
 			http.Error(w, "idempotency: bad scope", http.StatusInternalServerError)
 			return "", nil, false
 		}
 	}
-	if err := validText("key", key, MaxKeyLen, false); err != nil {
+	if err := idemrecord.ValidText("key", key, MaxKeyLen, false); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return "", nil, false
 	}

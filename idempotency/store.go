@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
@@ -75,12 +75,12 @@ type Store struct {
 // Defaults for New.
 const (
 	DefaultTable     = "nolock_idempotency"
-	DefaultRetention = 24 * time.Hour
-	DefaultWait      = 5 * time.Second
+	DefaultRetention = idemrecord.DefaultRetention // 24 h
+	DefaultWait      = idemrecord.DefaultWait      // 5 s
 	DefaultAttempts  = 3
 	// MaxWait bounds WithWait: PostgreSQL's lock_timeout takes at most
 	// 2^31-1 ms (about 24.8 days).
-	MaxWait = math.MaxInt32 * time.Millisecond
+	MaxWait = idemrecord.MaxWait
 	// MaxReapBatch bounds Reap's batch size.
 	MaxReapBatch = 100_000
 )
@@ -89,8 +89,8 @@ const (
 // name within PostgreSQL's identifier length (pgarg.Ident).
 const expiresSuffix = "_expires_at"
 
-// Option configures New and NewDynamoDB. Each option says which it
-// applies to; the other refuses it with ErrInvalid.
+// Option configures New. Package dynamoidempotency has its own, so an
+// option of one store given to the other is a compile error.
 type Option func(*config)
 
 type config struct {
@@ -98,19 +98,12 @@ type config struct {
 	retention time.Duration
 	wait      time.Duration
 	attempts  int
-	pk, sk    string
-	now       func() time.Time
-	pgOnly    string // the name of a PostgreSQL-only option used, if any
-	dynamo    string // the name of a DynamoDB-only option used, if any
 }
 
 // WithTable sets the table's name (default "nolock_idempotency"), at most
 // 52 bytes of UTF-8 without NUL (New refuses others). The name is quoted, never
 // interpolated raw. Several Stores may share a table.
-// PostgreSQL only: NewDynamoDB takes the table as an argument.
-func WithTable(name string) Option {
-	return func(c *config) { c.table, c.pgOnly = name, "WithTable" }
-}
+func WithTable(name string) Option { return func(c *config) { c.table = name } }
 
 // WithRetention sets how long a record counts after its key is claimed
 // (default 24 h): after that the key is treated as unused, and Reap may
@@ -120,51 +113,28 @@ func WithRetention(d time.Duration) Option { return func(c *config) { c.retentio
 
 // WithWait bounds how long Do waits for a concurrent request with the same
 // key to finish (default 5 s) before returning ErrInProgress. 0 means until
-// the context ends. On PostgreSQL a context deadline shortens it, so that
-// the database gives up first and the connection survives; on DynamoDB it
-// bounds the retries of a transaction that meets concurrent ones.
+// the context ends. A context deadline shortens it, so that the database
+// gives up first and the connection survives.
 func WithWait(d time.Duration) Option { return func(c *config) { c.wait = d } }
 
 // WithAttempts bounds how many times Do runs the transaction when it fails
 // with a deadlock or a serialization failure (default 3; 1 means never
-// retry). Each retry starts from a full rollback. PostgreSQL only.
-func WithAttempts(n int) Option {
-	return func(c *config) { c.attempts, c.pgOnly = n, "WithAttempts" }
-}
-
-// WithKeyAttributes names the DynamoDB table's partition key attribute
-// (default "pk") and its sort key attribute ("" for none, the default;
-// with one, records use the sort key value "nolock-idem"). DynamoDB only.
-func WithKeyAttributes(partition, sort string) Option {
-	return func(c *config) { c.pk, c.sk, c.dynamo = partition, sort, "WithKeyAttributes" }
-}
-
-// WithClock sets the clock that judges expiry on DynamoDB (default
-// time.Now). DynamoDB only: PostgreSQL judges expiry by the database's
-// now().
-func WithClock(now func() time.Time) Option {
-	return func(c *config) { c.now, c.dynamo = now, "WithClock" }
-}
+// retry). Each retry starts from a full rollback.
+func WithAttempts(n int) Option { return func(c *config) { c.attempts = n } }
 
 func newConfig(opts []Option) (config, error) {
-	cfg := config{table: DefaultTable, retention: DefaultRetention, wait: DefaultWait, attempts: DefaultAttempts,
-		pk: "pk", now: time.Now}
+	cfg := config{table: DefaultTable, retention: DefaultRetention, wait: DefaultWait, attempts: DefaultAttempts}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	switch {
-	case cfg.table == "":
-		return cfg, invalid("table is empty")
-	case cfg.retention <= 0:
-		return cfg, invalid("retention %v is not positive", cfg.retention)
-	case cfg.retention < time.Millisecond:
-		return cfg, invalid("retention %v is below 1ms", cfg.retention)
-	case cfg.wait < 0:
-		return cfg, invalid("wait %v is negative", cfg.wait)
-	case cfg.wait > MaxWait:
-		return cfg, invalid("wait %v is over %v, PostgreSQL's longest lock_timeout", cfg.wait, MaxWait)
-	case cfg.attempts < 1 || cfg.attempts > 100:
-		return cfg, invalid("attempts %d outside [1, 100]", cfg.attempts)
+	if cfg.table == "" {
+		return cfg, idemrecord.Invalid("table is empty")
+	}
+	if err := idemrecord.ValidTiming(cfg.retention, cfg.wait); err != nil {
+		return cfg, err
+	}
+	if cfg.attempts < 1 || cfg.attempts > 100 {
+		return cfg, idemrecord.Invalid("attempts %d outside [1, 100]", cfg.attempts)
 	}
 	return cfg, nil
 }
@@ -174,17 +144,14 @@ func newConfig(opts []Option) (config, error) {
 // Schema in your migrations) first.
 func New(db DB, opts ...Option) (*Store, error) {
 	if pgarg.NilDB(db) {
-		return nil, invalid("db is nil")
+		return nil, idemrecord.Invalid("db is nil")
 	}
 	if _, ok := db.(pgx.Tx); ok {
-		return nil, invalid("db is a transaction; pass a pool")
+		return nil, idemrecord.Invalid("db is a transaction; pass a pool")
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
-	}
-	if cfg.dynamo != "" {
-		return nil, invalid("%s applies to DynamoDB only", cfg.dynamo)
 	}
 	// The server would cut longer names (and the index's) short, and Exec
 	// would not recognise its own table in errors.
@@ -209,7 +176,7 @@ func (s *Store) Schema() string { return s.schemaSQL }
 // It is safe to call from many processes at once: the DDL runs in one
 // transaction that first takes nolock's schema advisory lock.
 func (s *Store) CreateSchema(ctx context.Context) error {
-	if err := checkCtx(ctx); err != nil {
+	if err := idemrecord.CheckCtx(ctx); err != nil {
 		return err
 	}
 	if err := pgschema.Create(ctx, s.db, s.schemaSQL); err != nil {
@@ -246,10 +213,10 @@ func (s *Store) bound(ctx context.Context) (time.Duration, any) {
 // Get returns the live record of (scope, key), or ErrNotFound. It is a
 // snapshot: useful after ErrAmbiguousCommit, or to show a key's outcome.
 func (s *Store) Get(ctx context.Context, scope, key string) (Record, error) {
-	if err := checkCtx(ctx); err != nil {
+	if err := idemrecord.CheckCtx(ctx); err != nil {
 		return Record{}, err
 	}
-	if err := validRequest(scope, key, nil, false); err != nil {
+	if err := idemrecord.ValidRequest(scope, key, nil, false); err != nil {
 		return Record{}, err
 	}
 	return s.get(ctx, scope, key)
@@ -297,11 +264,11 @@ func (s *Store) lookup(ctx context.Context, scope, key string) (found, error) {
 // Run it periodically (for example every few minutes); Do never needs it
 // for correctness, since an expired record already counts as absent.
 func (s *Store) Reap(ctx context.Context, batch int) (int64, error) {
-	if err := checkCtx(ctx); err != nil {
+	if err := idemrecord.CheckCtx(ctx); err != nil {
 		return 0, err
 	}
 	if batch <= 0 || batch > MaxReapBatch {
-		return 0, invalid("batch %d outside [1, %d]", batch, MaxReapBatch)
+		return 0, idemrecord.Invalid("batch %d outside [1, %d]", batch, MaxReapBatch)
 	}
 	var total int64
 	for {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/inbox"
 	"github.com/nolock/nolock/lease"
@@ -103,21 +104,21 @@ type dynamoTable struct {
 
 // dynamoTables are the tables of every DynamoDB-backed type, with names
 // that mirror the PostgreSQL defaults and the key attribute each type
-// expects. conditional.DynamoFenced is absent: it guards your own table.
+// expects. dynamoconditional.Fenced is absent: it guards your own table.
 func dynamoTables() []dynamoTable {
 	return []dynamoTable{
 		{typ: "dynamolock.Client", table: "nolock_locks", hashKey: "key",
 			use: `dynamolock.New(client, "nolock_locks"); "key" is the default partition key name (WithPartitionKeyName); WithSortKeyName needs a sort key too`},
-		{typ: "conditional.DynamoStock", table: "nolock_stock", hashKey: conditional.DynamoKeyAttr,
-			use: `conditional.NewDynamoStock(client, "nolock_stock")`},
-		{typ: "conditional.DynamoAccounts", table: "nolock_accounts", hashKey: conditional.DynamoKeyAttr,
-			use: `conditional.NewDynamoAccounts(client, "nolock_accounts")`},
-		{typ: "conditional.DynamoHolds", table: "nolock_holds", hashKey: conditional.DynamoKeyAttr,
-			use: `conditional.NewDynamoHolds(client, "nolock_holds")`},
-		{typ: "cas.DynamoDBBackend", table: "nolock_cas", hashKey: "pk",
-			use: `cas.NewDynamoDBBackend(client, "nolock_cas", "pk")`},
-		{typ: "idempotency.DynamoDB", table: "nolock_idempotency", hashKey: "pk",
-			use:   `idempotency.NewDynamoDB(client, "nolock_idempotency"); "pk" is the default partition key name (WithKeyAttributes); TTL on "ttl" deletes expired records`,
+		{typ: "dynamoconditional.Stock", table: "nolock_stock", hashKey: dynamoconditional.KeyAttr,
+			use: `dynamoconditional.NewStock(client, "nolock_stock")`},
+		{typ: "dynamoconditional.Accounts", table: "nolock_accounts", hashKey: dynamoconditional.KeyAttr,
+			use: `dynamoconditional.NewAccounts(client, "nolock_accounts")`},
+		{typ: "dynamoconditional.Holds", table: "nolock_holds", hashKey: dynamoconditional.KeyAttr,
+			use: `dynamoconditional.NewHolds(client, "nolock_holds")`},
+		{typ: "dynamocas.Backend", table: "nolock_cas", hashKey: "pk",
+			use: `dynamocas.NewBackend(client, "nolock_cas", "pk")`},
+		{typ: "dynamoidempotency.Store", table: "nolock_idempotency", hashKey: "pk",
+			use:   `dynamoidempotency.New(client, "nolock_idempotency"); "pk" is the default partition key name (WithKeyAttributes); TTL on "ttl" deletes expired records`,
 			after: `aws dynamodb update-time-to-live --table-name nolock_idempotency --time-to-live-specification Enabled=true,AttributeName=ttl`},
 	}
 }

@@ -12,9 +12,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/nolock/nolock/cas"
-	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/cas/dynamocas"
+	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/dynamolock"
-	"github.com/nolock/nolock/idempotency"
+	"github.com/nolock/nolock/idempotency/dynamoidempotency"
 	"github.com/nolock/nolock/internal/services"
 	"github.com/nolock/nolock/internal/testenv"
 )
@@ -121,8 +122,8 @@ func TestDynamoSchemaServesEachType(t *testing.T) {
 			}
 			return l.Release(ctx)
 		},
-		"conditional.DynamoStock": func(t *testing.T, table string) error {
-			s, err := conditional.NewDynamoStock(plain, table)
+		"dynamoconditional.Stock": func(t *testing.T, table string) error {
+			s, err := dynamoconditional.NewStock(plain, table)
 			if err != nil {
 				return err
 			}
@@ -131,8 +132,8 @@ func TestDynamoSchemaServesEachType(t *testing.T) {
 			}
 			return s.Take(ctx, "sku", 1)
 		},
-		"conditional.DynamoAccounts": func(t *testing.T, table string) error {
-			a, err := conditional.NewDynamoAccounts(plain, table)
+		"dynamoconditional.Accounts": func(t *testing.T, table string) error {
+			a, err := dynamoconditional.NewAccounts(plain, table)
 			if err != nil {
 				return err
 			}
@@ -141,8 +142,8 @@ func TestDynamoSchemaServesEachType(t *testing.T) {
 			}
 			return a.Debit(ctx, "wallet", 3)
 		},
-		"conditional.DynamoHolds": func(t *testing.T, table string) error {
-			h, err := conditional.NewDynamoHolds(plain, table)
+		"dynamoconditional.Holds": func(t *testing.T, table string) error {
+			h, err := dynamoconditional.NewHolds(plain, table)
 			if err != nil {
 				return err
 			}
@@ -152,8 +153,8 @@ func TestDynamoSchemaServesEachType(t *testing.T) {
 			_, err = h.Hold(ctx, "seat-1", "ann", time.Minute)
 			return err
 		},
-		"cas.DynamoDBBackend": func(t *testing.T, table string) error {
-			b, err := cas.NewDynamoDBBackend(plain, table, "pk")
+		"dynamocas.Backend": func(t *testing.T, table string) error {
+			b, err := dynamocas.NewBackend(plain, table, "pk")
 			if err != nil {
 				return err
 			}
@@ -168,8 +169,8 @@ func TestDynamoSchemaServesEachType(t *testing.T) {
 			_, err = s.Update(ctx, "n", func(n int64) (int64, error) { return n + 1, nil })
 			return err
 		},
-		"idempotency.DynamoDB": func(t *testing.T, table string) error {
-			d, err := idempotency.NewDynamoDB(tx, table)
+		"dynamoidempotency.Store": func(t *testing.T, table string) error {
+			d, err := dynamoidempotency.New(tx, table)
 			if err != nil {
 				return err
 			}
@@ -186,7 +187,7 @@ func TestDynamoSchemaServesEachType(t *testing.T) {
 				t.Fatalf("no check for %s", tbl.typ)
 			}
 			client := plain
-			if tbl.typ == "idempotency.DynamoDB" {
+			if tbl.typ == "dynamoidempotency.Store" {
 				client = tx
 			}
 			if err := f(t, create(t, client, tbl)); err != nil {

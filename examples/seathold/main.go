@@ -1,5 +1,5 @@
 // Command seathold shows Tatkal-style seat holds with conditional.Holds
-// (PostgreSQL) or conditional.DynamoHolds: many passengers race for the
+// (PostgreSQL) or dynamoconditional.Holds: many passengers race for the
 // last seats, each seat goes to exactly one, and a passenger who stalls
 // past the hold's expiry cannot confirm a seat someone else has since
 // taken. PostgreSQL judges expiry by the database's clock; DynamoDB, which
@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/internal/services"
 )
 
@@ -57,7 +58,7 @@ func main() {
 }
 
 // seatHolds is what the example uses of conditional.Holds and
-// conditional.DynamoHolds: both have these methods, with the same
+// dynamoconditional.Holds: both have these methods, with the same
 // guarantees.
 type seatHolds interface {
 	Add(ctx context.Context, resources ...string) error
@@ -88,19 +89,19 @@ func onPostgres(ctx context.Context, dsn string) (*conditional.Holds, func(), er
 	return holds, pool.Close, nil
 }
 
-// onDynamoDB returns DynamoHolds on a new table at endpoint, and a func
+// onDynamoDB returns dynamoconditional.Holds on a new table at endpoint, and a func
 // that deletes the table.
-func onDynamoDB(ctx context.Context, endpoint string) (*conditional.DynamoHolds, func(), error) {
+func onDynamoDB(ctx context.Context, endpoint string) (*dynamoconditional.Holds, func(), error) {
 	if endpoint == "" {
 		return nil, nil, errors.New("no -endpoint and no NOLOCK_TEST_DYNAMODB: " + noServices)
 	}
 	db := services.DynamoDBClient(endpoint, nil)
 	table := fmt.Sprintf("nolock_seats_%d", time.Now().UnixNano())
-	if err := services.CreateTableKeyed(ctx, db, table, conditional.DynamoKeyAttr); err != nil {
+	if err := services.CreateTableKeyed(ctx, db, table, dynamoconditional.KeyAttr); err != nil {
 		return nil, nil, err
 	}
 	drop := func() { _ = services.DeleteTable(context.Background(), db, table) }
-	holds, err := conditional.NewDynamoHolds(db, table)
+	holds, err := dynamoconditional.NewHolds(db, table)
 	if err != nil {
 		drop()
 		return nil, nil, err

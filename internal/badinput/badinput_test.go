@@ -17,9 +17,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/dynamocas"
 	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/dynamolock"
 	"github.com/nolock/nolock/idempotency"
+	"github.com/nolock/nolock/idempotency/dynamoidempotency"
 	"github.com/nolock/nolock/inbox"
 	"github.com/nolock/nolock/internal/testenv"
 	"github.com/nolock/nolock/partition"
@@ -252,7 +255,7 @@ func TestNilContextRefused(t *testing.T) {
 	}
 	pgBackend, err := cas.NewPostgresBackend(db, "")
 	must(err)
-	ddbBackend, err := cas.NewDynamoDBBackend(ddb, "table", "pk")
+	ddbBackend, err := dynamocas.NewBackend(ddb, "table", "pk")
 	must(err)
 	store, err := cas.NewStore[int](pgBackend, nil)
 	must(err)
@@ -267,17 +270,17 @@ func TestNilContextRefused(t *testing.T) {
 	must(err)
 	fenced, err := conditional.NewFenced("docs", "id", "fence")
 	must(err)
-	dstock, err := conditional.NewDynamoStock(ddb, "table")
+	dstock, err := dynamoconditional.NewStock(ddb, "table")
 	must(err)
-	daccounts, err := conditional.NewDynamoAccounts(ddb, "table")
+	daccounts, err := dynamoconditional.NewAccounts(ddb, "table")
 	must(err)
-	dholds, err := conditional.NewDynamoHolds(ddb, "table")
+	dholds, err := dynamoconditional.NewHolds(ddb, "table")
 	must(err)
-	dfenced, err := conditional.NewDynamoFenced("table", "pk", "fence")
+	dfenced, err := dynamoconditional.NewFenced("table", "pk", "fence")
 	must(err)
 	idem, err := idempotency.New(db)
 	must(err)
-	didem, err := idempotency.NewDynamoDB(ddb, "table")
+	didem, err := dynamoidempotency.New(ddb, "table")
 	must(err)
 	in, err := inbox.New(db, "c")
 	must(err)
@@ -298,10 +301,10 @@ func TestNilContextRefused(t *testing.T) {
 		e(cas.ErrInvalid, "PostgresBackend.Create", func() error { return pgBackend.Create(c, "k", nil) }),
 		e(cas.ErrInvalid, "PostgresBackend.Put", func() error { _, err := pgBackend.Put(c, "k", nil, 1); return err }),
 		e(cas.ErrInvalid, "PostgresBackend.Delete", func() error { return pgBackend.Delete(c, "k", 1) }),
-		e(cas.ErrInvalid, "DynamoDBBackend.Get", func() error { _, _, err := ddbBackend.Get(c, "k"); return err }),
-		e(cas.ErrInvalid, "DynamoDBBackend.Create", func() error { return ddbBackend.Create(c, "k", nil) }),
-		e(cas.ErrInvalid, "DynamoDBBackend.Put", func() error { _, err := ddbBackend.Put(c, "k", nil, 1); return err }),
-		e(cas.ErrInvalid, "DynamoDBBackend.Delete", func() error { return ddbBackend.Delete(c, "k", 1) }),
+		e(cas.ErrInvalid, "dynamocas.Backend.Get", func() error { _, _, err := ddbBackend.Get(c, "k"); return err }),
+		e(cas.ErrInvalid, "dynamocas.Backend.Create", func() error { return ddbBackend.Create(c, "k", nil) }),
+		e(cas.ErrInvalid, "dynamocas.Backend.Put", func() error { _, err := ddbBackend.Put(c, "k", nil, 1); return err }),
+		e(cas.ErrInvalid, "dynamocas.Backend.Delete", func() error { return ddbBackend.Delete(c, "k", 1) }),
 		e(cas.ErrInvalid, "Store.Get", func() error { _, err := store.Get(c, "k"); return err }),
 		e(cas.ErrInvalid, "Store.Create", func() error { return store.Create(c, "k", 1) }),
 		e(cas.ErrInvalid, "Store.Delete", func() error { return store.Delete(c, "k", 1) }),
@@ -331,30 +334,30 @@ func TestNilContextRefused(t *testing.T) {
 		e(conditional.ErrInvalid, "Holds.Release", func() error { return holds.Release(c, "r", "h") }),
 		e(conditional.ErrInvalid, "Holds.CreateSchema", func() error { return holds.CreateSchema(c) }),
 		e(conditional.ErrInvalid, "Fenced.Update", func() error { return fenced.Update(c, db, 1, 1, nil) }),
-		e(conditional.ErrInvalid, "DynamoStock.Take", func() error { return dstock.Take(c, "k", 1) }),
-		e(conditional.ErrInvalid, "DynamoStock.Put", func() error { return dstock.Put(c, "k", 1) }),
-		e(conditional.ErrInvalid, "DynamoStock.Available", func() error { _, err := dstock.Available(c, "k"); return err }),
-		e(conditional.ErrInvalid, "DynamoAccounts.Open", func() error { return daccounts.Open(c, "a", 1) }),
-		e(conditional.ErrInvalid, "DynamoAccounts.Debit", func() error { return daccounts.Debit(c, "a", 1) }),
-		e(conditional.ErrInvalid, "DynamoAccounts.Credit", func() error { return daccounts.Credit(c, "a", 1) }),
-		e(conditional.ErrInvalid, "DynamoAccounts.Balance", func() error { _, err := daccounts.Balance(c, "a"); return err }),
-		e(conditional.ErrInvalid, "DynamoHolds.Add", func() error { return dholds.Add(c, "r") }),
-		e(conditional.ErrInvalid, "DynamoHolds.Hold", func() error { _, err := dholds.Hold(c, "r", "h", time.Second); return err }),
-		e(conditional.ErrInvalid, "DynamoHolds.HoldAll", func() error { _, err := dholds.HoldAll(c, []string{"r"}, "h", time.Second); return err }),
-		e(conditional.ErrInvalid, "DynamoHolds.Confirm", func() error { return dholds.Confirm(c, "r", "h") }),
-		e(conditional.ErrInvalid, "DynamoHolds.Release", func() error { return dholds.Release(c, "r", "h") }),
-		e(conditional.ErrInvalid, "DynamoFenced.Update", func() error { return dfenced.Update(c, ddb, nil, 1, nil) }),
+		e(conditional.ErrInvalid, "dynamoconditional.Stock.Take", func() error { return dstock.Take(c, "k", 1) }),
+		e(conditional.ErrInvalid, "dynamoconditional.Stock.Put", func() error { return dstock.Put(c, "k", 1) }),
+		e(conditional.ErrInvalid, "dynamoconditional.Stock.Available", func() error { _, err := dstock.Available(c, "k"); return err }),
+		e(conditional.ErrInvalid, "dynamoconditional.Accounts.Open", func() error { return daccounts.Open(c, "a", 1) }),
+		e(conditional.ErrInvalid, "dynamoconditional.Accounts.Debit", func() error { return daccounts.Debit(c, "a", 1) }),
+		e(conditional.ErrInvalid, "dynamoconditional.Accounts.Credit", func() error { return daccounts.Credit(c, "a", 1) }),
+		e(conditional.ErrInvalid, "dynamoconditional.Accounts.Balance", func() error { _, err := daccounts.Balance(c, "a"); return err }),
+		e(conditional.ErrInvalid, "dynamoconditional.Holds.Add", func() error { return dholds.Add(c, "r") }),
+		e(conditional.ErrInvalid, "dynamoconditional.Holds.Hold", func() error { _, err := dholds.Hold(c, "r", "h", time.Second); return err }),
+		e(conditional.ErrInvalid, "dynamoconditional.Holds.HoldAll", func() error { _, err := dholds.HoldAll(c, []string{"r"}, "h", time.Second); return err }),
+		e(conditional.ErrInvalid, "dynamoconditional.Holds.Confirm", func() error { return dholds.Confirm(c, "r", "h") }),
+		e(conditional.ErrInvalid, "dynamoconditional.Holds.Release", func() error { return dholds.Release(c, "r", "h") }),
+		e(conditional.ErrInvalid, "dynamoconditional.Fenced.Update", func() error { return dfenced.Update(c, ddb, nil, 1, nil) }),
 
 		e(idempotency.ErrInvalid, "Store.Do", func() error { _, err := idem.Do(c, "", "k", nil, fn); return err }),
 		e(idempotency.ErrInvalid, "Store.Exec", func() error { _, err := idem.Exec(c, "", "k", nil, "SELECT 1"); return err }),
 		e(idempotency.ErrInvalid, "Store.Get", func() error { _, err := idem.Get(c, "", "k"); return err }),
 		e(idempotency.ErrInvalid, "Store.Reap", func() error { _, err := idem.Reap(c, 10); return err }),
 		e(idempotency.ErrInvalid, "Store.CreateSchema", func() error { return idem.CreateSchema(c) }),
-		e(idempotency.ErrInvalid, "DynamoDB.Do", func() error {
+		e(idempotency.ErrInvalid, "dynamoidempotency.Store.Do", func() error {
 			_, err := didem.Do(c, "", "k", nil, func(context.Context) ([]types.TransactWriteItem, []byte, error) { return nil, nil, nil })
 			return err
 		}),
-		e(idempotency.ErrInvalid, "DynamoDB.Get", func() error { _, err := didem.Get(c, "", "k"); return err }),
+		e(idempotency.ErrInvalid, "dynamoidempotency.Store.Get", func() error { _, err := didem.Get(c, "", "k"); return err }),
 
 		e(inbox.ErrInvalid, "Inbox.CreateSchema", func() error { return in.CreateSchema(c) }),
 		e(inbox.ErrInvalid, "Inbox.Process", func() error {
@@ -400,22 +403,22 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 	for _, b := range tables {
 		n := b.name
 		cases = append(cases,
-			refusal{"cas table " + b.label, cas.ErrInvalid, b.says, func() error { _, err := cas.NewDynamoDBBackend(ddb, n, "pk"); return err }},
-			refusal{"DynamoStock table " + b.label, conditional.ErrInvalid, b.says, func() error { _, err := conditional.NewDynamoStock(ddb, n); return err }},
-			refusal{"DynamoAccounts table " + b.label, conditional.ErrInvalid, b.says, func() error { _, err := conditional.NewDynamoAccounts(ddb, n); return err }},
-			refusal{"DynamoHolds table " + b.label, conditional.ErrInvalid, b.says, func() error { _, err := conditional.NewDynamoHolds(ddb, n); return err }},
-			refusal{"DynamoFenced table " + b.label, conditional.ErrInvalid, b.says, func() error { _, err := conditional.NewDynamoFenced(n, "pk", "fence"); return err }},
-			refusal{"idempotency table " + b.label, idempotency.ErrInvalid, b.says, func() error { _, err := idempotency.NewDynamoDB(ddb, n); return err }},
+			refusal{"cas table " + b.label, cas.ErrInvalid, b.says, func() error { _, err := dynamocas.NewBackend(ddb, n, "pk"); return err }},
+			refusal{"dynamoconditional.Stock table " + b.label, conditional.ErrInvalid, b.says, func() error { _, err := dynamoconditional.NewStock(ddb, n); return err }},
+			refusal{"dynamoconditional.Accounts table " + b.label, conditional.ErrInvalid, b.says, func() error { _, err := dynamoconditional.NewAccounts(ddb, n); return err }},
+			refusal{"dynamoconditional.Holds table " + b.label, conditional.ErrInvalid, b.says, func() error { _, err := dynamoconditional.NewHolds(ddb, n); return err }},
+			refusal{"dynamoconditional.Fenced table " + b.label, conditional.ErrInvalid, b.says, func() error { _, err := dynamoconditional.NewFenced(n, "pk", "fence"); return err }},
+			refusal{"idempotency table " + b.label, idempotency.ErrInvalid, b.says, func() error { _, err := dynamoidempotency.New(ddb, n); return err }},
 			refusal{"dynamolock table " + b.label, dynamolock.ErrInvalid, b.says, func() error { _, err := dynamolock.New(ddb, n); return err }},
 		)
 	}
 	for _, b := range attrs {
 		n := b.name
 		cases = append(cases,
-			refusal{"cas key attribute " + b.label, cas.ErrInvalid, "key attribute " + b.says, func() error { _, err := cas.NewDynamoDBBackend(ddb, "table", n); return err }},
-			refusal{"DynamoFenced key attribute " + b.label, conditional.ErrInvalid, "key attribute " + b.says, func() error { _, err := conditional.NewDynamoFenced("table", n, "fence"); return err }},
+			refusal{"cas key attribute " + b.label, cas.ErrInvalid, "key attribute " + b.says, func() error { _, err := dynamocas.NewBackend(ddb, "table", n); return err }},
+			refusal{"dynamoconditional.Fenced key attribute " + b.label, conditional.ErrInvalid, "key attribute " + b.says, func() error { _, err := dynamoconditional.NewFenced("table", n, "fence"); return err }},
 			refusal{"idempotency partition key " + b.label, idempotency.ErrInvalid, "partition key attribute " + b.says, func() error {
-				_, err := idempotency.NewDynamoDB(ddb, "table", idempotency.WithKeyAttributes(n, ""))
+				_, err := dynamoidempotency.New(ddb, "table", dynamoidempotency.WithKeyAttributes(n, ""))
 				return err
 			}},
 			refusal{"dynamolock partition key " + b.label, dynamolock.ErrInvalid, "partition key name " + b.says, func() error {
@@ -426,7 +429,7 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 		if n != "" { // "" means no sort key
 			cases = append(cases,
 				refusal{"idempotency sort key " + b.label, idempotency.ErrInvalid, "sort key attribute " + b.says, func() error {
-					_, err := idempotency.NewDynamoDB(ddb, "table", idempotency.WithKeyAttributes("pk", n))
+					_, err := dynamoidempotency.New(ddb, "table", dynamoidempotency.WithKeyAttributes("pk", n))
 					return err
 				}},
 				refusal{"dynamolock sort key " + b.label, dynamolock.ErrInvalid, "sort key name " + b.says, func() error {
@@ -440,28 +443,28 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 		label string
 		api   any
 	}{{"nil", nil}, {"nil *dynamodb.Client", nilClient}} {
-		casAPI, _ := c.api.(cas.DynamoDBAPI)
-		condAPI, _ := c.api.(conditional.DynamoDBAPI)
-		idemAPI, _ := c.api.(idempotency.DynamoDBAPI)
+		casAPI, _ := c.api.(dynamocas.DynamoDBAPI)
+		condAPI, _ := c.api.(dynamoconditional.DynamoDBAPI)
+		idemAPI, _ := c.api.(dynamoidempotency.DynamoDBAPI)
 		lockAPI, _ := c.api.(dynamolock.DynamoDBAPI)
-		dfenced, err := conditional.NewDynamoFenced("table", "pk", "fence")
+		dfenced, err := dynamoconditional.NewFenced("table", "pk", "fence")
 		if err != nil {
 			t.Fatal(err)
 		}
 		l := c.label + " "
 		cases = append(cases,
-			refusal{l + "cas", cas.ErrInvalid, "client is nil", func() error { _, err := cas.NewDynamoDBBackend(casAPI, "table", "pk"); return err }},
-			refusal{l + "DynamoStock", conditional.ErrInvalid, "client is nil", func() error { _, err := conditional.NewDynamoStock(condAPI, "table"); return err }},
-			refusal{l + "DynamoAccounts", conditional.ErrInvalid, "client is nil", func() error { _, err := conditional.NewDynamoAccounts(condAPI, "table"); return err }},
-			refusal{l + "DynamoHolds", conditional.ErrInvalid, "client is nil", func() error { _, err := conditional.NewDynamoHolds(condAPI, "table"); return err }},
-			refusal{l + "DynamoFenced.Update", conditional.ErrInvalid, "client is nil", func() error { return dfenced.Update(context.Background(), condAPI, nil, 1, nil) }},
-			refusal{l + "idempotency", idempotency.ErrInvalid, "client is nil", func() error { _, err := idempotency.NewDynamoDB(idemAPI, "table"); return err }},
+			refusal{l + "cas", cas.ErrInvalid, "client is nil", func() error { _, err := dynamocas.NewBackend(casAPI, "table", "pk"); return err }},
+			refusal{l + "dynamoconditional.Stock", conditional.ErrInvalid, "client is nil", func() error { _, err := dynamoconditional.NewStock(condAPI, "table"); return err }},
+			refusal{l + "dynamoconditional.Accounts", conditional.ErrInvalid, "client is nil", func() error { _, err := dynamoconditional.NewAccounts(condAPI, "table"); return err }},
+			refusal{l + "dynamoconditional.Holds", conditional.ErrInvalid, "client is nil", func() error { _, err := dynamoconditional.NewHolds(condAPI, "table"); return err }},
+			refusal{l + "dynamoconditional.Fenced.Update", conditional.ErrInvalid, "client is nil", func() error { return dfenced.Update(context.Background(), condAPI, nil, 1, nil) }},
+			refusal{l + "idempotency", idempotency.ErrInvalid, "client is nil", func() error { _, err := dynamoidempotency.New(idemAPI, "table"); return err }},
 			refusal{l + "dynamolock", dynamolock.ErrInvalid, "client is nil", func() error { _, err := dynamolock.New(lockAPI, "table"); return err }},
 		)
 	}
 	// Names DynamoDB takes are taken.
 	for _, n := range []string{"abc", "My.Table-1_x", strings.Repeat("t", 255), "arn:aws:dynamodb:us-east-1:123456789012:table/locks"} {
-		if _, err := cas.NewDynamoDBBackend(ddb, n, "pk"); err != nil {
+		if _, err := dynamocas.NewBackend(ddb, n, "pk"); err != nil {
 			t.Errorf("table %q: %v", n, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package conditional
+package dynamoconditional
 
 import (
 	"context"
@@ -29,52 +29,52 @@ type DynamoDBAPI interface {
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 }
 
-// Attribute names of the items DynamoStock and DynamoAccounts keep. The
-// table's partition key must be a string attribute named DynamoKeyAttr
+// Attribute names of the items Stock and Accounts keep. The
+// table's partition key must be a string attribute named KeyAttr
 // (testenv.Table makes such tables).
 const (
-	// DynamoKeyAttr is the partition key: "<key>#<bucket>" for a stock
+	// KeyAttr is the partition key: "<key>#<bucket>" for a stock
 	// bucket, the account's name for an account.
-	DynamoKeyAttr = "pk"
-	// DynamoQtyAttr holds a stock bucket's units, a number never below 0.
-	DynamoQtyAttr = "qty"
-	// DynamoBalanceAttr holds an account's balance, a number never below 0.
-	DynamoBalanceAttr = "balance"
+	KeyAttr = "pk"
+	// QtyAttr holds a stock bucket's units, a number never below 0.
+	QtyAttr = "qty"
+	// BalanceAttr holds an account's balance, a number never below 0.
+	BalanceAttr = "balance"
 )
 
 // ErrConflict means every attempt lost a race with concurrent writers of
 // the same items, so the request was given up: nothing was changed, and
-// trying again later may succeed. DynamoStock returns it when a take across
+// trying again later may succeed. Stock returns it when a take across
 // buckets found its buckets changed under it on every attempt.
 var ErrConflict = errors.New("conditional: conflict with concurrent writers")
 
-// validDynamoTable checks a table name argument (see ddbarg.Table).
-func validDynamoTable(arg, name string) error {
+// validTable checks a table name argument (see ddbarg.Table).
+func validTable(arg, name string) error {
 	if err := ddbarg.Table(arg, name); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }
 
-// validDynamoAttr checks an attribute name argument of at most max bytes
+// validAttr checks an attribute name argument of at most max bytes
 // (see ddbarg.Attr).
-func validDynamoAttr(arg, name string, max int) error {
+func validAttr(arg, name string, max int) error {
 	if err := ddbarg.Attr(arg, name, max); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }
 
-// dynamoNum returns a number attribute value.
-func dynamoNum(n int64) types.AttributeValue {
+// numAttr returns a number attribute value.
+func numAttr(n int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
 }
 
-// dynamoStr returns a string attribute value.
-func dynamoStr(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
+// strAttr returns a string attribute value.
+func strAttr(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
 
-// dynamoInt reads the integer attribute name of item.
-func dynamoInt(item map[string]types.AttributeValue, name string) (int64, error) {
+// intAttr reads the integer attribute name of item.
+func intAttr(item map[string]types.AttributeValue, name string) (int64, error) {
 	v, ok := item[name].(*types.AttributeValueMemberN)
 	if !ok {
 		return 0, fmt.Errorf("conditional: item has no number attribute %q", name)
@@ -86,10 +86,10 @@ func dynamoInt(item map[string]types.AttributeValue, name string) (int64, error)
 	return n, nil
 }
 
-// dynamoGet reads the item at key with a strongly consistent read; nil
+// getItem reads the item at key with a strongly consistent read; nil
 // means there is none. projection, if not empty, names the attributes to
 // return.
-func dynamoGet(ctx context.Context, client DynamoDBAPI, table string, key map[string]types.AttributeValue, projection ...string) (map[string]types.AttributeValue, error) {
+func getItem(ctx context.Context, client DynamoDBAPI, table string, key map[string]types.AttributeValue, projection ...string) (map[string]types.AttributeValue, error) {
 	in := &dynamodb.GetItemInput{TableName: aws.String(table), Key: key, ConsistentRead: aws.Bool(true)}
 	if len(projection) > 0 {
 		in.ExpressionAttributeNames = map[string]string{}
@@ -121,13 +121,13 @@ func dynamoGet(ctx context.Context, client DynamoDBAPI, table string, key map[st
 // nothing.
 func ConditionFailedAt(err error, i int) bool { return ddberr.ConditionFailedAt(err, i) }
 
-// dynamoWriteErr classifies the error of a write that failed for another
+// writeErr classifies the error of a write that failed for another
 // reason than a failed condition. A write the server refused, or that never
 // left for the server, is returned as is. Any other error (a 5xx answer, a
 // connection lost or a timeout after the request was sent, a cancelled
 // context, an error from a wrapping client) leaves the outcome unknown: the
 // write may have applied, so it is ErrAmbiguousCommit.
-func dynamoWriteErr(err error) error {
+func writeErr(err error) error {
 	if ddberr.NotApplied(err) {
 		return err
 	}

@@ -1,4 +1,4 @@
-package conditional
+package dynamoconditional
 
 import (
 	"context"
@@ -8,17 +8,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
 )
 
-// DynamoAccounts keeps balances (credits, quota, money in minor units) in a
+// Accounts keeps balances (credits, quota, money in minor units) in a
 // DynamoDB table and debits them never below zero, without a lock: each
 // change is one conditional UpdateItem, "SET balance = balance - :a IF
 // balance >= :a", and the item decides.
 //
-// Item layout: one item per account, whose partition key (DynamoKeyAttr,
-// "pk", a string) is the account's name and whose DynamoBalanceAttr
+// Item layout: one item per account, whose partition key (KeyAttr,
+// "pk", a string) is the account's name and whose BalanceAttr
 // ("balance", a number) is its balance. Open creates it; nothing here
 // deletes it.
 //
@@ -30,44 +31,44 @@ import (
 // ErrAmbiguousCommit the change may have applied, so read the Balance, or
 // put DebitItem into a transaction with your own idempotency record.
 //
-// A DynamoAccounts holds no state of its own: it is safe for concurrent
+// An Accounts holds no state of its own: it is safe for concurrent
 // use, and any number may share a table.
-type DynamoAccounts struct {
+type Accounts struct {
 	client DynamoDBAPI
 	table  string
 }
 
-// NewDynamoAccounts returns a DynamoAccounts on table, whose partition key
-// is the string attribute DynamoKeyAttr. client is usually a
+// NewAccounts returns an Accounts on table, whose partition key
+// is the string attribute KeyAttr. client is usually a
 // *dynamodb.Client.
-func NewDynamoAccounts(client DynamoDBAPI, table string) (*DynamoAccounts, error) {
+func NewAccounts(client DynamoDBAPI, table string) (*Accounts, error) {
 	if ddbarg.NilClient(client) {
-		return nil, invalid("client is nil")
+		return nil, condcore.Invalid("client is nil")
 	}
-	if err := validDynamoTable("table", table); err != nil {
+	if err := validTable("table", table); err != nil {
 		return nil, err
 	}
-	return &DynamoAccounts{client: client, table: table}, nil
+	return &Accounts{client: client, table: table}, nil
 }
 
-func (a *DynamoAccounts) key(account string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{DynamoKeyAttr: dynamoStr(account)}
+func (a *Accounts) key(account string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{KeyAttr: strAttr(account)}
 }
 
 // Open creates account with balance if it does not exist. An account that
 // exists is left as it is, its balance unchanged, and Open returns nil: so
 // Open is idempotent, and safe to retry after ErrAmbiguousCommit.
-func (a *DynamoAccounts) Open(ctx context.Context, account string, balance int64) error {
-	if err := checkCtx(ctx); err != nil {
+func (a *Accounts) Open(ctx context.Context, account string, balance int64) error {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
-	if err := validArg("account", account); err != nil {
+	if err := condcore.ValidArg("account", account); err != nil {
 		return err
 	}
 	if balance < 0 {
-		return invalid("balance must not be negative, got %d", balance)
+		return condcore.Invalid("balance must not be negative, got %d", balance)
 	}
-	if err := unsent(ctx, fmt.Sprintf("open %q", account)); err != nil {
+	if err := condcore.Unsent(ctx, fmt.Sprintf("open %q", account)); err != nil {
 		return err
 	}
 	_, err := a.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -75,13 +76,13 @@ func (a *DynamoAccounts) Open(ctx context.Context, account string, balance int64
 		Key:                       a.key(account),
 		UpdateExpression:          aws.String("SET #b = :b"),
 		ConditionExpression:       aws.String("attribute_not_exists(#k)"),
-		ExpressionAttributeNames:  map[string]string{"#k": DynamoKeyAttr, "#b": DynamoBalanceAttr},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":b": dynamoNum(balance)},
+		ExpressionAttributeNames:  map[string]string{"#k": KeyAttr, "#b": BalanceAttr},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":b": numAttr(balance)},
 	}, ddberr.NoBlindRetries)
 	if _, exists := ddberr.ConditionFailed(err); err == nil || exists {
 		return nil
 	}
-	return fmt.Errorf("conditional: open %q: %w", account, dynamoWriteErr(err))
+	return fmt.Errorf("conditional: open %q: %w", account, writeErr(err))
 }
 
 // Debit takes amount from account's balance if the balance covers it:
@@ -89,8 +90,8 @@ func (a *DynamoAccounts) Open(ctx context.Context, account string, balance int64
 // nothing was taken; ErrUnknownKey means there is no such account.
 // ErrAmbiguousCommit means the write was sent and its answer lost: it may
 // have applied.
-func (a *DynamoAccounts) Debit(ctx context.Context, account string, amount int64) error {
-	if err := checkCtx(ctx); err != nil {
+func (a *Accounts) Debit(ctx context.Context, account string, amount int64) error {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
 	u, err := a.debit(account, amount)
@@ -105,8 +106,8 @@ func (a *DynamoAccounts) Debit(ctx context.Context, account string, amount int64
 // one: use Open). A credit that would take the balance past MaxInt64 is
 // refused. ErrAmbiguousCommit means the write was sent and its answer
 // lost: it may have applied.
-func (a *DynamoAccounts) Credit(ctx context.Context, account string, amount int64) error {
-	if err := checkCtx(ctx); err != nil {
+func (a *Accounts) Credit(ctx context.Context, account string, amount int64) error {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
 	u, err := a.credit(account, amount)
@@ -119,21 +120,21 @@ func (a *DynamoAccounts) Credit(ctx context.Context, account string, amount int6
 // Balance returns account's balance, read with a strongly consistent
 // read; ErrUnknownKey means there is no such account. It is a snapshot:
 // concurrent changes may change it at once.
-func (a *DynamoAccounts) Balance(ctx context.Context, account string) (int64, error) {
-	if err := checkCtx(ctx); err != nil {
+func (a *Accounts) Balance(ctx context.Context, account string) (int64, error) {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return 0, err
 	}
-	if err := validArg("account", account); err != nil {
+	if err := condcore.ValidArg("account", account); err != nil {
 		return 0, err
 	}
-	item, err := dynamoGet(ctx, a.client, a.table, a.key(account))
+	item, err := getItem(ctx, a.client, a.table, a.key(account))
 	if err != nil {
 		return 0, fmt.Errorf("conditional: balance %q: %w", account, err)
 	}
 	if item == nil {
 		return 0, ErrUnknownKey
 	}
-	b, err := dynamoInt(item, DynamoBalanceAttr)
+	b, err := intAttr(item, BalanceAttr)
 	if err != nil {
 		return 0, fmt.Errorf("conditional: balance %q: %w", account, err)
 	}
@@ -145,7 +146,7 @@ func (a *DynamoAccounts) Balance(ctx context.Context, account string) (int64, er
 // applies with your other writes or not at all. An insufficient balance or
 // a missing account shows as a TransactionCanceledException in which
 // ConditionFailedAt reports this action. Bad input is ErrInvalid.
-func (a *DynamoAccounts) DebitItem(account string, amount int64) (types.TransactWriteItem, error) {
+func (a *Accounts) DebitItem(account string, amount int64) (types.TransactWriteItem, error) {
 	u, err := a.debit(account, amount)
 	if err != nil {
 		return types.TransactWriteItem{}, err
@@ -157,7 +158,7 @@ func (a *DynamoAccounts) DebitItem(account string, amount int64) (types.Transact
 // TransactWriteItems, for example the other half of a transfer. A missing
 // account shows as a TransactionCanceledException in which
 // ConditionFailedAt reports this action. Bad input is ErrInvalid.
-func (a *DynamoAccounts) CreditItem(account string, amount int64) (types.TransactWriteItem, error) {
+func (a *Accounts) CreditItem(account string, amount int64) (types.TransactWriteItem, error) {
 	u, err := a.credit(account, amount)
 	if err != nil {
 		return types.TransactWriteItem{}, err
@@ -167,40 +168,40 @@ func (a *DynamoAccounts) CreditItem(account string, amount int64) (types.Transac
 
 // debit is the conditional decrement: the balance, which must exist, is
 // at least amount.
-func (a *DynamoAccounts) debit(account string, amount int64) (*types.Update, error) {
-	if err := validArg("account", account); err != nil {
+func (a *Accounts) debit(account string, amount int64) (*types.Update, error) {
+	if err := condcore.ValidArg("account", account); err != nil {
 		return nil, err
 	}
 	if amount <= 0 {
-		return nil, invalid("amount must be positive, got %d", amount)
+		return nil, condcore.Invalid("amount must be positive, got %d", amount)
 	}
 	return &types.Update{
 		TableName:                           aws.String(a.table),
 		Key:                                 a.key(account),
 		UpdateExpression:                    aws.String("SET #b = #b - :a"),
 		ConditionExpression:                 aws.String("#b >= :a"),
-		ExpressionAttributeNames:            map[string]string{"#b": DynamoBalanceAttr},
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":a": dynamoNum(amount)},
+		ExpressionAttributeNames:            map[string]string{"#b": BalanceAttr},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":a": numAttr(amount)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, nil
 }
 
 // credit is the conditional increment: the account exists and its balance
 // stays within an int64.
-func (a *DynamoAccounts) credit(account string, amount int64) (*types.Update, error) {
-	if err := validArg("account", account); err != nil {
+func (a *Accounts) credit(account string, amount int64) (*types.Update, error) {
+	if err := condcore.ValidArg("account", account); err != nil {
 		return nil, err
 	}
 	if amount <= 0 {
-		return nil, invalid("amount must be positive, got %d", amount)
+		return nil, condcore.Invalid("amount must be positive, got %d", amount)
 	}
 	return &types.Update{
 		TableName:                           aws.String(a.table),
 		Key:                                 a.key(account),
 		UpdateExpression:                    aws.String("SET #b = #b + :a"),
 		ConditionExpression:                 aws.String("attribute_exists(#k) AND #b <= :limit"),
-		ExpressionAttributeNames:            map[string]string{"#k": DynamoKeyAttr, "#b": DynamoBalanceAttr},
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":a": dynamoNum(amount), ":limit": dynamoNum(math.MaxInt64 - amount)},
+		ExpressionAttributeNames:            map[string]string{"#k": KeyAttr, "#b": BalanceAttr},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":a": numAttr(amount), ":limit": numAttr(math.MaxInt64 - amount)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, nil
 }
@@ -208,8 +209,8 @@ func (a *DynamoAccounts) credit(account string, amount int64) (*types.Update, er
 // apply sends u as an UpdateItem. A refusal is ErrUnknownKey when there is
 // no item (told by the item the server returned, or a consistent read),
 // else refusal.
-func (a *DynamoAccounts) apply(ctx context.Context, op, account string, u *types.Update, refusal error) error {
-	if err := unsent(ctx, fmt.Sprintf("%s %q", op, account)); err != nil {
+func (a *Accounts) apply(ctx context.Context, op, account string, u *types.Update, refusal error) error {
+	if err := condcore.Unsent(ctx, fmt.Sprintf("%s %q", op, account)); err != nil {
 		return err
 	}
 	err := updateItem(ctx, a.client, u)
@@ -218,10 +219,10 @@ func (a *DynamoAccounts) apply(ctx context.Context, op, account string, u *types
 	}
 	item, ok := ddberr.ConditionFailed(err)
 	if !ok {
-		return fmt.Errorf("conditional: %s %q: %w", op, account, dynamoWriteErr(err))
+		return fmt.Errorf("conditional: %s %q: %w", op, account, writeErr(err))
 	}
 	if item == nil {
-		if item, err = dynamoGet(ctx, a.client, a.table, a.key(account), DynamoKeyAttr); err != nil {
+		if item, err = getItem(ctx, a.client, a.table, a.key(account), KeyAttr); err != nil {
 			return fmt.Errorf("conditional: %s %q refused; reading the account: %w", op, account, err)
 		}
 	}

@@ -1,6 +1,6 @@
-package conditional
+package dynamoconditional
 
-// A take that no single bucket of a DynamoStock covers: read every bucket,
+// A take that no single bucket of a Stock covers: read every bucket,
 // then take from the fullest alone, or from several in one transaction
 // that leaves them as level as it can.
 
@@ -27,7 +27,7 @@ var errBucketsMoved = fmt.Errorf("%w: buckets changed while taking across them",
 // conditional write to the fullest bucket when it covers n, else with one
 // transaction over several (see transact). It retries, with jittered
 // backoff, when the buckets changed in between.
-func (s *DynamoStock) takeAcross(ctx context.Context, key string, n int64) error {
+func (s *Stock) takeAcross(ctx context.Context, key string, n int64) error {
 	err := s.retry.Retry(ctx, func(ctx context.Context, _ int) error {
 		qty, found, err := s.read(ctx, key)
 		switch {
@@ -68,7 +68,7 @@ func (s *DynamoStock) takeAcross(ctx context.Context, key string, n int64) error
 // holding the units it gives, so a concurrent take that leaves enough does
 // not cancel the transaction, and one that does not cannot drive a bucket
 // below zero.
-func (s *DynamoStock) transact(ctx context.Context, key string, n int64, qty []int64) error {
+func (s *Stock) transact(ctx context.Context, key string, n int64, qty []int64) error {
 	var items []types.TransactWriteItem
 	for b, d := range levelled(qty, n) {
 		if d == 0 {
@@ -79,8 +79,8 @@ func (s *DynamoStock) transact(ctx context.Context, key string, n int64, qty []i
 			Key:                       s.itemKey(key, b),
 			UpdateExpression:          aws.String("SET #q = #q - :d"),
 			ConditionExpression:       aws.String("#q >= :d"),
-			ExpressionAttributeNames:  map[string]string{"#q": DynamoQtyAttr},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":d": dynamoNum(d)},
+			ExpressionAttributeNames:  map[string]string{"#q": QtyAttr},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":d": numAttr(d)},
 		}})
 	}
 	_, err := s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, ddberr.NoBlindRetries)
@@ -95,7 +95,7 @@ func (s *DynamoStock) transact(ctx context.Context, key string, n int64, qty []i
 		return fmt.Errorf("conditional: take %q across %d buckets needs TransactWriteItems: %w: %w",
 			key, len(items), errors.ErrUnsupported, err)
 	}
-	return fmt.Errorf("conditional: take %q across buckets: %w", key, dynamoWriteErr(err))
+	return fmt.Errorf("conditional: take %q across buckets: %w", key, writeErr(err))
 }
 
 // levelled returns how many units to take from each bucket, n in all

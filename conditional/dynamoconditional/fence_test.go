@@ -1,4 +1,4 @@
-package conditional_test
+package dynamoconditional_test
 
 import (
 	"context"
@@ -15,16 +15,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
 // newDynamoDocs puts the item "doc" (body "v0", no fence yet) into table
-// and returns a DynamoFenced for it: key attribute pk, fence attribute
+// and returns a Fenced for it: key attribute pk, fence attribute
 // fence.
-func newDynamoDocs(t *testing.T, client *dynamodb.Client, table string) *conditional.DynamoFenced {
+func newDynamoDocs(t *testing.T, client *dynamodb.Client, table string) *dynamoconditional.Fenced {
 	t.Helper()
-	f, err := conditional.NewDynamoFenced(table, "pk", "fence")
+	f, err := dynamoconditional.NewFenced(table, "pk", "fence")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestDynamoFencedUpdate(t *testing.T) {
 				want(step.body, step.token)
 			}
 			reads := faults.reads.Load()
-			if err := f.Update(ctx, faults, doc, 6, dynamoBody("d")); !errors.Is(err, conditional.ErrFenced) {
+			if err := f.Update(ctx, faults, doc, 6, dynamoBody("d")); !errors.Is(err, dynamoconditional.ErrFenced) {
 				t.Fatalf("Update with a lower token: %v, want ErrFenced", err)
 			}
 			want("c", 7)
@@ -111,7 +111,7 @@ func TestDynamoFencedUpdate(t *testing.T) {
 			if got, want := faults.reads.Load()-reads, map[bool]int64{true: 0, false: 1}[server.tx]; got != want {
 				t.Errorf("a fenced update read %d times, want %d", got, want)
 			}
-			if err := f.Update(ctx, faults, dynamoDocKey("nope"), 9, dynamoBody("x")); !errors.Is(err, conditional.ErrUnknownKey) {
+			if err := f.Update(ctx, faults, dynamoDocKey("nope"), 9, dynamoBody("x")); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
 				t.Fatalf("Update of a missing item: %v, want ErrUnknownKey", err)
 			}
 			if dynamoItem(t, client, table, "nope") != nil {
@@ -122,7 +122,7 @@ func TestDynamoFencedUpdate(t *testing.T) {
 				t.Fatal(err)
 			}
 			want("c", 9)
-			if err := f.Update(ctx, faults, doc, 8, dynamoBody("e")); !errors.Is(err, conditional.ErrFenced) {
+			if err := f.Update(ctx, faults, doc, 8, dynamoBody("e")); !errors.Is(err, dynamoconditional.ErrFenced) {
 				t.Fatalf("Update below the advanced fence: %v, want ErrFenced", err)
 			}
 			want("c", 9)
@@ -150,7 +150,7 @@ func TestDynamoFencedBadInput(t *testing.T) {
 	str := func(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
 	for _, tc := range []struct {
 		name   string
-		client conditional.DynamoDBAPI
+		client dynamoconditional.DynamoDBAPI
 		key    map[string]types.AttributeValue
 		token  int64
 		set    map[string]types.AttributeValue
@@ -168,19 +168,19 @@ func TestDynamoFencedBadInput(t *testing.T) {
 		{"set empty name", faults, doc, 1, map[string]types.AttributeValue{"": str("x")}, "set names an empty attribute"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := f.Update(ctx, tc.client, tc.key, tc.token, tc.set); !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			if err := f.Update(ctx, tc.client, tc.key, tc.token, tc.set); !errors.Is(err, dynamoconditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Update: %v, want ErrInvalid naming %q", err, tc.want)
 			}
 			if tc.client == nil {
 				return
 			}
-			if _, err := f.UpdateItem(tc.key, tc.token, tc.set); !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			if _, err := f.UpdateItem(tc.key, tc.token, tc.set); !errors.Is(err, dynamoconditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("UpdateItem: %v, want ErrInvalid naming %q", err, tc.want)
 			}
 			if strings.HasPrefix(tc.name, "set") {
 				return
 			}
-			if _, err := f.CheckItem(tc.key, tc.token); !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			if _, err := f.CheckItem(tc.key, tc.token); !errors.Is(err, dynamoconditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("CheckItem: %v, want ErrInvalid naming %q", err, tc.want)
 			}
 		})
@@ -197,8 +197,8 @@ func TestDynamoFencedBadInput(t *testing.T) {
 		{table, "pk", "", "fence attribute is empty"},
 		{table, "pk", "pk", `key attribute and fence attribute are both "pk"`},
 	} {
-		if _, err := conditional.NewDynamoFenced(tc.table, tc.key, tc.fence); !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("NewDynamoFenced(%q, %q, %q): %v, want ErrInvalid naming %q", tc.table, tc.key, tc.fence, err, tc.want)
+		if _, err := dynamoconditional.NewFenced(tc.table, tc.key, tc.fence); !errors.Is(err, dynamoconditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewFenced(%q, %q, %q): %v, want ErrInvalid naming %q", tc.table, tc.key, tc.fence, err, tc.want)
 		}
 	}
 }
@@ -225,7 +225,7 @@ func TestDynamoFencedConcurrentTokens(t *testing.T) {
 			switch {
 			case err == nil:
 				ok.Add(1)
-			case errors.Is(err, conditional.ErrFenced):
+			case errors.Is(err, dynamoconditional.ErrFenced):
 				refused.Add(1)
 			default:
 				return err
@@ -286,7 +286,7 @@ func TestDynamoFencedPausedHolder(t *testing.T) {
 		t.Fatalf("B's write: %v", err)
 	}
 	wake()
-	if err := <-resultA; !errors.Is(err, conditional.ErrFenced) {
+	if err := <-resultA; !errors.Is(err, dynamoconditional.ErrFenced) {
 		t.Fatalf("A's write after waking: %v, want ErrFenced", err)
 	}
 	if d := readDynamoDoc(t, client, table, "doc"); d.body != "by B" || d.fence != 34 || d.note != "" {
@@ -341,7 +341,7 @@ func TestDynamoFencedInTransaction(t *testing.T) {
 		if tc.ok && err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if !tc.ok && !conditional.ConditionFailedAt(err, 0) {
+		if !tc.ok && !dynamoconditional.ConditionFailedAt(err, 0) {
 			t.Fatalf("%s: %v, want a cancellation by the fence (action 0)", tc.name, err)
 		}
 		if got := dynamoItem(t, client, table, tc.out) != nil; got != tc.ok {
@@ -357,7 +357,7 @@ func TestDynamoFencedInTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{put("out-5"), missing}})
-	if !conditional.ConditionFailedAt(err, 1) || conditional.ConditionFailedAt(err, 0) {
+	if !dynamoconditional.ConditionFailedAt(err, 1) || dynamoconditional.ConditionFailedAt(err, 0) {
 		t.Fatalf("check of a missing item: %v, want a cancellation by action 1 only", err)
 	}
 }

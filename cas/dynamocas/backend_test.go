@@ -1,4 +1,4 @@
-package cas_test
+package dynamocas_test
 
 import (
 	"context"
@@ -6,18 +6,18 @@ import (
 	"net"
 	"testing"
 
-	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/dynamocas"
 	"github.com/nolock/nolock/internal/services"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
 // A write whose connection is refused was never sent: the backend returns
 // the dial error, not ErrAmbiguousCommit.
-func TestDynamoDBRefusedConnectionIsNotAmbiguous(t *testing.T) {
+func TestRefusedConnectionIsNotAmbiguous(t *testing.T) {
 	t.Parallel()
 	refused := testenv.RefusedEndpoint(t)
 	ctx := context.Background()
-	b, err := cas.NewDynamoDBBackend(services.DynamoDBClient(refused, nil), "tbl", "pk")
+	b, err := dynamocas.NewBackend(services.DynamoDBClient(refused, nil), "tbl", "pk")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,8 +28,17 @@ func TestDynamoDBRefusedConnectionIsNotAmbiguous(t *testing.T) {
 	} {
 		err := write()
 		var op *net.OpError
-		if errors.Is(err, cas.ErrAmbiguousCommit) || !errors.As(err, &op) || op.Op != "dial" {
+		if errors.Is(err, dynamocas.ErrAmbiguousCommit) || !errors.As(err, &op) || op.Op != "dial" {
 			t.Errorf("%s with the connection refused: %v; want the dial error, not ErrAmbiguousCommit", name, err)
 		}
+	}
+}
+
+// NewStore refuses a nil backend before anything else, as cas.NewStore
+// does: a nil *Backend is not a usable one.
+func TestNewStoreRefusesNilBackend(t *testing.T) {
+	t.Parallel()
+	if _, err := dynamocas.NewStore[int](nil, nil); !errors.Is(err, dynamocas.ErrInvalid) {
+		t.Fatalf("NewStore(nil): %v, want ErrInvalid", err)
 	}
 }

@@ -1,4 +1,4 @@
-package conditional_test
+package dynamoconditional_test
 
 import (
 	"context"
@@ -13,20 +13,20 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
-func newDynamoStock(t *testing.T, client conditional.DynamoDBAPI, table string, buckets int) *conditional.DynamoStock {
+func newDynamoStock(t *testing.T, client dynamoconditional.DynamoDBAPI, table string, buckets int) *dynamoconditional.Stock {
 	t.Helper()
-	s, err := conditional.NewDynamoStock(client, table, conditional.WithDynamoBuckets(buckets))
+	s, err := dynamoconditional.NewStock(client, table, dynamoconditional.WithBuckets(buckets))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-func dynamoAvailable(t *testing.T, s *conditional.DynamoStock, key string) int64 {
+func dynamoAvailable(t *testing.T, s *dynamoconditional.Stock, key string) int64 {
 	t.Helper()
 	n, err := s.Available(context.Background(), key)
 	if err != nil {
@@ -41,9 +41,9 @@ func dynamoQty(t *testing.T, item map[string]types.AttributeValue) int64 {
 	if item == nil {
 		return -1
 	}
-	v, ok := item[conditional.DynamoQtyAttr].(*types.AttributeValueMemberN)
+	v, ok := item[dynamoconditional.QtyAttr].(*types.AttributeValueMemberN)
 	if !ok {
-		t.Fatalf("item %v has no number %q", item, conditional.DynamoQtyAttr)
+		t.Fatalf("item %v has no number %q", item, dynamoconditional.QtyAttr)
 	}
 	var n int64
 	if _, err := fmt.Sscan(v.Value, &n); err != nil {
@@ -72,7 +72,7 @@ func TestDynamoStockTakePutAvailable(t *testing.T) {
 				t.Fatalf("Take 3 of 10: %v", err)
 			}
 			reads := faults.reads.Load()
-			if err := s.Take(ctx, "sku", 8); !errors.Is(err, conditional.ErrSoldOut) {
+			if err := s.Take(ctx, "sku", 8); !errors.Is(err, dynamoconditional.ErrSoldOut) {
 				t.Fatalf("Take 8 of 7: %v, want ErrSoldOut", err)
 			}
 			// moto returns the item with the failed condition; dynalite
@@ -86,7 +86,7 @@ func TestDynamoStockTakePutAvailable(t *testing.T) {
 			if err := s.Take(ctx, "sku", 7); err != nil {
 				t.Fatalf("Take the last 7: %v", err)
 			}
-			if err := s.Take(ctx, "sku", 1); !errors.Is(err, conditional.ErrSoldOut) {
+			if err := s.Take(ctx, "sku", 1); !errors.Is(err, dynamoconditional.ErrSoldOut) {
 				t.Fatalf("Take from empty: %v, want ErrSoldOut", err)
 			}
 			if err := s.Put(ctx, "sku", 2); err != nil {
@@ -95,10 +95,10 @@ func TestDynamoStockTakePutAvailable(t *testing.T) {
 			if got := dynamoAvailable(t, s, "sku"); got != 2 {
 				t.Fatalf("available %d after restocking 2, want 2", got)
 			}
-			if err := s.Take(ctx, "nope", 1); !errors.Is(err, conditional.ErrUnknownKey) {
+			if err := s.Take(ctx, "nope", 1); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
 				t.Fatalf("Take of an unknown key: %v, want ErrUnknownKey", err)
 			}
-			if _, err := s.Available(ctx, "nope"); !errors.Is(err, conditional.ErrUnknownKey) {
+			if _, err := s.Available(ctx, "nope"); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
 				t.Fatalf("Available of an unknown key: %v, want ErrUnknownKey", err)
 			}
 			if dynamoItem(t, client, table, "nope#0") != nil {
@@ -108,7 +108,7 @@ func TestDynamoStockTakePutAvailable(t *testing.T) {
 			if err := s.Put(ctx, "a#1", 4); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Take(ctx, "a", 1); !errors.Is(err, conditional.ErrUnknownKey) {
+			if err := s.Take(ctx, "a", 1); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
 				t.Fatalf("Take of \"a\" beside \"a#1\": %v, want ErrUnknownKey", err)
 			}
 			// A bucket never exceeds an int64.
@@ -136,7 +136,7 @@ func TestDynamoStockBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := faults.calls.Load()
-	long := strings.Repeat("k", conditional.MaxKeyLen+1)
+	long := strings.Repeat("k", dynamoconditional.MaxKeyLen+1)
 	for _, tc := range []struct {
 		name, key, want string
 		n               int64
@@ -158,7 +158,7 @@ func TestDynamoStockBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.op(ctx, tc.key, tc.n)
-			if !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, dynamoconditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want ErrInvalid naming %q", err, tc.want)
 			}
 		})
@@ -174,18 +174,18 @@ func TestDynamoStockBadInput(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		client conditional.DynamoDBAPI
+		client dynamoconditional.DynamoDBAPI
 		table  string
-		opts   []conditional.DynamoStockOption
+		opts   []dynamoconditional.StockOption
 		want   string
 	}{
 		{"nil client", nil, table, nil, "client is nil"},
 		{"empty table", client, "", nil, "table is empty"},
-		{"zero buckets", client, table, []conditional.DynamoStockOption{conditional.WithDynamoBuckets(0)}, "buckets 0"},
-		{"too many buckets", client, table, []conditional.DynamoStockOption{conditional.WithDynamoBuckets(101)}, "buckets 101"},
+		{"zero buckets", client, table, []dynamoconditional.StockOption{dynamoconditional.WithBuckets(0)}, "buckets 0"},
+		{"too many buckets", client, table, []dynamoconditional.StockOption{dynamoconditional.WithBuckets(101)}, "buckets 101"},
 	} {
-		if _, err := conditional.NewDynamoStock(tc.client, tc.table, tc.opts...); !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("NewDynamoStock with %s: %v, want ErrInvalid naming %q", tc.name, err, tc.want)
+		if _, err := dynamoconditional.NewStock(tc.client, tc.table, tc.opts...); !errors.Is(err, dynamoconditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewStock with %s: %v, want ErrInvalid naming %q", tc.name, err, tc.want)
 		}
 	}
 }
@@ -196,7 +196,7 @@ func TestDynamoStockBadInput(t *testing.T) {
 // falls short of the stock and the test fails. Buyers also stop once more
 // than units were sold, so an oversell fails the test instead of hanging
 // it. takes[w] counts the takes granted to worker w.
-func dynamoBuyers(t *testing.T, s *conditional.DynamoStock, key string, units int64, workers int, size func(w int) int64) (sold int64, takes []int64) {
+func dynamoBuyers(t *testing.T, s *dynamoconditional.Stock, key string, units int64, workers int, size func(w int) int64) (sold int64, takes []int64) {
 	t.Helper()
 	var total atomic.Int64
 	takes = make([]int64, workers)
@@ -204,7 +204,7 @@ func dynamoBuyers(t *testing.T, s *conditional.DynamoStock, key string, units in
 		n := size(w)
 		for {
 			err := s.Take(context.Background(), key, n)
-			if errors.Is(err, conditional.ErrSoldOut) {
+			if errors.Is(err, dynamoconditional.ErrSoldOut) {
 				return nil
 			}
 			if err != nil {
@@ -304,16 +304,16 @@ func TestDynamoStockTakeAcrossBuckets(t *testing.T) {
 	if got := dynamoAvailable(t, s, "sku"); got != 1 {
 		t.Fatalf("available %d, want 1", got)
 	}
-	if err := s.Take(ctx, "sku", 2); !errors.Is(err, conditional.ErrSoldOut) {
+	if err := s.Take(ctx, "sku", 2); !errors.Is(err, dynamoconditional.ErrSoldOut) {
 		t.Fatalf("Take 2 of 1: %v, want ErrSoldOut", err)
 	}
 	if err := s.Take(ctx, "sku", 1); err != nil {
 		t.Fatalf("Take the last unit: %v", err)
 	}
-	if err := s.Take(ctx, "sku", 1); !errors.Is(err, conditional.ErrSoldOut) {
+	if err := s.Take(ctx, "sku", 1); !errors.Is(err, dynamoconditional.ErrSoldOut) {
 		t.Fatalf("Take from empty: %v, want ErrSoldOut", err)
 	}
-	if err := s.Take(ctx, "nope", 1); !errors.Is(err, conditional.ErrUnknownKey) {
+	if err := s.Take(ctx, "nope", 1); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
 		t.Fatalf("Take of an unknown key: %v, want ErrUnknownKey", err)
 	}
 	if n := faults.transactions.Load(); n != 1 {
@@ -353,14 +353,14 @@ func TestDynamoStockAcrossBucketsWithoutTransactions(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := s.Take(ctx, "sku", 7)
-	if !errors.Is(err, errors.ErrUnsupported) || errors.Is(err, conditional.ErrSoldOut) || !strings.Contains(err.Error(), "TransactWriteItems") {
+	if !errors.Is(err, errors.ErrUnsupported) || errors.Is(err, dynamoconditional.ErrSoldOut) || !strings.Contains(err.Error(), "TransactWriteItems") {
 		t.Fatalf("Take 7 of 8 over four buckets on dynalite: %v, want ErrUnsupported naming TransactWriteItems", err)
 	}
 	t.Logf("without transactions: %v", err)
 	if got := dynamoAvailable(t, s, "sku"); got != 8 {
 		t.Fatalf("available %d after the refused take, want 8", got)
 	}
-	if err := s.Take(ctx, "sku", 9); !errors.Is(err, conditional.ErrSoldOut) {
+	if err := s.Take(ctx, "sku", 9); !errors.Is(err, dynamoconditional.ErrSoldOut) {
 		t.Fatalf("Take 9 of 8: %v, want ErrSoldOut", err)
 	}
 	if err := s.Take(ctx, "sku", 2); err != nil {

@@ -1,4 +1,4 @@
-package conditional_test
+package dynamoconditional_test
 
 import (
 	"context"
@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
 // Fault: the DynamoDB-API server (a dynalite of the test's own, its tables
 // on disk) is killed and restarted on the same endpoint, several times,
-// while 8 buyers take one unit at a time from DynamoStocks of 2 buckets,
+// while 8 buyers take one unit at a time from Stocks of 2 buckets,
 // each buyer from a key of its own (so the test knows what each take did),
 // retrying every error after a pause until its key is sold out.
 //
@@ -64,7 +64,7 @@ func TestDynamoStockServerRestart(t *testing.T) {
 			for {
 				err := s.Take(ctx, key, 1)
 				switch {
-				case errors.Is(err, conditional.ErrSoldOut):
+				case errors.Is(err, dynamoconditional.ErrSoldOut):
 					if n, err := available(key); err != nil || n != 0 || left != 0 {
 						t.Errorf("%s: sold out with %d units left by the buyer's count, %d by the server's (%v)", key, left, n, err)
 					}
@@ -83,11 +83,11 @@ func TestDynamoStockServerRestart(t *testing.T) {
 				case rerr != nil:
 					t.Errorf("%s: %v", key, rerr)
 					return
-				case errors.Is(err, conditional.ErrAmbiguousCommit) && n == left-1:
+				case errors.Is(err, dynamoconditional.ErrAmbiguousCommit) && n == left-1:
 					unknownApplied.Add(1)
 					sold.Add(1)
 					left--
-				case errors.Is(err, conditional.ErrAmbiguousCommit) && n == left:
+				case errors.Is(err, dynamoconditional.ErrAmbiguousCommit) && n == left:
 					unknownNot.Add(1)
 				case n == left:
 					refused.Add(1)
@@ -119,6 +119,6 @@ func TestDynamoStockServerRestart(t *testing.T) {
 	if amb := unknownApplied.Load() + unknownNot.Load(); amb > int64(2*buyers*restarts) {
 		t.Fatalf("%d takes ambiguous across %d restarts, more than the %d that can have been in flight", amb, restarts, 2*buyers*restarts)
 	}
-	testenv.Figures(t, "conditional.DynamoStock server restart", "%d restarts (SIGKILL, down %v), %d units over %d keys: takes told success %d (all taken), ErrAmbiguousCommit %d (taken %d, not %d), an error that proves nothing was taken %d (none taken); 0 units lost, 0 granted twice",
+	testenv.Figures(t, "dynamoconditional.Stock server restart", "%d restarts (SIGKILL, down %v), %d units over %d keys: takes told success %d (all taken), ErrAmbiguousCommit %d (taken %d, not %d), an error that proves nothing was taken %d (none taken); 0 units lost, 0 granted twice",
 		restarts, testenv.Scale(200*time.Millisecond), total, buyers, ok.Load(), unknownApplied.Load()+unknownNot.Load(), unknownApplied.Load(), unknownNot.Load(), refused.Load())
 }

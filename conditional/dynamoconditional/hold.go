@@ -1,4 +1,4 @@
-package conditional
+package dynamoconditional
 
 import (
 	"context"
@@ -12,24 +12,25 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
 )
 
-// DynamoHolds is Holds on DynamoDB: timed holds on resources (seats,
+// Holds is conditional.Holds on DynamoDB: timed holds on resources (seats,
 // slots, rooms), which a holder confirms or releases, without a lock
 // service. Each change is one conditional UpdateItem (HoldAll: one
 // TransactWriteItems), and the item decides.
 //
-// Item layout: one item per resource, whose partition key (DynamoKeyAttr,
-// "pk", a string) is the resource's name, with DynamoHoldStateAttr
-// ("free", "held" or "confirmed"), DynamoHolderAttr (held or confirmed)
-// and DynamoHoldUntilAttr (held only). Add creates the items; nothing here
+// Item layout: one item per resource, whose partition key (KeyAttr,
+// "pk", a string) is the resource's name, with HoldStateAttr
+// ("free", "held" or "confirmed"), HolderAttr (held or confirmed)
+// and HoldUntilAttr (held only). Add creates the items; nothing here
 // deletes one. Keep other items out of the table.
 //
 // The clock. DynamoDB has no clock a condition can read, so a hold's end
 // is an absolute instant, Unix milliseconds on the clock of the caller
-// that held it (WithDynamoHoldsClock, default time.Now), and each call
+// that held it (WithHoldsClock, default time.Now), and each call
 // judges ends by its own caller's clock, sent as ":now". What this
 // guarantees, however far apart the callers' clocks are: every write is
 // conditioned on the item's holder, so the item names one holder at a
@@ -41,101 +42,102 @@ import (
 // confirm its own hold up to d after its end, if nobody took it meanwhile.
 // So skew between callers moves when a hold is seen as expired, by that
 // skew, and nothing else: keep clocks synchronised and TTLs long against
-// their skew. (Holds on PostgreSQL judge by the database's clock alone.)
+// their skew. (conditional.Holds, on PostgreSQL, judges by the database's
+// clock alone.)
 //
 // A hold protects only what Confirm decides: work a holder does elsewhere
-// while it thinks it holds is not fenced (see DynamoFenced). Cancelling
+// while it thinks it holds is not fenced (see Fenced). Cancelling
 // ctx abandons a call; a write already sent may have applied
 // (ErrAmbiguousCommit).
 //
-// A DynamoHolds holds no state but its clock: it is safe for concurrent
+// A Holds holds no state but its clock: it is safe for concurrent
 // use if the clock is, and starts no goroutines.
-type DynamoHolds struct {
+type Holds struct {
 	client DynamoDBAPI
 	table  string
 	clock  func() time.Time
 	retry  backoff.Policy
 }
 
-// Attribute names of a DynamoHolds item, besides DynamoKeyAttr.
+// Attribute names of a Holds item, besides KeyAttr.
 const (
-	// DynamoHoldStateAttr holds a resource's state, the string "free",
+	// HoldStateAttr holds a resource's state, the string "free",
 	// "held" or "confirmed".
-	DynamoHoldStateAttr = "state"
-	// DynamoHolderAttr holds the holder of a held or confirmed resource.
-	DynamoHolderAttr = "holder"
-	// DynamoHoldUntilAttr holds a held resource's end: a number, Unix
+	HoldStateAttr = "state"
+	// HolderAttr holds the holder of a held or confirmed resource.
+	HolderAttr = "holder"
+	// HoldUntilAttr holds a held resource's end: a number, Unix
 	// milliseconds on the clock of the caller that held it.
-	DynamoHoldUntilAttr = "hold_until"
+	HoldUntilAttr = "hold_until"
 )
 
-// MaxDynamoHoldAll bounds HoldAll's resources: a DynamoDB transaction
+// MaxHoldAll bounds HoldAll's resources: a DynamoDB transaction
 // holds at most 100 actions.
-const MaxDynamoHoldAll = 100
+const MaxHoldAll = 100
 
-// The values of DynamoHoldStateAttr.
+// The values of HoldStateAttr.
 const (
 	holdFree      = "free"
 	holdHeld      = "held"
 	holdConfirmed = "confirmed"
 )
 
-// DynamoHoldsOption configures NewDynamoHolds.
-type DynamoHoldsOption func(*dynamoHoldsConfig)
+// HoldsOption configures NewHolds.
+type HoldsOption func(*holdsConfig)
 
-type dynamoHoldsConfig struct {
+type holdsConfig struct {
 	clock func() time.Time
 }
 
-// WithDynamoHoldsClock sets the clock that holds' ends are set from and
-// judged by (default time.Now). Every DynamoHolds on a table should read a
-// synchronised clock: see DynamoHolds.
-func WithDynamoHoldsClock(now func() time.Time) DynamoHoldsOption {
-	return func(c *dynamoHoldsConfig) { c.clock = now }
+// WithHoldsClock sets the clock that holds' ends are set from and
+// judged by (default time.Now). Every Holds on a table should read a
+// synchronised clock: see Holds.
+func WithHoldsClock(now func() time.Time) HoldsOption {
+	return func(c *holdsConfig) { c.clock = now }
 }
 
-// NewDynamoHolds returns a DynamoHolds on table, whose partition key is
-// the string attribute DynamoKeyAttr. client is usually a
+// NewHolds returns a Holds on table, whose partition key is
+// the string attribute KeyAttr. client is usually a
 // *dynamodb.Client.
-func NewDynamoHolds(client DynamoDBAPI, table string, opts ...DynamoHoldsOption) (*DynamoHolds, error) {
-	cfg := dynamoHoldsConfig{clock: time.Now}
+func NewHolds(client DynamoDBAPI, table string, opts ...HoldsOption) (*Holds, error) {
+	cfg := holdsConfig{clock: time.Now}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if ddbarg.NilClient(client) {
-		return nil, invalid("client is nil")
+		return nil, condcore.Invalid("client is nil")
 	}
-	if err := validDynamoTable("table", table); err != nil {
+	if err := validTable("table", table); err != nil {
 		return nil, err
 	}
 	if cfg.clock == nil {
-		return nil, invalid("clock is nil")
+		return nil, condcore.Invalid("clock is nil")
 	}
-	return &DynamoHolds{
+	return &Holds{
 		client: client, table: table, clock: cfg.clock,
 		retry: backoff.Policy{Base: 5 * time.Millisecond, Cap: 200 * time.Millisecond, Attempts: 16},
 	}, nil
 }
 
-func (h *DynamoHolds) key(resource string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{DynamoKeyAttr: dynamoStr(resource)}
+func (h *Holds) key(resource string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{KeyAttr: strAttr(resource)}
 }
 
 // Add creates free resources, one conditional write each in sorted order;
 // those that exist already are left as they are, so Add is idempotent. It
 // is not atomic: on an error, the resources sorted before the one it names
 // exist, and a retry is safe. Add with no resources does nothing.
-func (h *DynamoHolds) Add(ctx context.Context, resources ...string) error {
-	if err := checkCtx(ctx); err != nil {
+func (h *Holds) Add(ctx context.Context, resources ...string) error {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
 	for i, r := range resources {
-		if err := validArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
+		if err := condcore.ValidArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
 			return err
 		}
 	}
 	if len(resources) > 0 {
-		if err := unsent(ctx, "add resources"); err != nil {
+		if err := condcore.Unsent(ctx, "add resources"); err != nil {
 			return err
 		}
 	}
@@ -145,17 +147,17 @@ func (h *DynamoHolds) Add(ctx context.Context, resources ...string) error {
 			Key:                       h.key(r),
 			UpdateExpression:          aws.String("SET #s = :free"),
 			ConditionExpression:       aws.String("attribute_not_exists(#k)"),
-			ExpressionAttributeNames:  map[string]string{"#k": DynamoKeyAttr, "#s": DynamoHoldStateAttr},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":free": dynamoStr(holdFree)},
+			ExpressionAttributeNames:  map[string]string{"#k": KeyAttr, "#s": HoldStateAttr},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":free": strAttr(holdFree)},
 		}, ddberr.NoBlindRetries)
 		if _, exists := ddberr.ConditionFailed(err); err != nil && !exists {
-			return fmt.Errorf("conditional: add %q: %w", r, dynamoWriteErr(err))
+			return fmt.Errorf("conditional: add %q: %w", r, writeErr(err))
 		}
 	}
 	return nil
 }
 
-// Hold holds resource for holder until ttl from now by this DynamoHolds'
+// Hold holds resource for holder until ttl from now by this Holds'
 // clock, and returns that end (rounded down to whole milliseconds, as
 // stored; compare it only with the same clock). It succeeds when the
 // resource is free, when its hold has expired by this clock, or when
@@ -171,17 +173,17 @@ func (h *DynamoHolds) Add(ctx context.Context, resources ...string) error {
 // means the write was sent and its answer lost: retry (Hold is
 // idempotent). A write that meets a transaction in progress on the item is
 // retried with backoff, then ErrConflict; nothing changed.
-func (h *DynamoHolds) Hold(ctx context.Context, resource, holder string, ttl time.Duration) (until time.Time, err error) {
-	if err := checkCtx(ctx); err != nil {
+func (h *Holds) Hold(ctx context.Context, resource, holder string, ttl time.Duration) (until time.Time, err error) {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return time.Time{}, err
 	}
 	if err := validHolder(resource, holder); err != nil {
 		return time.Time{}, err
 	}
-	if err := validDynamoTTL(ttl); err != nil {
+	if err := validTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
-	if err := unsent(ctx, fmt.Sprintf("hold %q", resource)); err != nil {
+	if err := condcore.Unsent(ctx, fmt.Sprintf("hold %q", resource)); err != nil {
 		return time.Time{}, err
 	}
 	var end int64
@@ -193,7 +195,7 @@ func (h *DynamoHolds) Hold(ctx context.Context, resource, holder string, ttl tim
 	case err != nil:
 		return time.Time{}, fmt.Errorf("conditional: hold %q: %w", resource, err)
 	case refused:
-		return time.Time{}, &HoldError{resource, holdRefusal(item)}
+		return time.Time{}, &HoldError{Resource: resource, Err: holdRefusal(item)}
 	}
 	return time.UnixMilli(end), nil
 }
@@ -204,41 +206,41 @@ func (h *DynamoHolds) Hold(ctx context.Context, resource, holder string, ttl tim
 // *HoldError naming it (an unknown resource if the server reports one,
 // else the first refused in sorted order) and nothing was held or changed.
 //
-// At most MaxDynamoHoldAll resources; duplicate or empty entries are
+// At most MaxHoldAll resources; duplicate or empty entries are
 // ErrInvalid; the slice is not modified. HoldAll is idempotent like Hold;
 // ErrAmbiguousCommit means the outcome is unknown. A transaction cancelled
 // only by others in progress on its items is retried with backoff, then
 // ErrConflict. On a server without transactions (dynalite) it fails with
 // an error wrapping errors.ErrUnsupported.
-func (h *DynamoHolds) HoldAll(ctx context.Context, resources []string, holder string, ttl time.Duration) (until time.Time, err error) {
-	if err := checkCtx(ctx); err != nil {
+func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, ttl time.Duration) (until time.Time, err error) {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return time.Time{}, err
 	}
 	if len(resources) == 0 {
-		return time.Time{}, invalid("resources is empty")
+		return time.Time{}, condcore.Invalid("resources is empty")
 	}
-	if len(resources) > MaxDynamoHoldAll {
-		return time.Time{}, invalid("resources has %d entries, more than %d", len(resources), MaxDynamoHoldAll)
+	if len(resources) > MaxHoldAll {
+		return time.Time{}, condcore.Invalid("resources has %d entries, more than %d", len(resources), MaxHoldAll)
 	}
 	for i, r := range resources {
-		if err := validArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
+		if err := condcore.ValidArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
 			return time.Time{}, err
 		}
 	}
-	if err := validArg("holder", holder); err != nil {
+	if err := condcore.ValidArg("holder", holder); err != nil {
 		return time.Time{}, err
 	}
-	if err := validDynamoTTL(ttl); err != nil {
+	if err := validTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
 	sorted := slices.Sorted(slices.Values(resources))
 	for i := 1; i < len(sorted); i++ {
 		if sorted[i] == sorted[i-1] {
-			return time.Time{}, invalid("resources has %q twice", sorted[i])
+			return time.Time{}, condcore.Invalid("resources has %q twice", sorted[i])
 		}
 	}
 
-	if err := unsent(ctx, fmt.Sprintf("hold %d resources", len(sorted))); err != nil {
+	if err := condcore.Unsent(ctx, fmt.Sprintf("hold %d resources", len(sorted))); err != nil {
 		return time.Time{}, err
 	}
 	var end int64
@@ -251,7 +253,7 @@ func (h *DynamoHolds) HoldAll(ctx context.Context, resources []string, holder st
 		}
 		_, err := h.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, ddberr.NoBlindRetries)
 		if err != nil {
-			return dynamoWriteErr(err)
+			return writeErr(err)
 		}
 		return nil
 	})
@@ -273,14 +275,14 @@ func (h *DynamoHolds) HoldAll(ctx context.Context, resources []string, holder st
 
 // Confirm makes holder's hold on resource final: the resource stays
 // holder's and is never held again. It succeeds only while the hold has
-// not expired by this DynamoHolds' clock; confirming again what holder
+// not expired by this Holds' clock; confirming again what holder
 // confirmed already succeeds, so a retried Confirm is safe. Otherwise it
 // returns ErrNotHolder (free, held by another, confirmed by another, or
 // holder's hold expired, even if no one has taken it since) or
 // ErrUnknownKey, and nothing changed. To confirm together with your own
 // writes, use ConfirmItem.
-func (h *DynamoHolds) Confirm(ctx context.Context, resource, holder string) error {
-	if err := checkCtx(ctx); err != nil {
+func (h *Holds) Confirm(ctx context.Context, resource, holder string) error {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
 	if err := validHolder(resource, holder); err != nil {
@@ -294,8 +296,8 @@ func (h *DynamoHolds) Confirm(ctx context.Context, resource, holder string) erro
 // ErrUnknownKey, and nothing changed. A retried Release whose first
 // attempt freed the resource returns ErrNotHolder: either way holder does
 // not hold it.
-func (h *DynamoHolds) Release(ctx context.Context, resource, holder string) error {
-	if err := checkCtx(ctx); err != nil {
+func (h *Holds) Release(ctx context.Context, resource, holder string) error {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
 	if err := validHolder(resource, holder); err != nil {
@@ -311,7 +313,7 @@ func (h *DynamoHolds) Release(ctx context.Context, resource, holder string) erro
 // it. A refusal shows as a TransactionCanceledException in which
 // ConditionFailedAt reports this action (with the item, where the server
 // returns it). Bad input is ErrInvalid.
-func (h *DynamoHolds) ConfirmItem(resource, holder string) (types.TransactWriteItem, error) {
+func (h *Holds) ConfirmItem(resource, holder string) (types.TransactWriteItem, error) {
 	if err := validHolder(resource, holder); err != nil {
 		return types.TransactWriteItem{}, err
 	}
@@ -322,7 +324,7 @@ func (h *DynamoHolds) ConfirmItem(resource, holder string) (types.TransactWriteI
 // TransactWriteItems (cancelling an order frees its seat). A refusal shows
 // as a TransactionCanceledException in which ConditionFailedAt reports
 // this action. Bad input is ErrInvalid.
-func (h *DynamoHolds) ReleaseItem(resource, holder string) (types.TransactWriteItem, error) {
+func (h *Holds) ReleaseItem(resource, holder string) (types.TransactWriteItem, error) {
 	if err := validHolder(resource, holder); err != nil {
 		return types.TransactWriteItem{}, err
 	}

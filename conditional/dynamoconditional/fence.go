@@ -1,4 +1,4 @@
-package conditional
+package dynamoconditional
 
 import (
 	"context"
@@ -12,11 +12,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
 )
 
-// DynamoFenced writes items of your own DynamoDB table only for a holder
+// Fenced writes items of your own DynamoDB table only for a holder
 // whose fencing token is at least the one the item carries, and stores the
 // token with the write, in one conditional UpdateItem:
 //
@@ -32,34 +33,34 @@ import (
 // any token; one whose fence is not a number refuses every token.
 //
 // Guarantee: on one item, the writes that apply carry non-decreasing
-// tokens, in the order DynamoDB applied them. DynamoFenced does not issue
+// tokens, in the order DynamoDB applied them. Fenced does not issue
 // or check tokens, does not fence effects outside the item (put CheckItem
 // into your TransactWriteItems for that), and does not create items.
 //
-// A DynamoFenced holds only names: it is safe for concurrent use, and one
+// A Fenced holds only names: it is safe for concurrent use, and one
 // value serves any client.
-type DynamoFenced struct {
+type Fenced struct {
 	table, keyAttr, fenceAttr string
 }
 
-// NewDynamoFenced returns a DynamoFenced for table, whose items have the
+// NewFenced returns a Fenced for table, whose items have the
 // partition key attribute keyAttr and carry their token in the number
 // attribute fenceAttr. Names go as expression attribute names, never into
 // the expressions themselves.
-func NewDynamoFenced(table, keyAttr, fenceAttr string) (*DynamoFenced, error) {
-	if err := validDynamoTable("table", table); err != nil {
+func NewFenced(table, keyAttr, fenceAttr string) (*Fenced, error) {
+	if err := validTable("table", table); err != nil {
 		return nil, err
 	}
-	if err := validDynamoAttr("key attribute", keyAttr, ddbarg.MaxKeyAttrLen); err != nil {
+	if err := validAttr("key attribute", keyAttr, ddbarg.MaxKeyAttrLen); err != nil {
 		return nil, err
 	}
-	if err := validDynamoAttr("fence attribute", fenceAttr, ddbarg.MaxAttrLen); err != nil {
+	if err := validAttr("fence attribute", fenceAttr, ddbarg.MaxAttrLen); err != nil {
 		return nil, err
 	}
 	if keyAttr == fenceAttr {
-		return nil, invalid("key attribute and fence attribute are both %q", keyAttr)
+		return nil, condcore.Invalid("key attribute and fence attribute are both %q", keyAttr)
 	}
-	return &DynamoFenced{table: table, keyAttr: keyAttr, fenceAttr: fenceAttr}, nil
+	return &Fenced{table: table, keyAttr: keyAttr, fenceAttr: fenceAttr}, nil
 }
 
 // Update writes set (attribute name → value) to the item at key, and token
@@ -79,19 +80,19 @@ func NewDynamoFenced(table, keyAttr, fenceAttr string) (*DynamoFenced, error) {
 // Bad input (nil client, token < 0, a key without the key attribute, a set
 // naming a key or the fence attribute, a nil value) is ErrInvalid, before
 // any I/O.
-func (f *DynamoFenced) Update(ctx context.Context, client DynamoDBAPI, key map[string]types.AttributeValue, token int64, set map[string]types.AttributeValue) error {
-	if err := checkCtx(ctx); err != nil {
+func (f *Fenced) Update(ctx context.Context, client DynamoDBAPI, key map[string]types.AttributeValue, token int64, set map[string]types.AttributeValue) error {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
 	if ddbarg.NilClient(client) {
-		return invalid("client is nil")
+		return condcore.Invalid("client is nil")
 	}
 	u, err := f.update(key, token, set)
 	if err != nil {
 		return err
 	}
 	u.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
-	if err := unsent(ctx, "fenced update"); err != nil {
+	if err := condcore.Unsent(ctx, "fenced update"); err != nil {
 		return err
 	}
 	err = updateItem(ctx, client, u)
@@ -100,10 +101,10 @@ func (f *DynamoFenced) Update(ctx context.Context, client DynamoDBAPI, key map[s
 	}
 	item, ok := ddberr.ConditionFailed(err)
 	if !ok {
-		return fmt.Errorf("conditional: fenced update: %w", dynamoWriteErr(err))
+		return fmt.Errorf("conditional: fenced update: %w", writeErr(err))
 	}
 	if item == nil {
-		if item, err = dynamoGet(ctx, client, f.table, key, f.keyAttr); err != nil {
+		if item, err = getItem(ctx, client, f.table, key, f.keyAttr); err != nil {
 			return fmt.Errorf("conditional: fenced update refused; reading the item: %w", err)
 		}
 	}
@@ -119,7 +120,7 @@ func (f *DynamoFenced) Update(ctx context.Context, client DynamoDBAPI, key map[s
 // in which ConditionFailedAt reports this action (with the item, where the
 // server returns it). DynamoDB refuses a transaction with two actions on
 // one item: to fence writes to other items, use CheckItem.
-func (f *DynamoFenced) UpdateItem(key map[string]types.AttributeValue, token int64, set map[string]types.AttributeValue) (types.TransactWriteItem, error) {
+func (f *Fenced) UpdateItem(key map[string]types.AttributeValue, token int64, set map[string]types.AttributeValue) (types.TransactWriteItem, error) {
 	u, err := f.update(key, token, set)
 	if err != nil {
 		return types.TransactWriteItem{}, err
@@ -134,7 +135,7 @@ func (f *DynamoFenced) UpdateItem(key map[string]types.AttributeValue, token int
 // nothing: the item's fence does not advance (use Update for that). A
 // failed check cancels the whole transaction; ConditionFailedAt reports
 // this action.
-func (f *DynamoFenced) CheckItem(key map[string]types.AttributeValue, token int64) (types.TransactWriteItem, error) {
+func (f *Fenced) CheckItem(key map[string]types.AttributeValue, token int64) (types.TransactWriteItem, error) {
 	if err := f.validKey(key, token); err != nil {
 		return types.TransactWriteItem{}, err
 	}
@@ -143,7 +144,7 @@ func (f *DynamoFenced) CheckItem(key map[string]types.AttributeValue, token int6
 		Key:                                 key,
 		ConditionExpression:                 aws.String(fencedCondition),
 		ExpressionAttributeNames:            map[string]string{"#k": f.keyAttr, "#f": f.fenceAttr},
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":t": dynamoNum(token)},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":t": numAttr(token)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}}, nil
 }
@@ -153,23 +154,23 @@ func (f *DynamoFenced) CheckItem(key map[string]types.AttributeValue, token int6
 const fencedCondition = "attribute_exists(#k) AND (attribute_not_exists(#f) OR #f <= :t)"
 
 // validKey checks a key and a token.
-func (f *DynamoFenced) validKey(key map[string]types.AttributeValue, token int64) error {
+func (f *Fenced) validKey(key map[string]types.AttributeValue, token int64) error {
 	switch {
 	case token < 0:
-		return invalid("token %d is negative", token)
+		return condcore.Invalid("token %d is negative", token)
 	case key[f.keyAttr] == nil:
-		return invalid("key has no key attribute %q", f.keyAttr)
+		return condcore.Invalid("key has no key attribute %q", f.keyAttr)
 	case key[f.fenceAttr] != nil:
-		return invalid("key names the fence attribute %q", f.fenceAttr)
+		return condcore.Invalid("key names the fence attribute %q", f.fenceAttr)
 	}
 	for _, name := range slices.Sorted(maps.Keys(key)) {
 		switch v := key[name].(type) {
 		case nil:
-			return invalid("key attribute %q is nil", name)
+			return condcore.Invalid("key attribute %q is nil", name)
 		case *types.AttributeValueMemberS:
 			// The SDK would send each invalid byte as U+FFFD: another item.
 			if !utf8.ValidString(v.Value) {
-				return invalid("key attribute %q is not valid UTF-8", name)
+				return condcore.Invalid("key attribute %q is not valid UTF-8", name)
 			}
 		}
 	}
@@ -178,24 +179,24 @@ func (f *DynamoFenced) validKey(key map[string]types.AttributeValue, token int64
 
 // update builds the fenced Update: the set attributes in sorted order, so
 // the same attributes always give the same expression.
-func (f *DynamoFenced) update(key map[string]types.AttributeValue, token int64, set map[string]types.AttributeValue) (*types.Update, error) {
+func (f *Fenced) update(key map[string]types.AttributeValue, token int64, set map[string]types.AttributeValue) (*types.Update, error) {
 	if err := f.validKey(key, token); err != nil {
 		return nil, err
 	}
 	names := map[string]string{"#k": f.keyAttr, "#f": f.fenceAttr}
-	values := map[string]types.AttributeValue{":t": dynamoNum(token)}
+	values := map[string]types.AttributeValue{":t": numAttr(token)}
 	var expr strings.Builder
 	expr.WriteString("SET #f = :t")
 	for i, name := range slices.Sorted(maps.Keys(set)) {
 		switch {
 		case name == "":
-			return nil, invalid("set names an empty attribute")
+			return nil, condcore.Invalid("set names an empty attribute")
 		case name == f.fenceAttr:
-			return nil, invalid("set names the fence attribute %q; the token is written there", name)
+			return nil, condcore.Invalid("set names the fence attribute %q; the token is written there", name)
 		case key[name] != nil:
-			return nil, invalid("set names the key attribute %q", name)
+			return nil, condcore.Invalid("set names the key attribute %q", name)
 		case set[name] == nil:
-			return nil, invalid("set value of %q is nil", name)
+			return nil, condcore.Invalid("set value of %q is nil", name)
 		}
 		n, v := "#s"+strconv.Itoa(i), ":s"+strconv.Itoa(i)
 		names[n], values[v] = name, set[name]

@@ -1,4 +1,4 @@
-package conditional
+package dynamoconditional
 
 import (
 	"context"
@@ -13,24 +13,25 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
 )
 
-// DynamoStock sells units of keys (SKUs, tickets, quota) from a DynamoDB
+// Stock sells units of keys (SKUs, tickets, quota) from a DynamoDB
 // table, never below zero, without a lock: each take is one conditional
 // UpdateItem, "SET qty = qty - :n IF qty >= :n", and the item decides.
 //
 // Item layout: one item per bucket of a key, whose partition key
-// (DynamoKeyAttr, "pk", a string) is the key, "#" and the bucket's decimal
-// number ("sku-42#0", "sku-42#1", ...), and whose DynamoQtyAttr ("qty", a
+// (KeyAttr, "pk", a string) is the key, "#" and the bucket's decimal
+// number ("sku-42#0", "sku-42#1", ...), and whose QtyAttr ("qty", a
 // number) holds the bucket's units. The mapping is one to one: the part
 // after the last "#" is the bucket. Put creates the items. Keep other items
 // out of the table, or out of this key space.
 //
 // Buckets: DynamoDB serves about 1,000 writes per second per item (its
 // per-partition limit), whatever the client does; a hotter key needs its
-// stock spread over buckets (WithDynamoBuckets), each an item of its own.
+// stock spread over buckets (WithBuckets), each an item of its own.
 // A take goes to a random bucket; when that bucket cannot cover it, Take
 // reads every bucket and takes from the fullest one alone if it covers the
 // request, else from several in one TransactWriteItems that lowers the
@@ -50,9 +51,9 @@ import (
 // Put across buckets, or an answer for a take whose outcome is unknown
 // (ErrAmbiguousCommit; a take is not idempotent).
 //
-// A DynamoStock holds no state of its own: it is safe for concurrent use,
+// A Stock holds no state of its own: it is safe for concurrent use,
 // and several may share a table if they agree on the number of buckets.
-type DynamoStock struct {
+type Stock struct {
 	client  DynamoDBAPI
 	table   string
 	buckets int
@@ -60,51 +61,51 @@ type DynamoStock struct {
 	retry   backoff.Policy
 }
 
-// MaxDynamoBuckets bounds WithDynamoBuckets: a take across buckets writes
+// MaxBuckets bounds WithBuckets: a take across buckets writes
 // them in one transaction, which holds at most 100 actions.
-const MaxDynamoBuckets = 100
+const MaxBuckets = 100
 
-// DynamoStockOption configures NewDynamoStock.
-type DynamoStockOption func(*dynamoStockConfig)
+// StockOption configures NewStock.
+type StockOption func(*stockConfig)
 
-type dynamoStockConfig struct {
+type stockConfig struct {
 	buckets int
 }
 
-// WithDynamoBuckets spreads each key's stock over n items (default 1, at
-// most MaxDynamoBuckets), so a key can take n times the writes one item
-// allows. Every DynamoStock on a table must use the same n: a bucket it
+// WithBuckets spreads each key's stock over n items (default 1, at
+// most MaxBuckets), so a key can take n times the writes one item
+// allows. Every Stock on a table must use the same n: a bucket it
 // does not know of is never read. Takes that one bucket cannot cover need
-// transactions (see DynamoStock).
-func WithDynamoBuckets(n int) DynamoStockOption {
-	return func(c *dynamoStockConfig) { c.buckets = n }
+// transactions (see Stock).
+func WithBuckets(n int) StockOption {
+	return func(c *stockConfig) { c.buckets = n }
 }
 
-// NewDynamoStock returns a DynamoStock on table, whose partition key is the
-// string attribute DynamoKeyAttr. client is usually a *dynamodb.Client.
-func NewDynamoStock(client DynamoDBAPI, table string, opts ...DynamoStockOption) (*DynamoStock, error) {
-	cfg := dynamoStockConfig{buckets: 1}
+// NewStock returns a Stock on table, whose partition key is the
+// string attribute KeyAttr. client is usually a *dynamodb.Client.
+func NewStock(client DynamoDBAPI, table string, opts ...StockOption) (*Stock, error) {
+	cfg := stockConfig{buckets: 1}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if ddbarg.NilClient(client) {
-		return nil, invalid("client is nil")
+		return nil, condcore.Invalid("client is nil")
 	}
-	if err := validDynamoTable("table", table); err != nil {
+	if err := validTable("table", table); err != nil {
 		return nil, err
 	}
-	if cfg.buckets < 1 || cfg.buckets > MaxDynamoBuckets {
-		return nil, invalid("buckets %d outside [1, %d]", cfg.buckets, MaxDynamoBuckets)
+	if cfg.buckets < 1 || cfg.buckets > MaxBuckets {
+		return nil, condcore.Invalid("buckets %d outside [1, %d]", cfg.buckets, MaxBuckets)
 	}
-	return &DynamoStock{
+	return &Stock{
 		client: client, table: table, buckets: cfg.buckets, rand: rand.IntN,
 		retry: backoff.Policy{Base: 5 * time.Millisecond, Cap: 200 * time.Millisecond, Attempts: 16},
 	}, nil
 }
 
 // itemKey returns the key of one bucket's item.
-func (s *DynamoStock) itemKey(key string, bucket int) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{DynamoKeyAttr: dynamoStr(key + "#" + strconv.Itoa(bucket))}
+func (s *Stock) itemKey(key string, bucket int) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{KeyAttr: strAttr(key + "#" + strconv.Itoa(bucket))}
 }
 
 // Take takes n units of key: nil means all n are yours; ErrSoldOut means
@@ -118,17 +119,17 @@ func (s *DynamoStock) itemKey(key string, bucket int) map[string]types.Attribute
 //
 // Cancelling ctx abandons the take; if the write had been sent, the
 // outcome is unknown (ErrAmbiguousCommit).
-func (s *DynamoStock) Take(ctx context.Context, key string, n int64) error {
-	if err := checkCtx(ctx); err != nil {
+func (s *Stock) Take(ctx context.Context, key string, n int64) error {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
-	if err := validArg("key", key); err != nil {
+	if err := condcore.ValidArg("key", key); err != nil {
 		return err
 	}
 	if n <= 0 {
-		return invalid("n must be positive, got %d", n)
+		return condcore.Invalid("n must be positive, got %d", n)
 	}
-	if err := unsent(ctx, fmt.Sprintf("take %q", key)); err != nil {
+	if err := condcore.Unsent(ctx, fmt.Sprintf("take %q", key)); err != nil {
 		return err
 	}
 	b := 0
@@ -146,7 +147,7 @@ func (s *DynamoStock) Take(ctx context.Context, key string, n int64) error {
 		return s.takeAcross(ctx, key, n)
 	}
 	if item == nil {
-		if item, err = dynamoGet(ctx, s.client, s.table, s.itemKey(key, b)); err != nil {
+		if item, err = getItem(ctx, s.client, s.table, s.itemKey(key, b)); err != nil {
 			return fmt.Errorf("conditional: take %q: %w", key, err)
 		}
 	}
@@ -159,14 +160,14 @@ func (s *DynamoStock) Take(ctx context.Context, key string, n int64) error {
 // takeBucket takes n units from one bucket with one conditional write. On
 // a refusal (the bucket is missing or short) it returns taken false and
 // the item as the server returned it, if it did.
-func (s *DynamoStock) takeBucket(ctx context.Context, key string, bucket int, n int64) (taken bool, item map[string]types.AttributeValue, err error) {
+func (s *Stock) takeBucket(ctx context.Context, key string, bucket int, n int64) (taken bool, item map[string]types.AttributeValue, err error) {
 	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),
 		Key:                                 s.itemKey(key, bucket),
 		UpdateExpression:                    aws.String("SET #q = #q - :n"),
 		ConditionExpression:                 aws.String("#q >= :n"),
-		ExpressionAttributeNames:            map[string]string{"#q": DynamoQtyAttr},
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":n": dynamoNum(n)},
+		ExpressionAttributeNames:            map[string]string{"#q": QtyAttr},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":n": numAttr(n)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, ddberr.NoBlindRetries)
 	if err == nil {
@@ -175,16 +176,16 @@ func (s *DynamoStock) takeBucket(ctx context.Context, key string, bucket int, n 
 	if item, ok := ddberr.ConditionFailed(err); ok {
 		return false, item, nil
 	}
-	return false, nil, fmt.Errorf("conditional: take %q: %w", key, dynamoWriteErr(err))
+	return false, nil, fmt.Errorf("conditional: take %q: %w", key, writeErr(err))
 }
 
 // read returns every bucket's units, reading them one after another with
 // strongly consistent reads; a missing bucket counts as 0, and found says
 // whether any exists.
-func (s *DynamoStock) read(ctx context.Context, key string) (qty []int64, found bool, err error) {
+func (s *Stock) read(ctx context.Context, key string) (qty []int64, found bool, err error) {
 	qty = make([]int64, s.buckets)
 	for b := range qty {
-		item, err := dynamoGet(ctx, s.client, s.table, s.itemKey(key, b))
+		item, err := getItem(ctx, s.client, s.table, s.itemKey(key, b))
 		if err != nil {
 			return nil, false, err
 		}
@@ -192,7 +193,7 @@ func (s *DynamoStock) read(ctx context.Context, key string) (qty []int64, found 
 			continue
 		}
 		found = true
-		if qty[b], err = dynamoInt(item, DynamoQtyAttr); err != nil {
+		if qty[b], err = intAttr(item, QtyAttr); err != nil {
 			return nil, false, fmt.Errorf("bucket %d: %w", b, err)
 		}
 	}
@@ -207,21 +208,21 @@ func (s *DynamoStock) read(ctx context.Context, key string) (qty []int64, found 
 // ErrAmbiguousCommit one more bucket's share may have been. A bucket holds
 // at most MaxInt64/buckets units (more is refused with an error, before
 // any I/O when n alone is too large), so the sum always fits an int64.
-func (s *DynamoStock) Put(ctx context.Context, key string, n int64) error {
-	if err := checkCtx(ctx); err != nil {
+func (s *Stock) Put(ctx context.Context, key string, n int64) error {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
-	if err := validArg("key", key); err != nil {
+	if err := condcore.ValidArg("key", key); err != nil {
 		return err
 	}
 	if n <= 0 {
-		return invalid("n must be positive, got %d", n)
+		return condcore.Invalid("n must be positive, got %d", n)
 	}
 	limit := math.MaxInt64 / int64(s.buckets)
 	if n > limit*int64(s.buckets) {
-		return invalid("n %d is more than %d buckets can hold", n, s.buckets)
+		return condcore.Invalid("n %d is more than %d buckets can hold", n, s.buckets)
 	}
-	if err := unsent(ctx, fmt.Sprintf("put %q", key)); err != nil {
+	if err := condcore.Unsent(ctx, fmt.Sprintf("put %q", key)); err != nil {
 		return err
 	}
 	per, extra := n/int64(s.buckets), n%int64(s.buckets)
@@ -236,14 +237,14 @@ func (s *DynamoStock) Put(ctx context.Context, key string, n int64) error {
 			Key:                       s.itemKey(key, b),
 			UpdateExpression:          aws.String("ADD #q :n"),
 			ConditionExpression:       aws.String("attribute_not_exists(#q) OR #q <= :limit"),
-			ExpressionAttributeNames:  map[string]string{"#q": DynamoQtyAttr},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":n": dynamoNum(share), ":limit": dynamoNum(limit - share)},
+			ExpressionAttributeNames:  map[string]string{"#q": QtyAttr},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":n": numAttr(share), ":limit": numAttr(limit - share)},
 		}, ddberr.NoBlindRetries)
 		if _, ok := ddberr.ConditionFailed(err); ok {
 			return fmt.Errorf("conditional: put %q: bucket %d would exceed %d units (%d of %d units added)", key, b, limit, added, n)
 		}
 		if err != nil {
-			return fmt.Errorf("conditional: put %q (%d of %d units added before): %w", key, added, n, dynamoWriteErr(err))
+			return fmt.Errorf("conditional: put %q (%d of %d units added before): %w", key, added, n, writeErr(err))
 		}
 		added += share
 	}
@@ -254,11 +255,11 @@ func (s *DynamoStock) Put(ctx context.Context, key string, n int64) error {
 // buckets, read one after another with strongly consistent reads (one read
 // per bucket). It is a snapshot, not an atomic one: concurrent takes may
 // change it at once.
-func (s *DynamoStock) Available(ctx context.Context, key string) (int64, error) {
-	if err := checkCtx(ctx); err != nil {
+func (s *Stock) Available(ctx context.Context, key string) (int64, error) {
+	if err := condcore.CheckCtx(ctx); err != nil {
 		return 0, err
 	}
-	if err := validArg("key", key); err != nil {
+	if err := condcore.ValidArg("key", key); err != nil {
 		return 0, err
 	}
 	qty, found, err := s.read(ctx, key)

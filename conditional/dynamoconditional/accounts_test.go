@@ -1,4 +1,4 @@
-package conditional_test
+package dynamoconditional_test
 
 import (
 	"context"
@@ -14,20 +14,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
-func newDynamoAccounts(t *testing.T, client conditional.DynamoDBAPI, table string) *conditional.DynamoAccounts {
+func newDynamoAccounts(t *testing.T, client dynamoconditional.DynamoDBAPI, table string) *dynamoconditional.Accounts {
 	t.Helper()
-	a, err := conditional.NewDynamoAccounts(client, table)
+	a, err := dynamoconditional.NewAccounts(client, table)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return a
 }
 
-func dynamoBalance(t *testing.T, a *conditional.DynamoAccounts, account string) int64 {
+func dynamoBalance(t *testing.T, a *dynamoconditional.Accounts, account string) int64 {
 	t.Helper()
 	n, err := a.Balance(context.Background(), account)
 	if err != nil {
@@ -57,7 +57,7 @@ func TestDynamoAccounts(t *testing.T) {
 			if err := a.Debit(ctx, "alice", 30); err != nil {
 				t.Fatalf("debit 30 of 100: %v", err)
 			}
-			if err := a.Debit(ctx, "alice", 71); !errors.Is(err, conditional.ErrInsufficient) {
+			if err := a.Debit(ctx, "alice", 71); !errors.Is(err, dynamoconditional.ErrInsufficient) {
 				t.Fatalf("debit 71 of 70: %v, want ErrInsufficient", err)
 			}
 			if got := dynamoBalance(t, a, "alice"); got != 70 {
@@ -69,19 +69,19 @@ func TestDynamoAccounts(t *testing.T) {
 			if err := a.Debit(ctx, "alice", 75); err != nil {
 				t.Fatalf("debit all 75: %v", err)
 			}
-			if err := a.Debit(ctx, "alice", 1); !errors.Is(err, conditional.ErrInsufficient) {
+			if err := a.Debit(ctx, "alice", 1); !errors.Is(err, dynamoconditional.ErrInsufficient) {
 				t.Fatalf("debit of an empty account: %v, want ErrInsufficient", err)
 			}
 			if got := dynamoBalance(t, a, "alice"); got != 0 {
 				t.Fatalf("balance %d, want 0", got)
 			}
-			if err := a.Credit(ctx, "bob", 1); !errors.Is(err, conditional.ErrUnknownKey) {
+			if err := a.Credit(ctx, "bob", 1); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
 				t.Fatalf("credit of a missing account: %v, want ErrUnknownKey", err)
 			}
-			if err := a.Debit(ctx, "bob", 1); !errors.Is(err, conditional.ErrUnknownKey) {
+			if err := a.Debit(ctx, "bob", 1); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
 				t.Fatalf("debit of a missing account: %v, want ErrUnknownKey", err)
 			}
-			if _, err := a.Balance(ctx, "bob"); !errors.Is(err, conditional.ErrUnknownKey) {
+			if _, err := a.Balance(ctx, "bob"); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
 				t.Fatalf("balance of a missing account: %v, want ErrUnknownKey", err)
 			}
 			if dynamoItem(t, client, table, "bob") != nil {
@@ -97,7 +97,7 @@ func TestDynamoAccounts(t *testing.T) {
 				t.Fatal(err)
 			}
 			err := a.Credit(ctx, "max", 1)
-			if err == nil || errors.Is(err, conditional.ErrUnknownKey) || !strings.Contains(err.Error(), "would exceed") {
+			if err == nil || errors.Is(err, dynamoconditional.ErrUnknownKey) || !strings.Contains(err.Error(), "would exceed") {
 				t.Fatalf("credit past MaxInt64: %v, want a refusal naming the limit", err)
 			}
 			if got := dynamoBalance(t, a, "max"); got != math.MaxInt64 {
@@ -128,7 +128,7 @@ func TestDynamoAccountsBadInput(t *testing.T) {
 	}{
 		{"open empty account", "", "account is empty", 1, a.Open},
 		{"open negative balance", "carol", "balance must not be negative", -1, a.Open},
-		{"open long account", strings.Repeat("a", conditional.MaxKeyLen+1), "account is 513 bytes", 1, a.Open},
+		{"open long account", strings.Repeat("a", dynamoconditional.MaxKeyLen+1), "account is 513 bytes", 1, a.Open},
 		{"debit zero", "alice", "amount must be positive", 0, a.Debit},
 		{"debit negative", "alice", "amount must be positive", -5, a.Debit},
 		{"debit empty account", "", "account is empty", 1, a.Debit},
@@ -145,7 +145,7 @@ func TestDynamoAccountsBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.op(ctx, tc.account, tc.n)
-			if !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, dynamoconditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want ErrInvalid naming %q", err, tc.want)
 			}
 		})
@@ -159,11 +159,11 @@ func TestDynamoAccountsBadInput(t *testing.T) {
 	if n := dynamoCount(t, client, table); n != 1 {
 		t.Fatalf("%d items, want only alice", n)
 	}
-	if _, err := conditional.NewDynamoAccounts(nil, table); !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), "client is nil") {
-		t.Errorf("NewDynamoAccounts(nil): %v, want ErrInvalid naming the client", err)
+	if _, err := dynamoconditional.NewAccounts(nil, table); !errors.Is(err, dynamoconditional.ErrInvalid) || !strings.Contains(err.Error(), "client is nil") {
+		t.Errorf("NewAccounts(nil): %v, want ErrInvalid naming the client", err)
 	}
-	if _, err := conditional.NewDynamoAccounts(client, ""); !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), "table is empty") {
-		t.Errorf("NewDynamoAccounts without a table: %v, want ErrInvalid naming the table", err)
+	if _, err := dynamoconditional.NewAccounts(client, ""); !errors.Is(err, dynamoconditional.ErrInvalid) || !strings.Contains(err.Error(), "table is empty") {
+		t.Errorf("NewAccounts without a table: %v, want ErrInvalid naming the table", err)
 	}
 }
 
@@ -214,7 +214,7 @@ func TestDynamoAccountsConcurrentDebits(t *testing.T) {
 			case err == nil:
 				debited.Add(amount)
 				ok.Add(1)
-			case errors.Is(err, conditional.ErrInsufficient):
+			case errors.Is(err, dynamoconditional.ErrInsufficient):
 				refused.Add(1)
 			default:
 				return err
@@ -277,7 +277,7 @@ func TestDynamoAccountsDebitItemInTransaction(t *testing.T) {
 	}
 	// The debit fails: nothing applies, the ledger entry included.
 	err := transfer("ledger#2", "shop", 30)
-	if !conditional.ConditionFailedAt(err, 0) || conditional.ConditionFailedAt(err, 1) {
+	if !dynamoconditional.ConditionFailedAt(err, 0) || dynamoconditional.ConditionFailedAt(err, 1) {
 		t.Fatalf("transfer 30 of 20: %v, want a cancellation by the debit (action 0) only", err)
 	}
 	if dynamoItem(t, client, table, "ledger#2") != nil {
@@ -288,7 +288,7 @@ func TestDynamoAccountsDebitItemInTransaction(t *testing.T) {
 	}
 	// The credit's account is missing: nothing applies either.
 	err = transfer("ledger#3", "nobody", 5)
-	if !conditional.ConditionFailedAt(err, 1) || conditional.ConditionFailedAt(err, 0) {
+	if !dynamoconditional.ConditionFailedAt(err, 1) || dynamoconditional.ConditionFailedAt(err, 0) {
 		t.Fatalf("transfer to a missing account: %v, want a cancellation by the credit (action 1) only", err)
 	}
 	if dynamoItem(t, client, table, "ledger#3") != nil || dynamoItem(t, client, table, "nobody") != nil || dynamoBalance(t, a, "alice") != 20 {
@@ -297,7 +297,7 @@ func TestDynamoAccountsDebitItemInTransaction(t *testing.T) {
 	// A replayed ledger entry (the caller's idempotency record) cancels
 	// the debit with it.
 	err = transfer("ledger#1", "shop", 5)
-	if !conditional.ConditionFailedAt(err, 2) {
+	if !dynamoconditional.ConditionFailedAt(err, 2) {
 		t.Fatalf("replayed transfer: %v, want a cancellation by the ledger entry (action 2)", err)
 	}
 	if a, s := dynamoBalance(t, a, "alice"), dynamoBalance(t, a, "shop"); a != 20 || s != 30 {

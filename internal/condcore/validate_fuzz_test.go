@@ -1,4 +1,4 @@
-package conditional
+package condcore
 
 import (
 	"errors"
@@ -15,13 +15,13 @@ func FuzzValidArg(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		err := validArg("holder", v)
+		err := ValidArg("holder", v)
 		want := v != "" && len(v) <= MaxKeyLen && !strings.ContainsRune(v, 0) && utf8.ValidString(v)
 		if (err == nil) != want {
-			t.Fatalf("validArg(%q) = %v, want valid=%v", v, err, want)
+			t.Fatalf("ValidArg(%q) = %v, want valid=%v", v, err, want)
 		}
 		if err != nil && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "holder")) {
-			t.Fatalf("validArg(%q) = %v: want ErrInvalid naming the argument", v, err)
+			t.Fatalf("ValidArg(%q) = %v: want ErrInvalid naming the argument", v, err)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package cas
+package casstore
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 )
 
 // Backend stores (key, value, version) records for a Store. Versions start
-// at 1 and grow by one per successful Put. Implementations: PostgresBackend,
-// DynamoDBBackend. Every method is one conditional operation; a failed write
+// at 1 and grow by one per successful Put. Implementations:
+// cas.PostgresBackend, dynamocas.Backend. Every method is one conditional operation; a failed write
 // changes nothing, except that a write whose outcome is unknown must be
 // reported wrapping ErrAmbiguousCommit. A write whose ctx has already ended
 // is not sent: its error wraps ctx.Err(), not ErrAmbiguousCommit.
@@ -64,7 +64,7 @@ type Versioned[T any] struct {
 type Store[T any] struct {
 	b     Backend
 	codec Codec[T]
-	cfg   config
+	cfg   Config
 	comb  *combine.Combiner[string, request[T], Versioned[T]]
 }
 
@@ -79,34 +79,24 @@ const MaxKeyLen = 512
 func validKey(key string) error {
 	switch {
 	case key == "":
-		return invalid("key is empty")
+		return Invalid("key is empty")
 	case len(key) > MaxKeyLen:
-		return invalid("key is %d bytes, more than %d", len(key), MaxKeyLen)
+		return Invalid("key is %d bytes, more than %d", len(key), MaxKeyLen)
 	case !utf8.ValidString(key):
-		return invalid("key %q is not valid UTF-8", key)
+		return Invalid("key %q is not valid UTF-8", key)
 	case strings.IndexByte(key, 0) >= 0:
-		return invalid("key %q contains a NUL byte", key)
+		return Invalid("key %q contains a NUL byte", key)
 	}
 	return nil
 }
-
-// WithCombining turns the combining of concurrent Updates of one key on
-// (the default) or off for the whole Store. Off, the Store still admits one
-// read-modify-write per key at a time in this process (the others wait
-// their turn instead of conflicting); conflicts then come only from other
-// processes. NoCombine takes one call out of both.
-func WithCombining(on bool) Option { return func(c *config) { c.combine = on } }
-
-// WithMaxBatch bounds how many Updates one combined write applies (default 128).
-func WithMaxBatch(n int) Option { return func(c *config) { c.max = n } }
 
 // NewStore returns a Store of T values on b, encoded with codec (nil means
 // JSON).
 func NewStore[T any](b Backend, codec Codec[T], opts ...Option) (*Store[T], error) {
 	if b == nil {
-		return nil, invalid("backend is nil")
+		return nil, Invalid("backend is nil")
 	}
-	cfg, err := newConfig(opts)
+	cfg, err := NewConfig(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +114,7 @@ func NewStore[T any](b Backend, codec Codec[T], opts ...Option) (*Store[T], erro
 
 // Get returns the value stored under key with its version, or ErrNotFound.
 func (s *Store[T]) Get(ctx context.Context, key string) (Versioned[T], error) {
-	if err := checkCtx(ctx); err != nil {
+	if err := CheckCtx(ctx); err != nil {
 		return Versioned[T]{}, err
 	}
 	if err := validKey(key); err != nil {
@@ -143,7 +133,7 @@ func (s *Store[T]) Get(ctx context.Context, key string) (Versioned[T], error) {
 
 // Create stores v under key at version 1, or returns ErrExists.
 func (s *Store[T]) Create(ctx context.Context, key string, v T) error {
-	if err := checkCtx(ctx); err != nil {
+	if err := CheckCtx(ctx); err != nil {
 		return err
 	}
 	if err := validKey(key); err != nil {
@@ -159,14 +149,14 @@ func (s *Store[T]) Create(ctx context.Context, key string, v T) error {
 // Delete removes key's value if it is still at version; otherwise
 // ErrConflict (or ErrNotFound).
 func (s *Store[T]) Delete(ctx context.Context, key string, version int64) error {
-	if err := checkCtx(ctx); err != nil {
+	if err := CheckCtx(ctx); err != nil {
 		return err
 	}
 	if err := validKey(key); err != nil {
 		return err
 	}
 	if version < 1 {
-		return invalid("version %d is below 1", version)
+		return Invalid("version %d is below 1", version)
 	}
 	return s.b.Delete(ctx, key, version)
 }
@@ -206,14 +196,14 @@ func NoCombine() UpdateOption { return func(c *updateConfig) { c.alone = true } 
 // gives up on a write that then succeeds; under NoCombine ctx also bounds
 // the round trips, and ending it mid-write gives ErrAmbiguousCommit.
 func (s *Store[T]) Update(ctx context.Context, key string, fn func(cur T) (T, error), opts ...UpdateOption) (Versioned[T], error) {
-	if err := checkCtx(ctx); err != nil {
+	if err := CheckCtx(ctx); err != nil {
 		return Versioned[T]{}, err
 	}
 	if err := validKey(key); err != nil {
 		return Versioned[T]{}, err
 	}
 	if fn == nil {
-		return Versioned[T]{}, invalid("fn is nil")
+		return Versioned[T]{}, Invalid("fn is nil")
 	}
 	var uc updateConfig
 	for _, o := range opts {
@@ -276,7 +266,7 @@ func (s *Store[T]) update(ctx context.Context, key string, reqs []request[T]) ([
 	}
 	var res []Versioned[T]
 	var errs []error
-	err := s.cfg.retry(retryCtx, key, func(context.Context) (err error) {
+	err := s.cfg.Retry(retryCtx, key, func(context.Context) (err error) {
 		res, errs, err = s.attempt(ctx, key, reqs)
 		return err
 	})
@@ -334,7 +324,7 @@ func (s *Store[T]) attempt(ctx context.Context, key string, reqs []request[T]) (
 	if err != nil {
 		return nil, errs, err // errs: the fns that failed on their own
 	}
-	s.cfg.committed()
+	s.cfg.Committed()
 	for i := range res {
 		if errs[i] == nil {
 			res[i].Version = ver

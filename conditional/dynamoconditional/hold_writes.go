@@ -1,6 +1,6 @@
-package conditional
+package dynamoconditional
 
-// The conditional writes behind DynamoHolds: the rule of each operation as
+// The conditional writes behind Holds: the rule of each operation as
 // one update's condition, how a write is sent (retried only while a
 // transaction holds its item, which applied nothing), and how a refusal is
 // explained from the item the condition judged.
@@ -15,19 +15,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddberr"
 )
 
 // holdNames are the attribute names of the hold, confirm and release
 // expressions, each of which uses all three.
 func holdNames() map[string]string {
-	return map[string]string{"#s": DynamoHoldStateAttr, "#h": DynamoHolderAttr, "#u": DynamoHoldUntilAttr}
+	return map[string]string{"#s": HoldStateAttr, "#h": HolderAttr, "#u": HoldUntilAttr}
 }
 
 // holdUpdate holds resource for holder until end (Unix ms) if it is free,
 // held by holder, or held past its end by now. A missing item has no
 // state, so the condition fails and no item is created.
-func (h *DynamoHolds) holdUpdate(resource, holder string, now, end int64) *types.Update {
+func (h *Holds) holdUpdate(resource, holder string, now, end int64) *types.Update {
 	return &types.Update{
 		TableName:                aws.String(h.table),
 		Key:                      h.key(resource),
@@ -35,8 +36,8 @@ func (h *DynamoHolds) holdUpdate(resource, holder string, now, end int64) *types
 		ConditionExpression:      aws.String("#s = :free OR (#s = :held AND (#h = :holder OR #u <= :now))"),
 		ExpressionAttributeNames: holdNames(),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":free": dynamoStr(holdFree), ":held": dynamoStr(holdHeld), ":holder": dynamoStr(holder),
-			":end": dynamoNum(end), ":now": dynamoNum(now),
+			":free": strAttr(holdFree), ":held": strAttr(holdHeld), ":holder": strAttr(holder),
+			":end": numAttr(end), ":now": numAttr(now),
 		},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
@@ -44,7 +45,7 @@ func (h *DynamoHolds) holdUpdate(resource, holder string, now, end int64) *types
 
 // confirmUpdate confirms holder's hold if it has not ended by now; a
 // resource holder confirmed already is confirmed again, a no-op.
-func (h *DynamoHolds) confirmUpdate(resource, holder string, now int64) *types.Update {
+func (h *Holds) confirmUpdate(resource, holder string, now int64) *types.Update {
 	return &types.Update{
 		TableName:                aws.String(h.table),
 		Key:                      h.key(resource),
@@ -52,29 +53,29 @@ func (h *DynamoHolds) confirmUpdate(resource, holder string, now int64) *types.U
 		ConditionExpression:      aws.String("#h = :holder AND (#s = :confirmed OR (#s = :held AND #u > :now))"),
 		ExpressionAttributeNames: holdNames(),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":confirmed": dynamoStr(holdConfirmed), ":held": dynamoStr(holdHeld), ":holder": dynamoStr(holder),
-			":now": dynamoNum(now),
+			":confirmed": strAttr(holdConfirmed), ":held": strAttr(holdHeld), ":holder": strAttr(holder),
+			":now": numAttr(now),
 		},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
 }
 
 // releaseUpdate frees the resource if holder holds it, expired or not.
-func (h *DynamoHolds) releaseUpdate(resource, holder string) *types.Update {
+func (h *Holds) releaseUpdate(resource, holder string) *types.Update {
 	return &types.Update{
 		TableName:                           aws.String(h.table),
 		Key:                                 h.key(resource),
 		UpdateExpression:                    aws.String("SET #s = :free REMOVE #h, #u"),
 		ConditionExpression:                 aws.String("#s = :held AND #h = :holder"),
 		ExpressionAttributeNames:            holdNames(),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":free": dynamoStr(holdFree), ":held": dynamoStr(holdHeld), ":holder": dynamoStr(holder)},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":free": strAttr(holdFree), ":held": strAttr(holdHeld), ":holder": strAttr(holder)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
 }
 
 // settle runs Confirm's or Release's write.
-func (h *DynamoHolds) settle(ctx context.Context, op, resource string, build func(now int64) *types.Update) error {
-	if err := unsent(ctx, fmt.Sprintf("%s %q", op, resource)); err != nil {
+func (h *Holds) settle(ctx context.Context, op, resource string, build func(now int64) *types.Update) error {
+	if err := condcore.Unsent(ctx, fmt.Sprintf("%s %q", op, resource)); err != nil {
 		return err
 	}
 	item, refused, err := h.write(ctx, resource, build)
@@ -93,19 +94,19 @@ func (h *DynamoHolds) settle(ctx context.Context, op, resource string, build fun
 // one UpdateItem. On a failed condition it returns refused and the item
 // the condition judged, or, when the server returned none, a strongly
 // consistent read of it (nil: no item).
-func (h *DynamoHolds) write(ctx context.Context, resource string, build func(now int64) *types.Update) (item map[string]types.AttributeValue, refused bool, err error) {
+func (h *Holds) write(ctx context.Context, resource string, build func(now int64) *types.Update) (item map[string]types.AttributeValue, refused bool, err error) {
 	err = h.retryConflicts(ctx, func(ctx context.Context) error {
 		u := build(h.clock().UnixMilli())
 		err := updateItem(ctx, h.client, u)
 		if item, refused = ddberr.ConditionFailed(err); err == nil || refused {
 			return nil
 		}
-		return dynamoWriteErr(err)
+		return writeErr(err)
 	})
 	if err != nil || !refused || item != nil {
 		return item, refused, err
 	}
-	if item, err = dynamoGet(ctx, h.client, h.table, h.key(resource)); err != nil {
+	if item, err = getItem(ctx, h.client, h.table, h.key(resource)); err != nil {
 		return nil, true, fmt.Errorf("refused; reading the item: %w", err)
 	}
 	return item, true, nil
@@ -114,7 +115,7 @@ func (h *DynamoHolds) write(ctx context.Context, resource string, build func(now
 // retryConflicts runs op, and again with jittered backoff while DynamoDB
 // refuses it for a transaction in progress on one of its items (nothing
 // was applied); when the attempts run out, the error wraps ErrConflict.
-func (h *DynamoHolds) retryConflicts(ctx context.Context, op func(context.Context) error) error {
+func (h *Holds) retryConflicts(ctx context.Context, op func(context.Context) error) error {
 	err := h.retry.Retry(ctx, func(ctx context.Context, _ int) error { return op(ctx) }, ddberr.TransactionConflict, nil)
 	var exhausted *backoff.ExhaustedError
 	if errors.As(err, &exhausted) {
@@ -128,7 +129,7 @@ func holdRefusal(item map[string]types.AttributeValue) error {
 	if item == nil {
 		return ErrUnknownKey
 	}
-	if s, _ := item[DynamoHoldStateAttr].(*types.AttributeValueMemberS); s != nil && s.Value == holdConfirmed {
+	if s, _ := item[HoldStateAttr].(*types.AttributeValueMemberS); s != nil && s.Value == holdConfirmed {
 		return ErrConfirmed
 	}
 	return ErrHeld
@@ -136,16 +137,16 @@ func holdRefusal(item map[string]types.AttributeValue) error {
 
 // validHolder checks a resource and a holder argument.
 func validHolder(resource, holder string) error {
-	if err := validArg("resource", resource); err != nil {
+	if err := condcore.ValidArg("resource", resource); err != nil {
 		return err
 	}
-	return validArg("holder", holder)
+	return condcore.ValidArg("holder", holder)
 }
 
-// validDynamoTTL checks a hold's TTL: at least the stored resolution.
-func validDynamoTTL(ttl time.Duration) error {
+// validTTL checks a hold's TTL: at least the stored resolution.
+func validTTL(ttl time.Duration) error {
 	if ttl < time.Millisecond {
-		return invalid("ttl %v is below 1ms", ttl)
+		return condcore.Invalid("ttl %v is below 1ms", ttl)
 	}
 	return nil
 }
@@ -153,7 +154,7 @@ func validDynamoTTL(ttl time.Duration) error {
 // refusal names the resource whose condition cancelled HoldAll's
 // transaction: an unknown one first, else the first in sorted order. It
 // returns nil when no condition failed.
-func (h *DynamoHolds) refusal(ctx context.Context, err error, sorted []string) (*HoldError, error) {
+func (h *Holds) refusal(ctx context.Context, err error, sorted []string) (*HoldError, error) {
 	var tce *types.TransactionCanceledException
 	if !errors.As(err, &tce) {
 		return nil, nil
@@ -166,11 +167,11 @@ func (h *DynamoHolds) refusal(ctx context.Context, err error, sorted []string) (
 		item := tce.CancellationReasons[i].Item
 		if len(item) == 0 { // none returned: read it
 			var rerr error
-			if item, rerr = dynamoGet(ctx, h.client, h.table, h.key(r)); rerr != nil {
+			if item, rerr = getItem(ctx, h.client, h.table, h.key(r)); rerr != nil {
 				return nil, rerr
 			}
 		}
-		he := &HoldError{r, holdRefusal(item)}
+		he := &HoldError{Resource: r, Err: holdRefusal(item)}
 		if he.Err == ErrUnknownKey {
 			return he, nil
 		}

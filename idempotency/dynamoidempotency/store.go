@@ -1,4 +1,4 @@
-package idempotency
+package dynamoidempotency
 
 import (
 	"context"
@@ -14,27 +14,28 @@ import (
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
+	"github.com/nolock/nolock/internal/idemrecord"
 )
 
-// DynamoDBAPI is what DynamoDB needs from a *dynamodb.Client; tests wrap it
+// DynamoDBAPI is what a Store needs from a *dynamodb.Client; tests wrap it
 // to inject faults. It may grow in later versions.
 type DynamoDBAPI interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 }
 
-// DynamoFunc computes a request's effect as DynamoDB writes (conditional
+// Func computes a request's effect as DynamoDB writes (conditional
 // puts, updates, deletes and condition checks) and the result to store
 // for the key. Do writes them and the key's record in one
 // TransactWriteItems, so they apply together or not at all. It may read
 // (to decide, or to return Terminal), but must write nothing itself, and
 // may run more than once: when a concurrent duplicate wins, its writes are
 // discarded. At most 99 writes (DynamoDB allows 100 per transaction).
-type DynamoFunc func(ctx context.Context) (writes []types.TransactWriteItem, result []byte, err error)
+type Func func(ctx context.Context) (writes []types.TransactWriteItem, result []byte, err error)
 
-// DynamoDB records idempotency keys in a DynamoDB table, written in the
+// Store records idempotency keys in a DynamoDB table, written in the
 // same TransactWriteItems as the effect they guard. It is the DynamoDB
-// counterpart of Store, with these differences, all DynamoDB's:
+// counterpart of idempotency.Store, with these differences, all DynamoDB's:
 //
 //   - A concurrent duplicate does not wait on the first: both compute
 //     their writes, the transactions race, exactly one commits, and the
@@ -50,9 +51,9 @@ type DynamoFunc func(ctx context.Context) (writes []types.TransactWriteItem, res
 //
 // The table's partition key is a string attribute (default "pk"); the
 // record's item key is derived from scope and key with a "nolock-idem/"
-// prefix, so the table may hold other items. A DynamoDB is safe for
+// prefix, so the table may hold other items. A Store is safe for
 // concurrent use; it starts no goroutines.
-type DynamoDB struct {
+type Store struct {
 	client    DynamoDBAPI
 	table     string
 	pk, sk    string
@@ -62,12 +63,11 @@ type DynamoDB struct {
 	now       func() time.Time
 }
 
-// NewDynamoDB returns a DynamoDB on table through client (usually a
-// *dynamodb.Client). It takes WithRetention, WithWait, WithKeyAttributes
-// and WithClock.
-func NewDynamoDB(client DynamoDBAPI, table string, opts ...Option) (*DynamoDB, error) {
+// New returns a Store on table through client (usually a
+// *dynamodb.Client).
+func New(client DynamoDBAPI, table string, opts ...Option) (*Store, error) {
 	if ddbarg.NilClient(client) {
-		return nil, invalid("client is nil")
+		return nil, idemrecord.Invalid("client is nil")
 	}
 	if err := ddbarg.Table("table", table); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -76,16 +76,13 @@ func NewDynamoDB(client DynamoDBAPI, table string, opts ...Option) (*DynamoDB, e
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case cfg.pgOnly != "":
-		return nil, invalid("%s applies to PostgreSQL only", cfg.pgOnly)
-	case cfg.now == nil:
-		return nil, invalid("clock is nil")
+	if cfg.now == nil {
+		return nil, idemrecord.Invalid("clock is nil")
 	}
 	if err := validKeyAttrs(cfg.pk, cfg.sk); err != nil {
 		return nil, err
 	}
-	return &DynamoDB{
+	return &Store{
 		client: client, table: table, pk: cfg.pk, sk: cfg.sk, retention: cfg.retention, wait: cfg.wait,
 		policy: backoff.Policy{Base: 5 * time.Millisecond, Cap: 200 * time.Millisecond}, now: cfg.now,
 	}, nil
@@ -113,20 +110,20 @@ func validKeyAttrs(pk, sk string) error {
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		if sk == pk {
-			return invalid("sort key attribute and partition key attribute are both %q", pk)
+			return idemrecord.Invalid("sort key attribute and partition key attribute are both %q", pk)
 		}
 	}
 	for _, name := range []string{pk, sk} {
 		switch name {
 		case attrFingerprint, attrResult, attrTerminal, attrCreated, attrExpires, attrTTL:
-			return invalid("key attribute %q is one of the record's own attributes", name)
+			return idemrecord.Invalid("key attribute %q is one of the record's own attributes", name)
 		}
 	}
 	return nil
 }
 
 // itemKey is the record's primary key.
-func (d *DynamoDB) itemKey(scope, key string) map[string]types.AttributeValue {
+func (d *Store) itemKey(scope, key string) map[string]types.AttributeValue {
 	k := map[string]types.AttributeValue{
 		d.pk: &types.AttributeValueMemberS{Value: "nolock-idem/" + strconv.Itoa(len(scope)) + "/" + scope + "/" + key},
 	}
@@ -139,7 +136,7 @@ func (d *DynamoDB) itemKey(scope, key string) map[string]types.AttributeValue {
 // errConflict means the transaction met a concurrent one: try again.
 var errConflict = errors.New("idempotency: transaction conflict")
 
-// Do is Store.Do on DynamoDB: at most one effect per (scope, key). It reads
+// Do is idempotency.Store.Do on DynamoDB: at most one effect per (scope, key). It reads
 // the key's record (consistently): a live one is replayed (Replayed) or
 // refused (*MismatchError); otherwise it calls fn and writes fn's writes
 // with the record in one TransactWriteItems, whose condition on the record
@@ -150,12 +147,12 @@ var errConflict = errors.New("idempotency: transaction conflict")
 // kept meeting concurrent ones until the wait ran out; ErrAmbiguousCommit
 // means the request may have committed (a lost reply, a timeout, a server
 // error): call Do again with the same key to learn which. Bad arguments
-// are ErrInvalid before any I/O, as for Store.Do.
-func (d *DynamoDB) Do(ctx context.Context, scope, key string, fingerprint []byte, fn DynamoFunc) (Result, error) {
-	if err := checkCtx(ctx); err != nil {
+// are ErrInvalid before any I/O, as for idempotency.Store.Do.
+func (d *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, fn Func) (Result, error) {
+	if err := idemrecord.CheckCtx(ctx); err != nil {
 		return Result{}, err
 	}
-	if err := validRequest(scope, key, fingerprint, fn == nil); err != nil {
+	if err := idemrecord.ValidRequest(scope, key, fingerprint, fn == nil); err != nil {
 		return Result{}, err
 	}
 	if fingerprint == nil {
@@ -176,22 +173,22 @@ func (d *DynamoDB) Do(ctx context.Context, scope, key string, fingerprint []byte
 	}
 }
 
-func (d *DynamoDB) once(ctx context.Context, scope, key string, fp []byte, fn DynamoFunc) (Result, error) {
+func (d *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func) (Result, error) {
 	now := d.now()
 	stored, found, err := d.get(ctx, scope, key)
 	if err != nil {
 		return Result{}, err
 	}
 	if found && stored.ExpiresAt.After(now) {
-		return replayOf(stored, fp)
+		return idemrecord.ReplayOf(stored, fp)
 	}
 	writes, body, ferr := fn(ctx)
-	terminal := ferr != nil && isTerminal(ferr)
+	terminal := ferr != nil && idemrecord.IsTerminal(ferr)
 	if ferr != nil && !terminal {
 		return Result{}, ferr
 	}
 	if len(writes) > 99 {
-		return Result{}, invalid("fn returned %d writes, more than 99", len(writes))
+		return Result{}, idemrecord.Invalid("fn returned %d writes, more than 99", len(writes))
 	}
 	rec := Record{Scope: scope, Key: key, Fingerprint: fp, Body: body, Terminal: terminal,
 		CreatedAt: now.Truncate(time.Millisecond), ExpiresAt: now.Add(d.retention).Truncate(time.Millisecond)}
@@ -246,11 +243,11 @@ func (d *DynamoDB) once(ctx context.Context, scope, key string, fp []byte, fn Dy
 
 // Get returns the live record of (scope, key), or ErrNotFound (judged by
 // this process's clock).
-func (d *DynamoDB) Get(ctx context.Context, scope, key string) (Record, error) {
-	if err := checkCtx(ctx); err != nil {
+func (d *Store) Get(ctx context.Context, scope, key string) (Record, error) {
+	if err := idemrecord.CheckCtx(ctx); err != nil {
 		return Record{}, err
 	}
-	if err := ValidKey(scope, key); err != nil {
+	if err := idemrecord.ValidKey(scope, key); err != nil {
 		return Record{}, err
 	}
 	rec, found, err := d.get(ctx, scope, key)
@@ -264,7 +261,7 @@ func (d *DynamoDB) Get(ctx context.Context, scope, key string) (Record, error) {
 }
 
 // get reads the record, expired or not, consistently.
-func (d *DynamoDB) get(ctx context.Context, scope, key string) (Record, bool, error) {
+func (d *Store) get(ctx context.Context, scope, key string) (Record, bool, error) {
 	out, err := d.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(d.table), Key: d.itemKey(scope, key), ConsistentRead: aws.Bool(true),
 	})

@@ -1,4 +1,4 @@
-package conditional_test
+package dynamoconditional_test
 
 import (
 	"context"
@@ -18,9 +18,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/internal/testenv"
 )
+
+// wantHoldErr checks that err is a *HoldError for resource wrapping want.
+func wantHoldErr(t *testing.T, what string, err error, resource string, want error) {
+	t.Helper()
+	var he *dynamoconditional.HoldError
+	if !errors.Is(err, want) || !errors.As(err, &he) || he.Resource != resource {
+		t.Fatalf("%s: err = %v, want a HoldError for %q wrapping %v", what, err, resource, want)
+	}
+}
 
 // holdClock is a clock the test moves by hand, safe for concurrent use.
 type holdClock struct{ ms atomic.Int64 }
@@ -37,9 +46,9 @@ func (c *holdClock) skewed(d time.Duration) func() time.Time {
 	return func() time.Time { return c.now().Add(d) }
 }
 
-func newDynamoHolds(t *testing.T, client conditional.DynamoDBAPI, table string, clock func() time.Time) *conditional.DynamoHolds {
+func newDynamoHolds(t *testing.T, client dynamoconditional.DynamoDBAPI, table string, clock func() time.Time) *dynamoconditional.Holds {
 	t.Helper()
-	h, err := conditional.NewDynamoHolds(client, table, conditional.WithDynamoHoldsClock(clock))
+	h, err := dynamoconditional.NewHolds(client, table, dynamoconditional.WithHoldsClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,13 +68,13 @@ func readDynamoHold(t *testing.T, client *dynamodb.Client, table, resource strin
 		t.Fatalf("no item %q", resource)
 	}
 	var r dynamoHold
-	if v, ok := item[conditional.DynamoHoldStateAttr].(*types.AttributeValueMemberS); ok {
+	if v, ok := item[dynamoconditional.HoldStateAttr].(*types.AttributeValueMemberS); ok {
 		r.State = v.Value
 	}
-	if v, ok := item[conditional.DynamoHolderAttr].(*types.AttributeValueMemberS); ok {
+	if v, ok := item[dynamoconditional.HolderAttr].(*types.AttributeValueMemberS); ok {
 		r.Holder = v.Value
 	}
-	if v, ok := item[conditional.DynamoHoldUntilAttr].(*types.AttributeValueMemberN); ok {
+	if v, ok := item[dynamoconditional.HoldUntilAttr].(*types.AttributeValueMemberN); ok {
 		var ms int64
 		if _, err := fmt.Sscan(v.Value, &ms); err != nil {
 			t.Fatal(err)
@@ -139,7 +148,7 @@ func TestDynamoHoldsLifecycle(t *testing.T) {
 
 			reads := faults.reads.Load()
 			_, err = h.Hold(ctx, "s1", "bob", time.Minute)
-			wantHoldErr(t, "Hold of a seat alice holds", err, "s1", conditional.ErrHeld)
+			wantHoldErr(t, "Hold of a seat alice holds", err, "s1", dynamoconditional.ErrHeld)
 			// moto returns the item with the failed condition; dynalite
 			// does not, so the refusal's reason costs a read there.
 			if got, w := faults.reads.Load()-reads, map[bool]int64{true: 0, false: 1}[server.tx]; got != w {
@@ -153,10 +162,10 @@ func TestDynamoHoldsLifecycle(t *testing.T) {
 				t.Fatalf("alice's retried Hold: %v, %v; want nil, %v", again, err, until.Add(30*time.Second))
 			}
 			want("after the retried Hold", "s1", dynamoHold{"held", "alice", again})
-			if err := h.Confirm(ctx, "s1", "bob"); !errors.Is(err, conditional.ErrNotHolder) {
+			if err := h.Confirm(ctx, "s1", "bob"); !errors.Is(err, dynamoconditional.ErrNotHolder) {
 				t.Fatalf("bob confirms alice's hold: %v, want ErrNotHolder", err)
 			}
-			if err := h.Release(ctx, "s1", "bob"); !errors.Is(err, conditional.ErrNotHolder) {
+			if err := h.Release(ctx, "s1", "bob"); !errors.Is(err, dynamoconditional.ErrNotHolder) {
 				t.Fatalf("bob releases alice's hold: %v, want ErrNotHolder", err)
 			}
 			want("after bob's refused calls", "s1", dynamoHold{"held", "alice", again})
@@ -164,7 +173,7 @@ func TestDynamoHoldsLifecycle(t *testing.T) {
 			// At its end, by the injected clock, the hold has expired: the
 			// holder cannot confirm it, and anyone may take it over.
 			clock.advance(time.Minute)
-			if err := h.Confirm(ctx, "s1", "alice"); !errors.Is(err, conditional.ErrNotHolder) {
+			if err := h.Confirm(ctx, "s1", "alice"); !errors.Is(err, dynamoconditional.ErrNotHolder) {
 				t.Fatalf("Confirm of an expired hold: %v, want ErrNotHolder", err)
 			}
 			want("after the refused Confirm", "s1", dynamoHold{"held", "alice", again})
@@ -173,11 +182,11 @@ func TestDynamoHoldsLifecycle(t *testing.T) {
 				t.Fatalf("bob takes over the expired hold: %v", err)
 			}
 			want("after the takeover", "s1", dynamoHold{"held", "bob", bobs})
-			if err := h.Release(ctx, "s1", "alice"); !errors.Is(err, conditional.ErrNotHolder) {
+			if err := h.Release(ctx, "s1", "alice"); !errors.Is(err, dynamoconditional.ErrNotHolder) {
 				t.Fatalf("alice releases bob's hold: %v, want ErrNotHolder", err)
 			}
 			_, err = h.Hold(ctx, "s1", "alice", time.Minute)
-			wantHoldErr(t, "alice after bob's takeover", err, "s1", conditional.ErrHeld)
+			wantHoldErr(t, "alice after bob's takeover", err, "s1", dynamoconditional.ErrHeld)
 
 			for i := 0; i < 2; i++ { // the second Confirm is a retry
 				if err := h.Confirm(ctx, "s1", "bob"); err != nil {
@@ -188,12 +197,12 @@ func TestDynamoHoldsLifecycle(t *testing.T) {
 			clock.advance(time.Hour)
 			for _, who := range []string{"alice", "bob"} {
 				_, err := h.Hold(ctx, "s1", who, time.Minute)
-				wantHoldErr(t, who+" holds a confirmed seat", err, "s1", conditional.ErrConfirmed)
+				wantHoldErr(t, who+" holds a confirmed seat", err, "s1", dynamoconditional.ErrConfirmed)
 			}
-			if err := h.Release(ctx, "s1", "bob"); !errors.Is(err, conditional.ErrNotHolder) {
+			if err := h.Release(ctx, "s1", "bob"); !errors.Is(err, dynamoconditional.ErrNotHolder) {
 				t.Fatalf("Release of a confirmed seat: %v, want ErrNotHolder", err)
 			}
-			if err := h.Confirm(ctx, "s1", "alice"); !errors.Is(err, conditional.ErrNotHolder) {
+			if err := h.Confirm(ctx, "s1", "alice"); !errors.Is(err, dynamoconditional.ErrNotHolder) {
 				t.Fatalf("alice confirms bob's seat: %v, want ErrNotHolder", err)
 			}
 			if err := h.Add(ctx, "s1"); err != nil {
@@ -209,7 +218,7 @@ func TestDynamoHoldsLifecycle(t *testing.T) {
 				t.Fatalf("Release: %v", err)
 			}
 			want("after Release", "s2", dynamoHold{State: "free"})
-			if err := h.Release(ctx, "s2", "alice"); !errors.Is(err, conditional.ErrNotHolder) {
+			if err := h.Release(ctx, "s2", "alice"); !errors.Is(err, dynamoconditional.ErrNotHolder) {
 				t.Fatalf("Release of a free seat: %v, want ErrNotHolder", err)
 			}
 			if _, err := h.Hold(ctx, "s2", "alice", time.Second); err != nil {
@@ -222,11 +231,11 @@ func TestDynamoHoldsLifecycle(t *testing.T) {
 			want("after the expired Release", "s2", dynamoHold{State: "free"})
 
 			_, err = h.Hold(ctx, "nope", "alice", time.Minute)
-			wantHoldErr(t, "Hold of an unknown seat", err, "nope", conditional.ErrUnknownKey)
-			if err := h.Confirm(ctx, "nope", "alice"); !errors.Is(err, conditional.ErrUnknownKey) {
+			wantHoldErr(t, "Hold of an unknown seat", err, "nope", dynamoconditional.ErrUnknownKey)
+			if err := h.Confirm(ctx, "nope", "alice"); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
 				t.Fatalf("Confirm of an unknown seat: %v, want ErrUnknownKey", err)
 			}
-			if err := h.Release(ctx, "nope", "alice"); !errors.Is(err, conditional.ErrUnknownKey) {
+			if err := h.Release(ctx, "nope", "alice"); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
 				t.Fatalf("Release of an unknown seat: %v, want ErrUnknownKey", err)
 			}
 			if n := dynamoCount(t, client, table); n != 2 {
@@ -255,7 +264,7 @@ func TestDynamoHoldsClockSkew(t *testing.T) {
 	if _, err := h.Hold(ctx, "s1", "alice", 10*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := ahead.Confirm(ctx, "s1", "alice"); !errors.Is(err, conditional.ErrNotHolder) {
+	if err := ahead.Confirm(ctx, "s1", "alice"); !errors.Is(err, dynamoconditional.ErrNotHolder) {
 		t.Fatalf("alice confirms by a clock an hour ahead: %v, want ErrNotHolder", err)
 	}
 	if _, err := ahead.Hold(ctx, "s1", "bob", 10*time.Minute); err != nil {
@@ -263,11 +272,11 @@ func TestDynamoHoldsClockSkew(t *testing.T) {
 	}
 	// alice's own clock still says she holds: refused all the same, since
 	// every write is conditioned on the holder.
-	if err := h.Confirm(ctx, "s1", "alice"); !errors.Is(err, conditional.ErrNotHolder) {
+	if err := h.Confirm(ctx, "s1", "alice"); !errors.Is(err, dynamoconditional.ErrNotHolder) {
 		t.Fatalf("alice confirms after bob's takeover: %v, want ErrNotHolder", err)
 	}
 	_, err := h.Hold(ctx, "s1", "alice", time.Minute)
-	wantHoldErr(t, "alice holds bob's seat", err, "s1", conditional.ErrHeld)
+	wantHoldErr(t, "alice holds bob's seat", err, "s1", dynamoconditional.ErrHeld)
 	if err := ahead.Confirm(ctx, "s1", "bob"); err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +290,7 @@ func TestDynamoHoldsClockSkew(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.advance(30 * time.Minute)
-	if err := h.Confirm(ctx, "s2", "carol"); !errors.Is(err, conditional.ErrNotHolder) {
+	if err := h.Confirm(ctx, "s2", "carol"); !errors.Is(err, dynamoconditional.ErrNotHolder) {
 		t.Fatalf("carol confirms 20 minutes after the end: %v, want ErrNotHolder", err)
 	}
 	if err := behind.Confirm(ctx, "s2", "carol"); err != nil {
@@ -295,7 +304,7 @@ func TestDynamoHoldsClockSkew(t *testing.T) {
 	if _, err := h.Hold(ctx, "s3", "dave", 10*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := behind.Confirm(ctx, "s3", "carol"); !errors.Is(err, conditional.ErrNotHolder) {
+	if err := behind.Confirm(ctx, "s3", "carol"); !errors.Is(err, dynamoconditional.ErrNotHolder) {
 		t.Fatalf("carol confirms dave's seat by a clock an hour behind: %v, want ErrNotHolder", err)
 	}
 	if r := readDynamoHold(t, client, table, "s3"); r.State != "held" || r.Holder != "dave" {
@@ -337,12 +346,12 @@ func TestDynamoHoldAll(t *testing.T) {
 
 	// One seat of carol's held by someone else: none is held.
 	_, err = h.HoldAll(ctx, []string{"f", "d", "e"}, "carol", time.Minute)
-	wantHoldErr(t, "HoldAll with bob's seat", err, "d", conditional.ErrHeld)
+	wantHoldErr(t, "HoldAll with bob's seat", err, "d", dynamoconditional.ErrHeld)
 	// Two held: the first in sorted order is named.
 	_, err = h.HoldAll(ctx, []string{"f", "d", "b"}, "carol", time.Minute)
-	wantHoldErr(t, "HoldAll with alice's and bob's seats", err, "b", conditional.ErrHeld)
+	wantHoldErr(t, "HoldAll with alice's and bob's seats", err, "b", dynamoconditional.ErrHeld)
 	_, err = h.HoldAll(ctx, []string{"e", "zz", "d", "a"}, "carol", time.Minute)
-	wantHoldErr(t, "HoldAll with an unknown seat", err, "zz", conditional.ErrUnknownKey)
+	wantHoldErr(t, "HoldAll with an unknown seat", err, "zz", dynamoconditional.ErrUnknownKey)
 	if after := dynamoItems(t, client, table); !slices.Equal(after, before) {
 		t.Fatalf("refused HoldAlls changed the table:\n%v\n%v", before, after)
 	}
@@ -357,11 +366,11 @@ func TestDynamoHoldAll(t *testing.T) {
 	}
 	before = dynamoItems(t, client, table)
 	_, err = h.HoldAll(ctx, []string{"e", "c"}, "carol", time.Minute)
-	wantHoldErr(t, "HoldAll with a confirmed seat", err, "c", conditional.ErrConfirmed)
+	wantHoldErr(t, "HoldAll with a confirmed seat", err, "c", dynamoconditional.ErrConfirmed)
 	// alice re-holding a, b and her confirmed c: refused whole, a and b
 	// keep their end.
 	_, err = h.HoldAll(ctx, []string{"a", "b", "c"}, "alice", 2*time.Minute)
-	wantHoldErr(t, "HoldAll with one's own confirmed seat", err, "c", conditional.ErrConfirmed)
+	wantHoldErr(t, "HoldAll with one's own confirmed seat", err, "c", dynamoconditional.ErrConfirmed)
 	if after := dynamoItems(t, client, table); !slices.Equal(after, before) {
 		t.Fatalf("refused HoldAlls changed the table:\n%v\n%v", before, after)
 	}
@@ -432,7 +441,7 @@ func TestDynamoHoldsItemsInTransaction(t *testing.T) {
 		return err
 	}
 
-	if err := run(order("order-1"), item(h.ConfirmItem("s1", "bob"))); !conditional.ConditionFailedAt(err, 1) {
+	if err := run(order("order-1"), item(h.ConfirmItem("s1", "bob"))); !dynamoconditional.ConditionFailedAt(err, 1) {
 		t.Fatalf("bob's confirm with an order: %v, want a cancellation by the confirm (action 1)", err)
 	}
 	if dynamoItem(t, client, table, "order-1") != nil {
@@ -452,7 +461,7 @@ func TestDynamoHoldsItemsInTransaction(t *testing.T) {
 	}
 	// An item built after the hold's end, by the clock, is refused.
 	clock.advance(time.Minute)
-	if err := run(item(h.ConfirmItem("s3", "alice")), order("order-4")); !conditional.ConditionFailedAt(err, 0) {
+	if err := run(item(h.ConfirmItem("s3", "alice")), order("order-4")); !dynamoconditional.ConditionFailedAt(err, 0) {
 		t.Fatalf("confirm of an expired hold with an order: %v, want a cancellation by the confirm (action 0)", err)
 	}
 	if r := readDynamoHold(t, client, table, "s3"); r.State != "held" || dynamoItem(t, client, table, "order-4") != nil {
@@ -477,8 +486,8 @@ func TestDynamoHoldsBadInput(t *testing.T) {
 	}
 	before := dynamoItems(t, client, table)
 	calls := faults.calls.Load()
-	long := strings.Repeat("r", conditional.MaxKeyLen+1)
-	many := make([]string, conditional.MaxDynamoHoldAll+1)
+	long := strings.Repeat("r", dynamoconditional.MaxKeyLen+1)
+	many := make([]string, dynamoconditional.MaxHoldAll+1)
 	for i := range many {
 		many[i] = fmt.Sprintf("r%03d", i)
 	}
@@ -522,7 +531,7 @@ func TestDynamoHoldsBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.op()
-			if !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, dynamoconditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want ErrInvalid naming %q", err, tc.want)
 			}
 		})
@@ -535,17 +544,17 @@ func TestDynamoHoldsBadInput(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		client conditional.DynamoDBAPI
+		client dynamoconditional.DynamoDBAPI
 		table  string
-		opts   []conditional.DynamoHoldsOption
+		opts   []dynamoconditional.HoldsOption
 		want   string
 	}{
 		{"nil client", nil, table, nil, "client is nil"},
 		{"empty table", client, "", nil, "table is empty"},
-		{"nil clock", client, table, []conditional.DynamoHoldsOption{conditional.WithDynamoHoldsClock(nil)}, "clock is nil"},
+		{"nil clock", client, table, []dynamoconditional.HoldsOption{dynamoconditional.WithHoldsClock(nil)}, "clock is nil"},
 	} {
-		if _, err := conditional.NewDynamoHolds(tc.client, tc.table, tc.opts...); !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("NewDynamoHolds with %s: %v, want ErrInvalid naming %q", tc.name, err, tc.want)
+		if _, err := dynamoconditional.NewHolds(tc.client, tc.table, tc.opts...); !errors.Is(err, dynamoconditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewHolds with %s: %v, want ErrInvalid naming %q", tc.name, err, tc.want)
 		}
 	}
 }
@@ -583,9 +592,9 @@ func TestDynamoHoldsConcurrentConfirm(t *testing.T) {
 					for {
 						_, err := h.Hold(ctx, seat, who, ttl)
 						switch {
-						case errors.Is(err, conditional.ErrConfirmed):
+						case errors.Is(err, dynamoconditional.ErrConfirmed):
 							break attempts
-						case errors.Is(err, conditional.ErrHeld):
+						case errors.Is(err, dynamoconditional.ErrHeld):
 							busy.Add(1)
 							time.Sleep(time.Millisecond) // the holder's pause before it tries again
 							continue
@@ -604,7 +613,7 @@ func TestDynamoHoldsConcurrentConfirm(t *testing.T) {
 							confirmedBy[seat] = append(confirmedBy[seat], who)
 							mu.Unlock()
 							break attempts
-						case errors.Is(err, conditional.ErrNotHolder):
+						case errors.Is(err, dynamoconditional.ErrNotHolder):
 							expired.Add(1)
 						default:
 							return err
@@ -708,11 +717,11 @@ func TestDynamoHoldsRetriesTransactionConflicts(t *testing.T) {
 	before := dynamoItems(t, client, table)
 
 	transactions.left.Store(1 << 40)
-	if _, err := h.HoldAll(ctx, []string{"s2", "s3"}, "bob", time.Minute); !errors.Is(err, conditional.ErrConflict) {
+	if _, err := h.HoldAll(ctx, []string{"s2", "s3"}, "bob", time.Minute); !errors.Is(err, dynamoconditional.ErrConflict) {
 		t.Fatalf("HoldAll under endless conflicts: %v, want ErrConflict", err)
 	}
 	updates.left.Store(1 << 40)
-	if err := h.Confirm(ctx, "s1", "alice"); !errors.Is(err, conditional.ErrConflict) {
+	if err := h.Confirm(ctx, "s1", "alice"); !errors.Is(err, dynamoconditional.ErrConflict) {
 		t.Fatalf("Confirm under endless conflicts: %v, want ErrConflict", err)
 	}
 	updates.left.Store(0)

@@ -1,4 +1,4 @@
-package conditional_test
+package dynamoconditional_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/internal/services"
 	"github.com/nolock/nolock/internal/testenv"
 )
@@ -64,7 +64,7 @@ func dynamoClientVia(t *testing.T, tx bool, wrap func(http.RoundTripper) http.Ro
 // a connection reset instead, as if the connection died after the server
 // wrote.
 type dynamoFaults struct {
-	conditional.DynamoDBAPI
+	dynamoconditional.DynamoDBAPI
 	dropEvery int64
 
 	calls, reads, transactions, cancelled, applied, dropped atomic.Int64
@@ -168,9 +168,9 @@ func TestDynamoDroppedAnswerIsAmbiguous(t *testing.T) {
 				switch err := s.Take(ctx, "hot", 1); {
 				case err == nil:
 					sold.Add(1)
-				case errors.Is(err, conditional.ErrAmbiguousCommit):
+				case errors.Is(err, dynamoconditional.ErrAmbiguousCommit):
 					ambiguous.Add(1)
-				case errors.Is(err, conditional.ErrSoldOut):
+				case errors.Is(err, dynamoconditional.ErrSoldOut):
 					return nil
 				default:
 					return err
@@ -199,13 +199,13 @@ func TestDynamoDroppedAnswerIsAmbiguous(t *testing.T) {
 			t.Fatal(err)
 		}
 		faults.dropEvery = 1
-		if err := s.Take(ctx, "last", 1); !errors.Is(err, conditional.ErrAmbiguousCommit) {
+		if err := s.Take(ctx, "last", 1); !errors.Is(err, dynamoconditional.ErrAmbiguousCommit) {
 			t.Fatalf("take whose answer was lost: %v, want ErrAmbiguousCommit", err)
 		}
 		if got := dynamoAvailable(t, s, "last"); got != 0 {
 			t.Fatalf("available %d, want 0: the lost take applied", got)
 		}
-		if err := s.Take(ctx, "last", 1); !errors.Is(err, conditional.ErrSoldOut) {
+		if err := s.Take(ctx, "last", 1); !errors.Is(err, dynamoconditional.ErrSoldOut) {
 			t.Fatalf("next take: %v, want ErrSoldOut", err)
 		}
 	})
@@ -220,7 +220,7 @@ func TestDynamoDroppedAnswerIsAmbiguous(t *testing.T) {
 			t.Fatal(err)
 		}
 		faults.dropEvery = 1
-		if err := a.Debit(ctx, "alice", 30); !errors.Is(err, conditional.ErrAmbiguousCommit) {
+		if err := a.Debit(ctx, "alice", 30); !errors.Is(err, dynamoconditional.ErrAmbiguousCommit) {
 			t.Fatalf("debit whose answer was lost: %v, want ErrAmbiguousCommit", err)
 		}
 		if got := dynamoBalance(t, a, "alice"); got != 70 {
@@ -229,7 +229,7 @@ func TestDynamoDroppedAnswerIsAmbiguous(t *testing.T) {
 		// A fenced write is idempotent: retrying the ambiguous one is safe.
 		f := newDynamoDocs(t, client, table)
 		doc := dynamoDocKey("doc")
-		if err := f.Update(ctx, faults, doc, 3, dynamoBody("v3")); !errors.Is(err, conditional.ErrAmbiguousCommit) {
+		if err := f.Update(ctx, faults, doc, 3, dynamoBody("v3")); !errors.Is(err, dynamoconditional.ErrAmbiguousCommit) {
 			t.Fatalf("fenced write whose answer was lost: %v, want ErrAmbiguousCommit", err)
 		}
 		faults.dropEvery = 0
@@ -304,7 +304,7 @@ func TestDynamoSDKDoesNotRetryALostWrite(t *testing.T) {
 		}
 		drop.armed.Store(1)
 		drop.updates.Store(0)
-		if err := s.Take(ctx, key, 1); !errors.Is(err, conditional.ErrAmbiguousCommit) {
+		if err := s.Take(ctx, key, 1); !errors.Is(err, dynamoconditional.ErrAmbiguousCommit) {
 			t.Fatalf("%d units: take whose answer was lost: %v, want ErrAmbiguousCommit", units, err)
 		}
 		if n := drop.updates.Load(); n != 1 {
@@ -323,19 +323,19 @@ func TestDynamoRefusedConnectionIsNotAmbiguous(t *testing.T) {
 	refused := testenv.RefusedEndpoint(t)
 	ctx := context.Background()
 	client := services.DynamoDBClient(refused, nil)
-	stock, err := conditional.NewDynamoStock(client, "tbl")
+	stock, err := dynamoconditional.NewStock(client, "tbl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	accounts, err := conditional.NewDynamoAccounts(client, "tbl")
+	accounts, err := dynamoconditional.NewAccounts(client, "tbl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	holds, err := conditional.NewDynamoHolds(client, "tbl")
+	holds, err := dynamoconditional.NewHolds(client, "tbl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fenced, err := conditional.NewDynamoFenced("tbl", "pk", "fence")
+	fenced, err := dynamoconditional.NewFenced("tbl", "pk", "fence")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func TestDynamoRefusedConnectionIsNotAmbiguous(t *testing.T) {
 	} {
 		err := write()
 		var op *net.OpError
-		if errors.Is(err, conditional.ErrAmbiguousCommit) || !errors.As(err, &op) || op.Op != "dial" {
+		if errors.Is(err, dynamoconditional.ErrAmbiguousCommit) || !errors.As(err, &op) || op.Op != "dial" {
 			t.Errorf("%s with the connection refused: %v; want the dial error, not ErrAmbiguousCommit", name, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package idempotency_test
+package dynamoidempotency_test
 
 import (
 	"context"
@@ -14,9 +14,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/nolock/nolock/idempotency"
+	"github.com/nolock/nolock/idempotency/dynamoidempotency"
 	"github.com/nolock/nolock/internal/testenv"
 )
+
+// initial is alice's balance when a test starts.
+const initial = 10_000
+
+// errInsufficient is the terminal refusal of a payment alice cannot cover.
+var errInsufficient = errors.New("insufficient funds")
+
+// fingerprint identifies a payment request.
+func fingerprint(account, payment string, amount int64) []byte {
+	return dynamoidempotency.Fingerprint([]byte(account), []byte(payment), []byte(strconv.FormatInt(amount, 10)))
+}
 
 // dynamoBed is the wallet on DynamoDB (the transactions server): a wallet
 // item "wallet/alice" and one ledger item per payment, in the test's table.
@@ -24,19 +35,19 @@ type dynamoBed struct {
 	t      *testing.T
 	client *dynamodb.Client
 	table  string
-	store  *idempotency.DynamoDB
+	store  *dynamoidempotency.Store
 	calls  atomic.Int64
 }
 
-func newDynamoBed(t *testing.T, wrap func(idempotency.DynamoDBAPI) idempotency.DynamoDBAPI, opts ...idempotency.Option) *dynamoBed {
+func newDynamoBed(t *testing.T, wrap func(dynamoidempotency.DynamoDBAPI) dynamoidempotency.DynamoDBAPI, opts ...dynamoidempotency.Option) *dynamoBed {
 	t.Helper()
 	client := testenv.DynamoDBTx(t)
 	b := &dynamoBed{t: t, client: client, table: testenv.Table(t, client, false)}
-	var api idempotency.DynamoDBAPI = client
+	var api dynamoidempotency.DynamoDBAPI = client
 	if wrap != nil {
 		api = wrap(client)
 	}
-	store, err := idempotency.NewDynamoDB(api, b.table, opts...)
+	store, err := dynamoidempotency.New(api, b.table, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,11 +92,11 @@ func (b *dynamoBed) amount(pk string) int64 {
 // in Do's transaction. A balance short of the amount is declined, a
 // terminal outcome; the debit's own condition guards the race between the
 // read and the write.
-func (b *dynamoBed) pay(payment string, amount int64) idempotency.DynamoFunc {
+func (b *dynamoBed) pay(payment string, amount int64) dynamoidempotency.Func {
 	return func(ctx context.Context) ([]types.TransactWriteItem, []byte, error) {
 		b.calls.Add(1)
 		if b.amount("wallet/alice") < amount {
-			return nil, []byte("declined"), idempotency.Terminal(errInsufficient)
+			return nil, []byte("declined"), dynamoidempotency.Terminal(errInsufficient)
 		}
 		return []types.TransactWriteItem{
 			{Update: &types.Update{TableName: aws.String(b.table), Key: map[string]types.AttributeValue{"pk": s("wallet/alice")},
@@ -98,7 +109,7 @@ func (b *dynamoBed) pay(payment string, amount int64) idempotency.DynamoFunc {
 	}
 }
 
-func (b *dynamoBed) payOnce(ctx context.Context, payment string, amount int64) (idempotency.Result, error) {
+func (b *dynamoBed) payOnce(ctx context.Context, payment string, amount int64) (dynamoidempotency.Result, error) {
 	return b.store.Do(ctx, "alice", payment, fingerprint("alice", payment, amount), b.pay(payment, amount))
 }
 
@@ -128,14 +139,14 @@ func TestDynamoDBRunsOnceThenReplays(t *testing.T) {
 		t.Fatalf("retry: %+v, %v; want a replay of %+v", again, err, first)
 	}
 	_, err = b.store.Do(ctx, "alice", "pay-1", fingerprint("alice", "pay-1", 700), b.pay("pay-1", 700))
-	var mm *idempotency.MismatchError
-	if !errors.As(err, &mm) || !errors.Is(err, idempotency.ErrMismatch) || string(mm.Stored.Body) != "paid pay-1 500" {
+	var mm *dynamoidempotency.MismatchError
+	if !errors.As(err, &mm) || !errors.Is(err, dynamoidempotency.ErrMismatch) || string(mm.Stored.Body) != "paid pay-1 500" {
 		t.Fatalf("same key, other amount: %v, want a *MismatchError with the stored record", err)
 	}
 	if rec, err := b.store.Get(ctx, "alice", "pay-1"); err != nil || string(rec.Body) != "paid pay-1 500" {
 		t.Fatalf("Get: %+v, %v", rec, err)
 	}
-	if _, err := b.store.Get(ctx, "alice", "pay-2"); !errors.Is(err, idempotency.ErrNotFound) {
+	if _, err := b.store.Get(ctx, "alice", "pay-2"); !errors.Is(err, dynamoidempotency.ErrNotFound) {
 		t.Fatalf("Get of an unused key: %v", err)
 	}
 	if n := b.calls.Load(); n != 1 {
@@ -149,7 +160,7 @@ func TestDynamoDBRunsOnceThenReplays(t *testing.T) {
 func TestDynamoDBConcurrentRetriesTakeEffectOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := newDynamoBed(t, nil, idempotency.WithWait(20*time.Second))
+	b := newDynamoBed(t, nil, dynamoidempotency.WithWait(20*time.Second))
 	const payments, deliveries, amount = 4, 3, 300
 	var ran, replayed atomic.Int64
 	var wg sync.WaitGroup
@@ -215,7 +226,7 @@ func TestDynamoDBTerminalAndRefusedEffects(t *testing.T) {
 	if !errors.As(err, &canceled) {
 		t.Fatalf("effect whose condition fails: %v, want a TransactionCanceledException", err)
 	}
-	if _, err := b.store.Get(ctx, "alice", "pay-x"); !errors.Is(err, idempotency.ErrNotFound) {
+	if _, err := b.store.Get(ctx, "alice", "pay-x"); !errors.Is(err, dynamoidempotency.ErrNotFound) {
 		t.Fatalf("record after a canceled transaction: %v, want ErrNotFound", err)
 	}
 	b.check(2*initial, map[string]int64{"pay-big": -1, "pay-x": -1})
@@ -227,7 +238,7 @@ func TestDynamoDBExpiry(t *testing.T) {
 	var now atomic.Int64
 	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
 	clock := func() time.Time { return time.UnixMilli(now.Load()) }
-	b := newDynamoBed(t, nil, idempotency.WithRetention(time.Hour), idempotency.WithClock(clock))
+	b := newDynamoBed(t, nil, dynamoidempotency.WithRetention(time.Hour), dynamoidempotency.WithClock(clock))
 	if _, err := b.payOnce(ctx, "pay-1", 100); err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +247,7 @@ func TestDynamoDBExpiry(t *testing.T) {
 		t.Fatalf("retry within retention: %+v, %v", res, err)
 	}
 	now.Add((2 * time.Minute).Milliseconds())
-	if _, err := b.store.Get(ctx, "alice", "pay-1"); !errors.Is(err, idempotency.ErrNotFound) {
+	if _, err := b.store.Get(ctx, "alice", "pay-1"); !errors.Is(err, dynamoidempotency.ErrNotFound) {
 		t.Fatalf("Get after expiry: %v, want ErrNotFound", err)
 	}
 	res, err := b.store.Do(ctx, "alice", "pay-1", fingerprint("alice", "pay-1b", 200), b.pay("pay-1b", 200))
@@ -249,7 +260,7 @@ func TestDynamoDBExpiry(t *testing.T) {
 // lossy delivers TransactWriteItems to the server and then loses the reply
 // (commit true), or loses the request (commit false), once.
 type lossy struct {
-	idempotency.DynamoDBAPI
+	dynamoidempotency.DynamoDBAPI
 	commit bool
 	armed  atomic.Bool
 }
@@ -276,12 +287,12 @@ func TestDynamoDBLostReplyConverges(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			var l *lossy
-			b := newDynamoBed(t, func(api idempotency.DynamoDBAPI) idempotency.DynamoDBAPI {
+			b := newDynamoBed(t, func(api dynamoidempotency.DynamoDBAPI) dynamoidempotency.DynamoDBAPI {
 				l = &lossy{DynamoDBAPI: api, commit: committed}
 				return l
 			})
 			l.armed.Store(true)
-			if _, err := b.payOnce(ctx, "pay-1", 500); !errors.Is(err, idempotency.ErrAmbiguousCommit) {
+			if _, err := b.payOnce(ctx, "pay-1", 500); !errors.Is(err, dynamoidempotency.ErrAmbiguousCommit) {
 				t.Fatalf("lost reply: %v, want ErrAmbiguousCommit", err)
 			}
 			res, err := b.payOnce(ctx, "pay-1", 500)
@@ -309,32 +320,28 @@ func (d noDynamo) TransactWriteItems(context.Context, *dynamodb.TransactWriteIte
 func TestDynamoDBBadInput(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store, err := idempotency.NewDynamoDB(noDynamo{t}, "tbl")
+	store, err := dynamoidempotency.New(noDynamo{t}, "tbl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fn := func(context.Context) ([]types.TransactWriteItem, []byte, error) { return nil, nil, nil }
 	for _, tc := range []struct {
 		key   string
-		fn    idempotency.DynamoFunc
+		fn    dynamoidempotency.Func
 		names string
-	}{{"", fn, "key"}, {string(make([]byte, idempotency.MaxKeyLen+1)), fn, "key"}, {"k", nil, "fn"}} {
-		if _, err := store.Do(ctx, "", tc.key, nil, tc.fn); !errors.Is(err, idempotency.ErrInvalid) {
+	}{{"", fn, "key"}, {string(make([]byte, dynamoidempotency.MaxKeyLen+1)), fn, "key"}, {"k", nil, "fn"}} {
+		if _, err := store.Do(ctx, "", tc.key, nil, tc.fn); !errors.Is(err, dynamoidempotency.ErrInvalid) {
 			t.Fatalf("Do(%q): %v, want ErrInvalid naming %s", tc.key, err, tc.names)
 		}
 	}
-	for _, opts := range [][]idempotency.Option{
-		{idempotency.WithTable("x")}, {idempotency.WithAttempts(2)}, {idempotency.WithRetention(0)},
-		{idempotency.WithKeyAttributes("", "")}, {idempotency.WithClock(nil)},
+	for _, opts := range [][]dynamoidempotency.Option{
+		{dynamoidempotency.WithRetention(0)}, {dynamoidempotency.WithKeyAttributes("", "")}, {dynamoidempotency.WithClock(nil)},
 	} {
-		if _, err := idempotency.NewDynamoDB(noDynamo{t}, "tbl", opts...); !errors.Is(err, idempotency.ErrInvalid) {
-			t.Fatalf("NewDynamoDB with a bad option: %v, want ErrInvalid", err)
+		if _, err := dynamoidempotency.New(noDynamo{t}, "tbl", opts...); !errors.Is(err, dynamoidempotency.ErrInvalid) {
+			t.Fatalf("New with a bad option: %v, want ErrInvalid", err)
 		}
 	}
-	if _, err := idempotency.NewDynamoDB(noDynamo{t}, ""); !errors.Is(err, idempotency.ErrInvalid) {
+	if _, err := dynamoidempotency.New(noDynamo{t}, ""); !errors.Is(err, dynamoidempotency.ErrInvalid) {
 		t.Fatalf("empty table: %v", err)
-	}
-	if _, err := idempotency.New(noIO{t}, idempotency.WithClock(time.Now)); !errors.Is(err, idempotency.ErrInvalid) {
-		t.Fatalf("New with a DynamoDB option: %v", err)
 	}
 }

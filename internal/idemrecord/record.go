@@ -1,4 +1,11 @@
-package idempotency
+// Package idemrecord holds what package idempotency and its DynamoDB twin,
+// package dynamoidempotency, share: the record a key keeps, the result of
+// Do, the sentinel errors, the argument limits and checks, and the
+// settings both stores take. It imports neither pgx nor the AWS SDK, so
+// each public package re-exports it without pulling in the other backend;
+// the re-exported values are these very ones, so errors.Is, errors.As and
+// type identity hold across backends.
+package idemrecord
 
 import (
 	"bytes"
@@ -110,8 +117,8 @@ func (e *terminalError) Error() string {
 
 func (e *terminalError) Unwrap() error { return e.err }
 
-// isTerminal reports whether err carries the Terminal mark.
-func isTerminal(err error) bool {
+// IsTerminal reports whether err carries the Terminal mark.
+func IsTerminal(err error) bool {
 	var t *terminalError
 	return errors.As(err, &t)
 }
@@ -132,32 +139,32 @@ func Fingerprint(parts ...[]byte) []byte {
 	return h.Sum(nil)
 }
 
-// invalid returns an ErrInvalid that names what is wrong.
-func invalid(format string, args ...any) error {
+// Invalid returns an ErrInvalid that names what is wrong.
+func Invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// checkCtx returns an ErrInvalid if ctx is nil. Every exported call that
+// CheckCtx returns an ErrInvalid if ctx is nil. Every exported call that
 // takes a ctx checks it before any I/O.
-func checkCtx(ctx context.Context) error {
+func CheckCtx(ctx context.Context) error {
 	if ctx == nil {
-		return invalid("ctx is nil")
+		return Invalid("ctx is nil")
 	}
 	return nil
 }
 
-// validText checks a key or scope: at most max bytes of valid UTF-8 without
+// ValidText checks a key or scope: at most max bytes of valid UTF-8 without
 // NUL (PostgreSQL's text holds neither), and not empty unless allowEmpty.
-func validText(name, v string, max int, allowEmpty bool) error {
+func ValidText(name, v string, max int, allowEmpty bool) error {
 	switch {
 	case v == "" && !allowEmpty:
-		return invalid("%s is empty", name)
+		return Invalid("%s is empty", name)
 	case len(v) > max:
-		return invalid("%s is %d bytes, more than %d", name, len(v), max)
+		return Invalid("%s is %d bytes, more than %d", name, len(v), max)
 	case strings.IndexByte(v, 0) >= 0:
-		return invalid("%s contains a NUL byte", name)
+		return Invalid("%s contains a NUL byte", name)
 	case !utf8.ValidString(v):
-		return invalid("%s is not valid UTF-8", name)
+		return Invalid("%s is not valid UTF-8", name)
 	}
 	return nil
 }
@@ -166,32 +173,32 @@ func validText(name, v string, max int, allowEmpty bool) error {
 // ErrInvalid naming the one that is not. A key is 1 to MaxKeyLen bytes, a
 // scope at most MaxScopeLen; both valid UTF-8 without NUL. It does no I/O.
 func ValidKey(scope, key string) error {
-	if err := validText("scope", scope, MaxScopeLen, true); err != nil {
+	if err := ValidText("scope", scope, MaxScopeLen, true); err != nil {
 		return err
 	}
-	return validText("key", key, MaxKeyLen, false)
+	return ValidText("key", key, MaxKeyLen, false)
 }
 
-// replayOf answers a request with fingerprint fp from a live record: a
+// ReplayOf answers a request with fingerprint fp from a live record: a
 // replay, or a *MismatchError if the fingerprints differ. Every backend
 // answers this way.
-func replayOf(rec Record, fp []byte) (Result, error) {
+func ReplayOf(rec Record, fp []byte) (Result, error) {
 	if !bytes.Equal(rec.Fingerprint, fp) {
 		return Result{}, &MismatchError{Fingerprint: fp, Stored: rec}
 	}
 	return Result{Record: rec, Replayed: true}, nil
 }
 
-// validRequest checks the arguments every backend's Do takes.
-func validRequest(scope, key string, fingerprint []byte, fnIsNil bool) error {
+// ValidRequest checks the arguments every backend's Do takes.
+func ValidRequest(scope, key string, fingerprint []byte, fnIsNil bool) error {
 	if err := ValidKey(scope, key); err != nil {
 		return err
 	}
 	if len(fingerprint) > MaxFingerprintLen {
-		return invalid("fingerprint is %d bytes, more than %d", len(fingerprint), MaxFingerprintLen)
+		return Invalid("fingerprint is %d bytes, more than %d", len(fingerprint), MaxFingerprintLen)
 	}
 	if fnIsNil {
-		return invalid("fn is nil")
+		return Invalid("fn is nil")
 	}
 	return nil
 }

@@ -1,0 +1,85 @@
+package cas
+
+import (
+	"time"
+
+	"github.com/nolock/nolock/internal/casstore"
+)
+
+// The errors of this package, shared with package dynamocas: errors.Is
+// matches them whichever backend returned them. Their doc is in
+// internal/casstore.
+var (
+	ErrConflict        = casstore.ErrConflict        // another writer changed the value: nothing written
+	ErrNotFound        = casstore.ErrNotFound        // no value under the key
+	ErrExists          = casstore.ErrExists          // Create found a value under the key
+	ErrInvalid         = casstore.ErrInvalid         // bad input, named in the text; nothing sent
+	ErrTooLarge        = casstore.ErrTooLarge        // encoded value over the backend's limit; nothing sent
+	ErrAmbiguousCommit = casstore.ErrAmbiguousCommit // sent, then the connection failed: may have applied
+	ErrClosed          = casstore.ErrClosed          // the Store was closed before the update was sent
+)
+
+// Backend stores (key, value, version) records for a Store:
+// PostgresBackend here, dynamocas.Backend on DynamoDB.
+type Backend = casstore.Backend
+
+// Codec turns values into bytes and back; JSON is the default.
+type Codec[T any] = casstore.Codec[T]
+
+// JSON is the default Codec.
+type JSON[T any] = casstore.JSON[T]
+
+// Versioned is a value with the version it was stored at.
+type Versioned[T any] = casstore.Versioned[T]
+
+// Store is a typed versioned store with compare-and-set updates, safe for
+// concurrent use; Close it to stop its goroutines.
+type Store[T any] = casstore.Store[T]
+
+// MaxKeyLen bounds a Store key's length in bytes.
+const MaxKeyLen = casstore.MaxKeyLen
+
+// NewStore returns a Store of T values on b, encoded with codec (nil means
+// JSON).
+func NewStore[T any](b Backend, codec Codec[T], opts ...Option) (*Store[T], error) {
+	return casstore.NewStore(b, codec, opts...)
+}
+
+// Option configures Retry and NewStore.
+type Option = casstore.Option
+
+// WithBackoff sets the jitter window of the first delayed retry and its
+// ceiling (defaults 2 ms and 500 ms).
+func WithBackoff(base, cap time.Duration) Option { return casstore.WithBackoff(base, cap) }
+
+// WithAttempts bounds the attempts, the first included (default 20).
+func WithAttempts(n int) Option { return casstore.WithAttempts(n) }
+
+// WithOnRetry calls f before each retry's wait; f must be fast and safe for
+// concurrent use.
+func WithOnRetry(f func(key string, attempt int, err error, delay time.Duration)) Option {
+	return casstore.WithOnRetry(f)
+}
+
+// WithStats counts attempts, conflicts and commits into s.
+func WithStats(s *Stats) Option { return casstore.WithStats(s) }
+
+// WithCombining turns the combining of concurrent Updates of one key on
+// (the default) or off for the whole Store.
+func WithCombining(on bool) Option { return casstore.WithCombining(on) }
+
+// WithMaxBatch bounds how many Updates one combined write applies (default 128).
+func WithMaxBatch(n int) Option { return casstore.WithMaxBatch(n) }
+
+// UpdateOption configures one Update call.
+type UpdateOption = casstore.UpdateOption
+
+// NoCombine runs this Update on its own read-modify-write, neither combined
+// with nor queued behind others of the same key.
+func NoCombine() UpdateOption { return casstore.NoCombine() }
+
+// Stats counts what a Store or Retry did; safe for concurrent use.
+type Stats = casstore.Stats
+
+// StatsSnapshot is a copy of the counters at one moment.
+type StatsSnapshot = casstore.StatsSnapshot

@@ -1,0 +1,32 @@
+package conditional
+
+import (
+	"errors"
+
+	"github.com/nolock/nolock/internal/condcore"
+)
+
+// The errors of this package, shared with package dynamoconditional:
+// errors.Is matches them whichever backend returned them. Their doc is in
+// internal/condcore.
+var (
+	ErrSoldOut         = condcore.ErrSoldOut         // the stock cannot cover the request: nothing taken
+	ErrInsufficient    = condcore.ErrInsufficient    // the balance cannot cover the debit: nothing taken
+	ErrUnknownKey      = condcore.ErrUnknownKey      // no row for the key: nothing changed
+	ErrInvalid         = condcore.ErrInvalid         // bad input, named in the text; nothing sent
+	ErrAmbiguousCommit = condcore.ErrAmbiguousCommit // sent, then the connection failed: may have committed
+	ErrHeld            = condcore.ErrHeld            // another holder's hold has not expired: nothing changed
+	ErrConfirmed       = condcore.ErrConfirmed       // the resource's hold was confirmed: nothing changed
+	ErrNotHolder       = condcore.ErrNotHolder       // the caller does not hold the resource: nothing changed
+	ErrFenced          = condcore.ErrFenced          // a newer fencing token exists: nothing written
+)
+
+// ErrClosed means the Stock was closed before the request was sent.
+var ErrClosed = errors.New("conditional: closed")
+
+// HoldError says which resource could not be held and why (Err: ErrHeld,
+// ErrConfirmed or ErrUnknownKey); Hold and HoldAll return it.
+type HoldError = condcore.HoldError
+
+// MaxKeyLen bounds a key's length in bytes: keys live in a primary-key index.
+const MaxKeyLen = condcore.MaxKeyLen

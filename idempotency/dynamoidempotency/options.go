@@ -1,0 +1,56 @@
+package dynamoidempotency
+
+import (
+	"time"
+
+	"github.com/nolock/nolock/internal/idemrecord"
+)
+
+// Defaults for New.
+const (
+	DefaultRetention = idemrecord.DefaultRetention // 24 h
+	DefaultWait      = idemrecord.DefaultWait      // 5 s
+	// MaxWait bounds WithWait, as it does for package idempotency.
+	MaxWait = idemrecord.MaxWait
+)
+
+// Option configures New. Package idempotency has its own, so an option of
+// one store given to the other is a compile error.
+type Option func(*config)
+
+type config struct {
+	retention time.Duration
+	wait      time.Duration
+	pk, sk    string
+	now       func() time.Time
+}
+
+// WithRetention sets how long a record counts after its key is claimed
+// (default 24 h), judged by the writer's clock: after that the key is
+// treated as unused. Each record keeps the expiry it was written with, so
+// Stores with different retentions may share a table.
+func WithRetention(d time.Duration) Option { return func(c *config) { c.retention = d } }
+
+// WithWait bounds the retries of a transaction that meets concurrent ones
+// with the same key (default 5 s) before Do returns ErrInProgress. 0 means
+// until the context ends.
+func WithWait(d time.Duration) Option { return func(c *config) { c.wait = d } }
+
+// WithKeyAttributes names the table's partition key attribute (default
+// "pk") and its sort key attribute ("" for none, the default; with one,
+// records use the sort key value "nolock-idem").
+func WithKeyAttributes(partition, sort string) Option {
+	return func(c *config) { c.pk, c.sk = partition, sort }
+}
+
+// WithClock sets the clock that judges expiry (default time.Now): DynamoDB
+// conditions have no server time.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+func newConfig(opts []Option) (config, error) {
+	cfg := config{retention: DefaultRetention, wait: DefaultWait, pk: "pk", now: time.Now}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg, idemrecord.ValidTiming(cfg.retention, cfg.wait)
+}

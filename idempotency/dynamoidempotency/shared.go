@@ -1,0 +1,42 @@
+package dynamoidempotency
+
+import "github.com/nolock/nolock/internal/idemrecord"
+
+// The errors of this package, shared with package idempotency:
+// errors.Is matches them whichever store returned them. Their doc is in
+// internal/idemrecord.
+var (
+	ErrMismatch        = idemrecord.ErrMismatch        // key reused with another fingerprint; a *MismatchError
+	ErrInProgress      = idemrecord.ErrInProgress      // concurrent duplicates kept meeting until the wait ran out
+	ErrAmbiguousCommit = idemrecord.ErrAmbiguousCommit // sent, then the reply was lost: retry with the same key
+	ErrInvalid         = idemrecord.ErrInvalid         // bad input, named in the text; nothing sent
+	ErrNotFound        = idemrecord.ErrNotFound        // no live record for the key
+)
+
+// Limits on the arguments of Do, checked before any I/O.
+const (
+	MaxKeyLen         = idemrecord.MaxKeyLen         // bytes of a key (255)
+	MaxScopeLen       = idemrecord.MaxScopeLen       // bytes of a scope (255)
+	MaxFingerprintLen = idemrecord.MaxFingerprintLen // bytes of a fingerprint (64)
+)
+
+// Record is what the store keeps for a key: the request's fingerprint and
+// the outcome of the function that ran for it.
+type Record = idemrecord.Record
+
+// Result is the outcome of Do: the record, and whether it was replayed.
+type Result = idemrecord.Result
+
+// MismatchError is returned when a key is reused with a different
+// fingerprint; Stored is the key's existing record.
+type MismatchError = idemrecord.MismatchError
+
+// Terminal marks the error a function returns as a terminal outcome,
+// stored and replayed like a success.
+func Terminal(err error) error { return idemrecord.Terminal(err) }
+
+// Fingerprint returns the SHA-256 of parts, each prefixed with its length.
+func Fingerprint(parts ...[]byte) []byte { return idemrecord.Fingerprint(parts...) }
+
+// ValidKey reports whether Do would accept scope and key, without I/O.
+func ValidKey(scope, key string) error { return idemrecord.ValidKey(scope, key) }

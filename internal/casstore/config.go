@@ -1,0 +1,131 @@
+package casstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nolock/nolock/internal/backoff"
+)
+
+// Option configures cas.Retry and NewStore.
+type Option func(*Config)
+
+// Config is the settings Options make: the retry policy, the observers and
+// the Store's combining. cas.Retry runs its attempts through it.
+type Config struct {
+	policy  backoff.Policy
+	onRetry func(key string, attempt int, err error, delay time.Duration)
+	combine bool
+	max     int
+	timeout time.Duration
+	stats   *Stats
+}
+
+// NewConfig applies opts to the defaults and validates the result; an
+// invalid setting is an ErrInvalid naming it.
+func NewConfig(opts []Option) (Config, error) {
+	c := Config{policy: backoff.Policy{Attempts: 20, Immediate: lostRace}, combine: true, max: 128, timeout: 30 * time.Second}
+	for _, o := range opts {
+		o(&c)
+	}
+	if err := c.policy.Validate(); err != nil {
+		return c, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	switch {
+	case c.max < 1:
+		return c, Invalid("max batch %d is below 1", c.max)
+	case c.timeout <= 0:
+		return c, Invalid("timeout %v is not positive", c.timeout)
+	}
+	return c, nil
+}
+
+// WithBackoff sets the jitter window of the first delayed retry (base) and
+// its ceiling (cap). Defaults: 2 ms and 500 ms. A lost compare-and-set is
+// retried at once the first time; every other retry, and every retry of a
+// serialization failure or deadlock, waits a uniform random time in
+// [0, min(cap, base·2^k)] (full jitter), k counting from 0.
+func WithBackoff(base, cap time.Duration) Option {
+	return func(c *Config) { c.policy.Base, c.policy.Cap = base, cap }
+}
+
+// WithAttempts bounds the attempts, the first included (default 20).
+func WithAttempts(n int) Option { return func(c *Config) { c.policy.Attempts = n } }
+
+// WithOnRetry calls f before each retry's wait with the key (empty for
+// Retry), the attempt that just failed, its error and the delay. Use it to
+// find hot keys. f must be fast and safe for concurrent use.
+func WithOnRetry(f func(key string, attempt int, err error, delay time.Duration)) Option {
+	return func(c *Config) { c.onRetry = f }
+}
+
+// WithStats counts attempts, conflicts and commits into s.
+func WithStats(s *Stats) Option { return func(c *Config) { c.stats = s } }
+
+// WithCombining turns the combining of concurrent Updates of one key on
+// (the default) or off for the whole Store. Off, the Store still admits one
+// read-modify-write per key at a time in this process (the others wait
+// their turn instead of conflicting); conflicts then come only from other
+// processes. NoCombine takes one call out of both.
+func WithCombining(on bool) Option { return func(c *Config) { c.combine = on } }
+
+// WithMaxBatch bounds how many Updates one combined write applies (default 128).
+func WithMaxBatch(n int) Option { return func(c *Config) { c.max = n } }
+
+// Stats counts what a Store or Retry did. It is safe for concurrent use;
+// read it with Load.
+type Stats struct {
+	attempts, conflicts, commits atomic.Uint64
+}
+
+// StatsSnapshot is a copy of the counters at one moment.
+type StatsSnapshot struct {
+	Attempts  uint64 // read-decide-write attempts
+	Conflicts uint64 // attempts refused because another writer got there first
+	Commits   uint64 // successful writes (a combined batch counts once)
+}
+
+// Load returns the counters.
+func (s *Stats) Load() StatsSnapshot {
+	return StatsSnapshot{s.attempts.Load(), s.conflicts.Load(), s.commits.Load()}
+}
+
+// count records one attempt and whether it hit a conflict.
+func (c *Config) count(err error) {
+	if c.stats == nil {
+		return
+	}
+	c.stats.attempts.Add(1)
+	if conflict(err) {
+		c.stats.conflicts.Add(1)
+	}
+}
+
+// Committed records one successful write.
+func (c *Config) Committed() {
+	if c.stats != nil {
+		c.stats.commits.Add(1)
+	}
+}
+
+// Retry runs op with the configured policy, retrying conflicts (see
+// conflict); key names the record for WithOnRetry, empty for cas.Retry.
+func (c *Config) Retry(ctx context.Context, key string, op func(ctx context.Context) error) error {
+	err := c.policy.Retry(ctx, func(ctx context.Context, _ int) error {
+		err := op(ctx)
+		c.count(err)
+		return err
+	}, conflict, func(attempt int, err error, d time.Duration) {
+		if c.onRetry != nil {
+			c.onRetry(key, attempt, err, d)
+		}
+	})
+	var ex *backoff.ExhaustedError
+	if errors.As(err, &ex) {
+		return fmt.Errorf("cas: gave up after %d attempts: %w", ex.Attempts, ex.Last)
+	}
+	return err
+}

@@ -1,0 +1,36 @@
+package idemrecord
+
+import (
+	"math"
+	"time"
+)
+
+// Settings both stores take, with their defaults.
+const (
+	// DefaultRetention is how long a record counts unless WithRetention
+	// says otherwise.
+	DefaultRetention = 24 * time.Hour
+	// DefaultWait bounds the wait for a concurrent request with the same
+	// key unless WithWait says otherwise.
+	DefaultWait = 5 * time.Second
+	// MaxWait bounds WithWait: PostgreSQL's lock_timeout takes at most
+	// 2^31-1 ms (about 24.8 days). The DynamoDB store keeps the same bound.
+	MaxWait = math.MaxInt32 * time.Millisecond
+)
+
+// ValidTiming checks a retention and a wait: an ErrInvalid naming the one
+// that is out of range, or nil. Retention must be at least 1 ms; wait
+// within [0, MaxWait].
+func ValidTiming(retention, wait time.Duration) error {
+	switch {
+	case retention <= 0:
+		return Invalid("retention %v is not positive", retention)
+	case retention < time.Millisecond:
+		return Invalid("retention %v is below 1ms", retention)
+	case wait < 0:
+		return Invalid("wait %v is negative", wait)
+	case wait > MaxWait:
+		return Invalid("wait %v is over %v, PostgreSQL's longest lock_timeout", wait, MaxWait)
+	}
+	return nil
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/kafkadial"
 	"github.com/nolock/nolock/internal/kafkatxn"
 )
 
@@ -122,10 +123,11 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler, opts ...RunOption
 	p := &partitions{in: in, r: r, h: recovering(h), cfg: cfg, run: runCtx, work: work, queues: map[topicPartition]chan kafka.Message{}}
 	if kr, ok := r.(interface{ Config() kafka.ReaderConfig }); ok {
 		rc := kr.Config()
-		tr := &kafka.Transport{}
-		if d := rc.Dialer; d != nil {
-			tr.Dial, tr.TLS, tr.SASL, tr.ClientID = d.DialFunc, d.TLS, d.SASLMechanism, d.ClientID
+		d := rc.Dialer
+		if d == nil {
+			d = kafka.DefaultDialer
 		}
+		tr := kafkadial.Transport(d)
 		defer tr.CloseIdleConnections()
 		p.filter = func(topic string, partition int) *kafkatxn.Filter {
 			return kafkatxn.New(tr, kafka.TCP(rc.Brokers...), topic, partition, true)

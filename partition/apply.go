@@ -55,21 +55,25 @@ func (c *Consumer) applyRetrying(runCtx, genCtx context.Context, cl Claim, prev 
 
 // isolate applies msgs, whose batch failed, one message per transaction
 // from the stored offset prev; a message that fails MaxAttempts times on
-// its own is parked, and the next one follows.
-func (c *Consumer) isolate(runCtx, genCtx context.Context, cl Claim, prev *int64, msgs []kafka.Message, log *slog.Logger) error {
+// its own is parked, and the next one follows. It returns how many it
+// parked.
+func (c *Consumer) isolate(runCtx, genCtx context.Context, cl Claim, prev *int64, msgs []kafka.Message, log *slog.Logger) (parked int, err error) {
 	log.Warn("partition: batch failed, applying its messages one at a time", "offset", msgs[0].Offset, "messages", len(msgs))
 	for _, m := range msgs {
 		next := m.Offset + 1
 		err := c.applyRetrying(runCtx, genCtx, cl, prev, next, []kafka.Message{m}, log)
 		if ex := (*exhaustedError)(nil); errors.As(err, &ex) {
-			err = c.parkRetrying(runCtx, genCtx, cl, prev, m, ex, log)
+			var p bool
+			if p, err = c.parkRetrying(runCtx, genCtx, cl, prev, m, ex, log); p {
+				parked++
+			}
 		}
 		if err != nil {
-			return err
+			return parked, err
 		}
 		prev = &next
 	}
-	return nil
+	return parked, nil
 }
 
 // apply runs one attempt of a batch: begin, fence, handler, commit. It

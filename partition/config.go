@@ -25,6 +25,10 @@ const (
 	DefaultMaxAttempts       = 10
 	// DefaultPartitionWatchInterval is kafka-go's.
 	DefaultPartitionWatchInterval = 5 * time.Second
+	// DefaultMinBytes and DefaultMaxBytes are kafka-go's Reader defaults.
+	DefaultMinBytes = 1
+	DefaultMaxBytes = 1_000_000
+	DefaultMaxWait  = time.Second
 )
 
 // parkedSuffix names the parked messages' table: Table + "_parked".
@@ -131,8 +135,51 @@ type Config struct {
 	// consumed from StartOffset. Default 5 s; it must not be negative.
 	PartitionWatchInterval time.Duration
 
-	// Dialer connects to Kafka (TLS, SASL, client ID); nil means
-	// kafka.DefaultDialer.
+	// GroupBalancers are the assignment strategies this member offers
+	// the group, most preferred first; the group uses one that every
+	// member offers (Kafka's rule), so members of one group must share
+	// one. Default kafka-go's: kafka.RangeGroupBalancer, then
+	// kafka.RoundRobinGroupBalancer; with RackID set,
+	// kafka.RackAffinityGroupBalancer{Rack: RackID} before them. An
+	// explicit list must not be empty, hold nil, or offer one protocol
+	// name twice. Only the assignment depends on it: the fence makes any
+	// balancer safe.
+	GroupBalancers []kafka.GroupBalancer
+	// RackID names the rack (availability zone) this member runs in, as
+	// the brokers' broker.rack does. kafka-go v0.4.51 fetches from
+	// partition leaders only (no KIP-392 follower fetching), so the rack
+	// steers the assignment: kafka.RackAffinityGroupBalancer gives each
+	// partition to a member in its leader's rack where there is one. With
+	// GroupBalancers nil, that balancer is offered first; with an explicit
+	// list, RackID must be the Rack of a RackAffinityGroupBalancer in it
+	// (Validate refuses a RackID that would have no effect). Default "":
+	// no rack.
+	RackID string
+
+	// MinBytes, MaxBytes and MaxWait shape each fetch of a partition's
+	// reader: the broker answers once it holds MinBytes for the fetch, or
+	// once MaxWait has passed, with at most about MaxBytes (a larger first
+	// record batch is still returned whole). Defaults: 1 byte, 1 MB and
+	// 1 s. kafka-go keeps part of MaxWait for the round trip: the broker
+	// holds a fetch for MaxWait less 1 s, or for three quarters of a
+	// MaxWait below 1 s. A MinBytes above 1 trades latency (up to MaxWait
+	// per fetch) for fewer, larger fetches. None may be negative, MinBytes
+	// must not be above MaxBytes, MaxBytes not above 1 GiB, and MaxWait
+	// must be below RebalanceTimeout: a worker closes its reader, which
+	// waits for the fetch in flight, before its member rejoins a rebalance.
+	MinBytes int
+	MaxBytes int
+	MaxWait  time.Duration
+
+	// Dialer opens every connection this package makes to Kafka, with all
+	// of its settings: the consumer group's (finding the coordinator,
+	// joining, heartbeats, offset commits, the partition watch), each
+	// partition reader's (metadata, fetches), and those of the claims'
+	// DescribeGroups, the first-offset checks' ListOffsets and the
+	// classifying fetches, which go through a kafka.Transport built from
+	// the whole Dialer (see docs/partition.md for which field maps where).
+	// nil means kafka.DefaultDialer. New copies the Dialer (not what its
+	// pointer fields point to: TLS, SASLMechanism, Resolver).
 	Dialer *kafka.Dialer
 	// Logger receives claims, releases, retries and kafka-go's own logs;
 	// nil discards them.
@@ -204,6 +251,21 @@ func (c Config) withDefaults() Config {
 	if c.PartitionWatchInterval == 0 {
 		c.PartitionWatchInterval = DefaultPartitionWatchInterval
 	}
+	if c.GroupBalancers == nil {
+		c.GroupBalancers = []kafka.GroupBalancer{kafka.RangeGroupBalancer{}, kafka.RoundRobinGroupBalancer{}}
+		if c.RackID != "" {
+			c.GroupBalancers = append([]kafka.GroupBalancer{kafka.RackAffinityGroupBalancer{Rack: c.RackID}}, c.GroupBalancers...)
+		}
+	}
+	if c.MinBytes == 0 {
+		c.MinBytes = DefaultMinBytes
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = DefaultMaxWait
+	}
 	return c
 }
 
@@ -257,6 +319,7 @@ func (c Config) Validate() error {
 		{"HeartbeatInterval", c.HeartbeatInterval}, {"SessionTimeout", c.SessionTimeout},
 		{"RebalanceTimeout", c.RebalanceTimeout}, {"JoinGroupBackoff", c.JoinGroupBackoff},
 		{"KafkaCommitInterval", c.KafkaCommitInterval}, {"PartitionWatchInterval", c.PartitionWatchInterval},
+		{"MaxWait", c.MaxWait},
 	} {
 		if d.v < 0 {
 			return invalid("%s %v is negative", d.name, d.v)
@@ -270,7 +333,7 @@ func (c Config) Validate() error {
 	case c.BatchTimeout < time.Millisecond:
 		return invalid("BatchTimeout %v is below 1ms, PostgreSQL's idle_in_transaction_session_timeout resolution", c.BatchTimeout)
 	}
-	return nil
+	return c.validateKafka()
 }
 
 func invalid(format string, args ...any) error {

@@ -17,8 +17,7 @@ import (
 // before any I/O (the brokers here do not exist).
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	ok := partition.Config{Brokers: []string{"127.0.0.1:1"}, GroupID: "g", Topics: []string{"t"},
-		Handler: func(context.Context, pgx.Tx, []kafka.Message) error { return nil }}
+	ok := minimalConfig()
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("minimal config: %v", err)
 	}
@@ -68,6 +67,81 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("short timeouts: %v", err)
 	}
 }
+
+// The kafka-go settings are refused as given when they cannot work,
+// naming the field, and kept when they can.
+func TestConfigValidateKafkaSettings(t *testing.T) {
+	t.Parallel()
+	ok := minimalConfig()
+	for _, tc := range []struct {
+		field string
+		edit  func(*partition.Config)
+	}{
+		{"MinBytes", func(c *partition.Config) { c.MinBytes = -1 }},
+		{"MinBytes", func(c *partition.Config) { c.MinBytes, c.MaxBytes = 10, 5 }},
+		{"MinBytes", func(c *partition.Config) { c.MinBytes = partition.DefaultMaxBytes + 1 }}, // above the default MaxBytes
+		{"MaxBytes", func(c *partition.Config) { c.MaxBytes = -1 }},
+		{"MaxBytes", func(c *partition.Config) { c.MaxBytes = 1<<30 + 1 }},
+		{"MaxWait", func(c *partition.Config) { c.MaxWait = -time.Second }},
+		{"MaxWait", func(c *partition.Config) { c.MaxWait = 30 * time.Second }}, // = default RebalanceTimeout
+		{"MaxWait", func(c *partition.Config) {
+			c.RebalanceTimeout, c.BatchTimeout, c.MaxWait = 3*time.Second, time.Second, 4*time.Second
+		}},
+		{"GroupBalancers", func(c *partition.Config) { c.GroupBalancers = []kafka.GroupBalancer{} }},
+		{"GroupBalancers", func(c *partition.Config) { c.GroupBalancers = []kafka.GroupBalancer{kafka.RangeGroupBalancer{}, nil} }},
+		{"GroupBalancers", func(c *partition.Config) {
+			c.GroupBalancers = []kafka.GroupBalancer{kafka.RangeGroupBalancer{}, kafka.RoundRobinGroupBalancer{}, kafka.RangeGroupBalancer{}}
+		}},
+		{"GroupBalancers", func(c *partition.Config) { c.GroupBalancers = []kafka.GroupBalancer{namelessBalancer{}} }},
+		{"RackID", func(c *partition.Config) {
+			c.RackID, c.GroupBalancers = "a", []kafka.GroupBalancer{kafka.RangeGroupBalancer{}}
+		}},
+		{"RackID", func(c *partition.Config) {
+			c.RackID, c.GroupBalancers = "a", []kafka.GroupBalancer{kafka.RackAffinityGroupBalancer{Rack: "b"}}
+		}},
+	} {
+		cfg := ok
+		tc.edit(&cfg)
+		err := cfg.Validate()
+		if !errors.Is(err, partition.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: Validate returned %v; want ErrInvalid naming %s", tc.field, err, tc.field)
+		}
+	}
+	// Explicit kafka-go settings that work are kept as given.
+	for name, edit := range map[string]func(*partition.Config){
+		"rack, default balancers": func(c *partition.Config) { c.RackID = "a" },
+		"rack in a balancer": func(c *partition.Config) {
+			c.RackID, c.GroupBalancers = "a", []kafka.GroupBalancer{&kafka.RackAffinityGroupBalancer{Rack: "a"}}
+		},
+		"round robin only":         func(c *partition.Config) { c.GroupBalancers = []kafka.GroupBalancer{kafka.RoundRobinGroupBalancer{}} },
+		"MinBytes = MaxBytes":      func(c *partition.Config) { c.MinBytes, c.MaxBytes = 4096, 4096 },
+		"MaxWait below rebalance":  func(c *partition.Config) { c.MaxWait = 29 * time.Second },
+		"a Dialer with a clientID": func(c *partition.Config) { c.Dialer = &kafka.Dialer{ClientID: "x"} },
+	} {
+		cfg := ok
+		edit(&cfg)
+		if _, err := partition.New(&noDB{}, cfg); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	d := partition.DefaultConfig()
+	if d.MinBytes != partition.DefaultMinBytes || d.MaxBytes != partition.DefaultMaxBytes || d.MaxWait != partition.DefaultMaxWait ||
+		len(d.GroupBalancers) != 2 || d.GroupBalancers[0].ProtocolName() != "range" || d.GroupBalancers[1].ProtocolName() != "roundrobin" {
+		t.Errorf("DefaultConfig's kafka-go settings: %+v", d)
+	}
+}
+
+// minimalConfig is a Config with only the required fields, for brokers
+// that do not exist.
+func minimalConfig() partition.Config {
+	return partition.Config{Brokers: []string{"127.0.0.1:1"}, GroupID: "g", Topics: []string{"t"},
+		Handler: func(context.Context, pgx.Tx, []kafka.Message) error { return nil }}
+}
+
+// namelessBalancer is a GroupBalancer without a protocol name.
+type namelessBalancer struct{ kafka.RangeGroupBalancer }
+
+func (namelessBalancer) ProtocolName() string { return "" }
 
 // noDB fails the test if New did any I/O.
 type noDB struct{}

@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/kafkadial"
 	"github.com/nolock/nolock/internal/kafkaerr"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgschema"
@@ -65,6 +66,7 @@ type Consumer struct {
 	retry       backoff.Policy
 	kafka       *kafka.Client
 	transport   *kafka.Transport
+	stats       statsTable
 
 	running atomic.Bool
 	fatal   struct {
@@ -90,14 +92,17 @@ func New(db DB, cfg Config) (*Consumer, error) {
 	cfg = cfg.withDefaults()
 	cfg.Brokers = append([]string(nil), cfg.Brokers...)
 	cfg.Topics = append([]string(nil), cfg.Topics...)
+	cfg.GroupBalancers = append([]kafka.GroupBalancer(nil), cfg.GroupBalancers...)
+	dialer := *kafka.DefaultDialer
+	if cfg.Dialer != nil {
+		dialer = *cfg.Dialer
+	}
+	cfg.Dialer = &dialer
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	tr := &kafka.Transport{}
-	if d := cfg.Dialer; d != nil {
-		tr.Dial, tr.TLS, tr.SASL, tr.ClientID = d.DialFunc, d.TLS, d.SASLMechanism, d.ClientID
-	}
+	tr := kafkadial.Transport(cfg.Dialer)
 	return &Consumer{
 		db:          db,
 		cfg:         cfg,
@@ -162,6 +167,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		Brokers:           c.cfg.Brokers,
 		Dialer:            c.cfg.Dialer,
 		Topics:            c.cfg.Topics,
+		GroupBalancers:    c.cfg.GroupBalancers,
 		HeartbeatInterval: c.cfg.HeartbeatInterval,
 		SessionTimeout:    c.cfg.SessionTimeout,
 		RebalanceTimeout:  c.cfg.RebalanceTimeout,

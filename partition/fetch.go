@@ -73,6 +73,12 @@ type fetched struct {
 	msgs  []kafka.Message
 	first int64 // the first offset delivered
 	next  int64 // the offset after the last one delivered
+
+	// For Stats, also on failure: the high-water mark the last fetch
+	// reported (-1: none), records skipped, classifying fetches failed.
+	hwm      int64
+	skipped  int
+	failures int
 }
 
 // fetch returns the next batch: it waits for one message as long as
@@ -85,11 +91,11 @@ type fetched struct {
 func (c *Consumer) fetch(fetchCtx, genCtx context.Context, r *kafka.Reader, f *kafkatxn.Filter, log *slog.Logger) (fetched, error) {
 	m, err := r.FetchMessage(fetchCtx)
 	if err != nil {
-		return fetched{}, err
+		return fetched{first: -1, hwm: -1}, err
 	}
 	b := fetched{first: m.Offset}
 	if err := c.add(genCtx, f, &b, m, log); err != nil {
-		return fetched{}, err
+		return b, err
 	}
 	if c.cfg.MaxBatch == 1 || r.Lag() <= 0 {
 		return b, nil
@@ -102,7 +108,7 @@ func (c *Consumer) fetch(fetchCtx, genCtx context.Context, r *kafka.Reader, f *k
 			break // hand over what we have; the message stays queued
 		}
 		if err := c.add(genCtx, f, &b, m, log); err != nil {
-			return fetched{}, err
+			return b, err
 		}
 	}
 	return b, nil
@@ -112,17 +118,19 @@ func (c *Consumer) fetch(fetchCtx, genCtx context.Context, r *kafka.Reader, f *k
 // record of an aborted transaction. A failure to classify it is retried
 // with backoff as long as genCtx lasts and the failure is transient.
 func (c *Consumer) add(genCtx context.Context, f *kafkatxn.Filter, b *fetched, m kafka.Message, log *slog.Logger) error {
-	b.next = m.Offset + 1
+	b.next, b.hwm = m.Offset+1, m.HighWaterMark
 	for attempt := 1; ; attempt++ {
 		skip, err := f.Skip(genCtx, m)
 		if err == nil {
 			if skip {
+				b.skipped++
 				log.Debug("partition: skipped a control record or a record of an aborted transaction", "offset", m.Offset)
 			} else {
 				b.msgs = append(b.msgs, m)
 			}
 			return nil
 		}
+		b.failures++
 		if genCtx.Err() != nil || !kafkaerr.Retriable(err) {
 			return fmt.Errorf("%w: offset %d: %w", errClassify, m.Offset, err)
 		}

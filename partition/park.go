@@ -14,11 +14,13 @@ import (
 )
 
 // parkRetrying parks m, whose attempts ran out, retrying transient
-// failures for as long as the generation lasts, then calls OnPark. It
+// failures for as long as the generation lasts, then calls OnPark; parked
+// reports that this call parked it (not an earlier attempt's commit found
+// applied without a parked row). It
 // returns an error wrapping ErrFenced if a newer owner exists, and any
 // other failure to park, which stops Run (the parked table is missing,
 // say): skipping m unrecorded is never an option.
-func (c *Consumer) parkRetrying(runCtx, genCtx context.Context, cl Claim, prev *int64, m kafka.Message, ex *exhaustedError, log *slog.Logger) error {
+func (c *Consumer) parkRetrying(runCtx, genCtx context.Context, cl Claim, prev *int64, m kafka.Message, ex *exhaustedError, log *slog.Logger) (bool, error) {
 	for attempt := 1; ; attempt++ {
 		parked, retry, err := c.park(runCtx, cl, prev, m, ex)
 		if err == nil {
@@ -28,14 +30,14 @@ func (c *Consumer) parkRetrying(runCtx, genCtx context.Context, cl Claim, prev *
 					c.cfg.OnPark(m, ex.err)
 				}
 			}
-			return nil
+			return parked, nil
 		}
 		if errors.Is(err, ErrFenced) || !retry {
-			return fmt.Errorf("partition: %s: parking offset %d after %d failed attempts (%v): %w", cl, m.Offset, ex.attempts, ex.err, err)
+			return false, fmt.Errorf("partition: %s: parking offset %d after %d failed attempts (%v): %w", cl, m.Offset, ex.attempts, ex.err, err)
 		}
 		log.Warn("partition: parking failed, retrying", "offset", m.Offset, "attempt", attempt, "err", err)
 		if backoff.Sleep(genCtx, c.retry.Delay(min(attempt+1, 30))) != nil {
-			return errGenerationEnded
+			return false, errGenerationEnded
 		}
 	}
 }

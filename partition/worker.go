@@ -42,6 +42,8 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 	}
 	log = log.With("epoch", cl.Epoch)
 	log.Info("partition: claimed", "offset", cl.Offset)
+	st := c.stats.claimed(cl, prev)
+	defer st.released()
 	if c.cfg.OnClaim != nil {
 		c.cfg.OnClaim(cl)
 	}
@@ -52,7 +54,7 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 		return nil
 	}
 	w := &worker{
-		c: c, gen: gen, a: a, cl: cl, log: log, r: r,
+		c: c, gen: gen, a: a, cl: cl, log: log, r: r, stats: st,
 		// The Reader hands over control records and, read committed, the
 		// records of aborted transactions too; the filter tells them apart.
 		filter: kafkatxn.New(c.transport, kafka.TCP(c.cfg.Brokers...), a.topic, a.partition, !c.cfg.ReadUncommitted),
@@ -78,7 +80,9 @@ func (c *Consumer) newReader(a assignment, log *slog.Logger) *kafka.Reader {
 		Topic:          a.topic,
 		Partition:      a.partition,
 		Dialer:         c.cfg.Dialer,
-		MaxWait:        time.Second,
+		MinBytes:       c.cfg.MinBytes,
+		MaxBytes:       c.cfg.MaxBytes,
+		MaxWait:        c.cfg.MaxWait,
 		IsolationLevel: isolation,
 		QueueCapacity:  max(100, c.cfg.MaxBatch),
 		Logger:         kafkaLogger(log, slog.LevelDebug-4), // below Debug: the reader is chatty
@@ -96,6 +100,7 @@ type worker struct {
 	log    *slog.Logger
 	r      *kafka.Reader
 	filter *kafkatxn.Filter
+	stats  *partStats
 	prev   *int64 // the stored next offset (nil: none yet)
 	expect *int64 // the offset the Reader should deliver next, if known
 
@@ -148,6 +153,7 @@ func (w *worker) fetchBatch(genCtx context.Context) (fetched, bool, error) {
 		}
 		b, err := w.c.fetch(fetchCtx, genCtx, w.r, w.filter, w.log)
 		cancelFetch()
+		w.stats.fetched(b.first, b.hwm, b.skipped, b.failures)
 		if err == nil {
 			w.fetchFailures = 0
 			return b, false, nil
@@ -156,6 +162,9 @@ func (w *worker) fetchBatch(genCtx context.Context) (fetched, bool, error) {
 		if !classify && genCtx.Err() == nil && fetchCtx.Err() != nil {
 			w.commitKafka() // idle: commit the burst's trailing offset
 			continue
+		}
+		if !classify && genCtx.Err() == nil {
+			w.stats.fetched(-1, -1, 0, 1) // the read failed; a classifying fetch counted itself
 		}
 		if !classify && genCtx.Err() == nil && kafkaerr.Retriable(err) {
 			// The reader reconnects by itself; keep the partition.
@@ -192,15 +201,20 @@ func (w *worker) handle(runCtx, genCtx context.Context, b fetched) (stop bool, e
 	w.expect = &b.next
 	msgs := b.msgs
 	if len(msgs) == 0 {
+		w.stats.handled(b.next, -1, 0, 0)
 		return false, nil // only control records or aborted ones
 	}
 	next := msgs[len(msgs)-1].Offset + 1
+	parked := 0
 	err = c.applyRetrying(runCtx, genCtx, w.cl, w.prev, next, msgs, w.log)
 	if ex := (*exhaustedError)(nil); errors.As(err, &ex) {
 		if len(msgs) == 1 {
-			err = c.parkRetrying(runCtx, genCtx, w.cl, w.prev, msgs[0], ex, w.log)
+			var p bool
+			if p, err = c.parkRetrying(runCtx, genCtx, w.cl, w.prev, msgs[0], ex, w.log); p {
+				parked = 1
+			}
 		} else {
-			err = c.isolate(runCtx, genCtx, w.cl, w.prev, msgs, w.log)
+			parked, err = c.isolate(runCtx, genCtx, w.cl, w.prev, msgs, w.log)
 		}
 	}
 	switch {
@@ -215,6 +229,7 @@ func (w *worker) handle(runCtx, genCtx context.Context, b fetched) (stop bool, e
 		return true, err
 	}
 	w.prev = &next
+	w.stats.handled(b.next, next-1, len(msgs)-parked, parked)
 	if iv := c.cfg.KafkaCommitInterval; iv > 0 {
 		w.pending, w.hasPending = next, true
 		if time.Since(w.lastKafkaCommit) >= iv {

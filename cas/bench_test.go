@@ -17,7 +17,7 @@ import (
 //
 //	bare        UPDATE counters SET n = n + 1 WHERE key = $1: one statement, no read
 //	forupdate   BEGIN; SELECT … FOR UPDATE; UPDATE; COMMIT (a pessimistic lock)
-//	raw         Store.Update with NoCombine: plain CAS with full-jitter backoff
+//	raw         Store.Update with NoCoalescing: plain CAS with full-jitter backoff
 //	admission   Store.Update, combining off: one read-modify-write per key at a time
 //	combined    Store.Update (the default)
 //	manykeys    raw CAS, each client on its own key (no contention)
@@ -35,7 +35,7 @@ INSERT INTO counters VALUES ('hot', 0)`); err != nil {
 	if err := backend.CreateSchema(ctx); err != nil {
 		b.Fatal(err)
 	}
-	store := func(b *testing.B, stats *cas.Stats, opts ...cas.Option) *cas.Store[int64] {
+	store := func(b *testing.B, stats *cas.Stats, opts ...cas.StoreOption) *cas.Store[int64] {
 		s, err := cas.NewStore[int64](backend, nil, append(opts, cas.WithStats(stats), cas.WithAttempts(100000))...)
 		if err != nil {
 			b.Fatal(err)
@@ -61,7 +61,7 @@ INSERT INTO counters VALUES ('hot', 0)`); err != nil {
 		name string
 		run  func(b *testing.B, clients int)
 	}
-	casScenario := func(name string, opts []cas.Option, per []cas.UpdateOption, perClientKey bool) scenario {
+	casScenario := func(name string, opts []cas.StoreOption, per []cas.UpdateOption, perClientKey bool) scenario {
 		return scenario{name, func(b *testing.B, clients int) {
 			var stats cas.Stats
 			s := store(b, &stats, opts...)
@@ -97,10 +97,10 @@ INSERT INTO counters VALUES ('hot', 0)`); err != nil {
 				})
 			})
 		}},
-		casScenario("raw", nil, []cas.UpdateOption{cas.NoCombine()}, false),
-		casScenario("admission", []cas.Option{cas.WithCombining(false)}, nil, false),
+		casScenario("raw", nil, []cas.UpdateOption{cas.NoCoalescing()}, false),
+		casScenario("admission", []cas.StoreOption{cas.WithCoalescing(false)}, nil, false),
 		casScenario("combined", nil, nil, false),
-		casScenario("manykeys", nil, []cas.UpdateOption{cas.NoCombine()}, true),
+		casScenario("manykeys", nil, []cas.UpdateOption{cas.NoCoalescing()}, true),
 	}
 	for _, sc := range scenarios {
 		for _, clients := range []int{1, 4, 16, 64} {

@@ -26,7 +26,7 @@ type Beginner interface {
 // fn must read what it decides on inside tx, so each attempt decides on a
 // fresh read, and must have no side effects outside tx. A commit whose
 // outcome is unknown is returned as ErrAmbiguousCommit and not retried.
-func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) error, opts ...Option) error {
+func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) error, opts ...RetryOption) error {
 	switch {
 	case ctx == nil:
 		return casstore.Invalid("ctx is nil")
@@ -35,7 +35,7 @@ func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx
 	case fn == nil:
 		return casstore.Invalid("fn is nil")
 	}
-	cfg, err := casstore.NewConfig(opts)
+	cfg, err := casstore.NewRetryConfig(opts)
 	if err != nil {
 		return err
 	}

@@ -55,7 +55,7 @@ type doc struct {
 	N     int      `json:"n"`
 }
 
-func newStore(t *testing.T, b cas.Backend, opts ...cas.Option) *cas.Store[doc] {
+func newStore(t *testing.T, b cas.Backend, opts ...cas.StoreOption) *cas.Store[doc] {
 	t.Helper()
 	s, err := cas.NewStore[doc](b, nil, opts...)
 	if err != nil {
@@ -154,8 +154,10 @@ func TestStoreBadInput(t *testing.T) {
 		if _, err := cas.NewStore[doc](nil, nil); !errors.Is(err, cas.ErrInvalid) {
 			t.Errorf("NewStore(nil): %v", err)
 		}
-		if _, err := cas.NewStore[doc](b, nil, cas.WithAttempts(-1)); !errors.Is(err, cas.ErrInvalid) {
-			t.Errorf("NewStore with negative attempts: %v", err)
+		for _, n := range []int{-1, 0} { // an explicit 0 is refused, not read as the default
+			if _, err := cas.NewStore[doc](b, nil, cas.WithAttempts(n)); !errors.Is(err, cas.ErrInvalid) {
+				t.Errorf("NewStore with %d attempts: %v", n, err)
+			}
 		}
 	})
 }
@@ -201,12 +203,12 @@ func TestStoreWriteWithEndedCtxIsNotAmbiguous(t *testing.T) {
 		cancel()
 		inc := func(d doc) (doc, error) { d.N++; return d, nil }
 		for op, err := range map[string]error{
-			"Store.Create":            s.Create(ctx, "new", doc{}),
-			"Store.Delete":            s.Delete(ctx, "k", 1),
-			"Store.Update(NoCombine)": func() error { _, err := s.Update(ctx, "k", inc, cas.NoCombine()); return err }(),
-			"Backend.Create":          b.Create(ctx, "new", []byte(`{}`)),
-			"Backend.Put":             func() error { _, err := b.Put(ctx, "k", []byte(`{"n":7}`), 1); return err }(),
-			"Backend.Delete":          b.Delete(ctx, "k", 1),
+			"Store.Create":               s.Create(ctx, "new", doc{}),
+			"Store.Delete":               s.Delete(ctx, "k", 1),
+			"Store.Update(NoCoalescing)": func() error { _, err := s.Update(ctx, "k", inc, cas.NoCoalescing()); return err }(),
+			"Backend.Create":             b.Create(ctx, "new", []byte(`{}`)),
+			"Backend.Put":                func() error { _, err := b.Put(ctx, "k", []byte(`{"n":7}`), 1); return err }(),
+			"Backend.Delete":             b.Delete(ctx, "k", 1),
 		} {
 			if !errors.Is(err, context.Canceled) || errors.Is(err, cas.ErrAmbiguousCommit) {
 				t.Errorf("%s: %v, want context.Canceled and not ErrAmbiguousCommit", op, err)
@@ -229,10 +231,10 @@ func TestStoreConcurrentUpdatesLoseNothing(t *testing.T) {
 			t.Run(mode, func(t *testing.T) {
 				ctx := context.Background()
 				var stats cas.Stats
-				s := newStore(t, b, cas.WithCombining(mode == "combined"), cas.WithStats(&stats), cas.WithAttempts(200))
+				s := newStore(t, b, cas.WithCoalescing(mode == "combined"), cas.WithStats(&stats), cas.WithAttempts(200))
 				var perCall []cas.UpdateOption
 				if mode == "raw" {
-					perCall = append(perCall, cas.NoCombine()) // every caller on its own: real conflicts
+					perCall = append(perCall, cas.NoCoalescing()) // every caller on its own: real conflicts
 				}
 				key := "counter-" + mode
 				if err := s.Create(ctx, key, doc{}); err != nil {

@@ -147,7 +147,7 @@ func TestStoreLinearizable(t *testing.T) {
 		}
 		defer s.Close()
 		hist := history(t, s, []string{"a", "b", "c"}, 8, 40)
-		hist = append(hist, history(t, s, []string{"raw-a", "raw-b"}, 6, 20, cas.NoCombine())...)
+		hist = append(hist, history(t, s, []string{"raw-a", "raw-b"}, 6, 20, cas.NoCoalescing())...)
 		if res := checkLinearizable(t, hist); res != porcupine.Ok {
 			t.Fatalf("history of %d operations is not linearizable", len(hist))
 		}
@@ -228,7 +228,7 @@ func TestCheckerRejectsABrokenStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	hist := history(t, s, []string{"a", "b"}, 8, 30, cas.NoCombine())
+	hist := history(t, s, []string{"a", "b"}, 8, 30, cas.NoCoalescing())
 	if res := checkLinearizable(t, hist); res != porcupine.Illegal {
 		t.Fatalf("a last-writer-wins store passed the linearizability check (%v): the check cannot fail", res)
 	}

@@ -41,12 +41,21 @@ const MaxKeyLen = casstore.MaxKeyLen
 
 // NewStore returns a Store of T values on b, encoded with codec (nil means
 // JSON).
-func NewStore[T any](b Backend, codec Codec[T], opts ...Option) (*Store[T], error) {
+func NewStore[T any](b Backend, codec Codec[T], opts ...StoreOption) (*Store[T], error) {
 	return casstore.NewStore(b, codec, opts...)
 }
 
-// Option configures Retry and NewStore.
+// Option configures both Retry and NewStore: the retry policy and its
+// observers (WithBackoff, WithAttempts, WithOnRetry, WithStats).
 type Option = casstore.Option
+
+// StoreOption configures NewStore: an Option, or one for Stores only
+// (WithCoalescing, WithMaxBatch).
+type StoreOption = casstore.StoreOption
+
+// RetryOption configures Retry: an Option. A Store-only option is not one,
+// so passing it to Retry does not compile.
+type RetryOption = casstore.RetryOption
 
 // WithBackoff sets the jitter window of the first delayed retry and its
 // ceiling (defaults 2 ms and 500 ms).
@@ -64,19 +73,19 @@ func WithOnRetry(f func(key string, attempt int, err error, delay time.Duration)
 // WithStats counts attempts, conflicts and commits into s.
 func WithStats(s *Stats) Option { return casstore.WithStats(s) }
 
-// WithCombining turns the combining of concurrent Updates of one key on
+// WithCoalescing turns the coalescing (flat combining) of concurrent Updates of one key on
 // (the default) or off for the whole Store.
-func WithCombining(on bool) Option { return casstore.WithCombining(on) }
+func WithCoalescing(on bool) StoreOption { return casstore.WithCoalescing(on) }
 
 // WithMaxBatch bounds how many Updates one combined write applies (default 128).
-func WithMaxBatch(n int) Option { return casstore.WithMaxBatch(n) }
+func WithMaxBatch(n int) StoreOption { return casstore.WithMaxBatch(n) }
 
 // UpdateOption configures one Update call.
 type UpdateOption = casstore.UpdateOption
 
-// NoCombine runs this Update on its own read-modify-write, neither combined
+// NoCoalescing runs this Update on its own read-modify-write, neither combined
 // with nor queued behind others of the same key.
-func NoCombine() UpdateOption { return casstore.NoCombine() }
+func NoCoalescing() UpdateOption { return casstore.NoCoalescing() }
 
 // Stats counts what a Store or Retry did; safe for concurrent use.
 type Stats = casstore.Stats

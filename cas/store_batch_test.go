@@ -182,7 +182,7 @@ var errBoom = errors.New("boom")
 // A panic in one fn of a batch reaches that fn's caller, in its own
 // goroutine, with the value it panicked with, and no other goroutine (the
 // process does not crash); the others of the batch are written and
-// answered. The NoCombine path re-raises the same way.
+// answered. The NoCoalescing path re-raises the same way.
 func TestStoreFnPanicReachesItsCaller(t *testing.T) {
 	conformance(t, func(t *testing.T, b cas.Backend) {
 		ctx := context.Background()
@@ -212,10 +212,10 @@ func TestStoreFnPanicReachesItsCaller(t *testing.T) {
 		var p any
 		func() {
 			defer func() { p = recover() }()
-			s.Update(ctx, "p", boom, cas.NoCombine())
+			s.Update(ctx, "p", boom, cas.NoCoalescing())
 		}()
 		if p != errBoom {
-			t.Fatalf("NoCombine: recovered %v, want errBoom", p)
+			t.Fatalf("NoCoalescing: recovered %v, want errBoom", p)
 		}
 		if got, err := s.Update(ctx, "p", inc); err != nil || got.Value.N != 3 {
 			t.Fatalf("Update after the panics: %+v, %v; want N 3", got, err)

@@ -74,7 +74,7 @@ func (a *Accounts) Open(ctx context.Context, account string, balance int64) erro
 }
 
 // Debit takes amount from account if its balance covers it: nil means it
-// was taken; ErrInsufficient means nothing was taken; ErrUnknownKey means no
+// was taken; ErrInsufficient means nothing was taken; ErrNotFound means no
 // such account; ErrAmbiguousCommit means the connection failed after the
 // statement was sent (read the balance, or use an idempotency key, before
 // retrying). Cancelling ctx withdraws a debit not yet sent.
@@ -89,7 +89,7 @@ func (a *Accounts) DebitIn(ctx context.Context, tx DB, account string, amount in
 	return insufficient(a.s.TakeIn(ctx, tx, account, amount))
 }
 
-// Credit adds amount to an existing account (ErrUnknownKey otherwise).
+// Credit adds amount to an existing account (ErrNotFound otherwise).
 // Concurrent credits of one account are coalesced into one statement; if
 // their sum would take the balance past MaxInt64, each is applied alone. A
 // credit that alone would take the balance past MaxInt64 is refused with an

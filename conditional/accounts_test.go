@@ -78,11 +78,11 @@ func TestAccountsDebitCredit(t *testing.T) {
 	if err := a.Credit(ctx, "alice", 400); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Debit(ctx, "bob", 1); !errors.Is(err, conditional.ErrUnknownKey) {
-		t.Fatalf("debit of an unknown account: %v, want ErrUnknownKey", err)
+	if err := a.Debit(ctx, "bob", 1); !errors.Is(err, conditional.ErrNotFound) {
+		t.Fatalf("debit of an unknown account: %v, want ErrNotFound", err)
 	}
-	if err := a.Credit(ctx, "bob", 1); !errors.Is(err, conditional.ErrUnknownKey) {
-		t.Fatalf("credit of an unknown account: %v, want ErrUnknownKey", err)
+	if err := a.Credit(ctx, "bob", 1); !errors.Is(err, conditional.ErrNotFound) {
+		t.Fatalf("credit of an unknown account: %v, want ErrNotFound", err)
 	}
 	var cols string
 	err = pool.QueryRow(ctx, `SELECT string_agg(column_name, ',' ORDER BY ordinal_position) FROM information_schema.columns WHERE table_name = 'nolock_accounts' AND table_schema = current_schema()`).Scan(&cols)

@@ -12,7 +12,7 @@ import (
 // A key stocked by a Stock with 2 buckets and taken by one with 4: every
 // take the stock covers is granted (a take that draws a bucket without a
 // row goes across the key's buckets), then ErrSoldOut; a key never
-// stocked is ErrUnknownKey.
+// stocked is ErrNotFound.
 func TestStockBucketCountMismatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -30,8 +30,8 @@ func TestStockBucketCountMismatch(t *testing.T) {
 	if err := s4.Take(ctx, "sku", 1); !errors.Is(err, conditional.ErrSoldOut) {
 		t.Fatalf("take from empty: %v, want ErrSoldOut", err)
 	}
-	if err := s4.Take(ctx, "nope", 1); !errors.Is(err, conditional.ErrUnknownKey) {
-		t.Fatalf("take of an unknown key: %v, want ErrUnknownKey", err)
+	if err := s4.Take(ctx, "nope", 1); !errors.Is(err, conditional.ErrNotFound) {
+		t.Fatalf("take of an unknown key: %v, want ErrNotFound", err)
 	}
 }
 
@@ -61,7 +61,7 @@ func TestAccountsBucketCountMismatch(t *testing.T) {
 	if got := balance(t, a1, "alice"); got != 120 {
 		t.Fatalf("balance %d, want 120", got)
 	}
-	if err := a4.Credit(ctx, "nobody", 1); !errors.Is(err, conditional.ErrUnknownKey) {
-		t.Fatalf("credit to an account never opened: %v, want ErrUnknownKey", err)
+	if err := a4.Credit(ctx, "nobody", 1); !errors.Is(err, conditional.ErrNotFound) {
+		t.Fatalf("credit to an account never opened: %v, want ErrNotFound", err)
 	}
 }

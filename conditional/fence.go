@@ -64,7 +64,7 @@ func NewFenced(table, keyColumn, fenceColumn string) (*Fenced, error) {
 // Update writes set (column name → value) to the row whose key column
 // equals key, and token to its fence column, if the row's fence is at most
 // token. It returns ErrFenced when the row carries a higher token, and
-// ErrUnknownKey when no row had the key as the statement began; then
+// ErrNotFound when no row had the key as the statement began; then
 // nothing was written. With an empty set it only advances the fence, which
 // fences out older holders before the new one's first write.
 //
@@ -127,7 +127,7 @@ func (f *Fenced) Update(ctx context.Context, db DB, key any, token int64, set ma
 	case done:
 		return nil
 	case !exists:
-		return fmt.Errorf("conditional: fenced update: %w", ErrUnknownKey)
+		return fmt.Errorf("conditional: fenced update: %w", ErrNotFound)
 	default:
 		return fmt.Errorf("conditional: fenced update with token %d: %w", token, ErrFenced)
 	}

@@ -104,8 +104,8 @@ func TestFencedUpdate(t *testing.T) {
 	}
 	check("token MaxInt64", "max", math.MaxInt64)
 
-	if err := f.Update(ctx, pool, 99, 100, map[string]any{"body": "x"}); !errors.Is(err, conditional.ErrUnknownKey) {
-		t.Fatalf("unknown key: %v, want ErrUnknownKey", err)
+	if err := f.Update(ctx, pool, 99, 100, map[string]any{"body": "x"}); !errors.Is(err, conditional.ErrNotFound) {
+		t.Fatalf("unknown key: %v, want ErrNotFound", err)
 	}
 	var n int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM documents").Scan(&n); err != nil || n != 1 {

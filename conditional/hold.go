@@ -149,7 +149,7 @@ func (h *Holds) Add(ctx context.Context, resources ...string) error {
 // hold has expired, or when holder holds it already: then the hold is
 // reset to end ttl from now (which may shorten it), so a retried Hold is
 // idempotent. Otherwise it returns a *HoldError wrapping ErrHeld (another
-// holder's hold has not expired), ErrConfirmed or ErrUnknownKey (no such
+// holder's hold has not expired), ErrConfirmed or ErrNotFound (no such
 // resource; see Add), and nothing changed.
 //
 // To act on a hold in the client, measure ttl on your own monotonic clock
@@ -187,7 +187,7 @@ func (h *Holds) Hold(ctx context.Context, resource, holder string, ttl time.Dura
 	case got != nil:
 		return *got, nil
 	case state == nil:
-		return time.Time{}, &HoldError{Resource: resource, Err: ErrUnknownKey}
+		return time.Time{}, &HoldError{Resource: resource, Err: ErrNotFound}
 	case *state == "confirmed":
 		return time.Time{}, &HoldError{Resource: resource, Err: ErrConfirmed}
 	default:
@@ -256,7 +256,7 @@ func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, 
 	}
 	for _, r := range sorted {
 		if _, ok := state[r]; !ok {
-			return time.Time{}, &HoldError{Resource: r, Err: ErrUnknownKey}
+			return time.Time{}, &HoldError{Resource: r, Err: ErrNotFound}
 		}
 	}
 
@@ -289,7 +289,7 @@ func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, 
 // confirmed already succeeds, so a retried Confirm is safe. Otherwise it
 // returns ErrNotHolder (free, held by another, confirmed by another, or
 // holder's hold expired, even if no one has taken it since) or
-// ErrUnknownKey, and nothing changed.
+// ErrNotFound, and nothing changed.
 //
 // Confirm is one statement. To confirm in the same transaction as your own
 // writes, make a Holds on that pgx.Tx: the confirmation then commits or
@@ -303,7 +303,7 @@ func (h *Holds) Confirm(ctx context.Context, resource, holder string) error {
 
 // Release frees resource if holder holds it, expired or not. Otherwise it
 // returns ErrNotHolder (free, held by another, or confirmed) or
-// ErrUnknownKey, and nothing changed. A retried Release whose first attempt
+// ErrNotFound, and nothing changed. A retried Release whose first attempt
 // freed the resource returns ErrNotHolder: either way holder does not hold
 // it. Release is one statement.
 func (h *Holds) Release(ctx context.Context, resource, holder string) error {
@@ -333,7 +333,7 @@ func (h *Holds) settle(ctx context.Context, op, sql, resource, holder string) er
 	case done:
 		return nil
 	case !exists:
-		return fmt.Errorf("conditional: %s %q: %w", op, resource, ErrUnknownKey)
+		return fmt.Errorf("conditional: %s %q: %w", op, resource, ErrNotFound)
 	default:
 		return fmt.Errorf("conditional: %s %q: %w", op, resource, ErrNotHolder)
 	}

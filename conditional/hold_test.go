@@ -167,12 +167,12 @@ func TestHoldsLifecycle(t *testing.T) {
 	}
 
 	_, err = h.Hold(ctx, "nope", "alice", time.Minute)
-	wantHoldErr(t, "Hold of an unknown seat", err, "nope", conditional.ErrUnknownKey)
-	if err := h.Confirm(ctx, "nope", "alice"); !errors.Is(err, conditional.ErrUnknownKey) {
-		t.Fatalf("Confirm of an unknown seat: %v, want ErrUnknownKey", err)
+	wantHoldErr(t, "Hold of an unknown seat", err, "nope", conditional.ErrNotFound)
+	if err := h.Confirm(ctx, "nope", "alice"); !errors.Is(err, conditional.ErrNotFound) {
+		t.Fatalf("Confirm of an unknown seat: %v, want ErrNotFound", err)
 	}
-	if err := h.Release(ctx, "nope", "alice"); !errors.Is(err, conditional.ErrUnknownKey) {
-		t.Fatalf("Release of an unknown seat: %v, want ErrUnknownKey", err)
+	if err := h.Release(ctx, "nope", "alice"); !errors.Is(err, conditional.ErrNotFound) {
+		t.Fatalf("Release of an unknown seat: %v, want ErrNotFound", err)
 	}
 	if got := len(allHolds(t, pool)); got != 2 {
 		t.Fatalf("%d rows, want 2: unknown resources must not be created", got)
@@ -389,7 +389,7 @@ func TestHoldAll(t *testing.T) {
 	_, err = h.HoldAll(ctx, []string{"e", "d", "b"}, "bob", time.Minute)
 	wantHoldErr(t, "HoldAll overlapping alice's", err, "b", conditional.ErrHeld)
 	_, err = h.HoldAll(ctx, []string{"e", "zz", "d", "a"}, "bob", time.Minute)
-	wantHoldErr(t, "HoldAll with an unknown seat", err, "zz", conditional.ErrUnknownKey)
+	wantHoldErr(t, "HoldAll with an unknown seat", err, "zz", conditional.ErrNotFound)
 	if after := allHolds(t, pool); !slices.Equal(after, before) {
 		t.Fatalf("refused HoldAlls changed the table:\n%v\n%v", before, after)
 	}

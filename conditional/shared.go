@@ -12,7 +12,7 @@ import (
 var (
 	ErrSoldOut         = condcore.ErrSoldOut         // the stock cannot cover the request: nothing taken
 	ErrInsufficient    = condcore.ErrInsufficient    // the balance cannot cover the debit: nothing taken
-	ErrUnknownKey      = condcore.ErrUnknownKey      // no row for the key: nothing changed
+	ErrNotFound        = condcore.ErrNotFound        // no row for the key: nothing changed
 	ErrInvalid         = condcore.ErrInvalid         // bad input, named in the text; nothing sent
 	ErrAmbiguousCommit = condcore.ErrAmbiguousCommit // sent, then the connection failed: may have committed
 	ErrHeld            = condcore.ErrHeld            // another holder's hold has not expired: nothing changed
@@ -25,7 +25,7 @@ var (
 var ErrClosed = errors.New("conditional: closed")
 
 // HoldError says which resource could not be held and why (Err: ErrHeld,
-// ErrConfirmed or ErrUnknownKey); Hold and HoldAll return it.
+// ErrConfirmed or ErrNotFound); Hold and HoldAll return it.
 type HoldError = condcore.HoldError
 
 // MaxKeyLen bounds a key's length in bytes: keys live in a primary-key index.

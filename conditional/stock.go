@@ -196,7 +196,7 @@ func newStock(db DB, cfg stockConfig, opts []StockOption) (*Stock, error) {
 }
 
 // Take takes n units of key: nil means all n are yours; ErrSoldOut means
-// none were taken because the stock cannot cover n; ErrUnknownKey means the
+// none were taken because the stock cannot cover n; ErrNotFound means the
 // key has no stock row. Takes are granted whole or not at all, first fit in
 // arrival order, so a large request may be refused while a later, smaller
 // one is granted.
@@ -250,7 +250,7 @@ func (s *Stock) take(ctx context.Context, tx DB, key string, n int64) error {
 			err = errs[0] // the take's own outcome: nil or ErrSoldOut
 		}
 	}
-	if s.buckets > 1 && (errors.Is(err, ErrSoldOut) || errors.Is(err, ErrUnknownKey)) {
+	if s.buckets > 1 && (errors.Is(err, ErrSoldOut) || errors.Is(err, ErrNotFound)) {
 		// This bucket cannot cover n; the others together may. A bucket
 		// without a row (the key was stocked by a Stock with fewer
 		// buckets) is not an unknown key: takeAcross reads every row.
@@ -323,7 +323,7 @@ func (s *Stock) Available(ctx context.Context, key string) (int64, error) {
 		return 0, fmt.Errorf("conditional: available %q: %w", key, pgmode.Explain(err))
 	}
 	if n == nil {
-		return 0, ErrUnknownKey
+		return 0, ErrNotFound
 	}
 	return *n, nil
 }

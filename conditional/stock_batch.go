@@ -48,7 +48,7 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 	var granted []bool
 	err := pgerr.Row(ctx, s.db, s.batchSQL, s.over.Args(k.key, k.bucket, reqs)...).Scan(&before, &granted)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrUnknownKey
+		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("conditional: take %q: %w", k.key, classify(err))
@@ -85,7 +85,7 @@ func (s *Stock) runOne(ctx context.Context, db DB, inTx bool, k bucketKey, n int
 	var qty int64
 	switch err := db.QueryRow(ctx, s.qtySQL, o.Args(k.key, k.bucket)...).Scan(&qty); {
 	case errors.Is(err, pgx.ErrNoRows):
-		return nil, ErrUnknownKey
+		return nil, ErrNotFound
 	case err != nil:
 		return nil, fmt.Errorf("conditional: take %q: %w", k.key, pgmode.Explain(err))
 	}
@@ -148,7 +148,7 @@ func (s *Stock) addOne(ctx context.Context, db DB, inTx bool, k bucketKey, n int
 	case err != nil:
 		return fmt.Errorf("conditional: add to %q: %w", k.key, classifyOn(db, err))
 	case tag.RowsAffected() == 0:
-		return ErrUnknownKey
+		return ErrNotFound
 	}
 	return nil
 }

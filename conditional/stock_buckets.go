@@ -38,7 +38,7 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 	}
 	switch {
 	case len(bucket) == 0:
-		return ErrUnknownKey
+		return ErrNotFound
 	case total == 0:
 		if !inTx {
 			s.markSoldOut(key, gen)
@@ -72,7 +72,7 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 
 // coverable is takeAcross's sold-out short-circuit: one unlocked read sees
 // a consistent snapshot of all buckets; if they cannot cover n then,
-// refusing is correct (ErrSoldOut, or ErrUnknownKey for a key without
+// refusing is correct (ErrSoldOut, or ErrNotFound for a key without
 // rows), and the endgame's buyers do not queue for every bucket's lock.
 // nil means the take may go on to lock the buckets.
 func (s *Stock) coverable(ctx context.Context, db DB, inTx bool, key string, n int64, gen uint64) error {
@@ -82,7 +82,7 @@ func (s *Stock) coverable(ctx context.Context, db DB, inTx bool, key string, n i
 	}
 	switch {
 	case seen == nil:
-		return ErrUnknownKey
+		return ErrNotFound
 	case *seen < n:
 		if *seen == 0 && !inTx {
 			s.markSoldOut(key, gen)

@@ -116,7 +116,7 @@ func (s *Stock) steal(ctx context.Context, k bucketKey, reqs []int64, gen uint64
 		return nil, err
 	}
 	if len(bucket) == 0 {
-		return nil, ErrUnknownKey
+		return nil, ErrNotFound
 	}
 	errs, granted := firstFit(total, reqs)
 	if total == 0 {

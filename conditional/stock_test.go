@@ -68,11 +68,11 @@ func TestStockTakePutAvailable(t *testing.T) {
 	if got := available(t, s, "sku"); got != 2 {
 		t.Fatalf("available %d after restocking 2, want 2", got)
 	}
-	if err := s.Take(ctx, "nope", 1); !errors.Is(err, conditional.ErrUnknownKey) {
-		t.Fatalf("Take of an unknown key: %v, want ErrUnknownKey", err)
+	if err := s.Take(ctx, "nope", 1); !errors.Is(err, conditional.ErrNotFound) {
+		t.Fatalf("Take of an unknown key: %v, want ErrNotFound", err)
 	}
-	if _, err := s.Available(ctx, "nope"); !errors.Is(err, conditional.ErrUnknownKey) {
-		t.Fatalf("Available of an unknown key: %v, want ErrUnknownKey", err)
+	if _, err := s.Available(ctx, "nope"); !errors.Is(err, conditional.ErrNotFound) {
+		t.Fatalf("Available of an unknown key: %v, want ErrNotFound", err)
 	}
 	const big = 1e15 // beyond int4: every quantity is a bigint
 	if err := s.Put(ctx, "big", big); err != nil {

@@ -87,7 +87,7 @@ func (a *Accounts) Open(ctx context.Context, account string, balance int64) erro
 
 // Debit takes amount from account's balance if the balance covers it:
 // nil means it was taken; ErrInsufficient means the balance is smaller and
-// nothing was taken; ErrUnknownKey means there is no such account.
+// nothing was taken; ErrNotFound means there is no such account.
 // ErrAmbiguousCommit means the write was sent and its answer lost: it may
 // have applied.
 func (a *Accounts) Debit(ctx context.Context, account string, amount int64) error {
@@ -102,7 +102,7 @@ func (a *Accounts) Debit(ctx context.Context, account string, amount int64) erro
 }
 
 // Credit adds amount to account's balance: nil means it was added;
-// ErrUnknownKey means there is no such account (Credit does not create
+// ErrNotFound means there is no such account (Credit does not create
 // one: use Open). A credit that would take the balance past MaxInt64 is
 // refused. ErrAmbiguousCommit means the write was sent and its answer
 // lost: it may have applied.
@@ -118,7 +118,7 @@ func (a *Accounts) Credit(ctx context.Context, account string, amount int64) err
 }
 
 // Balance returns account's balance, read with a strongly consistent
-// read; ErrUnknownKey means there is no such account. It is a snapshot:
+// read; ErrNotFound means there is no such account. It is a snapshot:
 // concurrent changes may change it at once.
 func (a *Accounts) Balance(ctx context.Context, account string) (int64, error) {
 	if err := condcore.CheckCtx(ctx); err != nil {
@@ -132,7 +132,7 @@ func (a *Accounts) Balance(ctx context.Context, account string) (int64, error) {
 		return 0, fmt.Errorf("conditional: balance %q: %w", account, err)
 	}
 	if item == nil {
-		return 0, ErrUnknownKey
+		return 0, ErrNotFound
 	}
 	b, err := intAttr(item, BalanceAttr)
 	if err != nil {
@@ -206,7 +206,7 @@ func (a *Accounts) credit(account string, amount int64) (*types.Update, error) {
 	}, nil
 }
 
-// apply sends u as an UpdateItem. A refusal is ErrUnknownKey when there is
+// apply sends u as an UpdateItem. A refusal is ErrNotFound when there is
 // no item (told by the item the server returned, or a consistent read),
 // else refusal.
 func (a *Accounts) apply(ctx context.Context, op, account string, u *types.Update, refusal error) error {
@@ -227,7 +227,7 @@ func (a *Accounts) apply(ctx context.Context, op, account string, u *types.Updat
 		}
 	}
 	if item == nil {
-		return ErrUnknownKey
+		return ErrNotFound
 	}
 	return refusal
 }

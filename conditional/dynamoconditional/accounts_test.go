@@ -75,14 +75,14 @@ func TestDynamoAccounts(t *testing.T) {
 			if got := dynamoBalance(t, a, "alice"); got != 0 {
 				t.Fatalf("balance %d, want 0", got)
 			}
-			if err := a.Credit(ctx, "bob", 1); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
-				t.Fatalf("credit of a missing account: %v, want ErrUnknownKey", err)
+			if err := a.Credit(ctx, "bob", 1); !errors.Is(err, dynamoconditional.ErrNotFound) {
+				t.Fatalf("credit of a missing account: %v, want ErrNotFound", err)
 			}
-			if err := a.Debit(ctx, "bob", 1); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
-				t.Fatalf("debit of a missing account: %v, want ErrUnknownKey", err)
+			if err := a.Debit(ctx, "bob", 1); !errors.Is(err, dynamoconditional.ErrNotFound) {
+				t.Fatalf("debit of a missing account: %v, want ErrNotFound", err)
 			}
-			if _, err := a.Balance(ctx, "bob"); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
-				t.Fatalf("balance of a missing account: %v, want ErrUnknownKey", err)
+			if _, err := a.Balance(ctx, "bob"); !errors.Is(err, dynamoconditional.ErrNotFound) {
+				t.Fatalf("balance of a missing account: %v, want ErrNotFound", err)
 			}
 			if dynamoItem(t, client, table, "bob") != nil {
 				t.Fatal("a credit or debit of a missing account created it")
@@ -97,7 +97,7 @@ func TestDynamoAccounts(t *testing.T) {
 				t.Fatal(err)
 			}
 			err := a.Credit(ctx, "max", 1)
-			if err == nil || errors.Is(err, dynamoconditional.ErrUnknownKey) || !strings.Contains(err.Error(), "would exceed") {
+			if err == nil || errors.Is(err, dynamoconditional.ErrNotFound) || !strings.Contains(err.Error(), "would exceed") {
 				t.Fatalf("credit past MaxInt64: %v, want a refusal naming the limit", err)
 			}
 			if got := dynamoBalance(t, a, "max"); got != math.MaxInt64 {

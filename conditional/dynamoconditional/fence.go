@@ -66,7 +66,7 @@ func NewFenced(table, keyAttr, fenceAttr string) (*Fenced, error) {
 // Update writes set (attribute name → value) to the item at key, and token
 // to its fence attribute, if the item exists and its fence is at most
 // token. It returns ErrFenced when the item carries a higher token, and
-// ErrUnknownKey when there is no item; then nothing was written. With an
+// ErrNotFound when there is no item; then nothing was written. With an
 // empty set it only advances the fence, which fences out older holders
 // before the new one's first write.
 //
@@ -109,7 +109,7 @@ func (f *Fenced) Update(ctx context.Context, client DynamoDBAPI, key map[string]
 		}
 	}
 	if item == nil {
-		return fmt.Errorf("conditional: fenced update: %w", ErrUnknownKey)
+		return fmt.Errorf("conditional: fenced update: %w", ErrNotFound)
 	}
 	return fmt.Errorf("conditional: fenced update with token %d: %w", token, ErrFenced)
 }

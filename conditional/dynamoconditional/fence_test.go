@@ -111,8 +111,8 @@ func TestDynamoFencedUpdate(t *testing.T) {
 			if got, want := faults.reads.Load()-reads, map[bool]int64{true: 0, false: 1}[server.tx]; got != want {
 				t.Errorf("a fenced update read %d times, want %d", got, want)
 			}
-			if err := f.Update(ctx, faults, dynamoDocKey("nope"), 9, dynamoBody("x")); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
-				t.Fatalf("Update of a missing item: %v, want ErrUnknownKey", err)
+			if err := f.Update(ctx, faults, dynamoDocKey("nope"), 9, dynamoBody("x")); !errors.Is(err, dynamoconditional.ErrNotFound) {
+				t.Fatalf("Update of a missing item: %v, want ErrNotFound", err)
 			}
 			if dynamoItem(t, client, table, "nope") != nil {
 				t.Fatal("an update of a missing item created it")

@@ -164,7 +164,7 @@ func (h *Holds) Add(ctx context.Context, resources ...string) error {
 // holder holds it already: then the hold is reset to end ttl from now
 // (which may shorten it), so a retried Hold is idempotent. Otherwise it
 // returns a *HoldError wrapping ErrHeld (another holder's hold has not
-// expired), ErrConfirmed or ErrUnknownKey (no such resource; see Add), and
+// expired), ErrConfirmed or ErrNotFound (no such resource; see Add), and
 // nothing changed.
 //
 // The reason for a refusal is the item the server judged, where it returns
@@ -279,7 +279,7 @@ func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, 
 // confirmed already succeeds, so a retried Confirm is safe. Otherwise it
 // returns ErrNotHolder (free, held by another, confirmed by another, or
 // holder's hold expired, even if no one has taken it since) or
-// ErrUnknownKey, and nothing changed. To confirm together with your own
+// ErrNotFound, and nothing changed. To confirm together with your own
 // writes, use ConfirmItem.
 func (h *Holds) Confirm(ctx context.Context, resource, holder string) error {
 	if err := condcore.CheckCtx(ctx); err != nil {
@@ -293,7 +293,7 @@ func (h *Holds) Confirm(ctx context.Context, resource, holder string) error {
 
 // Release frees resource if holder holds it, expired or not. Otherwise it
 // returns ErrNotHolder (free, held by another, or confirmed) or
-// ErrUnknownKey, and nothing changed. A retried Release whose first
+// ErrNotFound, and nothing changed. A retried Release whose first
 // attempt freed the resource returns ErrNotHolder: either way holder does
 // not hold it.
 func (h *Holds) Release(ctx context.Context, resource, holder string) error {

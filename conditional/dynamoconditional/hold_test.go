@@ -231,12 +231,12 @@ func TestDynamoHoldsLifecycle(t *testing.T) {
 			want("after the expired Release", "s2", dynamoHold{State: "free"})
 
 			_, err = h.Hold(ctx, "nope", "alice", time.Minute)
-			wantHoldErr(t, "Hold of an unknown seat", err, "nope", dynamoconditional.ErrUnknownKey)
-			if err := h.Confirm(ctx, "nope", "alice"); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
-				t.Fatalf("Confirm of an unknown seat: %v, want ErrUnknownKey", err)
+			wantHoldErr(t, "Hold of an unknown seat", err, "nope", dynamoconditional.ErrNotFound)
+			if err := h.Confirm(ctx, "nope", "alice"); !errors.Is(err, dynamoconditional.ErrNotFound) {
+				t.Fatalf("Confirm of an unknown seat: %v, want ErrNotFound", err)
 			}
-			if err := h.Release(ctx, "nope", "alice"); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
-				t.Fatalf("Release of an unknown seat: %v, want ErrUnknownKey", err)
+			if err := h.Release(ctx, "nope", "alice"); !errors.Is(err, dynamoconditional.ErrNotFound) {
+				t.Fatalf("Release of an unknown seat: %v, want ErrNotFound", err)
 			}
 			if n := dynamoCount(t, client, table); n != 2 {
 				t.Fatalf("%d items, want 2: unknown resources must not be created", n)
@@ -351,7 +351,7 @@ func TestDynamoHoldAll(t *testing.T) {
 	_, err = h.HoldAll(ctx, []string{"f", "d", "b"}, "carol", time.Minute)
 	wantHoldErr(t, "HoldAll with alice's and bob's seats", err, "b", dynamoconditional.ErrHeld)
 	_, err = h.HoldAll(ctx, []string{"e", "zz", "d", "a"}, "carol", time.Minute)
-	wantHoldErr(t, "HoldAll with an unknown seat", err, "zz", dynamoconditional.ErrUnknownKey)
+	wantHoldErr(t, "HoldAll with an unknown seat", err, "zz", dynamoconditional.ErrNotFound)
 	if after := dynamoItems(t, client, table); !slices.Equal(after, before) {
 		t.Fatalf("refused HoldAlls changed the table:\n%v\n%v", before, after)
 	}

@@ -85,7 +85,7 @@ func (h *Holds) settle(ctx context.Context, op, resource string, build func(now 
 	case !refused:
 		return nil
 	case item == nil:
-		return fmt.Errorf("conditional: %s %q: %w", op, resource, ErrUnknownKey)
+		return fmt.Errorf("conditional: %s %q: %w", op, resource, ErrNotFound)
 	}
 	return fmt.Errorf("conditional: %s %q: %w", op, resource, ErrNotHolder)
 }
@@ -127,7 +127,7 @@ func (h *Holds) retryConflicts(ctx context.Context, op func(context.Context) err
 // holdRefusal says why a resource whose item is item could not be held.
 func holdRefusal(item map[string]types.AttributeValue) error {
 	if item == nil {
-		return ErrUnknownKey
+		return ErrNotFound
 	}
 	if s, _ := item[HoldStateAttr].(*types.AttributeValueMemberS); s != nil && s.Value == holdConfirmed {
 		return ErrConfirmed
@@ -172,7 +172,7 @@ func (h *Holds) refusal(ctx context.Context, err error, sorted []string) (*HoldE
 			}
 		}
 		he := &HoldError{Resource: r, Err: holdRefusal(item)}
-		if he.Err == ErrUnknownKey {
+		if he.Err == ErrNotFound {
 			return he, nil
 		}
 		if first == nil {

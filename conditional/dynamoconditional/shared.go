@@ -8,7 +8,7 @@ import "github.com/nolock/nolock/internal/condcore"
 var (
 	ErrSoldOut         = condcore.ErrSoldOut         // the stock cannot cover the request: nothing taken
 	ErrInsufficient    = condcore.ErrInsufficient    // the balance cannot cover the debit: nothing taken
-	ErrUnknownKey      = condcore.ErrUnknownKey      // no item for the key: nothing changed
+	ErrNotFound        = condcore.ErrNotFound        // no item for the key: nothing changed
 	ErrInvalid         = condcore.ErrInvalid         // bad input, named in the text; nothing sent
 	ErrAmbiguousCommit = condcore.ErrAmbiguousCommit // sent, then the answer was lost: may have applied
 	ErrHeld            = condcore.ErrHeld            // another holder's hold has not expired: nothing changed
@@ -18,7 +18,7 @@ var (
 )
 
 // HoldError says which resource could not be held and why (Err: ErrHeld,
-// ErrConfirmed or ErrUnknownKey); Hold and HoldAll return it.
+// ErrConfirmed or ErrNotFound); Hold and HoldAll return it.
 type HoldError = condcore.HoldError
 
 // MaxKeyLen bounds a key's length in bytes.

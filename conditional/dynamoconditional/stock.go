@@ -109,7 +109,7 @@ func (s *Stock) itemKey(key string, bucket int) map[string]types.AttributeValue 
 }
 
 // Take takes n units of key: nil means all n are yours; ErrSoldOut means
-// none were taken because the stock cannot cover n; ErrUnknownKey means
+// none were taken because the stock cannot cover n; ErrNotFound means
 // the key has no items. ErrAmbiguousCommit means the write was sent and
 // its answer lost: it may have applied, so read Available before retrying.
 // With buckets, ErrConflict means concurrent takes changed the buckets
@@ -152,7 +152,7 @@ func (s *Stock) Take(ctx context.Context, key string, n int64) error {
 		}
 	}
 	if item == nil {
-		return ErrUnknownKey
+		return ErrNotFound
 	}
 	return ErrSoldOut
 }
@@ -267,7 +267,7 @@ func (s *Stock) Available(ctx context.Context, key string) (int64, error) {
 		return 0, fmt.Errorf("conditional: available %q: %w", key, err)
 	}
 	if !found {
-		return 0, ErrUnknownKey
+		return 0, ErrNotFound
 	}
 	var total int64
 	for _, q := range qty {

@@ -34,7 +34,7 @@ func (s *Stock) takeAcross(ctx context.Context, key string, n int64) error {
 		case err != nil:
 			return fmt.Errorf("conditional: take %q: %w", key, err)
 		case !found:
-			return ErrUnknownKey
+			return ErrNotFound
 		}
 		var total int64
 		best := 0

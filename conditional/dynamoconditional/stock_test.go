@@ -95,11 +95,11 @@ func TestDynamoStockTakePutAvailable(t *testing.T) {
 			if got := dynamoAvailable(t, s, "sku"); got != 2 {
 				t.Fatalf("available %d after restocking 2, want 2", got)
 			}
-			if err := s.Take(ctx, "nope", 1); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
-				t.Fatalf("Take of an unknown key: %v, want ErrUnknownKey", err)
+			if err := s.Take(ctx, "nope", 1); !errors.Is(err, dynamoconditional.ErrNotFound) {
+				t.Fatalf("Take of an unknown key: %v, want ErrNotFound", err)
 			}
-			if _, err := s.Available(ctx, "nope"); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
-				t.Fatalf("Available of an unknown key: %v, want ErrUnknownKey", err)
+			if _, err := s.Available(ctx, "nope"); !errors.Is(err, dynamoconditional.ErrNotFound) {
+				t.Fatalf("Available of an unknown key: %v, want ErrNotFound", err)
 			}
 			if dynamoItem(t, client, table, "nope#0") != nil {
 				t.Fatal("a take of an unknown key created an item")
@@ -108,8 +108,8 @@ func TestDynamoStockTakePutAvailable(t *testing.T) {
 			if err := s.Put(ctx, "a#1", 4); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Take(ctx, "a", 1); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
-				t.Fatalf("Take of \"a\" beside \"a#1\": %v, want ErrUnknownKey", err)
+			if err := s.Take(ctx, "a", 1); !errors.Is(err, dynamoconditional.ErrNotFound) {
+				t.Fatalf("Take of \"a\" beside \"a#1\": %v, want ErrNotFound", err)
 			}
 			// A bucket never exceeds an int64.
 			if err := s.Put(ctx, "max", math.MaxInt64); err != nil {
@@ -313,8 +313,8 @@ func TestDynamoStockTakeAcrossBuckets(t *testing.T) {
 	if err := s.Take(ctx, "sku", 1); !errors.Is(err, dynamoconditional.ErrSoldOut) {
 		t.Fatalf("Take from empty: %v, want ErrSoldOut", err)
 	}
-	if err := s.Take(ctx, "nope", 1); !errors.Is(err, dynamoconditional.ErrUnknownKey) {
-		t.Fatalf("Take of an unknown key: %v, want ErrUnknownKey", err)
+	if err := s.Take(ctx, "nope", 1); !errors.Is(err, dynamoconditional.ErrNotFound) {
+		t.Fatalf("Take of an unknown key: %v, want ErrNotFound", err)
 	}
 	if n := faults.transactions.Load(); n != 1 {
 		t.Fatalf("%d transactions, want still 1: only the take of 8 needed one", n)

@@ -310,7 +310,7 @@ func TestNilContextRefused(t *testing.T) {
 		e(cas.ErrInvalid, "Store.Delete", func() error { return store.Delete(c, "k", 1) }),
 		e(cas.ErrInvalid, "Store.Update", func() error { _, err := store.Update(c, "k", func(v int) (int, error) { return v, nil }); return err }),
 		e(cas.ErrInvalid, "Store.Update alone", func() error {
-			_, err := store.Update(c, "k", func(v int) (int, error) { return v, nil }, cas.NoCombine())
+			_, err := store.Update(c, "k", func(v int) (int, error) { return v, nil }, cas.NoCoalescing())
 			return err
 		}),
 

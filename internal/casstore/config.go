@@ -10,8 +10,25 @@ import (
 	"github.com/nolock/nolock/internal/backoff"
 )
 
-// Option configures cas.Retry and NewStore.
+// Option configures both NewStore and cas.Retry: the retry policy and its
+// observers.
 type Option func(*Config)
+
+// StoreOption configures NewStore: an Option, or one for Stores only
+// (WithCoalescing, WithMaxBatch).
+type StoreOption interface{ applyStore(*Config) }
+
+// RetryOption configures cas.Retry: an Option. A Store-only option is not
+// one, so passing it to Retry does not compile.
+type RetryOption interface{ applyRetry(*Config) }
+
+func (o Option) applyStore(c *Config) { o(c) }
+func (o Option) applyRetry(c *Config) { o(c) }
+
+// storeOnly is a StoreOption that cas.Retry does not take.
+type storeOnly func(*Config)
+
+func (o storeOnly) applyStore(c *Config) { o(c) }
 
 // Config is the settings Options make: the retry policy, the observers and
 // the Store's combining. cas.Retry runs its attempts through it.
@@ -24,17 +41,40 @@ type Config struct {
 	stats   *Stats
 }
 
-// NewConfig applies opts to the defaults and validates the result; an
-// invalid setting is an ErrInvalid naming it.
-func NewConfig(opts []Option) (Config, error) {
-	c := Config{policy: backoff.Policy{Attempts: 20, Immediate: lostRace}, combine: true, max: 128, timeout: 30 * time.Second}
+// NewRetryConfig applies opts to the defaults and validates the result;
+// an invalid setting is an ErrInvalid naming it. A nil option is skipped.
+func NewRetryConfig(opts []RetryOption) (Config, error) {
+	c := defaults()
 	for _, o := range opts {
-		o(&c)
+		if o != nil {
+			o.applyRetry(&c)
+		}
 	}
+	return c.validate()
+}
+
+// NewStoreConfig is NewRetryConfig for NewStore's options.
+func NewStoreConfig(opts []StoreOption) (Config, error) {
+	c := defaults()
+	for _, o := range opts {
+		if o != nil {
+			o.applyStore(&c)
+		}
+	}
+	return c.validate()
+}
+
+func defaults() Config {
+	return Config{policy: backoff.Policy{Attempts: 20, Immediate: lostRace}, combine: true, max: 128, timeout: 30 * time.Second}
+}
+
+func (c Config) validate() (Config, error) {
 	if err := c.policy.Validate(); err != nil {
 		return c, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	switch {
+	case c.policy.Attempts < 1:
+		return c, Invalid("attempts %d is below 1", c.policy.Attempts)
 	case c.max < 1:
 		return c, Invalid("max batch %d is below 1", c.max)
 	case c.timeout <= 0:
@@ -65,15 +105,15 @@ func WithOnRetry(f func(key string, attempt int, err error, delay time.Duration)
 // WithStats counts attempts, conflicts and commits into s.
 func WithStats(s *Stats) Option { return func(c *Config) { c.stats = s } }
 
-// WithCombining turns the combining of concurrent Updates of one key on
+// WithCoalescing turns the coalescing (flat combining) of concurrent Updates of one key on
 // (the default) or off for the whole Store. Off, the Store still admits one
 // read-modify-write per key at a time in this process (the others wait
 // their turn instead of conflicting); conflicts then come only from other
-// processes. NoCombine takes one call out of both.
-func WithCombining(on bool) Option { return func(c *Config) { c.combine = on } }
+// processes. NoCoalescing takes one call out of both.
+func WithCoalescing(on bool) StoreOption { return storeOnly(func(c *Config) { c.combine = on }) }
 
 // WithMaxBatch bounds how many Updates one combined write applies (default 128).
-func WithMaxBatch(n int) Option { return func(c *Config) { c.max = n } }
+func WithMaxBatch(n int) StoreOption { return storeOnly(func(c *Config) { c.max = n }) }
 
 // Stats counts what a Store or Retry did. It is safe for concurrent use;
 // read it with Load.

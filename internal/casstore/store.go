@@ -92,11 +92,11 @@ func validKey(key string) error {
 
 // NewStore returns a Store of T values on b, encoded with codec (nil means
 // JSON).
-func NewStore[T any](b Backend, codec Codec[T], opts ...Option) (*Store[T], error) {
+func NewStore[T any](b Backend, codec Codec[T], opts ...StoreOption) (*Store[T], error) {
 	if b == nil {
 		return nil, Invalid("backend is nil")
 	}
-	cfg, err := NewConfig(opts)
+	cfg, err := NewStoreConfig(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -166,10 +166,10 @@ type UpdateOption func(*updateConfig)
 
 type updateConfig struct{ alone bool }
 
-// NoCombine runs this Update on its own read-modify-write, neither combined
+// NoCoalescing runs this Update on its own read-modify-write, neither combined
 // with nor queued behind others of the same key: plain optimistic
 // concurrency, retrying its own conflicts.
-func NoCombine() UpdateOption { return func(c *updateConfig) { c.alone = true } }
+func NoCoalescing() UpdateOption { return func(c *updateConfig) { c.alone = true } }
 
 // Update reads key's value, applies fn, and writes the result only if the
 // version is unchanged; on a conflict it runs again on a fresh read after a
@@ -193,7 +193,7 @@ func NoCombine() UpdateOption { return func(c *updateConfig) { c.alone = true } 
 // result is sent (while the Update waits its turn, or between attempts),
 // Update returns an error wrapping ctx.Err() and nothing of fn's is
 // written. Combined, a write already sent is waited for, so Update never
-// gives up on a write that then succeeds; under NoCombine ctx also bounds
+// gives up on a write that then succeeds; under NoCoalescing ctx also bounds
 // the round trips, and ending it mid-write gives ErrAmbiguousCommit.
 func (s *Store[T]) Update(ctx context.Context, key string, fn func(cur T) (T, error), opts ...UpdateOption) (Versioned[T], error) {
 	if err := CheckCtx(ctx); err != nil {

@@ -20,8 +20,8 @@ var (
 	// ErrInsufficient means the balance cannot cover the debit: nothing was
 	// taken.
 	ErrInsufficient = errors.New("conditional: insufficient balance")
-	// ErrUnknownKey means no row exists for the key: nothing was changed.
-	ErrUnknownKey = errors.New("conditional: unknown key")
+	// ErrNotFound means no row exists for the key: nothing was changed.
+	ErrNotFound = errors.New("conditional: unknown key")
 	// ErrInvalid marks bad input; the error's text names the argument.
 	// Nothing was sent to the database.
 	ErrInvalid = errors.New("conditional: invalid argument")
@@ -96,7 +96,7 @@ func Unsent(ctx context.Context, op string) error {
 }
 
 // HoldError says which resource could not be held and why: Err is ErrHeld,
-// ErrConfirmed or ErrUnknownKey, and errors.Is sees through to it. Hold and
+// ErrConfirmed or ErrNotFound, and errors.Is sees through to it. Hold and
 // HoldAll return it; nothing was held.
 type HoldError struct {
 	Resource string
@@ -108,5 +108,5 @@ func (e *HoldError) Error() string {
 	return fmt.Sprintf("conditional: hold %q: %v", e.Resource, e.Err)
 }
 
-// Unwrap returns the reason, ErrHeld, ErrConfirmed or ErrUnknownKey.
+// Unwrap returns the reason, ErrHeld, ErrConfirmed or ErrNotFound.
 func (e *HoldError) Unwrap() error { return e.Err }

@@ -168,7 +168,7 @@ var scenarios = []scenario{
 			want("Put", b.stock.Put(ctx, k, 5), nil),
 			want("Take", b.stock.Take(ctx, k, 2), nil),
 			want("Take past the stock", b.stock.Take(ctx, k, 4), conditional.ErrSoldOut),
-			want("Take of an unknown key", b.stock.Take(ctx, w+"-none", 1), conditional.ErrUnknownKey),
+			want("Take of an unknown key", b.stock.Take(ctx, w+"-none", 1), conditional.ErrNotFound),
 			want("TakeIn", pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return b.stock.TakeIn(ctx, tx, k, 1) }), nil),
 		)
 		if err != nil {
@@ -217,7 +217,7 @@ var scenarios = []scenario{
 			want("Hold", herr, nil),
 			want("Hold of a held seat", held, conditional.ErrHeld),
 			want("HoldAll", all, nil),
-			want("Hold of an unknown seat", unknown, conditional.ErrUnknownKey),
+			want("Hold of an unknown seat", unknown, conditional.ErrNotFound),
 			want("Confirm", b.holds.Confirm(ctx, r1, "ann"), nil),
 			want("Confirm by another", b.holds.Confirm(ctx, r2, "ann"), conditional.ErrNotHolder),
 			want("Release", b.holds.Release(ctx, r3, "bob"), nil),
@@ -231,7 +231,7 @@ var scenarios = []scenario{
 		err := errors.Join(
 			want("Update", b.fenced.Update(ctx, b.pool, k, 2, map[string]any{"owner": "new"}), nil),
 			want("Update with an older token", b.fenced.Update(ctx, b.pool, k, 1, map[string]any{"owner": "old"}), conditional.ErrFenced),
-			want("Update of an unknown key", b.fenced.Update(ctx, b.pool, w+"-none", 3, nil), conditional.ErrUnknownKey),
+			want("Update of an unknown key", b.fenced.Update(ctx, b.pool, w+"-none", 3, nil), conditional.ErrNotFound),
 			want("Update in a transaction", pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 				return b.fenced.Update(ctx, tx, k, 3, map[string]any{"owner": "tx"})
 			}), nil),
@@ -266,7 +266,7 @@ var scenarios = []scenario{
 				}
 			}
 			return cur + 1, nil
-		}, cas.NoCombine())
+		}, cas.NoCoalescing())
 		_, stale := b.casB.Put(ctx, k, []byte("0"), 1)
 		if err := errors.Join(want("Update after a conflict", uerr, nil), want("Put at a stale version", stale, cas.ErrConflict)); err != nil {
 			return err

@@ -3,36 +3,25 @@ package inbox
 import (
 	"context"
 	"errors"
-	"fmt"
-	"runtime/debug"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/handlerpanic"
 )
 
 // PanicError is a handler's panic that Run recovered: the message counts
-// as failed (and is parked after the attempts), the process lives on.
-type PanicError struct {
-	Value any    // what the handler panicked with
-	Stack []byte // the handler's goroutine's stack at the panic
-}
-
-func (e *PanicError) Error() string {
-	return fmt.Sprintf("inbox: handler panicked: %v\n%s", e.Value, e.Stack)
-}
+// as failed (and is parked after the attempts), the process lives on. It is
+// partition.PanicError too.
+type PanicError = handlerpanic.Error
 
 // recovering turns a panic of h into a *PanicError, so that one poison
 // message makes Run park it rather than crash the process on every
 // redelivery.
 func recovering(h Handler) Handler {
 	return func(ctx context.Context, tx pgx.Tx, m kafka.Message) (err error) {
-		defer func() {
-			if v := recover(); v != nil {
-				err = &PanicError{Value: v, Stack: debug.Stack()}
-			}
-		}()
+		defer handlerpanic.Recover("inbox", &err)
 		return h(ctx, tx, m)
 	}
 }

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/handlerpanic"
 	"github.com/nolock/nolock/internal/pgerr"
 )
 
@@ -133,27 +133,15 @@ func commitTransient(err error) bool {
 	return transient(err, nil)
 }
 
-// PanicError is a Handler's panic that Run recovered. It counts toward
-// MaxAttempts like any other handler error (never as transient): the batch
-// rolls back, and when the attempts are used up the message is parked with
-// it (OnPark receives it). The process lives on.
-type PanicError struct {
-	Value any    // what the handler panicked with
-	Stack []byte // the handler's goroutine's stack at the panic
-}
-
-func (e *PanicError) Error() string {
-	return fmt.Sprintf("partition: handler panicked: %v\n%s", e.Value, e.Stack)
-}
+// PanicError is a handler's panic that Run recovered: the message counts
+// as failed (and is parked after the attempts), the process lives on. It is
+// inbox.PanicError too.
+type PanicError = handlerpanic.Error
 
 // callHandler runs h, turning a panic into a *PanicError: the handler runs
 // on a kafka-go goroutine, where an unrecovered panic ends the process.
 func callHandler(ctx context.Context, h Handler, tx pgx.Tx, msgs []kafka.Message) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
+	defer handlerpanic.Recover("partition", &err)
 	return h(ctx, tx, msgs)
 }
 

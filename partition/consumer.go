@@ -134,6 +134,10 @@ func (c *Consumer) CreateSchema(ctx context.Context) error {
 	return nil
 }
 
+// ErrRunTwice is what Run returns when it was called on the Consumer
+// before: a Consumer runs once; make a new one to run again.
+var ErrRunTwice = errors.New("partition: Run called twice")
+
 // Run joins the group and applies the partitions Kafka assigns to this
 // member until ctx ends, then returns nil once every worker has stopped
 // and the member has left the group. A worker stops at the end of its
@@ -151,13 +155,13 @@ func (c *Consumer) CreateSchema(ctx context.Context) error {
 // or loading, request timeouts, a claim that Kafka refused, a fenced
 // worker. A Kafka error that does not pass (authorisation, invalid
 // settings, unsupported version) ends Run with it.
-// Run may be called once per Consumer.
+// Run may be called once per Consumer: a second call returns ErrRunTwice.
 func (c *Consumer) Run(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("ctx is nil")
 	}
 	if !c.running.CompareAndSwap(false, true) {
-		return errors.New("partition: Run called twice")
+		return ErrRunTwice
 	}
 	defer c.transport.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(ctx)

@@ -4,35 +4,11 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/nolock/nolock/dynamolock"
 	"github.com/nolock/nolock/internal/testenv"
-	"github.com/nolock/nolock/observe"
 )
-
-// recorder is an Observer that keeps the events' names by key.
-type recorder struct {
-	mu    sync.Mutex
-	names map[string][]string
-	lost  []error
-}
-
-func (r *recorder) observe(_ context.Context, e observe.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.names[e.Key] = append(r.names[e.Key], e.Name)
-	if e.Name == "dynamolock.lost" {
-		r.lost = append(r.lost, e.Err)
-	}
-}
-
-func (r *recorder) of(key string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.names[key])
-}
 
 // Every event of a lock's life reaches the observer, in order, with the
 // same names as package lease's: acquired, renewed, released; contended
@@ -41,17 +17,17 @@ func (r *recorder) of(key string) []string {
 func TestObserver(t *testing.T) {
 	t.Parallel()
 	api, table := newTable(t)
-	rec := &recorder{names: map[string][]string{}}
-	a := newClient(t, api, table, dynamolock.WithObserver(rec.observe))
-	rivalRec := &recorder{names: map[string][]string{}}
-	rival := newClient(t, api, table, dynamolock.WithObserver(rivalRec.observe))
+	rec := &testenv.Events{}
+	a := newClient(t, api, table, dynamolock.WithObserver(rec.Observe))
+	rivalRec := &testenv.Events{}
+	rival := newClient(t, api, table, dynamolock.WithObserver(rivalRec.Observe))
 
 	l := mustAcquire(t, a, "held")
 	if _, err := rival.TryAcquire(context.Background(), "held"); !errors.Is(err, dynamolock.ErrNotAcquired) {
 		t.Fatalf("rival's TryAcquire: %v, want ErrNotAcquired", err)
 	}
 	testenv.Until(t, "a heartbeat is reported", func() (bool, error) {
-		return slices.Contains(rec.of("held"), "dynamolock.renewed"), nil
+		return slices.Contains(rec.Names("held"), "dynamolock.renewed"), nil
 	})
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
@@ -65,19 +41,19 @@ func TestObserver(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	held := slices.Compact(rec.of("held"))
+	held := slices.Compact(rec.Names("held"))
 	if want := []string{"dynamolock.acquired", "dynamolock.renewed", "dynamolock.released"}; !slices.Equal(held, want) {
 		t.Errorf("events of a held lock: %v, want %v (renewals compacted)", held, want)
 	}
-	if got, want := rivalRec.of("held"), []string{"dynamolock.contended", "dynamolock.not_acquired"}; !slices.Equal(got, want) {
+	if got, want := rivalRec.Names("held"), []string{"dynamolock.contended", "dynamolock.not_acquired"}; !slices.Equal(got, want) {
 		t.Errorf("rival's events: %v, want %v", got, want)
 	}
-	maxed := slices.DeleteFunc(rec.of("max"), func(n string) bool { return n == "dynamolock.renewed" })
+	maxed := slices.DeleteFunc(rec.Names("max"), func(n string) bool { return n == "dynamolock.renewed" })
 	if want := []string{"dynamolock.acquired", "dynamolock.expiring", "dynamolock.lost"}; !slices.Equal(maxed, want) {
 		t.Errorf("events of a lock at its maximum hold: %v, want %v", maxed, want)
 	}
 	var le *dynamolock.LostError
-	if len(rec.lost) != 1 || !errors.As(rec.lost[0], &le) || le.Cause != dynamolock.MaxHold {
-		t.Errorf("lost events' errors: %v, want one LostError with cause MaxHold", rec.lost)
+	if lost := rec.Errs("max", "dynamolock.lost"); len(lost) != 1 || !errors.As(lost[0], &le) || le.Cause != dynamolock.MaxHold {
+		t.Errorf("lost events' errors: %v, want one LostError with cause MaxHold", rec.Errs("max", "dynamolock.lost"))
 	}
 }

@@ -4,35 +4,12 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/nolock/nolock/internal/testenv"
 	"github.com/nolock/nolock/lease"
 	"github.com/nolock/nolock/observe"
 )
-
-// recorder is an Observer that keeps the events' names by key.
-type recorder struct {
-	mu    sync.Mutex
-	names map[string][]string
-	lost  []error
-}
-
-func (r *recorder) observe(_ context.Context, e observe.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.names[e.Key] = append(r.names[e.Key], e.Name)
-	if e.Name == "lease.lost" {
-		r.lost = append(r.lost, e.Err)
-	}
-}
-
-func (r *recorder) of(key string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.names[key])
-}
 
 // Every event of a lock's life reaches the observer, in order: acquired,
 // renewed, released; contended and not acquired for a rival; expiring and
@@ -41,17 +18,17 @@ func (r *recorder) of(key string) []string {
 func TestObserver(t *testing.T) {
 	t.Parallel()
 	pool, _ := testenv.PostgresSchema(t, 4)
-	rec := &recorder{names: map[string][]string{}}
-	a := newClient(t, pool, lease.WithObserver(rec.observe))
-	rivalRec := &recorder{names: map[string][]string{}}
-	rival := newClient(t, pool, lease.WithObserver(rivalRec.observe))
+	rec := &testenv.Events{}
+	a := newClient(t, pool, lease.WithObserver(rec.Observe))
+	rivalRec := &testenv.Events{}
+	rival := newClient(t, pool, lease.WithObserver(rivalRec.Observe))
 
 	l := mustAcquire(t, a, "held")
 	if _, err := rival.TryAcquire(context.Background(), "held"); !errors.Is(err, lease.ErrNotAcquired) {
 		t.Fatalf("rival's TryAcquire: %v, want ErrNotAcquired", err)
 	}
 	testenv.Until(t, "a renewal is reported", func() (bool, error) {
-		return slices.Contains(rec.of("held"), "lease.renewed"), nil
+		return slices.Contains(rec.Names("held"), "lease.renewed"), nil
 	})
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
@@ -65,20 +42,20 @@ func TestObserver(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	held := slices.Compact(rec.of("held"))
+	held := slices.Compact(rec.Names("held"))
 	if want := []string{"lease.acquired", "lease.renewed", "lease.released"}; !slices.Equal(held, want) {
 		t.Errorf("events of a held lock: %v, want %v (renewals compacted)", held, want)
 	}
-	if got, want := rivalRec.of("held"), []string{"lease.contended", "lease.not_acquired"}; !slices.Equal(got, want) {
+	if got, want := rivalRec.Names("held"), []string{"lease.contended", "lease.not_acquired"}; !slices.Equal(got, want) {
 		t.Errorf("rival's events: %v, want %v", got, want)
 	}
-	maxed := slices.DeleteFunc(rec.of("max"), func(n string) bool { return n == "lease.renewed" })
+	maxed := slices.DeleteFunc(rec.Names("max"), func(n string) bool { return n == "lease.renewed" })
 	if want := []string{"lease.acquired", "lease.expiring", "lease.lost"}; !slices.Equal(maxed, want) {
 		t.Errorf("events of a lock at its maximum hold: %v, want %v", maxed, want)
 	}
 	var le *lease.LostError
-	if len(rec.lost) != 1 || !errors.As(rec.lost[0], &le) || le.Cause != lease.MaxHold {
-		t.Errorf("lost events' errors: %v, want one LostError with cause MaxHold", rec.lost)
+	if lost := rec.Errs("max", "lease.lost"); len(lost) != 1 || !errors.As(lost[0], &le) || le.Cause != lease.MaxHold {
+		t.Errorf("lost events' errors: %v, want one LostError with cause MaxHold", rec.Errs("max", "lease.lost"))
 	}
 
 	// An observer that panics: the lock works, the panics are counted.

@@ -24,8 +24,8 @@ import (
 // caller's transaction instead, so an idempotency key, a ledger row or an
 // order can commit with the debit, all or nothing.
 //
-// Accounts takes the Stock options (buckets, coalescing, batch size,
-// timeout); its table defaults to "nolock_accounts" with the amount in a
+// Accounts takes the Options it shares with Stock (buckets, home,
+// coalescing, batch size, timeout) and WithAccountsTable; its table defaults to "nolock_accounts" with the amount in a
 // column named balance. An Accounts is safe for concurrent use; Close it to
 // stop its goroutines.
 type Accounts struct {
@@ -38,12 +38,20 @@ const DefaultAccountsTable = "nolock_accounts"
 
 // WithAccountsTable sets the accounts table's name (quoted, never
 // interpolated raw).
-func WithAccountsTable(name string) StockOption { return WithStockTable(name) }
+func WithAccountsTable(name string) AccountsOption {
+	return accountsOnly(func(c *stockConfig) { c.table = name })
+}
 
 // NewAccounts returns Accounts on db, usually a *pgxpool.Pool. Run its
 // CreateSchema (or put its Schema in your migrations) first.
-func NewAccounts(db DB, opts ...StockOption) (*Accounts, error) {
-	s, err := newStock(db, stockConfig{table: DefaultAccountsTable, column: "balance", keyArg: "account", amountArg: "amount"}, opts)
+func NewAccounts(db DB, opts ...AccountsOption) (*Accounts, error) {
+	cfg := stockDefaults(stockConfig{table: DefaultAccountsTable, column: "balance", keyArg: "account", amountArg: "amount"})
+	for _, o := range opts {
+		if o != nil {
+			o.applyAccounts(&cfg)
+		}
+	}
+	s, err := newStock(db, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -70,8 +70,31 @@ type bucketKey struct {
 	bucket int
 }
 
-// StockOption configures NewStock.
-type StockOption func(*stockConfig)
+// Option configures both NewStock and NewAccounts: how a key's rows are
+// written and read (WithBuckets, WithHome, WithEndgame, WithCoalescing,
+// WithMaxBatch, WithStatementTimeout, WithSoldOutCache; for Accounts a
+// "sold out" key is an empty account, a restock a credit).
+type Option func(*stockConfig)
+
+// StockOption configures NewStock: an Option, or WithStockTable, which
+// NewAccounts does not take (it would not compile).
+type StockOption interface{ applyStock(*stockConfig) }
+
+// AccountsOption configures NewAccounts: an Option, or WithAccountsTable.
+type AccountsOption interface{ applyAccounts(*stockConfig) }
+
+func (o Option) applyStock(c *stockConfig)    { o(c) }
+func (o Option) applyAccounts(c *stockConfig) { o(c) }
+
+// stockOnly is a StockOption that NewAccounts does not take.
+type stockOnly func(*stockConfig)
+
+func (o stockOnly) applyStock(c *stockConfig) { o(c) }
+
+// accountsOnly is an AccountsOption that NewStock does not take.
+type accountsOnly func(*stockConfig)
+
+func (o accountsOnly) applyAccounts(c *stockConfig) { o(c) }
 
 type stockConfig struct {
 	table      string
@@ -90,7 +113,9 @@ type stockConfig struct {
 
 // WithStockTable sets the stock table's name (default "nolock_stock"). The name
 // is quoted, never interpolated raw.
-func WithStockTable(name string) StockOption { return func(c *stockConfig) { c.table = name } }
+func WithStockTable(name string) StockOption {
+	return stockOnly(func(c *stockConfig) { c.table = name })
+}
 
 // WithBuckets spreads each key's stock over n rows (default 1). Takes go to
 // a random bucket, or to the Stock's home (WithHome); when it cannot cover
@@ -98,7 +123,7 @@ func WithStockTable(name string) StockOption { return func(c *stockConfig) { c.t
 // always sell. Use buckets, with a home per process, when several
 // processes write one hot key; within one process coalescing is usually
 // enough. Measure before choosing.
-func WithBuckets(n int) StockOption { return func(c *stockConfig) { c.buckets = n } }
+func WithBuckets(n int) Option { return func(c *stockConfig) { c.buckets = n } }
 
 // WithEndgame gathers a key's units into its first bucket once a take
 // across buckets finds at most units left (default 0: never). From then on
@@ -108,22 +133,24 @@ func WithBuckets(n int) StockOption { return func(c *stockConfig) { c.buckets = 
 // follows when its own take across buckets finds at most its own endgame
 // left (it needs WithEndgame too). A restock (Put, or a credit, in this
 // process; any restock that a later take across buckets sees) sends takes
-// to random buckets again; Put spreads only the units it adds. Only with
+// to random buckets again; Put spreads only the units it adds. A Stock
+// remembers up to 65536 gathered keys; one forgotten to make room is
+// routed at random until its next take across buckets. Only with
 // WithBuckets.
-func WithEndgame(units int64) StockOption { return func(c *stockConfig) { c.endgame = units } }
+func WithEndgame(units int64) Option { return func(c *stockConfig) { c.endgame = units } }
 
 // WithCoalescing turns coalescing of concurrent takes of one key on (the
 // default) or off. Off, the Stock still admits only one statement per key
 // (bucket) at a time; the rest wait their turn in this process instead of
 // piling onto the row lock.
-func WithCoalescing(on bool) StockOption { return func(c *stockConfig) { c.coalesce = on } }
+func WithCoalescing(on bool) Option { return func(c *stockConfig) { c.coalesce = on } }
 
 // WithMaxBatch bounds how many takes one statement grants (default 128).
-func WithMaxBatch(n int) StockOption { return func(c *stockConfig) { c.maxBatch = n } }
+func WithMaxBatch(n int) Option { return func(c *stockConfig) { c.maxBatch = n } }
 
 // WithStatementTimeout bounds each statement (default 10 s). A take already
 // sent waits for its statement's outcome, at most this long.
-func WithStatementTimeout(d time.Duration) StockOption {
+func WithStatementTimeout(d time.Duration) Option {
 	return func(c *stockConfig) { c.timeout = d }
 }
 
@@ -136,21 +163,29 @@ func WithStatementTimeout(d time.Duration) StockOption {
 // process is seen only after d. The cache drops expired marks as it adds
 // new ones and holds at most 65536 keys; a mark dropped early costs one
 // query.
-func WithSoldOutCache(d time.Duration) StockOption {
+func WithSoldOutCache(d time.Duration) Option {
 	return func(c *stockConfig) { c.soldOutTTL = d }
 }
 
 // NewStock returns a Stock on db, usually a *pgxpool.Pool. Run its
 // CreateSchema (or put its Schema in your migrations) first.
 func NewStock(db DB, opts ...StockOption) (*Stock, error) {
-	return newStock(db, stockConfig{table: DefaultStockTable, column: "qty", keyArg: "key", amountArg: "n"}, opts)
+	cfg := stockDefaults(stockConfig{table: DefaultStockTable, column: "qty", keyArg: "key", amountArg: "n"})
+	for _, o := range opts {
+		if o != nil {
+			o.applyStock(&cfg)
+		}
+	}
+	return newStock(db, cfg)
 }
 
-func newStock(db DB, cfg stockConfig, opts []StockOption) (*Stock, error) {
+// stockDefaults sets the defaults both Stock and Accounts share.
+func stockDefaults(cfg stockConfig) stockConfig {
 	cfg.buckets, cfg.coalesce, cfg.maxBatch, cfg.timeout = 1, true, 128, 10*time.Second
-	for _, o := range opts {
-		o(&cfg)
-	}
+	return cfg
+}
+
+func newStock(db DB, cfg stockConfig) (*Stock, error) {
 	switch {
 	case pgarg.NilDB(db):
 		return nil, invalid("db is nil")

@@ -169,6 +169,12 @@ func (s *Stock) isGathered(key string) bool {
 	return ok
 }
 
+// maxGathered bounds the keys a Stock remembers as gathered. A key
+// forgotten to make room has its takes sent to random buckets again; the
+// next take across buckets that finds it at its endgame remembers it
+// again. Routing only: no answer depends on it.
+const maxGathered = 65536
+
 // setGathered records whether key's units are gathered, as seen by this
 // process; a no-op without WithEndgame.
 func (s *Stock) setGathered(key string, on bool) {
@@ -178,6 +184,12 @@ func (s *Stock) setGathered(key string, on bool) {
 	s.gatherMu.Lock()
 	defer s.gatherMu.Unlock()
 	if on {
+		if _, ok := s.gathered[key]; !ok && len(s.gathered) >= maxGathered {
+			for k := range s.gathered { // any one: forgetting costs routing, not exactness
+				delete(s.gathered, k)
+				break
+			}
+		}
 		s.gathered[key] = struct{}{}
 	} else {
 		delete(s.gathered, key)

@@ -46,7 +46,7 @@ import (
 // too; Put still spreads its units over all buckets. TakeIn takes from the
 // home in the caller's transaction, and across buckets when the home
 // cannot cover it. b must lie in [0, buckets) and needs WithBuckets > 1.
-func WithHome(b int) StockOption {
+func WithHome(b int) Option {
 	return func(c *stockConfig) { c.home, c.homeSet = b, true }
 }
 

@@ -1,9 +1,15 @@
 // Package testenv connects tests to the real services that scripts/services
-// starts (PostgreSQL, Apache Kafka, DynamoDB-compatible servers) and gives
-// each test its own schema, topic or table, removed when the test ends.
+// starts (PostgreSQL, PgBouncer, Apache Kafka, DynamoDB-compatible servers,
+// Redis, etcd) and gives each test its own schema, topic or table, removed
+// when the test ends. It also builds the deployments and faults tests need:
+// a private PostgreSQL to crash, a primary with a synchronous standby to
+// fail over (PostgresPair), a private PgBouncer, child processes to pause
+// or kill, proxies that delay or cut connections, and the three-broker
+// Kafka cluster (Kafka3, on request).
 //
 // A missing service fails the test when CI or NOLOCK_REQUIRE_SERVICES is set,
-// and skips it otherwise with a message naming the setup command.
+// and skips it otherwise with a message naming the setup command; the
+// three-broker cluster is opt-in (see Kafka3).
 package testenv
 
 import (

@@ -15,12 +15,16 @@ type Identity struct {
 	name      string
 	id        func(kafka.Message) (string, error)
 	watermark bool
+	bad       string // why New refuses it: an identity that cannot work
 }
 
 // ByHeader identifies a message by the value of a header set by the
 // producer (e.g. "id", as Debezium's outbox does). It catches producer
 // retries and duplicates, which get new offsets. The recommended identity.
 func ByHeader(name string) Identity {
+	if name == "" {
+		return Identity{bad: "ByHeader: the header name is empty"}
+	}
 	return Identity{name: "header " + name, id: func(m kafka.Message) (string, error) {
 		for _, h := range m.Headers {
 			if h.Key == name && len(h.Value) > 0 {

@@ -126,13 +126,18 @@ var schemaSQL string
 // or put its Schema in your migrations, first.
 func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
 	in := &Inbox{db: db, consumer: consumer, identity: ByHeader("id"), max: 5, prefix: "nolock_inbox"}
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return nil, invalid("option %d is nil", i)
+		}
 		o(in)
 	}
 	prefix := in.prefix
 	switch {
 	case pgarg.NilDB(db):
 		return nil, invalid("db is nil")
+	case in.identity.bad != "":
+		return nil, invalid("%s", in.identity.bad)
 	case consumer == "":
 		return nil, invalid("consumer is empty")
 	case strings.IndexByte(consumer, 0) >= 0 || !utf8.ValidString(consumer):

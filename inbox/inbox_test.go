@@ -228,6 +228,8 @@ func TestBadInput(t *testing.T) {
 		{"empty consumer", func() error { _, err := inbox.New(pool, ""); return err }()},
 		{"empty identity", func() error { _, err := inbox.New(pool, "c", inbox.WithIdentity(inbox.Identity{})); return err }()},
 		{"zero attempts", func() error { _, err := inbox.New(pool, "c", inbox.WithMaxAttempts(0)); return err }()},
+		{"header without a name", func() error { _, err := inbox.New(pool, "c", inbox.WithIdentity(inbox.ByHeader(""))); return err }()},
+		{"nil option", func() error { _, err := inbox.New(pool, "c", nil); return err }()},
 		{"nil handler", func() error {
 			in := newInbox(t, pool)
 			_, err := in.Process(context.Background(), []kafka.Message{msg("a", 0, 0)}, nil)

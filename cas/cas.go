@@ -54,7 +54,7 @@ func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx
 			}
 			return err
 		}
-		cfg.Committed()
+		cfg.Committed(ctx, "", 1)
 		return nil
 	})
 }

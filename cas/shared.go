@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/nolock/nolock/internal/casstore"
+	"github.com/nolock/nolock/observe"
 )
 
 // The errors of this package, shared with package dynamocas: errors.Is
@@ -72,6 +73,10 @@ func WithOnRetry(f func(key string, attempt int, err error, delay time.Duration)
 
 // WithStats counts attempts, conflicts and commits into s.
 func WithStats(s *Stats) Option { return casstore.WithStats(s) }
+
+// WithObserver reports "cas.conflict", "cas.retry", "cas.committed" and
+// "cas.gave_up" to o (nil: none); docs/observability.md lists their fields.
+func WithObserver(o observe.Observer) Option { return casstore.WithObserver(o) }
 
 // WithCoalescing turns the coalescing (flat combining) of concurrent Updates of one key on
 // (the default) or off for the whole Store.

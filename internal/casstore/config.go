@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/observe"
 )
 
 // Option configures both NewStore and cas.Retry: the retry policy and its
@@ -39,6 +40,7 @@ type Config struct {
 	max     int
 	timeout time.Duration
 	stats   *Stats
+	obs     observe.Observer
 }
 
 // NewRetryConfig applies opts to the defaults and validates the result;
@@ -105,6 +107,15 @@ func WithOnRetry(f func(key string, attempt int, err error, delay time.Duration)
 // WithStats counts attempts, conflicts and commits into s.
 func WithStats(s *Stats) Option { return func(c *Config) { c.stats = s } }
 
+// WithObserver reports "cas.conflict" (an attempt lost to another writer,
+// or a serialization failure or deadlock: Key, Attempt, Err), "cas.retry"
+// (before a retry's wait: Key, Attempt, Duration, Err), "cas.committed"
+// (a write: Key, N the updates it applied, 1 for Retry) and "cas.gave_up"
+// (the attempts ran out: Key, Attempt, Err) to o (nil: none). Key is
+// empty for Retry. o runs on the calling goroutine, never with a lock of
+// the Store held (see package observe).
+func WithObserver(o observe.Observer) Option { return func(c *Config) { c.obs = o } }
+
 // WithCoalescing turns the coalescing (flat combining) of concurrent Updates of one key on
 // (the default) or off for the whole Store. Off, the Store still admits one
 // read-modify-write per key at a time in this process (the others wait
@@ -144,27 +155,33 @@ func (c *Config) count(err error) {
 	}
 }
 
-// Committed records one successful write.
-func (c *Config) Committed() {
+// Committed records one successful write of n updates of key.
+func (c *Config) Committed(ctx context.Context, key string, n int) {
 	if c.stats != nil {
 		c.stats.commits.Add(1)
 	}
+	c.obs.Notify(ctx, observe.Event{Name: "cas.committed", Key: key, N: int64(n)})
 }
 
 // Retry runs op with the configured policy, retrying conflicts (see
 // conflict); key names the record for WithOnRetry, empty for cas.Retry.
 func (c *Config) Retry(ctx context.Context, key string, op func(ctx context.Context) error) error {
-	err := c.policy.Retry(ctx, func(ctx context.Context, _ int) error {
+	err := c.policy.Retry(ctx, func(ctx context.Context, attempt int) error {
 		err := op(ctx)
 		c.count(err)
+		if conflict(err) {
+			c.obs.Notify(ctx, observe.Event{Name: "cas.conflict", Key: key, Attempt: attempt, Err: err})
+		}
 		return err
 	}, conflict, func(attempt int, err error, d time.Duration) {
 		if c.onRetry != nil {
 			c.onRetry(key, attempt, err, d)
 		}
+		c.obs.Notify(ctx, observe.Event{Name: "cas.retry", Key: key, Attempt: attempt, Duration: d, Err: err})
 	})
 	var ex *backoff.ExhaustedError
 	if errors.As(err, &ex) {
+		c.obs.Notify(ctx, observe.Event{Name: "cas.gave_up", Key: key, Attempt: ex.Attempts, Err: ex.Last})
 		return fmt.Errorf("cas: gave up after %d attempts: %w", ex.Attempts, ex.Last)
 	}
 	return err

@@ -324,7 +324,7 @@ func (s *Store[T]) attempt(ctx context.Context, key string, reqs []request[T]) (
 	if err != nil {
 		return nil, errs, err // errs: the fns that failed on their own
 	}
-	s.cfg.Committed()
+	s.cfg.Committed(ctx, key, len(reqs)-countErrs(errs))
 	for i := range res {
 		if errs[i] == nil {
 			res[i].Version = ver
@@ -380,4 +380,15 @@ func (s *Store[T]) encode(v T) ([]byte, error) {
 func (s *Store[T]) Close() error {
 	s.comb.Close()
 	return nil
+}
+
+// countErrs counts the non-nil errors.
+func countErrs(errs []error) int {
+	n := 0
+	for _, err := range errs {
+		if err != nil {
+			n++
+		}
+	}
+	return n
 }

@@ -55,6 +55,13 @@ import (
 // Do does not promise anything about effects fn makes outside tx, and does
 // not detect a fingerprint collision: use a cryptographic hash.
 func (s *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, fn Func) (Result, error) {
+	start := time.Now()
+	res, err := s.do(ctx, scope, key, fingerprint, fn)
+	s.observe(ctx, key, start, res, err)
+	return res, err
+}
+
+func (s *Store) do(ctx context.Context, scope, key string, fingerprint []byte, fn Func) (Result, error) {
 	if err := idemrecord.CheckCtx(ctx); err != nil {
 		return Result{}, err
 	}

@@ -57,6 +57,13 @@ import (
 // args must be positional (not pgx.NamedArgs or a query option). Use
 // Do when the effect needs more than one statement or a decision in Go.
 func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte, sql string, args ...any) (Result, error) {
+	start := time.Now()
+	res, err := s.exec(ctx, scope, key, fingerprint, sql, args)
+	s.observe(ctx, key, start, res, err)
+	return res, err
+}
+
+func (s *Store) exec(ctx context.Context, scope, key string, fingerprint []byte, sql string, args []any) (Result, error) {
 	if err := idemrecord.CheckCtx(ctx); err != nil {
 		return Result{}, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
+	"github.com/nolock/nolock/observe"
 )
 
 // DB is what a Store needs from pgx: a *pgxpool.Pool satisfies it. Do
@@ -50,6 +51,7 @@ type Func func(ctx context.Context, tx pgx.Tx) (result []byte, err error)
 // A Store is safe for concurrent use; it starts no goroutines.
 type Store struct {
 	db        DB
+	obs       observe.Observer
 	over      pgmode.Override // for statements on db outside a transaction
 	retention time.Duration
 	wait      time.Duration
@@ -98,6 +100,36 @@ type config struct {
 	retention time.Duration
 	wait      time.Duration
 	attempts  int
+	obs       observe.Observer
+}
+
+// WithObserver reports each Do and Exec call's outcome to o (nil: none):
+// "idempotency.ran" (the effect ran and committed with its record),
+// "idempotency.replayed" (a stored result was returned), "idempotency.mismatch",
+// "idempotency.in_progress" (a concurrent duplicate kept the key past the
+// wait) or "idempotency.failed" (any other error, in Err), each with Key
+// and Duration (the call's); and "idempotency.reaped" with N after a Reap
+// that deleted rows. o runs on the calling goroutine, after the call's
+// transaction has ended.
+func WithObserver(o observe.Observer) Option { return func(c *config) { c.obs = o } }
+
+// observe reports a Do or Exec call's outcome (see WithObserver).
+func (s *Store) observe(ctx context.Context, key string, start time.Time, res Result, err error) {
+	if s.obs == nil {
+		return
+	}
+	e := observe.Event{Name: "idempotency.ran", Key: key, Duration: time.Since(start), Err: err}
+	switch {
+	case errors.Is(err, ErrMismatch):
+		e.Name = "idempotency.mismatch"
+	case errors.Is(err, ErrInProgress):
+		e.Name = "idempotency.in_progress"
+	case err != nil:
+		e.Name = "idempotency.failed"
+	case res.Replayed:
+		e.Name = "idempotency.replayed"
+	}
+	s.obs.Notify(ctx, e)
 }
 
 // WithTable sets the table's name (default "nolock_idempotency"), at most
@@ -163,7 +195,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 		"{{expires_index}}", pgx.Identifier{cfg.table + expiresSuffix}.Sanitize()).Replace
 	return &Store{
 		db: db, over: pgmode.For(db), execSQL: strings.ReplaceAll(execSQL, "{{table}}", strings.ReplaceAll(table, "%", "%%")),
-		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts},
+		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts}, obs: cfg.obs,
 		schemaSQL: sql(storeSQL), table: cfg.table, claimSQL: sql(claimSQL), readSQL: sql(readSQL), gateSQL: sql(gateSQL), gateName: preparedName(sql(gateSQL)), describing: make(chan struct{}, 1), expireSQL: sql(expireSQL),
 		takeoverSQL: sql(takeoverSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),
 	}, nil
@@ -281,6 +313,9 @@ func (s *Store) Reap(ctx context.Context, batch int) (int64, error) {
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < int64(batch) {
+			if total > 0 {
+				s.obs.Notify(ctx, observe.Event{Name: "idempotency.reaped", N: total})
+			}
 			return total, nil
 		}
 	}

@@ -1,0 +1,46 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nolock/nolock/idempotency"
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// Each Do and Exec call's outcome reaches the observer: a first run, a
+// replay, a mismatch, and a failure with its error.
+func TestObserver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	events := &testenv.Events{}
+	b := newBed(t, idempotency.WithObserver(events.Observe))
+	pay := func(tx pgx.Tx) ([]byte, error) { return nil, debit(ctx, tx, "alice", 1) }
+	fn := func(ctx context.Context, tx pgx.Tx) ([]byte, error) { return pay(tx) }
+	for _, fp := range []string{"a", "a", "b"} {
+		_, _ = b.store.Do(ctx, "alice", "do-1", []byte(fp), fn)
+	}
+	for _, fp := range []string{"a", "a"} {
+		_, _ = b.store.Exec(ctx, "alice", "exec-1", []byte(fp), debitSQL, "alice", int64(1))
+	}
+	boom := errors.New("boom")
+	_, _ = b.store.Do(ctx, "alice", "do-2", nil, func(context.Context, pgx.Tx) ([]byte, error) { return nil, boom })
+
+	want := map[string][]string{
+		"do-1":   {"idempotency.ran", "idempotency.replayed", "idempotency.mismatch"},
+		"exec-1": {"idempotency.ran", "idempotency.replayed"},
+		"do-2":   {"idempotency.failed"},
+	}
+	for key, w := range want {
+		if got := events.Names(key); !slices.Equal(got, w) {
+			t.Errorf("events of %s: %v, want %v", key, got, w)
+		}
+	}
+	if errs := events.Errs("do-2", "idempotency.failed"); len(errs) != 1 || !errors.Is(errs[0], boom) {
+		t.Errorf("failed's error: %v, want boom", errs)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
+	"github.com/nolock/nolock/observe"
 )
 
 // Stock sells units of keys (SKUs, tickets, quota) from a PostgreSQL table,
@@ -37,6 +38,7 @@ import (
 // A Stock is safe for concurrent use. Close it to stop its goroutines.
 type Stock struct {
 	db                DB
+	obs               observe.Observer
 	over              pgmode.Override // for statements on db outside a transaction
 	table             string          // quoted
 	keyArg, amountArg string
@@ -109,7 +111,17 @@ type stockConfig struct {
 	maxBatch   int
 	timeout    time.Duration
 	soldOutTTL time.Duration
+	obs        observe.Observer
 }
+
+// WithObserver reports each take's or debit's outcome to o (nil: none):
+// "conditional.granted", "conditional.refused" (Err: ErrSoldOut; for
+// Accounts a debit the balance did not cover) or "conditional.failed"
+// (any other error, ErrAmbiguousCommit included), each with Key and N
+// (the units asked); and "conditional.batch" with Key and N (the takes
+// one coalesced statement decided). o runs on the calling goroutine (a
+// batch's event on the goroutine that sent it), never with a lock held.
+func WithObserver(o observe.Observer) Option { return func(c *stockConfig) { c.obs = o } }
 
 // WithStockTable sets the stock table's name (default "nolock_stock"). The name
 // is quoted, never interpolated raw.
@@ -220,7 +232,7 @@ func newStock(db DB, cfg stockConfig) (*Stock, error) {
 	s := &Stock{
 		db: db, over: pgmode.For(db), table: t, buckets: cfg.buckets, home: home, rand: rand.IntN, keyArg: cfg.keyArg, amountArg: cfg.amountArg,
 		soldOut: map[string]time.Time{}, soldOutTTL: cfg.soldOutTTL, now: time.Now,
-		endgame: cfg.endgame, gathered: map[string]struct{}{},
+		endgame: cfg.endgame, gathered: map[string]struct{}{}, obs: cfg.obs,
 		schemaSQL: sql(stockSQL), batchSQL: sql(batchSQL), takeSQL: sql(takeSQL), addSQL: sql(addSQL), addFirstSQL: sql(addFirstSQL),
 		qtySQL: sql(qtySQL), acrossSQL: sql(acrossSQL), acrossUpdateSQL: sql(acrossUpdateSQL),
 		availableSQL: sql(availableSQL), putSQL: sql(putSQL), openSQL: sql(openSQL),
@@ -263,6 +275,21 @@ func (s *Stock) TakeIn(ctx context.Context, tx DB, key string, n int64) error {
 
 // take runs a take coalesced (tx nil) or in tx.
 func (s *Stock) take(ctx context.Context, tx DB, key string, n int64) error {
+	err := s.takeOnce(ctx, tx, key, n)
+	if s.obs != nil {
+		e := observe.Event{Name: "conditional.granted", Key: key, N: n, Err: err}
+		switch {
+		case errors.Is(err, ErrSoldOut):
+			e.Name = "conditional.refused"
+		case err != nil:
+			e.Name = "conditional.failed"
+		}
+		s.obs.Notify(ctx, e)
+	}
+	return err
+}
+
+func (s *Stock) takeOnce(ctx context.Context, tx DB, key string, n int64) error {
 	if err := s.valid(key, n); err != nil {
 		return err
 	}

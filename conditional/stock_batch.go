@@ -12,6 +12,7 @@ import (
 	"github.com/nolock/nolock/internal/combine"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
+	"github.com/nolock/nolock/observe"
 )
 
 // errorsOnly adapts an operation whose only answer per request is an error.
@@ -26,6 +27,9 @@ func errorsOnly(run func(context.Context, bucketKey, []int64) ([]error, error)) 
 // for a batch of requests.
 func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
 	gen := s.restockGen()
+	if len(reqs) > 1 {
+		s.obs.Notify(ctx, observe.Event{Name: "conditional.batch", Key: k.key, N: int64(len(reqs))})
+	}
 	if s.atHome(k.bucket) {
 		return s.runHome(ctx, k, reqs, gen)
 	}

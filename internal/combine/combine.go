@@ -18,6 +18,7 @@ package combine
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,6 +138,12 @@ func (c *Combiner[K, Req, Res]) drain(key K, own *call[Req, Res]) {
 		c.mu.Unlock()
 		if len(batch) > 0 {
 			c.operate(key, batch, reqs)
+			if own == nil {
+				// A drainer lets the callers it just answered run first:
+				// those that come straight back join the next batch
+				// instead of the one after it.
+				runtime.Gosched()
+			}
 		}
 	}
 }

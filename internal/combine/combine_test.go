@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -59,7 +60,9 @@ func TestCombinesWhileInFlightAndAnswersEachCaller(t *testing.T) {
 	<-g.started // the first request runs alone
 	for i, req := range []int{11, -12, 13, 14, 15} {
 		submit(i+1, req)
-		time.Sleep(10 * time.Millisecond) // keep arrival order
+		for queued(c, "k") < i+1 { // keep arrival order: each waits in the queue before the next comes
+			runtime.Gosched()
+		}
 	}
 	close(g.release)
 	for i, want := range []string{"k:10", "k:11", "k:-12", "k:13", "k:14", "k:15"} {
@@ -192,4 +195,11 @@ func TestPanicReachesTheInlineCallerAndTheKeyGoesOn(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close hung after a panic")
 	}
+}
+
+// queued returns how many requests for key wait in c's queue.
+func queued[K comparable, Req, Res any](c *Combiner[K, Req, Res], key K) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queues[key])
 }

@@ -95,21 +95,34 @@ func lostReply(t *testing.T, w *wire, a api, mode pgx.QueryExecMode, point strin
 	drops := w.cell(t, tag)
 	call := a.open(t, w.pool(t, mode))
 
-	broken := w.brk.broken.Load()
-	switch {
-	case point == "before" && !a.tx:
-		w.brk.arm(a.before)
-	case !a.tx:
-		w.armOn(a.before, drops[tag]) // earlier statements may share the tag
-	default:
-		drops[tag].Arm()
+	faulted := func() (err error, fired int64) {
+		broken, dropped := w.brk.broken.Load(), drops[tag].Dropped()
+		switch {
+		case point == "before" && !a.tx:
+			w.brk.arm(a.before)
+		case !a.tx:
+			w.armOn(a.before, drops[tag]) // earlier statements may share the tag
+		default:
+			drops[tag].Arm()
+		}
+		err = call(ctx, key)
+		w.brk.disarm()
+		w.trig.Store(nil)
+		return err, drops[tag].Dropped() - dropped + w.brk.broken.Load() - broken
 	}
-	err := call(ctx, key)
-	w.brk.disarm()
-	w.trig.Store(nil)
-	fired := drops[tag].Dropped() + w.brk.broken.Load() - broken
+	err, fired := faulted()
 	if unsupported(err) {
-		t.Skipf("mode unsupported here: %v", err)
+		// Behind PgBouncer in cache_statement mode a statement met a
+		// missing prepared statement before the fault: it ran nothing
+		// (checked), and the library now sends its statements unnamed, so
+		// the cell is run again and must work.
+		if n, aerr := a.applied(ctx, w.admin, key); aerr != nil || n != 0 {
+			t.Fatalf("refused as a missing prepared statement (%v), yet applied %d (%v)", err, n, aerr)
+		}
+		t.Logf("first try refused, nothing applied: %v", err)
+		if err, fired = faulted(); unsupported(err) {
+			t.Fatalf("the mode still fails after the library's fallback: %v", err)
+		}
 	}
 	n, aerr := a.applied(ctx, w.admin, key)
 	if aerr != nil {
@@ -133,8 +146,8 @@ func lostReply(t *testing.T, w *wire, a api, mode pgx.QueryExecMode, point strin
 
 	if a.rerun || n == 0 {
 		again := call(ctx, key)
-		if unsupported(again) {
-			t.Skipf("mode unsupported here (the retry): %v", again)
+		if unsupported(again) { // ran nothing, as above: once more, unnamed
+			again = call(ctx, key)
 		}
 		if again != nil && !(n == 1 && a.again != nil && errors.Is(again, a.again)) {
 			t.Errorf("the retry: %v", again)

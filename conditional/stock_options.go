@@ -1,0 +1,114 @@
+package conditional
+
+import (
+	"time"
+
+	"github.com/nolock/nolock/observe"
+)
+
+// Option configures both NewStock and NewAccounts: how a key's rows are
+// written and read (WithBuckets, WithHome, WithEndgame, WithCoalescing,
+// WithMaxBatch, WithStatementTimeout, WithSoldOutCache; for Accounts a
+// "sold out" key is an empty account, a restock a credit).
+type Option func(*stockConfig)
+
+// StockOption configures NewStock: an Option, or WithStockTable, which
+// NewAccounts does not take (it would not compile).
+type StockOption interface{ applyStock(*stockConfig) }
+
+// AccountsOption configures NewAccounts: an Option, or WithAccountsTable.
+type AccountsOption interface{ applyAccounts(*stockConfig) }
+
+func (o Option) applyStock(c *stockConfig)    { o(c) }
+func (o Option) applyAccounts(c *stockConfig) { o(c) }
+
+// stockOnly is a StockOption that NewAccounts does not take.
+type stockOnly func(*stockConfig)
+
+func (o stockOnly) applyStock(c *stockConfig) { o(c) }
+
+// accountsOnly is an AccountsOption that NewStock does not take.
+type accountsOnly func(*stockConfig)
+
+func (o accountsOnly) applyAccounts(c *stockConfig) { o(c) }
+
+type stockConfig struct {
+	table      string
+	column     string // the quantity's column: qty, or balance for Accounts
+	keyArg     string // what errors call a key: "key", or "account"
+	amountArg  string // what errors call a quantity: "n", or "amount"
+	buckets    int
+	home       int
+	homeSet    bool
+	endgame    int64
+	coalesce   bool
+	maxBatch   int
+	timeout    time.Duration
+	soldOutTTL time.Duration
+	obs        observe.Observer
+}
+
+// WithObserver reports each take's or debit's outcome to o (nil: none):
+// "conditional.granted", "conditional.refused" (Err: ErrSoldOut; for
+// Accounts a debit the balance did not cover) or "conditional.failed"
+// (any other error, ErrAmbiguousCommit included), each with Key and N
+// (the units asked); and "conditional.batch" with Key and N (the takes
+// one coalesced statement decided). o runs on the calling goroutine (a
+// batch's event on the goroutine that sent it), never with a lock held.
+func WithObserver(o observe.Observer) Option { return func(c *stockConfig) { c.obs = o } }
+
+// WithStockTable sets the stock table's name (default "nolock_stock"). The name
+// is quoted, never interpolated raw.
+func WithStockTable(name string) StockOption {
+	return stockOnly(func(c *stockConfig) { c.table = name })
+}
+
+// WithBuckets spreads each key's stock over n rows (default 1). Takes go to
+// a random bucket, or to the Stock's home (WithHome); when it cannot cover
+// a request, one transaction takes across all buckets, so the last units
+// always sell. Use buckets, with a home per process, when several
+// processes write one hot key; within one process coalescing is usually
+// enough. Measure before choosing.
+func WithBuckets(n int) Option { return func(c *stockConfig) { c.buckets = n } }
+
+// WithEndgame gathers a key's units into its first bucket once a take
+// across buckets finds at most units left (default 0: never). From then on
+// this process sends the key's takes to that bucket, where they coalesce,
+// instead of to random buckets that are mostly empty and each send the
+// take across all buckets. The routing is this process's: another process
+// follows when its own take across buckets finds at most its own endgame
+// left (it needs WithEndgame too). A restock (Put, or a credit, in this
+// process; any restock that a later take across buckets sees) sends takes
+// to random buckets again; Put spreads only the units it adds. A Stock
+// remembers up to 65536 gathered keys; one forgotten to make room is
+// routed at random until its next take across buckets. Only with
+// WithBuckets.
+func WithEndgame(units int64) Option { return func(c *stockConfig) { c.endgame = units } }
+
+// WithCoalescing turns coalescing of concurrent takes of one key on (the
+// default) or off. Off, the Stock still admits only one statement per key
+// (bucket) at a time; the rest wait their turn in this process instead of
+// piling onto the row lock.
+func WithCoalescing(on bool) Option { return func(c *stockConfig) { c.coalesce = on } }
+
+// WithMaxBatch bounds how many takes one statement grants (default 128).
+func WithMaxBatch(n int) Option { return func(c *stockConfig) { c.maxBatch = n } }
+
+// WithStatementTimeout bounds each statement (default 10 s). A take already
+// sent waits for its statement's outcome, at most this long.
+func WithStatementTimeout(d time.Duration) Option {
+	return func(c *stockConfig) { c.timeout = d }
+}
+
+// WithSoldOutCache lets Take answer ErrSoldOut without a query for d after
+// this process found every bucket of a key empty (default 0: off). Only
+// takes outside a caller's transaction mark a key (one inside may roll back
+// what it saw). Put, a credit or a CreditIn in this process clears the mark
+// (a CreditIn even if its transaction rolls back), and a take that read
+// the stock before such a restock never marks; a restock by another
+// process is seen only after d. The cache drops expired marks as it adds
+// new ones and holds at most 65536 keys; a mark dropped early costs one
+// query.
+func WithSoldOutCache(d time.Duration) Option {
+	return func(c *stockConfig) { c.soldOutTTL = d }
+}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -99,57 +98,8 @@ func TestBrokerRestart(t *testing.T) {
 		return n
 	}
 
-	load := k.StartLoad(b.topic, partitions, 20*time.Millisecond)
-	testenv.Until(t, "the members applying every partition", func() (bool, error) {
-		running()
-		for p := range partitions {
-			if applied(p) < 20 {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	coordinatorKills := 0
-	for round := range rounds {
-		// Every other round, the node that also coordinates the group,
-		// when it leads a partition: the members must find a new
-		// coordinator as well. Chosen under the fault lock, so no other
-		// test's kill moves the leaders meanwhile.
-		t0 := time.Now()
-		k.Lock()
-		p := round % partitions
-		coordinator := k.Coordinator(b.group)
-		if round%2 == 1 {
-			for q := range partitions {
-				if k.Leader(b.topic, q) == coordinator {
-					p = q
-					break
-				}
-			}
-		}
-		leader := k.Leader(b.topic, p)
-		if coordinator == leader {
-			coordinatorKills++
-		}
-		before := load.Acked() / partitions // about what each partition had before the kill
-		k.Kill(leader)
-		killed := time.Since(t0)
-		// The fault: the node stays down at least 3 s, and until the
-		// partition's owner has applied 50 messages produced after the
-		// kill (so through the new leader), while the producer goes on.
-		downSince := time.Now()
-		testenv.Until(t, fmt.Sprintf("round %d: partition %d applied with node %d down", round, p, leader), func() (bool, error) {
-			running()
-			return applied(p) >= before+50, nil
-		})
-		if rest := 3*time.Second - time.Since(downSince); rest > 0 {
-			time.Sleep(rest)
-		}
-		down, t1 := time.Since(downSince), time.Now()
-		k.Start(leader)
-		t.Logf("round %d: killed node %d (leader of partition %d) and saw it fenced in %v (waiting for the fault lock included), down %v more, started and in sync in %v; %d acknowledged, %d applied, %d warnings logged",
-			round, leader, p, killed.Round(time.Millisecond), down.Round(time.Millisecond), time.Since(t1).Round(time.Millisecond), load.Acked(), applied(-1), warnings.n.Load())
-	}
+	load, coordinatorKills := k.LeaderKills(t, b.topic, b.group, partitions, rounds, applied, running,
+		func() string { return fmt.Sprintf("%d warnings logged", warnings.n.Load()) })
 	acked, resent, err := load.Stop()
 	if err != nil {
 		t.Fatal(err)

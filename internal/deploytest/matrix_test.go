@@ -95,7 +95,7 @@ func lostReply(t *testing.T, w *wire, a api, mode pgx.QueryExecMode, point strin
 	drops := w.cell(t, tag)
 	call := a.open(t, w.pool(t, mode))
 
-	faulted := func() (err error, fired int64) {
+	faulted := func() (fired int64, err error) {
 		broken, dropped := w.brk.broken.Load(), drops[tag].Dropped()
 		switch {
 		case point == "before" && !a.tx:
@@ -108,9 +108,9 @@ func lostReply(t *testing.T, w *wire, a api, mode pgx.QueryExecMode, point strin
 		err = call(ctx, key)
 		w.brk.disarm()
 		w.trig.Store(nil)
-		return err, drops[tag].Dropped() - dropped + w.brk.broken.Load() - broken
+		return drops[tag].Dropped() - dropped + w.brk.broken.Load() - broken, err
 	}
-	err, fired := faulted()
+	fired, err := faulted()
 	if unsupported(err) {
 		// Behind PgBouncer in cache_statement mode a statement met a
 		// missing prepared statement before the fault: it ran nothing
@@ -120,7 +120,7 @@ func lostReply(t *testing.T, w *wire, a api, mode pgx.QueryExecMode, point strin
 			t.Fatalf("refused as a missing prepared statement (%v), yet applied %d (%v)", err, n, aerr)
 		}
 		t.Logf("first try refused, nothing applied: %v", err)
-		if err, fired = faulted(); unsupported(err) {
+		if fired, err = faulted(); unsupported(err) {
 			t.Fatalf("the mode still fails after the library's fallback: %v", err)
 		}
 	}

@@ -105,7 +105,7 @@ func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int
 	if outcome == fenceApplied {
 		return false, nil
 	}
-	if err := callHandler(ctx, c.cfg.Handler, tx, msgs); err != nil {
+	if err := callHandler(ctx, c.handler, tx, msgs); err != nil {
 		return handlerTransient(err, tx) && ctx.Err() == nil, fmt.Errorf("partition: handler on %s at offset %d: %w", cl, msgs[0].Offset, err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -38,10 +38,11 @@ func benchBatchTransaction(b *testing.B, batch int) {
 		_, err := tx.Exec(ctx, `INSERT INTO results (p, o) SELECT $1, o FROM unnest($2::bigint[]) AS u(o)`, msgs[0].Partition, offs)
 		return err
 	}
-	c, err := New(pool, Config{Brokers: []string{"unused:9092"}, GroupID: "g", Topics: []string{"t"}, Handler: insert})
+	c, err := New(pool, []string{"unused:9092"}, "g", []string{"t"})
 	if err != nil {
 		b.Fatal(err)
 	}
+	c.handler = insert // what Run would set
 	if err := c.CreateSchema(ctx); err != nil {
 		b.Fatal(err)
 	}

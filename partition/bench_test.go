@@ -60,17 +60,18 @@ func throughput(b *testing.B, batch, perPartition int) {
 		m := &meter{total: int64(total), done: make(chan struct{})}
 		db := meteredDB{bd.pool, m}
 		cfg := bd.config(name, m.handler(record(name)))
-		cfg.GroupID, cfg.MaxBatch = group, batch
+		cfg.group = group
+		cfg.with(partition.WithMaxBatch(batch))
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		if name == "fenced" {
-			c, err := partition.New(db, cfg)
+			c, err := newConsumer(db, cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
-			go func() { done <- c.Run(runCtx) }()
+			go func() { done <- c.Run(runCtx, cfg.handler) }()
 		} else {
-			go func() { done <- runBare(runCtx, db, cfg) }()
+			go func() { done <- runBare(runCtx, db, cfg, batch) }()
 		}
 		var err error
 		select {
@@ -177,11 +178,11 @@ func (t *meteredTx) Commit(ctx context.Context) error {
 // per assigned partition reading from the offset it stored, batching like
 // partition.Consumer, and committing each batch's handler work and offset
 // in one transaction, with no claim and no fence.
-func runBare(ctx context.Context, db meteredDB, cfg partition.Config) error {
+func runBare(ctx context.Context, db meteredDB, cfg spec, batch int) error {
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-		ID: cfg.GroupID, Brokers: cfg.Brokers, Topics: cfg.Topics,
-		HeartbeatInterval: cfg.HeartbeatInterval, SessionTimeout: cfg.SessionTimeout,
-		RebalanceTimeout: cfg.RebalanceTimeout, JoinGroupBackoff: cfg.JoinGroupBackoff,
+		ID: cfg.group, Brokers: cfg.brokers, Topics: cfg.topics,
+		HeartbeatInterval: testHeartbeat, SessionTimeout: testSession,
+		RebalanceTimeout: testRebalance, JoinGroupBackoff: 200 * time.Millisecond,
 	})
 	if err != nil {
 		return err
@@ -194,11 +195,11 @@ func runBare(ctx context.Context, db meteredDB, cfg partition.Config) error {
 		if err != nil {
 			break
 		}
-		for _, pa := range gen.Assignments[cfg.Topics[0]] {
+		for _, pa := range gen.Assignments[cfg.topics[0]] {
 			wg.Add(1)
 			gen.Start(func(genCtx context.Context) {
 				defer wg.Done()
-				if err := bareWorker(genCtx, db, cfg, gen.GroupID, pa); err != nil {
+				if err := bareWorker(genCtx, db, cfg, batch, gen.GroupID, pa); err != nil {
 					mu.Lock()
 					failed = err
 					mu.Unlock()
@@ -211,15 +212,15 @@ func runBare(ctx context.Context, db meteredDB, cfg partition.Config) error {
 	return failed
 }
 
-func bareWorker(genCtx context.Context, db meteredDB, cfg partition.Config, group string, pa kafka.PartitionAssignment) error {
-	topic := cfg.Topics[0]
+func bareWorker(genCtx context.Context, db meteredDB, cfg spec, batch int, group string, pa kafka.PartitionAssignment) error {
+	topic := cfg.topics[0]
 	start := pa.Offset
 	var stored *int64
 	if err := db.pool.QueryRow(genCtx, `SELECT next_offset FROM bare_offsets WHERE group_id = $1 AND topic = $2 AND partition_id = $3`,
 		group, topic, pa.ID).Scan(&stored); err == nil && stored != nil {
 		start = *stored
 	}
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: cfg.Brokers, Topic: topic, Partition: pa.ID, MaxWait: time.Second, QueueCapacity: max(100, cfg.MaxBatch)})
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: cfg.brokers, Topic: topic, Partition: pa.ID, MaxWait: time.Second, QueueCapacity: max(100, batch)})
 	defer r.Close()
 	if err := r.SetOffset(start); err != nil {
 		return err
@@ -232,7 +233,7 @@ func bareWorker(genCtx context.Context, db meteredDB, cfg partition.Config, grou
 		msgs := []kafka.Message{m}
 		if r.Lag() > 0 {
 			fill, cancel := context.WithTimeout(genCtx, partition.DefaultBatchWait)
-			for len(msgs) < cfg.MaxBatch && r.Lag() > 0 {
+			for len(msgs) < batch && r.Lag() > 0 {
 				m, err := r.FetchMessage(fill)
 				if err != nil {
 					break
@@ -245,9 +246,9 @@ func bareWorker(genCtx context.Context, db meteredDB, cfg partition.Config, grou
 		// Like partition.Consumer: the batch's context is bounded (a batch
 		// must end before the rebalance timeout) and not cut off by the
 		// generation's end.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(genCtx), cfg.BatchTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(genCtx), testBatchTimeout)
 		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-			if err := cfg.Handler(ctx, tx, msgs); err != nil {
+			if err := cfg.handler(ctx, tx, msgs); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, `INSERT INTO bare_offsets VALUES ($1, $2, $3, $4)
@@ -302,7 +303,7 @@ func handoverOnce(b *testing.B) time.Duration {
 		mu.Unlock()
 		return rec(ctx, tx, msgs)
 	})
-	cfg.OnClaim = func(cl partition.Claim) {
+	cfg.with(partition.WithOnClaim(func(cl partition.Claim) {
 		mu.Lock()
 		defer mu.Unlock()
 		if !killedYet && cl.Generation > gen {
@@ -311,7 +312,7 @@ func handoverOnce(b *testing.B) time.Duration {
 		if cl.Generation == gen {
 			mine[cl.Partition] = cl.Epoch
 		}
-	}
+	}))
 	m := startMember(b, bd.pool, cfg)
 	// The members split the partitions: A claims one in a generation above
 	// 1, and B the other in the same generation.
@@ -373,16 +374,16 @@ func TestChildSlowMember(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // slow work: a backlog remains
 		return rec(ctx, tx, msgs)
 	})
-	cfg.OnClaim = func(cl partition.Claim) {
+	cfg.with(partition.WithOnClaim(func(cl partition.Claim) {
 		fmt.Printf("claimed p=%d epoch=%d gen=%d\n", cl.Partition, cl.Epoch, cl.Generation)
-	}
-	c, err := partition.New(pool, cfg)
+	}))
+	c, err := newConsumer(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := c.Run(ctx); err != nil {
+	if err := c.Run(ctx, cfg.handler); err != nil {
 		t.Fatal(err)
 	}
 }

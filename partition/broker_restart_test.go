@@ -35,7 +35,7 @@ func TestBrokerRestart(t *testing.T) {
 	rounds := testenv.Trials(2, 10)
 	b := &bed{brokers: k.Brokers(), topic: k.CreateTopic(partitions), group: testenv.Name("g"), schema: schema, pool: pool}
 	ctx := context.Background()
-	setup, err := partition.New(pool, b.config("setup", nil))
+	setup, err := newConsumer(pool, b.config("setup", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,20 +59,20 @@ func TestBrokerRestart(t *testing.T) {
 	for i := range members {
 		name := fmt.Sprint("m", i)
 		cfg := b.config(name, nil)
-		cfg.Logger = slog.New(slog.NewTextHandler(warnings, &slog.HandlerOptions{Level: slog.LevelWarn})).With("member", name)
-		cfg.OnClaim = func(partition.Claim) { claims.Add(1) }
-		cfg.OnRelease = func(cl partition.Claim, err error) {
+		cfg.with(partition.WithLogger(slog.New(slog.NewTextHandler(warnings, &slog.HandlerOptions{Level: slog.LevelWarn})).With("member", name)))
+		cfg.with(partition.WithOnClaim(func(partition.Claim) { claims.Add(1) }))
+		cfg.with(partition.WithOnRelease(func(cl partition.Claim, err error) {
 			if err != nil {
 				failed.Add(1)
 				t.Logf("member %s: %v released with %v", name, cl, err)
 			}
-		}
-		cfg.OnPark = func(kafka.Message, error) { parked.Add(1) }
-		c, err := partition.New(pool, cfg)
+		}))
+		cfg.with(partition.WithOnPark(func(kafka.Message, error) { parked.Add(1) }))
+		c, err := newConsumer(pool, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		go func() { done <- c.Run(runCtx) }()
+		go func() { done <- c.Run(runCtx, cfg.handler) }()
 	}
 	t.Cleanup(func() { // the Runs end before the test does, also when it fails
 		cancel()

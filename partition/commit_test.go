@@ -10,6 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/partition"
 )
 
 // A batch whose COMMIT takes longer than BatchTimeout (a deferred trigger
@@ -43,10 +44,10 @@ func TestSlowCommitNotCancelledNotRepeated(t *testing.T) {
 		}
 		return rec(ctx, tx, msgs)
 	})
-	cfg.MaxAttempts = 1
-	cfg.MaxBatch = 1
+	cfg.with(partition.WithMaxAttempts(1))
+	cfg.with(partition.WithMaxBatch(1))
 	var parked parkLog
-	cfg.OnPark = parked.onPark
+	cfg.with(partition.WithOnPark(parked.onPark))
 	m := startMember(t, b.pool, cfg)
 	if err := waitRows(ctx, b.pool, 5); err != nil {
 		t.Fatal(err)

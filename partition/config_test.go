@@ -13,129 +13,109 @@ import (
 	"github.com/nolock/nolock/partition"
 )
 
-// Every setting that cannot work is refused by New, naming the field,
-// before any I/O (the brokers here do not exist).
-func TestConfigValidate(t *testing.T) {
+// Every argument and option that cannot work is refused by New, naming
+// it, before any I/O (the brokers here do not exist); an explicit value is
+// judged as given, never read as the default.
+func TestNewRefusesWhatCannotWork(t *testing.T) {
 	t.Parallel()
-	ok := minimalConfig()
-	if err := ok.Validate(); err != nil {
-		t.Fatalf("minimal config: %v", err)
+	brokers, topics := []string{"127.0.0.1:1"}, []string{"t"}
+	if _, err := partition.New(&noDB{}, brokers, "g", topics); err != nil {
+		t.Fatalf("no options: %v", err)
 	}
-	if d := partition.DefaultConfig(); d.BatchTimeout != partition.DefaultRebalanceTimeout/2 || d.MaxBatch != partition.DefaultMaxBatch ||
-		d.StartOffset != kafka.FirstOffset || d.Table != partition.DefaultTable {
-		t.Fatalf("DefaultConfig: %+v", d)
-	}
-	for _, tc := range []struct {
-		field string
-		edit  func(*partition.Config)
-	}{
-		{"Brokers", func(c *partition.Config) { c.Brokers = nil }},
-		{"Brokers", func(c *partition.Config) { c.Brokers = []string{" "} }},
-		{"GroupID", func(c *partition.Config) { c.GroupID = "" }},
-		{"Topics", func(c *partition.Config) { c.Topics = nil }},
-		{"Topics", func(c *partition.Config) { c.Topics = []string{""} }},
-		{"Topics", func(c *partition.Config) { c.Topics = []string{"t", "t"} }},
-		{"Handler", func(c *partition.Config) { c.Handler = nil }},
-		{"Table", func(c *partition.Config) { c.Table = strings.Repeat("x", 64) }},
-		{"Table", func(c *partition.Config) { c.Table = strings.Repeat("x", 57) }}, // the parked table's name would be 64
-		{"Table", func(c *partition.Config) { c.Table = "a\x00b" }},
-		{"MaxBatch", func(c *partition.Config) { c.MaxBatch = -1 }},
-		{"MaxAttempts", func(c *partition.Config) { c.MaxAttempts = -1 }},
-		{"StartOffset", func(c *partition.Config) { c.StartOffset = 42 }},
-		{"BatchWait", func(c *partition.Config) { c.BatchWait = -time.Second }},
-		{"KafkaCommitInterval", func(c *partition.Config) { c.KafkaCommitInterval = -time.Second }},
-		{"PartitionWatchInterval", func(c *partition.Config) { c.PartitionWatchInterval = -time.Second }},
-		{"HeartbeatInterval", func(c *partition.Config) { c.HeartbeatInterval = 10 * time.Second; c.SessionTimeout = 10 * time.Second }},
-		{"BatchTimeout", func(c *partition.Config) { c.BatchTimeout = 30 * time.Second }}, // = default RebalanceTimeout
-		{"BatchTimeout", func(c *partition.Config) { c.RebalanceTimeout = 5 * time.Second; c.BatchTimeout = 6 * time.Second }},
-		{"BatchTimeout", func(c *partition.Config) { c.BatchTimeout = time.Microsecond }},
-	} {
-		cfg := ok
-		tc.edit(&cfg)
-		_, err := partition.New(&noDB{}, cfg)
-		if !errors.Is(err, partition.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("%s: New returned %v; want ErrInvalid naming %s", tc.field, err, tc.field)
-		}
-	}
-	if _, err := partition.New(nil, ok); !errors.Is(err, partition.ErrInvalid) {
+	if _, err := partition.New(nil, brokers, "g", topics); !errors.Is(err, partition.ErrInvalid) {
 		t.Errorf("New(nil db): %v", err)
 	}
-	// A BatchTimeout below a short RebalanceTimeout is fine.
-	short := ok
-	short.RebalanceTimeout, short.BatchTimeout = 3*time.Second, 2*time.Second
-	if _, err := partition.New(&noDB{}, short); err != nil {
-		t.Errorf("short timeouts: %v", err)
-	}
-}
-
-// The kafka-go settings are refused as given when they cannot work,
-// naming the field, and kept when they can.
-func TestConfigValidateKafkaSettings(t *testing.T) {
-	t.Parallel()
-	ok := minimalConfig()
 	for _, tc := range []struct {
-		field string
-		edit  func(*partition.Config)
+		name    string
+		brokers []string
+		group   string
+		topics  []string
+		opts    []partition.Option
 	}{
-		{"MinBytes", func(c *partition.Config) { c.MinBytes = -1 }},
-		{"MinBytes", func(c *partition.Config) { c.MinBytes, c.MaxBytes = 10, 5 }},
-		{"MinBytes", func(c *partition.Config) { c.MinBytes = partition.DefaultMaxBytes + 1 }}, // above the default MaxBytes
-		{"MaxBytes", func(c *partition.Config) { c.MaxBytes = -1 }},
-		{"MaxBytes", func(c *partition.Config) { c.MaxBytes = 1<<30 + 1 }},
-		{"MaxWait", func(c *partition.Config) { c.MaxWait = -time.Second }},
-		{"MaxWait", func(c *partition.Config) { c.MaxWait = 30 * time.Second }}, // = default RebalanceTimeout
-		{"MaxWait", func(c *partition.Config) {
-			c.RebalanceTimeout, c.BatchTimeout, c.MaxWait = 3*time.Second, time.Second, 4*time.Second
-		}},
-		{"GroupBalancers", func(c *partition.Config) { c.GroupBalancers = []kafka.GroupBalancer{} }},
-		{"GroupBalancers", func(c *partition.Config) { c.GroupBalancers = []kafka.GroupBalancer{kafka.RangeGroupBalancer{}, nil} }},
-		{"GroupBalancers", func(c *partition.Config) {
-			c.GroupBalancers = []kafka.GroupBalancer{kafka.RangeGroupBalancer{}, kafka.RoundRobinGroupBalancer{}, kafka.RangeGroupBalancer{}}
-		}},
-		{"GroupBalancers", func(c *partition.Config) { c.GroupBalancers = []kafka.GroupBalancer{namelessBalancer{}} }},
-		{"RackID", func(c *partition.Config) {
-			c.RackID, c.GroupBalancers = "a", []kafka.GroupBalancer{kafka.RangeGroupBalancer{}}
-		}},
-		{"RackID", func(c *partition.Config) {
-			c.RackID, c.GroupBalancers = "a", []kafka.GroupBalancer{kafka.RackAffinityGroupBalancer{Rack: "b"}}
-		}},
+		{"brokers", nil, "g", topics, nil},
+		{"brokers", []string{" "}, "g", topics, nil},
+		{"group", brokers, "", topics, nil},
+		{"group", brokers, "a\x00b", topics, nil},
+		{"topics", brokers, "g", nil, nil},
+		{"topics", brokers, "g", []string{""}, nil},
+		{"topics", brokers, "g", []string{"t", "t"}, nil},
+		{"option 0 is nil", brokers, "g", topics, []partition.Option{nil}},
+		{"WithTable", brokers, "g", topics, []partition.Option{partition.WithTable(strings.Repeat("x", 64))}},
+		{"WithTable", brokers, "g", topics, []partition.Option{partition.WithTable(strings.Repeat("x", 57))}}, // the parked table's name would be 64
+		{"WithTable", brokers, "g", topics, []partition.Option{partition.WithTable("a\x00b")}},
+		{"WithTable", brokers, "g", topics, []partition.Option{partition.WithTable("")}},
+		{"WithMaxBatch", brokers, "g", topics, []partition.Option{partition.WithMaxBatch(0)}},
+		{"WithMaxAttempts", brokers, "g", topics, []partition.Option{partition.WithMaxAttempts(0)}},
+		{"WithStartOffset", brokers, "g", topics, []partition.Option{partition.WithStartOffset(42)}},
+		{"WithBatchWait", brokers, "g", topics, []partition.Option{partition.WithBatchWait(-time.Second)}},
+		{"WithKafkaCommitInterval", brokers, "g", topics, []partition.Option{partition.WithKafkaCommitInterval(-time.Second)}},
+		{"WithPartitionWatchInterval", brokers, "g", topics, []partition.Option{partition.WithPartitionWatchInterval(0)}},
+		{"WithHeartbeatInterval", brokers, "g", topics, []partition.Option{partition.WithHeartbeatInterval(0)}},
+		{"WithHeartbeatInterval", brokers, "g", topics, []partition.Option{partition.WithHeartbeatInterval(10 * time.Second), partition.WithSessionTimeout(10 * time.Second)}},
+		{"WithSessionTimeout", brokers, "g", topics, []partition.Option{partition.WithSessionTimeout(0)}},
+		{"WithRebalanceTimeout", brokers, "g", topics, []partition.Option{partition.WithRebalanceTimeout(-time.Second)}},
+		{"WithJoinGroupBackoff", brokers, "g", topics, []partition.Option{partition.WithJoinGroupBackoff(0)}},
+		{"WithBatchTimeout", brokers, "g", topics, []partition.Option{partition.WithBatchTimeout(30 * time.Second)}}, // = default rebalance timeout
+		{"WithBatchTimeout", brokers, "g", topics, []partition.Option{partition.WithRebalanceTimeout(5 * time.Second), partition.WithBatchTimeout(6 * time.Second)}},
+		{"WithBatchTimeout", brokers, "g", topics, []partition.Option{partition.WithBatchTimeout(time.Microsecond)}},
+		{"WithBatchTimeout", brokers, "g", topics, []partition.Option{partition.WithBatchTimeout(0)}},
+		{"WithMinBytes", brokers, "g", topics, []partition.Option{partition.WithMinBytes(0)}},
+		{"WithMinBytes", brokers, "g", topics, []partition.Option{partition.WithMinBytes(10), partition.WithMaxBytes(5)}},
+		{"WithMinBytes", brokers, "g", topics, []partition.Option{partition.WithMinBytes(partition.DefaultMaxBytes + 1)}},
+		{"WithMaxBytes", brokers, "g", topics, []partition.Option{partition.WithMaxBytes(1<<30 + 1)}},
+		{"WithMaxWait", brokers, "g", topics, []partition.Option{partition.WithMaxWait(0)}},
+		{"WithMaxWait", brokers, "g", topics, []partition.Option{partition.WithMaxWait(30 * time.Second)}}, // = default rebalance timeout
+		{"WithMaxWait", brokers, "g", topics, []partition.Option{partition.WithRebalanceTimeout(3 * time.Second), partition.WithBatchTimeout(time.Second), partition.WithMaxWait(4 * time.Second)}},
+		{"WithGroupBalancers", brokers, "g", topics, []partition.Option{partition.WithGroupBalancers()}},
+		{"WithGroupBalancers", brokers, "g", topics, []partition.Option{partition.WithGroupBalancers(kafka.RangeGroupBalancer{}, nil)}},
+		{"WithGroupBalancers", brokers, "g", topics, []partition.Option{partition.WithGroupBalancers(kafka.RangeGroupBalancer{}, kafka.RoundRobinGroupBalancer{}, kafka.RangeGroupBalancer{})}},
+		{"WithGroupBalancers", brokers, "g", topics, []partition.Option{partition.WithGroupBalancers(namelessBalancer{})}},
+		{"WithRackID", brokers, "g", topics, []partition.Option{partition.WithRackID("")}},
+		{"WithRackID", brokers, "g", topics, []partition.Option{partition.WithRackID("a"), partition.WithGroupBalancers(kafka.RangeGroupBalancer{})}},
+		{"WithRackID", brokers, "g", topics, []partition.Option{partition.WithRackID("a"), partition.WithGroupBalancers(kafka.RackAffinityGroupBalancer{Rack: "b"})}},
+		{"WithDialer", brokers, "g", topics, []partition.Option{partition.WithDialer(nil)}},
 	} {
-		cfg := ok
-		tc.edit(&cfg)
-		err := cfg.Validate()
-		if !errors.Is(err, partition.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("%s: Validate returned %v; want ErrInvalid naming %s", tc.field, err, tc.field)
+		_, err := partition.New(&noDB{}, tc.brokers, tc.group, tc.topics, tc.opts...)
+		if !errors.Is(err, partition.ErrInvalid) || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("%s: New returned %v; want ErrInvalid naming %s", tc.name, err, tc.name)
 		}
 	}
-	// Explicit kafka-go settings that work are kept as given.
-	for name, edit := range map[string]func(*partition.Config){
-		"rack, default balancers": func(c *partition.Config) { c.RackID = "a" },
-		"rack in a balancer": func(c *partition.Config) {
-			c.RackID, c.GroupBalancers = "a", []kafka.GroupBalancer{&kafka.RackAffinityGroupBalancer{Rack: "a"}}
+	// Settings that work are kept as given.
+	for name, opts := range map[string][]partition.Option{
+		"short timeouts":          {partition.WithRebalanceTimeout(3 * time.Second), partition.WithBatchTimeout(2 * time.Second)},
+		"short rebalance only":    {partition.WithRebalanceTimeout(3 * time.Second)}, // the batch timeout's default follows it
+		"rack, default balancers": {partition.WithRackID("a")},
+		"rack in a balancer": {
+			partition.WithRackID("a"), partition.WithGroupBalancers(&kafka.RackAffinityGroupBalancer{Rack: "a"}),
 		},
-		"round robin only":         func(c *partition.Config) { c.GroupBalancers = []kafka.GroupBalancer{kafka.RoundRobinGroupBalancer{}} },
-		"MinBytes = MaxBytes":      func(c *partition.Config) { c.MinBytes, c.MaxBytes = 4096, 4096 },
-		"MaxWait below rebalance":  func(c *partition.Config) { c.MaxWait = 29 * time.Second },
-		"a Dialer with a clientID": func(c *partition.Config) { c.Dialer = &kafka.Dialer{ClientID: "x"} },
+		"round robin only":          {partition.WithGroupBalancers(kafka.RoundRobinGroupBalancer{})},
+		"min bytes = max bytes":     {partition.WithMinBytes(4096), partition.WithMaxBytes(4096)},
+		"max wait below rebalance":  {partition.WithMaxWait(29 * time.Second)},
+		"a Dialer with a client ID": {partition.WithDialer(&kafka.Dialer{ClientID: "x"})},
+		"no commit to Kafka":        {partition.WithKafkaCommitInterval(0)},
+		"no batch wait":             {partition.WithBatchWait(0)},
+		"a nil logger and hooks":    {partition.WithLogger(nil), partition.WithOnClaim(nil), partition.WithOnPark(nil)},
 	} {
-		cfg := ok
-		edit(&cfg)
-		if _, err := partition.New(&noDB{}, cfg); err != nil {
+		if _, err := partition.New(&noDB{}, brokers, "g", topics, opts...); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	d := partition.DefaultConfig()
-	if d.MinBytes != partition.DefaultMinBytes || d.MaxBytes != partition.DefaultMaxBytes || d.MaxWait != partition.DefaultMaxWait ||
-		len(d.GroupBalancers) != 2 || d.GroupBalancers[0].ProtocolName() != "range" || d.GroupBalancers[1].ProtocolName() != "roundrobin" {
-		t.Errorf("DefaultConfig's kafka-go settings: %+v", d)
-	}
 }
 
-// minimalConfig is a Config with only the required fields, for brokers
-// that do not exist.
-func minimalConfig() partition.Config {
-	return partition.Config{Brokers: []string{"127.0.0.1:1"}, GroupID: "g", Topics: []string{"t"},
-		Handler: func(context.Context, pgx.Tx, []kafka.Message) error { return nil }}
+// Schema needs no Consumer and gives what a Consumer's Schema gives.
+func TestSchema(t *testing.T) {
+	t.Parallel()
+	c, err := partition.New(&noDB{}, []string{"127.0.0.1:1"}, "g", []string{"t"}, partition.WithTable("parts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ddl, err := partition.Schema("parts")
+	if err != nil || ddl != c.Schema() || !strings.Contains(ddl, `"parts_parked"`) {
+		t.Errorf("Schema(parts) = %q, %v; want the Consumer's %q", ddl, err, c.Schema())
+	}
+	if _, err := partition.Schema(strings.Repeat("x", 57)); !errors.Is(err, partition.ErrInvalid) {
+		t.Errorf("Schema(57 bytes): %v", err)
+	}
 }
 
 // namelessBalancer is a GroupBalancer without a protocol name.

@@ -26,10 +26,10 @@ import (
 // commit or roll back tx, and must not write through other connections
 // what it wants fenced.
 //
-// ctx carries the Claim (FromContext) and ends after BatchTimeout. A
-// returned error rolls the batch back; a batch of several messages is then
-// tried again one message at a time, and a message that keeps failing is
-// parked (see Config.MaxAttempts). So a Handler may run more than once for
+// ctx carries the Claim (FromContext) and ends after the batch timeout
+// (WithBatchTimeout). A returned error rolls the batch back; a batch of
+// several messages is then tried again one message at a time, and a
+// message that keeps failing is parked (see WithMaxAttempts). So a Handler may run more than once for
 // a message, and only a committed run counts; effects outside tx are not
 // fenced.
 //
@@ -58,7 +58,8 @@ type DB interface {
 // A Consumer's methods are safe for concurrent use; Run may be called once.
 type Consumer struct {
 	db          DB
-	cfg         Config
+	cfg         config
+	handler     Handler // Run's
 	sql         statements
 	parked      parkedStatements
 	idleTimeout string // BatchTimeout in ms, for set_config
@@ -78,26 +79,21 @@ type Consumer struct {
 	unfenced bool
 }
 
-// New returns a Consumer applying cfg.Topics to db with cfg.Handler. It
-// validates cfg (ErrInvalid names the bad field) and does no I/O: create
-// the table with CreateSchema, or put Schema in your migrations, before
-// Run.
-func New(db DB, cfg Config) (*Consumer, error) {
+// New returns a Consumer of topics for the consumer group group, through
+// the Kafka bootstrap addresses brokers (host:port), applying to db. group
+// is also part of the key of the partitions table, so two groups never
+// share an epoch or an offset; each topic's partitions get their own
+// worker, epoch and stored offset. New judges every argument and option
+// (ErrInvalid names the bad one) and does no I/O: create the tables with
+// CreateSchema, or put Schema in your migrations, before Run.
+func New(db DB, brokers []string, group string, topics []string, opts ...Option) (*Consumer, error) {
 	if pgarg.NilDB(db) {
 		return nil, invalid("db is nil")
 	}
-	if err := cfg.Validate(); err != nil {
+	cfg, err := newConfig(brokers, group, topics, opts)
+	if err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
-	cfg.Brokers = append([]string(nil), cfg.Brokers...)
-	cfg.Topics = append([]string(nil), cfg.Topics...)
-	cfg.GroupBalancers = append([]kafka.GroupBalancer(nil), cfg.GroupBalancers...)
-	dialer := *kafka.DefaultDialer
-	if cfg.Dialer != nil {
-		dialer = *cfg.Dialer
-	}
-	cfg.Dialer = &dialer
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -116,9 +112,20 @@ func New(db DB, cfg Config) (*Consumer, error) {
 	}, nil
 }
 
-// Schema returns the partitions table's DDL (idempotent), for migration
-// tools.
+// Schema returns the DDL (idempotent) of the Consumer's partitions and
+// parked tables, for migration tools.
 func (c *Consumer) Schema() string { return c.sql.schema }
+
+// Schema returns the DDL (idempotent) of the partitions table named table
+// and its parked table, as a Consumer WithTable(table) creates them, for
+// migration tools; it needs no Consumer. A name WithTable would refuse is
+// ErrInvalid.
+func Schema(table string) (string, error) {
+	if err := pgarg.Ident("table", table, len(parkedSuffix)); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return newStatements(table).schema, nil
+}
 
 // CreateSchema creates the partitions and parked tables if they do not
 // exist. It is safe to call from many processes at once: the DDL runs in
@@ -139,11 +146,11 @@ func (c *Consumer) CreateSchema(ctx context.Context) error {
 var ErrRunTwice = errors.New("partition: Run called twice")
 
 // Run joins the group and applies the partitions Kafka assigns to this
-// member until ctx ends, then returns nil once every worker has stopped
+// member with h, batch by batch in fenced transactions, until ctx ends, then returns nil once every worker has stopped
 // and the member has left the group. A worker stops at the end of its
 // generation; a batch in flight then (or when ctx ends) is finished, within
-// BatchTimeout, rather than cut off. A message that fails MaxAttempts
-// times is parked and its partition goes on (Config.MaxAttempts). Run
+// the batch timeout, rather than cut off. A message that fails its
+// attempts is parked and its partition goes on (WithMaxAttempts). Run
 // returns an error only when it cannot go on: a message could not be
 // parked (the parked table is missing, say), a stored offset Kafka no
 // longer has (ErrOffsetLost), or Kafka refused with an error that does not
@@ -156,13 +163,17 @@ var ErrRunTwice = errors.New("partition: Run called twice")
 // worker. A Kafka error that does not pass (authorisation, invalid
 // settings, unsupported version) ends Run with it.
 // Run may be called once per Consumer: a second call returns ErrRunTwice.
-func (c *Consumer) Run(ctx context.Context) error {
-	if ctx == nil {
+func (c *Consumer) Run(ctx context.Context, h Handler) error {
+	switch {
+	case ctx == nil:
 		return invalid("ctx is nil")
+	case h == nil:
+		return invalid("handler is nil")
 	}
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrRunTwice
 	}
+	c.handler = h
 	defer c.transport.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -28,7 +28,7 @@ func TestConsumeOneMember(t *testing.T) {
 	b := newBed(t, parts)
 	produce(t, b.brokers, b.topic, parts, 0, per)
 	cfg := b.config("a", nil)
-	cfg.KafkaCommitInterval = time.Nanosecond // after every batch
+	cfg.with(partition.WithKafkaCommitInterval(time.Nanosecond)) // after every batch
 	m := startMember(t, b.pool, cfg)
 	if err := waitRows(ctx, b.pool, parts*per); err != nil {
 		t.Fatal(err)
@@ -78,13 +78,13 @@ func TestRebalances(t *testing.T) {
 	b := newBed(t, parts)
 	produce(t, b.brokers, b.topic, parts, 0, per/2)
 	var claims [parts]atomic.Int64
-	slow := func(name string) partition.Config {
+	slow := func(name string) spec {
 		rec := record(name)
 		cfg := b.config(name, func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
 			time.Sleep(5 * time.Millisecond) // keep work in flight across rebalances
 			return rec(ctx, tx, msgs)
 		})
-		cfg.OnClaim = func(cl partition.Claim) { claims[cl.Partition].Add(1) }
+		cfg.with(partition.WithOnClaim(func(cl partition.Claim) { claims[cl.Partition].Add(1) }))
 		return cfg
 	}
 	m1 := startMember(t, b.pool, slow("m1"))
@@ -153,18 +153,18 @@ func TestGracefulShutdown(t *testing.T) {
 		return rec(ctx, tx, msgs)
 	})
 	var released atomic.Int32
-	cfg.OnRelease = func(_ partition.Claim, err error) {
+	cfg.with(partition.WithOnRelease(func(_ partition.Claim, err error) {
 		if err == nil {
 			released.Add(1)
 		}
-	}
-	c, err := partition.New(b.pool, cfg)
+	}))
+	c, err := newConsumer(b.pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx) }()
+	go func() { done <- c.Run(runCtx, cfg.handler) }()
 	select {
 	case <-entered:
 	case <-time.After(60 * time.Second):
@@ -218,7 +218,7 @@ func TestTransientErrorRetried(t *testing.T) {
 		}
 		return rec(ctx, tx, msgs)
 	})
-	cfg.OnClaim = func(partition.Claim) { claims.Add(1) }
+	cfg.with(partition.WithOnClaim(func(partition.Claim) { claims.Add(1) }))
 	m := startMember(t, b.pool, cfg)
 	if err := waitRows(ctx, b.pool, per); err != nil {
 		t.Fatal(err)
@@ -246,11 +246,11 @@ func TestHandlerErrorParks(t *testing.T) {
 	produce(t, b.brokers, b.topic, 1, 0, 3)
 	poison := errors.New("poison message")
 	cfg := b.config("m", func(context.Context, pgx.Tx, []kafka.Message) error { return poison })
-	cfg.MaxAttempts = 3
+	cfg.with(partition.WithMaxAttempts(3))
 	var releasedErr atomic.Bool
-	cfg.OnRelease = func(_ partition.Claim, err error) { releasedErr.Store(releasedErr.Load() || err != nil) }
+	cfg.with(partition.WithOnRelease(func(_ partition.Claim, err error) { releasedErr.Store(releasedErr.Load() || err != nil) }))
 	var parked parkLog
-	cfg.OnPark = parked.onPark
+	cfg.with(partition.WithOnPark(parked.onPark))
 	m := startMember(t, b.pool, cfg)
 	testenv.Until(t, "3 messages parked", func() (bool, error) {
 		msgs, _ := parked.snapshot()
@@ -302,9 +302,9 @@ func TestHandlerPanicParks(t *testing.T) {
 		calls.Add(1)
 		panic("poison message")
 	})
-	cfg.MaxAttempts = 2
+	cfg.with(partition.WithMaxAttempts(2))
 	var parked parkLog
-	cfg.OnPark = parked.onPark
+	cfg.with(partition.WithOnPark(parked.onPark))
 	m := startMember(t, b.pool, cfg)
 	testenv.Until(t, "the message parked", func() (bool, error) {
 		msgs, _ := parked.snapshot()
@@ -351,9 +351,9 @@ func TestHandlerStatementTimeoutParks(t *testing.T) {
 		_, err := tx.Exec(ctx, `SELECT pg_sleep(0.2)`)
 		return err
 	})
-	cfg.MaxAttempts = 2
+	cfg.with(partition.WithMaxAttempts(2))
 	var parked parkLog
-	cfg.OnPark = parked.onPark
+	cfg.with(partition.WithOnPark(parked.onPark))
 	m := startMember(t, b.pool, cfg)
 	testenv.Until(t, "the message parked", func() (bool, error) {
 		msgs, _ := parked.snapshot()

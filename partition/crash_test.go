@@ -32,7 +32,7 @@ func TestServerCrash(t *testing.T) {
 	// always lands in a batch, however the machine schedules this test.
 	crashNow, crashed := make(chan struct{}), make(chan struct{})
 	var seen atomic.Int64
-	cfg := func(name string) partition.Config {
+	cfg := func(name string) spec {
 		rec := record(name)
 		cfg := b.config(name, func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
 			if n := seen.Add(int64(len(msgs))); n >= 2*per*2/3 && n-int64(len(msgs)) < 2*per*2/3 {
@@ -41,7 +41,7 @@ func TestServerCrash(t *testing.T) {
 			}
 			return rec(ctx, tx, msgs)
 		})
-		cfg.Logger = slog.New(countRetries{slog.DiscardHandler, &retries})
+		cfg.with(partition.WithLogger(slog.New(countRetries{slog.DiscardHandler, &retries})))
 		return cfg
 	}
 	a := startMember(t, b.pool, cfg("a"))

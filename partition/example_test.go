@@ -24,8 +24,8 @@ import (
 )
 
 // An operator's tool for the balances group's parked messages, run once a
-// fix is deployed: a Consumer with the fixed Handler lists them, replays
-// each, and purges what the fix cannot apply. New does no I/O and the
+// fix is deployed: it lists them, replays each with the fixed Handler,
+// and purges what the fix cannot apply. New does no I/O and the
 // parked calls talk to PostgreSQL only, so the tool needs no Kafka and
 // does not join the group.
 func ExampleConsumer_ReplayParked() {
@@ -47,9 +47,7 @@ func ExampleConsumer_ReplayParked() {
 		}
 		return nil
 	}
-	c, err := partition.New(pool, partition.Config{
-		Brokers: []string{"127.0.0.1:9092"}, GroupID: "balances", Topics: []string{"transfers"}, Handler: apply,
-	})
+	c, err := partition.New(pool, []string{"127.0.0.1:9092"}, "balances", []string{"transfers"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -59,7 +57,7 @@ func ExampleConsumer_ReplayParked() {
 	}
 	for _, p := range parked {
 		fmt.Printf("%s key %s, %d attempts: %s\n", p.ID, p.Msg.Key, p.Attempts, p.Error)
-		err := c.ReplayParked(ctx, p.ID) // applied once, however many replay it
+		err := c.ReplayParked(ctx, p.ID, apply) // applied once, however many replay it
 		if err == nil {
 			fmt.Println("  replayed")
 			continue
@@ -84,7 +82,7 @@ func ExampleConsumer_ReplayParked() {
 func parkForReplay(t *testing.T, dsn string) {
 	ctx := context.Background()
 	pool := testenv.Pool(t, dsn, 4)
-	c, err := partition.New(pool, partition.Config{Brokers: []string{"127.0.0.1:9092"}, GroupID: "balances", Topics: []string{"transfers"}, Handler: record("setup")})
+	c, err := partition.New(pool, []string{"127.0.0.1:9092"}, "balances", []string{"transfers"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/segmentio/kafka-go"
-
 	"github.com/nolock/nolock/internal/testenv"
 )
 
@@ -19,8 +16,7 @@ func TestCheckFence(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
-	c, err := New(pool, Config{Brokers: []string{"unused:9092"}, GroupID: "g", Topics: []string{"t"},
-		Handler: func(context.Context, pgx.Tx, []kafka.Message) error { return nil }})
+	c, err := New(pool, []string{"unused:9092"}, "g", []string{"t"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,8 +22,8 @@ func TestClaimOrdering(t *testing.T) {
 	var claims []partition.Claim
 	var releases []error
 	cfg := b.config("m", nil)
-	cfg.OnClaim = func(cl partition.Claim) { mu.Lock(); claims = append(claims, cl); mu.Unlock() }
-	cfg.OnRelease = func(_ partition.Claim, err error) { mu.Lock(); releases = append(releases, err); mu.Unlock() }
+	cfg.with(partition.WithOnClaim(func(cl partition.Claim) { mu.Lock(); claims = append(claims, cl); mu.Unlock() }))
+	cfg.with(partition.WithOnRelease(func(_ partition.Claim, err error) { mu.Lock(); releases = append(releases, err); mu.Unlock() }))
 	m := startMember(t, b.pool, cfg)
 	if err := waitRows(ctx, b.pool, 30); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/partition"
 )
 
 // A topic that grows from one partition to three while a member consumes
@@ -20,7 +21,7 @@ func TestPartitionsAddedAreConsumed(t *testing.T) {
 	const per = 5
 	b := newBed(t, 1)
 	cfg := b.config("m", nil)
-	cfg.PartitionWatchInterval = 200 * time.Millisecond
+	cfg.with(partition.WithPartitionWatchInterval(200 * time.Millisecond))
 	m := startMember(t, b.pool, cfg)
 	produce(t, b.brokers, b.topic, 1, 0, per)
 	testenv.Until(t, "partition 0 applied", func() (bool, error) {

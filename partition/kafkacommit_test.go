@@ -8,6 +8,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/partition"
 )
 
 // kafkaCommitted reads the group's committed Kafka offset of partition 0.
@@ -49,7 +50,7 @@ func TestKafkaCommitTrailingEdge(t *testing.T) {
 			ctx := context.Background()
 			b := newBed(t, 1)
 			cfg := b.config("m", nil)
-			cfg.KafkaCommitInterval = tc.interval
+			cfg.with(partition.WithKafkaCommitInterval(tc.interval))
 			m := startMember(t, b.pool, cfg)
 			produce(t, b.brokers, b.topic, 1, 0, 10)
 			if err := waitRows(ctx, b.pool, 10); err != nil {

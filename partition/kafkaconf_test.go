@@ -54,10 +54,10 @@ func TestDialerOpensEveryConnection(t *testing.T) {
 	var sn sniffer
 	var dials atomic.Int64
 	cfg := b.config("m", nil)
-	cfg.Brokers = []string{net.JoinHostPort(fake, port)}
-	cfg.KafkaCommitInterval = time.Millisecond
-	cfg.RackID = "rack-a"
-	cfg.Dialer = &kafka.Dialer{
+	cfg.brokers = []string{net.JoinHostPort(fake, port)}
+	cfg.with(partition.WithKafkaCommitInterval(time.Millisecond))
+	cfg.with(partition.WithRackID("rack-a"))
+	cfg.with(partition.WithDialer(&kafka.Dialer{
 		ClientID: clientID,
 		Timeout:  10 * time.Second,
 		Resolver: resolverFunc(func(_ context.Context, h string) ([]string, error) {
@@ -74,7 +74,7 @@ func TestDialerOpensEveryConnection(t *testing.T) {
 			}
 			return &sniffConn{Conn: conn, s: &sn}, nil
 		},
-	}
+	}))
 	m := startMember(t, b.pool, cfg)
 	if err := waitRows(ctx, b.pool, 40); err != nil {
 		t.Fatal(err)
@@ -119,13 +119,13 @@ func TestMaxWaitHonoured(t *testing.T) {
 		}
 		return rec(ctx, tx, msgs)
 	})
-	cfg.MinBytes, cfg.MaxWait = partition.DefaultMaxBytes, maxWait
-	cfg.OnClaim = func(partition.Claim) {
+	cfg.with(partition.WithMinBytes(partition.DefaultMaxBytes), partition.WithMaxWait(maxWait))
+	cfg.with(partition.WithOnClaim(func(partition.Claim) {
 		select {
 		case claimed <- time.Now():
 		default:
 		}
-	}
+	}))
 	m := startMember(t, b.pool, cfg)
 	if err := waitRows(ctx, b.pool, 1); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -32,6 +33,7 @@ const (
 	testSession      = 6 * time.Second
 	testRebalance    = 3 * time.Second
 	testBatchTimeout = 2 * time.Second
+	testMaxBatch     = 10
 )
 
 // bed is one test's world: a fresh topic, a fresh schema with the
@@ -56,7 +58,7 @@ func newBedOn(t testing.TB, partitions int, pool *pgxpool.Pool, schema string) *
 	brokers, topic := testenv.Topic(t, partitions)
 	b := &bed{brokers: brokers, topic: topic, group: testenv.Name("g"), schema: schema, pool: pool}
 	ctx := context.Background()
-	c, err := partition.New(pool, b.config("setup", nil))
+	c, err := newConsumer(pool, b.config("setup", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,18 +73,34 @@ func newBedOn(t testing.TB, partitions int, pool *pgxpool.Pool, schema string) *
 	return b
 }
 
-// config is the tests' Config for member name, recording each message in
+// spec is what a test gives New and Run: the group, the handler and the
+// options, later options winning over earlier ones.
+type spec struct {
+	brokers, topics []string
+	group           string
+	handler         partition.Handler
+	opts            []partition.Option
+}
+
+// with adds opts after s's own.
+func (s *spec) with(opts ...partition.Option) { s.opts = append(slices.Clip(s.opts), opts...) }
+
+// newConsumer is partition.New with s's group and options.
+func newConsumer(db partition.DB, s spec) (*partition.Consumer, error) {
+	return partition.New(db, s.brokers, s.group, s.topics, s.opts...)
+}
+
+// config is the tests' spec for member name, recording each message in
 // results (see record) unless h is given.
-func (b *bed) config(member string, h partition.Handler) partition.Config {
+func (b *bed) config(member string, h partition.Handler) spec {
 	if h == nil {
 		h = record(member)
 	}
-	return partition.Config{
-		Brokers: b.brokers, GroupID: b.group, Topics: []string{b.topic}, Handler: h,
-		MaxBatch: 10, HeartbeatInterval: testHeartbeat, SessionTimeout: testSession,
-		RebalanceTimeout: testRebalance, JoinGroupBackoff: 200 * time.Millisecond, BatchTimeout: testBatchTimeout,
-		Logger: testLogger(member),
-	}
+	return spec{brokers: b.brokers, group: b.group, topics: []string{b.topic}, handler: h, opts: []partition.Option{
+		partition.WithMaxBatch(testMaxBatch), partition.WithHeartbeatInterval(testHeartbeat), partition.WithSessionTimeout(testSession),
+		partition.WithRebalanceTimeout(testRebalance), partition.WithJoinGroupBackoff(200 * time.Millisecond),
+		partition.WithBatchTimeout(testBatchTimeout), partition.WithLogger(testLogger(member)),
+	}}
 }
 
 // testLogger logs to stderr under NOLOCK_PARTITION_LOG=1 (a child's
@@ -238,21 +256,21 @@ type member struct {
 	stop func() error
 }
 
-func startMember(t testing.TB, pool *pgxpool.Pool, cfg partition.Config) *member {
+func startMember(t testing.TB, pool *pgxpool.Pool, cfg spec) *member {
 	t.Helper()
-	c, err := partition.New(pool, cfg)
+	c, err := newConsumer(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return runMember(t, c)
+	return runMember(t, c, cfg.handler)
 }
 
-// runMember runs c in the background until stop is called (or the test
-// ends).
-func runMember(t testing.TB, c *partition.Consumer) *member {
+// runMember runs c with h in the background until stop is called (or the
+// test ends).
+func runMember(t testing.TB, c *partition.Consumer, h partition.Handler) *member {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	go func() { done <- c.Run(ctx, h) }()
 	var once sync.Once
 	var res error
 	stop := func() error {

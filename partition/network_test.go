@@ -166,24 +166,24 @@ func newLateRound(t *testing.T, fault string, parts int, unfenced bool) *lateRou
 		dsn, poolSize = testenv.Proxy(t, dsn, r.pgGate.Relay(), r.pgGate.Relay()), int32(parts+2)
 	}
 	cfg := b.config("A", nil)
-	cfg.Dialer = kafkaThrough(t, b.brokers[0], r.kafkaGate)
+	cfg.with(partition.WithDialer(kafkaThrough(t, b.brokers[0], r.kafkaGate)))
 	// A's batch transactions wait in the network for as long as it takes
 	// the coordinator to drop A and B to take over.
-	cfg.BatchTimeout, cfg.RebalanceTimeout = testenv.Scale(30*time.Second), testenv.Scale(40*time.Second)
-	cfg.OnClaim = func(cl partition.Claim) {
+	cfg.with(partition.WithBatchTimeout(testenv.Scale(30*time.Second)), partition.WithRebalanceTimeout(testenv.Scale(40*time.Second)))
+	cfg.with(partition.WithOnClaim(func(cl partition.Claim) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.memberA = cl.MemberID
-	}
-	cfg.OnRelease = func(cl partition.Claim, err error) {
+	}))
+	cfg.with(partition.WithOnRelease(func(cl partition.Claim, err error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if h, ok := r.heldAt[cl.Partition]; ok && h.epoch == cl.Epoch {
 			r.releases[cl.Partition] = err
 		}
-	}
+	}))
 	var err error
-	if r.a, err = partition.New(testenv.Pool(t, dsn, poolSize), cfg); err != nil {
+	if r.a, err = newConsumer(testenv.Pool(t, dsn, poolSize), cfg); err != nil {
 		t.Fatal(err)
 	}
 	partition.SetBeforeFence(r.a, func(cl partition.Claim, msgs []kafka.Message) {
@@ -205,14 +205,14 @@ func newLateRound(t *testing.T, fault string, parts int, unfenced bool) *lateRou
 	}
 
 	bcfg := b.config("B", nil)
-	bcfg.OnClaim = func(cl partition.Claim) {
+	bcfg.with(partition.WithOnClaim(func(cl partition.Claim) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.epochB[cl.Partition] == 0 {
 			r.epochB[cl.Partition] = cl.Epoch
 		}
-	}
-	if r.bc, err = partition.New(pool, bcfg); err != nil {
+	}))
+	if r.bc, err = newConsumer(pool, bcfg); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -239,7 +239,7 @@ func (r *lateRound) run() {
 func (r *lateRound) steps() ([]lateResult, error) {
 	ctx := context.Background()
 	b, parts := r.b, r.parts
-	am := runMember(r.t, r.a)
+	am := runMember(r.t, r.a, record("A"))
 	defer func() { _ = am.stop() }()
 	defer func() { r.letGo(); r.kafkaGate.Open(); r.pgGate.Open() }() // before A stops, also on failure
 	if err := testenv.Poll("every worker of A waiting before its batch", r.locked(func() bool { return len(r.heldAt) == parts })); err != nil {
@@ -268,7 +268,7 @@ func (r *lateRound) steps() ([]lateResult, error) {
 	}); err != nil {
 		return nil, err
 	}
-	bm := runMember(r.t, r.bc)
+	bm := runMember(r.t, r.bc, record("B"))
 	defer func() { _ = bm.stop() }()
 	if err := waitRows(ctx, b.pool, parts*zombiePerPartition); err != nil {
 		return nil, err

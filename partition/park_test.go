@@ -94,8 +94,8 @@ func TestPoisonIsParkedPartitionGoesOn(t *testing.T) {
 	for i := range members {
 		name := fmt.Sprintf("m%d", i)
 		cfg := b.config(name, handler(name))
-		cfg.MaxAttempts = maxAttempts
-		cfg.OnPark = parked.onPark
+		cfg.with(partition.WithMaxAttempts(maxAttempts))
+		cfg.with(partition.WithOnPark(parked.onPark))
 		members[i] = startMember(t, b.pool, cfg)
 	}
 	if err := waitRows(ctx, b.pool, parts*per-1); err != nil {

@@ -114,9 +114,8 @@ func (c *Consumer) ListParked(ctx context.Context, after ParkedID, limit int) ([
 	return out, nil
 }
 
-// ReplayParked runs the Consumer's Handler on the parked message id, alone,
-// in one transaction that takes the message off the parked table with the
-// Handler's effect: they commit together or not at all. So a parked
+// ReplayParked runs h on the parked message id, alone, in one transaction
+// that takes the message off the parked table with h's effect: they commit together or not at all. So a parked
 // message is applied at most once by replays, however many run at once: a
 // concurrent replay of the same id waits for this one's transaction and
 // then, if it committed, returns ErrNotParked.
@@ -126,23 +125,26 @@ func (c *Consumer) ListParked(ctx context.Context, after ParkedID, limit int) ([
 // the batch in flight). It is the operator's write, not the owner's: it
 // does not check or change the epoch or the stored offset, and it applies
 // the message after the partition's later messages, out of offset order.
-// The Handler's ctx is ctx bounded by BatchTimeout and carries no Claim
+// h's ctx is ctx bounded by the batch timeout and carries no Claim
 // (FromContext reports false). ReplayParked does no Kafka I/O.
 //
-// If the Handler fails (or panics: a *PanicError), nothing of the replay
-// commits, the message stays parked with its Error set to the Handler's
-// and its Attempts counted, and the returned error wraps the Handler's. A
-// commit whose outcome is unknown returns ErrAmbiguousCommit. An unknown
-// id is ErrNotParked; a nil ctx or an id no message can have (empty topic,
-// negative partition or offset) is ErrInvalid, before any I/O.
-func (c *Consumer) ReplayParked(ctx context.Context, id ParkedID) error {
-	if ctx == nil {
+// If h fails (or panics: a *PanicError), nothing of the replay commits,
+// the message stays parked with its Error set to h's and its Attempts
+// counted, and the returned error wraps h's. A commit whose outcome is
+// unknown returns ErrAmbiguousCommit. An unknown id is ErrNotParked; a nil
+// ctx or h, or an id no message can have (empty topic, negative partition
+// or offset) is ErrInvalid, before any I/O.
+func (c *Consumer) ReplayParked(ctx context.Context, id ParkedID, h Handler) error {
+	switch {
+	case ctx == nil:
 		return invalid("ctx is nil")
+	case h == nil:
+		return invalid("handler is nil")
 	}
 	if err := id.check("id"); err != nil {
 		return err
 	}
-	p, err := c.replay(ctx, id)
+	p, err := c.replay(ctx, id, h)
 	if err == nil || p == nil {
 		return err
 	}
@@ -155,7 +157,7 @@ func (c *Consumer) ReplayParked(ctx context.Context, id ParkedID) error {
 
 // replay runs one replay transaction. It returns the parked message with
 // the error when the Handler failed, and nil with any other error.
-func (c *Consumer) replay(ctx context.Context, id ParkedID) (*Parked, error) {
+func (c *Consumer) replay(ctx context.Context, id ParkedID, h Handler) (*Parked, error) {
 	tctx, cancel := context.WithTimeout(ctx, c.cfg.BatchTimeout)
 	defer cancel()
 	tx, err := pgerr.Begin(tctx, c.db)
@@ -177,7 +179,7 @@ func (c *Consumer) replay(ctx context.Context, id ParkedID) (*Parked, error) {
 	case err != nil:
 		return nil, fmt.Errorf("partition: replay %s: %w", id, err)
 	}
-	if err := callHandler(tctx, c.cfg.Handler, tx, []kafka.Message{p.Msg}); err != nil {
+	if err := callHandler(tctx, h, tx, []kafka.Message{p.Msg}); err != nil {
 		return &p, fmt.Errorf("partition: replay %s: handler: %w", id, err)
 	}
 	if err := tx.Commit(tctx); err != nil {

@@ -34,7 +34,7 @@ func newParkBed(t *testing.T) *parkBed {
 	t.Helper()
 	pool, _ := testenv.PostgresSchema(t, 8)
 	b := &parkBed{pool: pool, group: testenv.Name("g"), topic: "transfers", next: map[int]*int64{}}
-	if err := b.consumer(t, nil).CreateSchema(context.Background()); err != nil {
+	if err := b.consumer(t).CreateSchema(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE results (
@@ -45,18 +45,15 @@ func newParkBed(t *testing.T) *parkBed {
 	return b
 }
 
-// consumer is a Consumer of the bed's group with handler h (record, if
-// nil). It never runs: the parked calls do no Kafka I/O.
-func (b *parkBed) consumer(t *testing.T, h partition.Handler) *partition.Consumer {
+// consumer is a Consumer of the bed's group. It never runs: the parked
+// calls do no Kafka I/O.
+func (b *parkBed) consumer(t *testing.T) *partition.Consumer {
 	t.Helper()
-	if h == nil {
-		h = record("replay")
-	}
-	// A long BatchTimeout (the replay's bound and idle-in-transaction
+	// A long batch timeout (the replay's bound and idle-in-transaction
 	// timeout): a replay held in its handler outlasts a busy machine's
 	// probes.
-	c, err := partition.New(b.pool, partition.Config{Brokers: []string{"kafka.invalid:9092"}, GroupID: b.group, Topics: []string{b.topic}, Handler: h,
-		RebalanceTimeout: 2 * testenv.Scale(time.Minute), BatchTimeout: testenv.Scale(time.Minute)})
+	c, err := partition.New(b.pool, []string{"kafka.invalid:9092"}, b.group, []string{b.topic},
+		partition.WithRebalanceTimeout(2*testenv.Scale(time.Minute)), partition.WithBatchTimeout(testenv.Scale(time.Minute)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +76,7 @@ func (b *parkBed) park(t *testing.T, p int, key string, headers []kafka.Header, 
 	}
 	m := kafka.Message{Topic: b.topic, Partition: p, Offset: off, Key: []byte(key), Value: fmt.Appendf(nil, "%d-%d", p, off), Headers: headers}
 	cl := partition.Claim{GroupID: b.group, Topic: b.topic, Partition: p, Epoch: 1}
-	if err := partition.Park(ctx, b.consumer(t, nil), cl, b.next[p], m, errPoison, attempts); err != nil {
+	if err := partition.Park(ctx, b.consumer(t), cl, b.next[p], m, errPoison, attempts); err != nil {
 		t.Fatal(err)
 	}
 	next := off + 1
@@ -138,7 +135,7 @@ func TestListParkedShowsWhatWasParked(t *testing.T) {
 		want = append(want, b.park(t, p, fmt.Sprint("acct-", p), headers, 3))
 	}
 	want[0], want[1] = want[1], want[0] // position order: 0@0, 1@0, 1@1
-	got := listAll(t, b.consumer(t, nil))
+	got := listAll(t, b.consumer(t))
 	if len(got) != len(want) {
 		t.Fatalf("listed %d parked messages, want %d: %+v", len(got), len(want), got)
 	}
@@ -156,7 +153,7 @@ func TestListParkedShowsWhatWasParked(t *testing.T) {
 		}
 	}
 	other := &parkBed{pool: b.pool, group: testenv.Name("g"), topic: b.topic}
-	if page, err := other.consumer(t, nil).ListParked(context.Background(), partition.ParkedID{}, 10); err != nil || len(page) != 0 {
+	if page, err := other.consumer(t).ListParked(context.Background(), partition.ParkedID{}, 10); err != nil || len(page) != 0 {
 		t.Fatalf("another group lists %d parked messages (%v), want 0", len(page), err)
 	}
 }
@@ -172,13 +169,14 @@ func TestReplayParkedAfterFix(t *testing.T) {
 	m := b.park(t, 0, "acct-1", nil, 3)
 	id := partition.ParkedID{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
 	stillBroken := errors.New("still not a number")
-	broken := b.consumer(t, func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
+	broken := b.consumer(t)
+	stillFails := func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
 		if err := record("replay")(ctx, tx, msgs); err != nil {
 			return err
 		}
 		return stillBroken // after a write: it must roll back
-	})
-	if err := broken.ReplayParked(ctx, id); !errors.Is(err, stillBroken) {
+	}
+	if err := broken.ReplayParked(ctx, id, stillFails); !errors.Is(err, stillBroken) {
 		t.Fatalf("failing replay: %v; want the handler's error", err)
 	}
 	got := listAll(t, broken)
@@ -186,8 +184,8 @@ func TestReplayParkedAfterFix(t *testing.T) {
 		t.Fatalf("after a failing replay: parked %+v; want still parked, 4 attempts, the new error, no effect", got)
 	}
 
-	fixed := b.consumer(t, nil)
-	if err := fixed.ReplayParked(ctx, id); err != nil {
+	fixed := b.consumer(t)
+	if err := fixed.ReplayParked(ctx, id, record("replay")); err != nil {
 		t.Fatalf("replay after the fix: %v", err)
 	}
 	if n := resultsFor(t, b.pool, 0, 0); n != 1 {
@@ -196,7 +194,7 @@ func TestReplayParkedAfterFix(t *testing.T) {
 	if ids := parkedIDs(t, fixed); ids != "" {
 		t.Fatalf("still parked after the replay: %s", ids)
 	}
-	if err := fixed.ReplayParked(ctx, id); !errors.Is(err, partition.ErrNotParked) {
+	if err := fixed.ReplayParked(ctx, id, record("replay")); !errors.Is(err, partition.ErrNotParked) {
 		t.Fatalf("second replay: %v, want ErrNotParked", err)
 	}
 	if n := resultsFor(t, b.pool, 0, 0); n != 1 {
@@ -228,7 +226,8 @@ func TestConcurrentReplaysApplyOnce(t *testing.T) {
 			id := partition.ParkedID{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
 			entered, release := make(chan struct{}), make(chan struct{})
 			var once sync.Once
-			slow := b.consumer(t, func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
+			slow := b.consumer(t)
+			held := func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
 				once.Do(func() { close(entered) })
 				<-release
 				if err := record("first")(ctx, tx, msgs); err != nil {
@@ -238,12 +237,12 @@ func TestConcurrentReplaysApplyOnce(t *testing.T) {
 					return errors.New("downstream refused")
 				}
 				return nil
-			})
+			}
 			first := make(chan error, 1)
-			go func() { first <- slow.ReplayParked(ctx, id) }()
+			go func() { first <- slow.ReplayParked(ctx, id, held) }()
 			<-entered
 			second := make(chan error, 1)
-			go func() { second <- b.consumer(t, record("second")).ReplayParked(ctx, id) }()
+			go func() { second <- b.consumer(t).ReplayParked(ctx, id, record("second")) }()
 			testenv.WaitLockWaiters(t, b.pool, 1) // the second waits on the first's lock
 			close(release)
 			err1, err2 := <-first, <-second
@@ -283,7 +282,7 @@ func TestReplayWaitsForTheOwnersBatch(t *testing.T) {
 	}
 	replayed := make(chan error, 1)
 	go func() {
-		replayed <- b.consumer(t, nil).ReplayParked(ctx, partition.ParkedID{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset})
+		replayed <- b.consumer(t).ReplayParked(ctx, partition.ParkedID{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}, record("replay"))
 	}()
 	testenv.WaitLockWaiters(t, b.pool, 1)
 	if n := resultsFor(t, b.pool, 0, 0); n != 0 {
@@ -312,7 +311,7 @@ func TestPurgeParked(t *testing.T) {
 	}
 	other := &parkBed{pool: b.pool, group: testenv.Name("g"), topic: b.topic, next: map[int]*int64{}}
 	other.park(t, 0, "k", nil, 1)
-	c := b.consumer(t, nil)
+	c := b.consumer(t)
 
 	id := partition.ParkedID{Topic: b.topic, Partition: 0, Offset: 1}
 	if err := c.PurgeParked(ctx, id); err != nil {
@@ -335,7 +334,7 @@ func TestPurgeParked(t *testing.T) {
 	if ids := parkedIDs(t, c); ids != "transfers/0@3" {
 		t.Fatalf("parked after the retention purge: %s, want offset 3", ids)
 	}
-	if ids := parkedIDs(t, other.consumer(t, nil)); ids != "transfers/0@0" {
+	if ids := parkedIDs(t, other.consumer(t)); ids != "transfers/0@0" {
 		t.Fatalf("the other group's parked after our purges: %s, want its offset 0, as old as ours", ids)
 	}
 }
@@ -351,7 +350,7 @@ func (d noIO) Begin(context.Context) (pgx.Tx, error) {
 // Bad input to the parked calls is ErrInvalid, before any I/O.
 func TestParkedBadInput(t *testing.T) {
 	t.Parallel()
-	c, err := partition.New(noIO{t}, partition.Config{Brokers: []string{"kafka.invalid:9092"}, GroupID: "g", Topics: []string{"t"}, Handler: record("x")})
+	c, err := partition.New(noIO{t}, []string{"kafka.invalid:9092"}, "g", []string{"t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,11 +364,12 @@ func TestParkedBadInput(t *testing.T) {
 		{"list: nil ctx", func() error { _, err := c.ListParked(nilCtx, partition.ParkedID{}, 1); return err }()},
 		{"list: limit 0", func() error { _, err := c.ListParked(ctx, partition.ParkedID{}, 0); return err }()},
 		{"list: after with a negative offset", func() error { _, err := c.ListParked(ctx, partition.ParkedID{Topic: "t", Offset: -1}, 1); return err }()},
-		{"replay: nil ctx", c.ReplayParked(nilCtx, good)},
-		{"replay: empty topic", c.ReplayParked(ctx, partition.ParkedID{})},
-		{"replay: negative partition", c.ReplayParked(ctx, partition.ParkedID{Topic: "t", Partition: -1})},
-		{"replay: negative offset", c.ReplayParked(ctx, partition.ParkedID{Topic: "t", Offset: -2})},
-		{"replay: topic not UTF-8", c.ReplayParked(ctx, partition.ParkedID{Topic: "\xff"})},
+		{"replay: nil ctx", c.ReplayParked(nilCtx, good, record("x"))},
+		{"replay: empty topic", c.ReplayParked(ctx, partition.ParkedID{}, record("x"))},
+		{"replay: negative partition", c.ReplayParked(ctx, partition.ParkedID{Topic: "t", Partition: -1}, record("x"))},
+		{"replay: negative offset", c.ReplayParked(ctx, partition.ParkedID{Topic: "t", Offset: -2}, record("x"))},
+		{"replay: topic not UTF-8", c.ReplayParked(ctx, partition.ParkedID{Topic: "\xff"}, record("x"))},
+		{"replay: nil handler", c.ReplayParked(ctx, good, nil)},
 		{"purge: nil ctx", c.PurgeParked(nilCtx, good)},
 		{"purge: empty topic", c.PurgeParked(ctx, partition.ParkedID{Offset: 3})},
 		{"purge older: nil ctx", func() error { _, err := c.PurgeParkedOlderThan(nilCtx, time.Hour); return err }()},
@@ -402,9 +402,9 @@ func TestRunParksThenReplay(t *testing.T) {
 		}
 		return rec(ctx, tx, msgs)
 	})
-	cfg.MaxAttempts = 2
+	cfg.with(partition.WithMaxAttempts(2))
 	var parked parkLog
-	cfg.OnPark = parked.onPark
+	cfg.with(partition.WithOnPark(parked.onPark))
 	m := startMember(t, b.pool, cfg)
 	testenv.Until(t, "the stored offset at the partition's end", func() (bool, error) {
 		r, err := readRow(ctx, b.pool, b.group, b.topic, 0)
@@ -416,7 +416,7 @@ func TestRunParksThenReplay(t *testing.T) {
 	if err := m.stop(); err != nil {
 		t.Fatal(err)
 	}
-	c, err := partition.New(b.pool, b.config("operator", nil))
+	c, err := newConsumer(b.pool, b.config("operator", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +425,7 @@ func TestRunParksThenReplay(t *testing.T) {
 		got[0].Attempts != 2 || !strings.Contains(got[0].Error, errPoison.Error()) || got[0].Epoch < 1 {
 		t.Fatalf("listed %+v; want the poison at offset %d, 2 attempts, the handler's error, the worker's epoch", got, poisonOff)
 	}
-	if err := c.ReplayParked(ctx, got[0].ID); err != nil {
+	if err := c.ReplayParked(ctx, got[0].ID, record("operator")); err != nil {
 		t.Fatal(err)
 	}
 	tl, err := count(ctx, b.pool, 1, per)

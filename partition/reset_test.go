@@ -24,9 +24,9 @@ func TestGroupReset(t *testing.T) {
 	b := newBed(t, parts)
 	var mu sync.Mutex
 	var claims []partition.Claim
-	cfg := func(name string) partition.Config {
+	cfg := func(name string) spec {
 		c := b.config(name, nil)
-		c.OnClaim = func(cl partition.Claim) { mu.Lock(); claims = append(claims, cl); mu.Unlock() }
+		c.with(partition.WithOnClaim(func(cl partition.Claim) { mu.Lock(); claims = append(claims, cl); mu.Unlock() }))
 		return c
 	}
 	claimed := func() []partition.Claim {

@@ -76,13 +76,13 @@ func TestDeletedMessagesStopPartition(t *testing.T) {
 	produce(t, b.brokers, b.topic, 1, 20, 20)
 	deleteRecords(t, b.brokers[0], b.topic, 0, 30)
 
-	c, err := partition.New(b.pool, b.config("b", nil))
+	c, err := newConsumer(b.pool, b.config("b", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	runCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	err = c.Run(runCtx)
+	err = c.Run(runCtx, record("b"))
 	if !errors.Is(err, partition.ErrOffsetLost) || runCtx.Err() != nil {
 		t.Fatalf("Run: %v; want ErrOffsetLost before the deadline", err)
 	}

@@ -22,16 +22,17 @@ func TestStalledPostgresWaitedOut(t *testing.T) {
 	pool := testenv.Pool(t, dsn, 8)
 	b := newBedOn(t, 1, pool, schema)
 	cfg := b.config("m", nil)
-	cfg.BatchTimeout = testenv.Scale(125 * time.Millisecond)
-	cfg.MaxAttempts = 3
-	c, err := partition.New(pool, cfg)
+	batchTimeout := testenv.Scale(125 * time.Millisecond)
+	cfg.with(partition.WithBatchTimeout(batchTimeout))
+	cfg.with(partition.WithMaxAttempts(3))
+	c, err := newConsumer(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx) }()
+	go func() { done <- c.Run(runCtx, cfg.handler) }()
 
 	produce(t, b.brokers, b.topic, 1, 0, 10)
 	if err := waitRows(ctx, pool, 10); err != nil {
@@ -43,7 +44,7 @@ func TestStalledPostgresWaitedOut(t *testing.T) {
 	case err := <-done:
 		stall.Open()
 		t.Fatalf("Run returned during the stall: %v", err)
-	case <-time.After(12 * cfg.BatchTimeout): // the fault: 12 BatchTimeouts of silence
+	case <-time.After(12 * batchTimeout): // the fault: 12 batch timeouts of silence
 	}
 	stall.Open()
 	if err := waitRows(ctx, pool, 20); err != nil {

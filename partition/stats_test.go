@@ -26,7 +26,7 @@ func TestStatsLagFallsToZero(t *testing.T) {
 	var release sync.Once
 	defer release.Do(func() { close(hold) })
 	cfg := b.config("m", nil)
-	cfg.BeforeBatch = func(partition.Claim, []kafka.Message) { <-hold }
+	cfg.with(partition.WithBeforeBatch(func(partition.Claim, []kafka.Message) { <-hold }))
 	m := startMember(t, b.pool, cfg)
 
 	waitStats(t, m.c, "both partitions fetched, nothing applied", func(s partition.PartitionStats) bool {
@@ -43,7 +43,7 @@ func TestStatsLagFallsToZero(t *testing.T) {
 	for _, s := range m.c.Stats() {
 		const n = first + more
 		if s.Topic != b.topic || s.Epoch < 1 || s.Generation < 1 || s.HighWaterMark != n || s.NextOffset != n ||
-			s.LastApplied != n-1 || s.Parked != 0 || s.Skipped != 0 || s.Batches < n/int64(cfg.MaxBatch) || s.Batches > n {
+			s.LastApplied != n-1 || s.Parked != 0 || s.Skipped != 0 || s.Batches < n/testMaxBatch || s.Batches > n {
 			t.Errorf("stats: %+v", s)
 		}
 		if s.FetchErrors != 0 {

@@ -64,7 +64,7 @@ func TestTransactionalProducersReadCommitted(t *testing.T) {
 		return rec(ctx, tx, msgs)
 	})
 	var parked []kafka.Message
-	cfg.OnPark = func(m kafka.Message, _ error) { mu.Lock(); parked = append(parked, m); mu.Unlock() }
+	cfg.with(partition.WithOnPark(func(m kafka.Message, _ error) { mu.Lock(); parked = append(parked, m); mu.Unlock() }))
 	m := startMember(t, b.pool, cfg)
 	last := batches[len(batches)-1]
 	testenv.Until(t, "the last transaction applied", func() (bool, error) {

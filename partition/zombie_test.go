@@ -197,15 +197,15 @@ func newZombieRound(t *testing.T, parts int, unfenced bool) *zombieRound {
 	}
 	z.a = testenv.StartChild(t, "TestChildZombie", env...)
 	cfg := b.config("B", nil)
-	cfg.OnClaim = func(cl partition.Claim) {
+	cfg.with(partition.WithOnClaim(func(cl partition.Claim) {
 		z.mu.Lock()
 		defer z.mu.Unlock()
 		if z.epochB[cl.Partition] == 0 {
 			z.epochB[cl.Partition] = cl.Epoch
 		}
-	}
+	}))
 	var err error
-	if z.bc, err = partition.New(b.pool, cfg); err != nil {
+	if z.bc, err = newConsumer(b.pool, cfg); err != nil {
 		t.Fatal(err)
 	}
 	return z
@@ -239,7 +239,7 @@ func (z *zombieRound) run() []zombieResult {
 	pausedAt := time.Now()
 
 	// Step 3: B takes over and applies everything.
-	bm := runMember(z.t, z.bc)
+	bm := runMember(z.t, z.bc, record("B"))
 	err = waitRows(ctx, b.pool, parts*zombiePerPartition)
 	if err == nil {
 		time.Sleep(time.Until(pausedAt.Add(testSession + 500*time.Millisecond))) // the fault: stay frozen past the session timeout
@@ -338,10 +338,10 @@ func TestChildZombie(t *testing.T) {
 		pausePoint("handler", cl, msgs)
 		return nil
 	})
-	cfg.OnRelease = func(cl partition.Claim, err error) {
+	cfg.with(partition.WithOnRelease(func(cl partition.Claim, err error) {
 		fmt.Printf("released p=%d epoch=%d fenced=%v err=%s\n", cl.Partition, cl.Epoch, errors.Is(err, partition.ErrFenced), strings.ReplaceAll(fmt.Sprint(err), " ", "_"))
-	}
-	c, err := partition.New(b.pool, cfg)
+	}))
+	c, err := newConsumer(b.pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +351,7 @@ func TestChildZombie(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := c.Run(ctx); err != nil {
+	if err := c.Run(ctx, cfg.handler); err != nil {
 		t.Fatal(err)
 	}
 }

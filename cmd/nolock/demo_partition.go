@@ -48,9 +48,9 @@ func zombie(ctx context.Context, env *demoEnv) ([]row, error) {
 	defer stop()
 	var wg sync.WaitGroup
 	runErrs := make(chan error, 2)
-	run := func(c *partition.Consumer) {
+	run := func(member func(context.Context) error) {
 		wg.Add(1)
-		go func() { defer wg.Done(); runErrs <- c.Run(runCtx) }()
+		go func() { defer wg.Done(); runErrs <- member(runCtx) }()
 	}
 	run(a)
 	if _, err := await(ctx, sc.paused, time.Minute, "member-a to stall"); err != nil {
@@ -98,15 +98,16 @@ func newZombieScene(out io.Writer) *zombieScene {
 		lateRefused: make(chan error, 1), epochs: map[string]int64{}}
 }
 
-// member returns the Consumer named name. member-a stalls before the
+// member returns the run of the Consumer named name. member-a stalls before the
 // transaction of its first batch at or after offset stallAt, until wake
 // is closed: it holds no transaction and no lock meanwhile.
-func (sc *zombieScene) member(ctx context.Context, env *demoEnv, name, group, topic string, stallAt int64) (*partition.Consumer, error) {
-	cfg := partition.DefaultConfig()
-	cfg.Brokers, cfg.GroupID, cfg.Topics = env.brokers, group, []string{topic}
-	cfg.HeartbeatInterval, cfg.SessionTimeout, cfg.RebalanceTimeout = 300*time.Millisecond, 6*time.Second, 3*time.Second
-	cfg.BatchTimeout, cfg.JoinGroupBackoff, cfg.MaxBatch = 2*time.Second, 200*time.Millisecond, 10
-	cfg.Handler = func(ctx context.Context, tx pgx.Tx, batch []kafka.Message) error {
+func (sc *zombieScene) member(ctx context.Context, env *demoEnv, name, group, topic string, stallAt int64) (func(context.Context) error, error) {
+	opts := []partition.Option{
+		partition.WithHeartbeatInterval(300 * time.Millisecond), partition.WithSessionTimeout(6 * time.Second),
+		partition.WithRebalanceTimeout(3 * time.Second), partition.WithBatchTimeout(2 * time.Second),
+		partition.WithJoinGroupBackoff(200 * time.Millisecond), partition.WithMaxBatch(10),
+	}
+	apply := func(ctx context.Context, tx pgx.Tx, batch []kafka.Message) error {
 		claim, _ := partition.FromContext(ctx)
 		for _, m := range batch {
 			if _, err := tx.Exec(ctx, `INSERT INTO applied VALUES ($1, $2, $3)`, m.Offset, name, claim.Epoch); err != nil {
@@ -117,7 +118,7 @@ func (sc *zombieScene) member(ctx context.Context, env *demoEnv, name, group, to
 		return nil
 	}
 	if name == "member-a" {
-		cfg.BeforeBatch = func(c partition.Claim, batch []kafka.Message) {
+		opts = append(opts, partition.WithBeforeBatch(func(c partition.Claim, batch []kafka.Message) {
 			if batch[0].Offset < stallAt || !sc.stalled.CompareAndSwap(false, true) {
 				return
 			}
@@ -125,15 +126,14 @@ func (sc *zombieScene) member(ctx context.Context, env *demoEnv, name, group, to
 			fmt.Fprintf(sc.out, "   member-a (epoch %d) stalls holding offsets %d..%d, before their transaction begins (no transaction open, no lock held)\n", c.Epoch, first, last)
 			close(sc.paused)
 			<-sc.wake // a GC pause, a frozen VM
-			fmt.Fprintf(sc.out, "   member-a wakes and begins the transaction for offsets %d..%d, with a fresh BatchTimeout\n", first, last)
-		}
+			fmt.Fprintf(sc.out, "   member-a wakes and begins the transaction for offsets %d..%d, with a fresh batch timeout\n", first, last)
+		}))
 	}
-	cfg.OnClaim = func(c partition.Claim) {
+	opts = append(opts, partition.WithOnClaim(func(c partition.Claim) {
 		sc.mu.Lock()
 		defer sc.mu.Unlock()
 		sc.epochs[name] = c.Epoch
-	}
-	cfg.OnRelease = func(c partition.Claim, err error) {
+	}), partition.WithOnRelease(func(c partition.Claim, err error) {
 		if errors.Is(err, partition.ErrFenced) {
 			sc.note(name, c, err)
 		}
@@ -143,12 +143,12 @@ func (sc *zombieScene) member(ctx context.Context, env *demoEnv, name, group, to
 			default:
 			}
 		}
-	}
-	c, err := partition.New(env.pool, cfg)
+	}))
+	c, err := partition.New(env.pool, env.brokers, group, []string{topic}, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return c, c.CreateSchema(ctx)
+	return func(ctx context.Context) error { return c.Run(ctx, apply) }, c.CreateSchema(ctx)
 }
 
 // note records a write of a stalled or fenced owner that was refused.

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/conditional"
@@ -68,12 +67,7 @@ func postgresSchema(out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// partition renders its DDL from a Consumer; New validates the Config
-	// and connects nowhere, so placeholders do for what the DDL ignores.
-	consumer, err := partition.New(db, partition.Config{
-		Brokers: []string{"schema:9092"}, GroupID: "schema", Topics: []string{"schema"},
-		Handler: func(context.Context, pgx.Tx, []kafka.Message) error { return nil },
-	})
+	partitions, err := partition.Schema(partition.DefaultTable)
 	if err != nil {
 		return err
 	}
@@ -84,7 +78,7 @@ func postgresSchema(out io.Writer) error {
 		{"cas.PostgresBackend", store.Schema()},
 		{"idempotency.Store", keys.Schema()},
 		{"inbox.Inbox", in.Schema()},
-		{"partition.Consumer", consumer.Schema()},
+		{"partition.Consumer", partitions},
 		{"lease.Client", locks.Schema()},
 	} {
 		if _, err := fmt.Fprintf(out, "-- %s\n%s\n", part.name, strings.TrimRight(part.ddl, "\n")+"\n"); err != nil {

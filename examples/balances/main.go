@@ -117,16 +117,16 @@ func run(ctx context.Context, dsn string, brokers []string, accounts, events, pa
 	}
 
 	var claims atomic.Int64
-	cfg := partition.Config{
-		Brokers: brokers, GroupID: runID, Topics: []string{topic}, Handler: apply(runID),
-		HeartbeatInterval: 300 * time.Millisecond, SessionTimeout: 6 * time.Second,
-		RebalanceTimeout: 3 * time.Second, BatchTimeout: 2 * time.Second, JoinGroupBackoff: 200 * time.Millisecond,
-		OnClaim: func(partition.Claim) { claims.Add(1) },
+	opts := []partition.Option{
+		partition.WithHeartbeatInterval(300 * time.Millisecond), partition.WithSessionTimeout(6 * time.Second),
+		partition.WithRebalanceTimeout(3 * time.Second), partition.WithBatchTimeout(2 * time.Second),
+		partition.WithJoinGroupBackoff(200 * time.Millisecond),
+		partition.WithOnClaim(func(partition.Claim) { claims.Add(1) }),
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	start := func(name string) (stop func()) {
-		c, err := partition.New(pool, cfg)
+		c, err := partition.New(pool, brokers, runID, []string{topic}, opts...)
 		if err != nil {
 			errs <- err
 			return func() {}
@@ -139,7 +139,7 @@ func run(ctx context.Context, dsn string, brokers []string, accounts, events, pa
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := c.Run(mctx); err != nil {
+			if err := c.Run(mctx, apply(runID)); err != nil {
 				errs <- fmt.Errorf("%s: %w", name, err)
 			}
 		}()

@@ -158,9 +158,7 @@ func TestPostgresIdentifiersRefused(t *testing.T) {
 		return err
 	})
 	add("partition", partition.ErrInvalid, "Table", 63-len("_parked"), true, func(n string) error {
-		cfg := partitionConfig()
-		cfg.Table = n
-		_, err := partition.New(db, cfg)
+		_, err := newPartition(db, partition.WithTable(n))
 		return err
 	})
 	// A set column of Fenced.Update is an identifier too.
@@ -174,11 +172,9 @@ func TestPostgresIdentifiersRefused(t *testing.T) {
 	check(t, cases)
 }
 
-func partitionConfig() partition.Config {
-	return partition.Config{
-		Brokers: []string{"127.0.0.1:1"}, GroupID: "g", Topics: []string{"t"},
-		Handler: func(context.Context, pgx.Tx, []kafka.Message) error { return nil },
-	}
+// newPartition is partition.New for brokers that do not exist.
+func newPartition(db partition.DB, opts ...partition.Option) (*partition.Consumer, error) {
+	return partition.New(db, []string{"127.0.0.1:1"}, "g", []string{"t"}, opts...)
 }
 
 func TestNilDatabaseRefused(t *testing.T) {
@@ -238,7 +234,7 @@ func TestNilDatabaseRefused(t *testing.T) {
 			refusal{l + "Accounts.CreditIn", conditional.ErrInvalid, "tx is nil", func() error { return accounts.CreditIn(ctx, condDB, "k", 1) }},
 			refusal{l + "idempotency.New", idempotency.ErrInvalid, "db is nil", func() error { _, err := idempotency.New(idemDB); return err }},
 			refusal{l + "inbox.New", inbox.ErrInvalid, "db is nil", func() error { _, err := inbox.New(inboxDB, "c"); return err }},
-			refusal{l + "partition.New", partition.ErrInvalid, "db is nil", func() error { _, err := partition.New(partDB, partitionConfig()); return err }},
+			refusal{l + "partition.New", partition.ErrInvalid, "db is nil", func() error { _, err := newPartition(partDB); return err }},
 		)
 	}
 	check(t, cases)
@@ -284,7 +280,7 @@ func TestNilContextRefused(t *testing.T) {
 	must(err)
 	in, err := inbox.New(db, "c")
 	must(err)
-	consumer, err := partition.New(db, partitionConfig())
+	consumer, err := newPartition(db)
 	must(err)
 	locks, err := dynamolock.New(ddb, "table")
 	must(err)
@@ -368,7 +364,9 @@ func TestNilContextRefused(t *testing.T) {
 		e(inbox.ErrInvalid, "Inbox.Run", func() error { return in.Run(c, nil, nil) }),
 
 		e(partition.ErrInvalid, "Consumer.CreateSchema", func() error { return consumer.CreateSchema(c) }),
-		e(partition.ErrInvalid, "Consumer.Run", func() error { return consumer.Run(c) }),
+		e(partition.ErrInvalid, "Consumer.Run", func() error {
+			return consumer.Run(c, func(context.Context, pgx.Tx, []kafka.Message) error { return nil })
+		}),
 
 		e(dynamolock.ErrInvalid, "Client.Acquire", func() error { _, err := locks.Acquire(c, "k"); return err }),
 		e(dynamolock.ErrInvalid, "Client.TryAcquire", func() error { _, err := locks.TryAcquire(c, "k"); return err }),
@@ -564,9 +562,7 @@ func TestCollidingTablesRefusedNothingWritten(t *testing.T) {
 			return err
 		}},
 		{"partition parked twin", partition.ErrInvalid, "Table is 57 bytes", func() error {
-			cfg := partitionConfig()
-			cfg.Table = strings.Repeat("p", 57)
-			_, err := partition.New(pool, cfg)
+			_, err := newPartition(pool, partition.WithTable(strings.Repeat("p", 57)))
 			return err
 		}},
 	}

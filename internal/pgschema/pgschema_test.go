@@ -5,9 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/segmentio/kafka-go"
 	"go.uber.org/goleak"
 
 	"github.com/nolock/nolock/cas"
@@ -62,8 +60,7 @@ func TestConcurrentCreateSchema(t *testing.T) {
 			return in.CreateSchema
 		}},
 		{"partition", func(t *testing.T, pool *pgxpool.Pool) func(context.Context) error {
-			c, err := partition.New(pool, partition.Config{Brokers: []string{"127.0.0.1:1"}, GroupID: "g", Topics: []string{"t"},
-				Handler: func(context.Context, pgx.Tx, []kafka.Message) error { return nil }})
+			c, err := partition.New(pool, []string{"127.0.0.1:1"}, "g", []string{"t"})
 			must(t, err)
 			return c.CreateSchema
 		}},

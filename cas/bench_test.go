@@ -28,7 +28,7 @@ func BenchmarkUpdate(b *testing.B) {
 INSERT INTO counters VALUES ('hot', 0)`); err != nil {
 		b.Fatal(err)
 	}
-	backend, err := cas.NewPostgresBackend(pool, "")
+	backend, err := cas.NewPostgresBackend(pool)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 func backends() map[string]func(t *testing.T) cas.Backend {
 	return map[string]func(t *testing.T) cas.Backend{
 		"postgres": func(t *testing.T) cas.Backend {
-			b, err := cas.NewPostgresBackend(testenv.Postgres(t), "")
+			b, err := cas.NewPostgresBackend(testenv.Postgres(t))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -25,7 +25,7 @@ func TestStoreServerCrash(t *testing.T) {
 	defer cancel()
 	srv := testenv.PostgresServer(t)
 	pool := testenv.Pool(t, srv.DSN(), 8)
-	backend, err := cas.NewPostgresBackend(pool, "")
+	backend, err := cas.NewPostgresBackend(pool)
 	if err != nil {
 		t.Fatal(err)
 	}

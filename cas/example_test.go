@@ -32,7 +32,7 @@ func ExampleStore_Update() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	backend, _ := cas.NewPostgresBackend(pool, cas.DefaultTable)
+	backend, _ := cas.NewPostgresBackend(pool)
 	if err := backend.CreateSchema(ctx); err != nil {
 		log.Fatal(err)
 	}

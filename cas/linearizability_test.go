@@ -160,7 +160,7 @@ func TestStoreLinearizable(t *testing.T) {
 func TestStoreLinearizableUnderConnectionKills(t *testing.T) {
 	t.Parallel()
 	pool, schema := testenv.PostgresSchema(t, 16)
-	b, err := cas.NewPostgresBackend(pool, "")
+	b, err := cas.NewPostgresBackend(pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func (b broken) Put(ctx context.Context, key string, v []byte, _ int64) (int64, 
 
 func TestCheckerRejectsABrokenStore(t *testing.T) {
 	t.Parallel()
-	b, err := cas.NewPostgresBackend(testenv.Postgres(t), "")
+	b, err := cas.NewPostgresBackend(testenv.Postgres(t))
 	if err != nil {
 		t.Fatal(err)
 	}

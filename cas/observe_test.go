@@ -54,7 +54,7 @@ func TestObserver(t *testing.T) {
 		t.Errorf("gave_up's error: %v, want ErrConflict", errs)
 	}
 
-	b, err := cas.NewPostgresBackend(pool, "")
+	b, err := cas.NewPostgresBackend(pool)
 	if err != nil {
 		t.Fatal(err)
 	}

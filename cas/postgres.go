@@ -39,17 +39,32 @@ type PostgresBackend struct {
 	schema, getSQL, createSQL, putSQL, deleteSQL string
 }
 
-// NewPostgresBackend returns a Backend on db using table ("" means
-// DefaultTable; the name is quoted, never interpolated raw). Run its
-// CreateSchema (or put its Schema in your migrations) first.
-func NewPostgresBackend(db DB, table string) (*PostgresBackend, error) {
+// BackendOption changes a PostgresBackend's setting from its default.
+type BackendOption func(*backendConfig)
+
+type backendConfig struct{ table string }
+
+// WithTable names the backend's table (default DefaultTable): one
+// identifier of at most 63 bytes, found through the search_path, always
+// quoted, never interpolated raw.
+func WithTable(name string) BackendOption { return func(c *backendConfig) { c.table = name } }
+
+// NewPostgresBackend returns a Backend on db. Run its CreateSchema (or put
+// its Schema in your migrations) first. A nil db, a nil option or a table
+// name WithTable cannot use is ErrInvalid, naming it.
+func NewPostgresBackend(db DB, opts ...BackendOption) (*PostgresBackend, error) {
 	if pgarg.NilDB(db) {
 		return nil, casstore.Invalid("db is nil")
 	}
-	if table == "" {
-		table = DefaultTable
+	cfg := backendConfig{table: DefaultTable}
+	for i, o := range opts {
+		if o == nil {
+			return nil, casstore.Invalid("option %d is nil", i)
+		}
+		o(&cfg)
 	}
-	if err := pgarg.Ident("table", table, 0); err != nil {
+	table := cfg.table
+	if err := pgarg.Ident("WithTable", table, 0); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	t := pgx.Identifier{table}.Sanitize()

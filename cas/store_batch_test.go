@@ -320,7 +320,7 @@ func (a *ambiguousPuts) Put(ctx context.Context, key string, v []byte, version i
 // fns that were in the write are told ErrAmbiguousCommit.
 func TestStoreFailedBatchKeepsEachFnsOwnFailure(t *testing.T) {
 	t.Parallel()
-	b, err := cas.NewPostgresBackend(testenv.Postgres(t), "")
+	b, err := cas.NewPostgresBackend(testenv.Postgres(t))
 	if err != nil {
 		t.Fatal(err)
 	}

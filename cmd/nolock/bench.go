@@ -215,7 +215,7 @@ var benchScenarios = []benchScenario{
 	{name: benchBareProcesses, setup: processTrial("bare")},
 	{name: benchHomesProcesses, setup: processTrial("homes")},
 	{name: "cas.Store.Update (combined)", setup: func(ctx context.Context, env *benchEnv) (trial, error) {
-		backend, err := cas.NewPostgresBackend(env.pool, "")
+		backend, err := cas.NewPostgresBackend(env.pool)
 		if err != nil {
 			return trial{}, err
 		}
@@ -400,7 +400,7 @@ func benchSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
-	backend, err := cas.NewPostgresBackend(pool, "")
+	backend, err := cas.NewPostgresBackend(pool)
 	if err != nil {
 		return err
 	}

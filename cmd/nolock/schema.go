@@ -51,7 +51,7 @@ func postgresSchema(out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	store, err := cas.NewPostgresBackend(db, "")
+	store, err := cas.NewPostgresBackend(db)
 	if err != nil {
 		return err
 	}

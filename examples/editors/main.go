@@ -46,7 +46,7 @@ func run(ctx context.Context, dsn string, editors, edits int) error {
 		return err
 	}
 	defer pool.Close()
-	backend, err := cas.NewPostgresBackend(pool, "")
+	backend, err := cas.NewPostgresBackend(pool)
 	if err != nil {
 		return err
 	}

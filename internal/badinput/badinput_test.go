@@ -133,7 +133,7 @@ func TestPostgresIdentifiersRefused(t *testing.T) {
 	}
 	// "" means DefaultTable for cas.NewPostgresBackend and the default
 	// Table for partition.Config.
-	add("cas", cas.ErrInvalid, "table", 63, true, func(n string) error { _, err := cas.NewPostgresBackend(db, n); return err })
+	add("cas", cas.ErrInvalid, "WithTable", 63, true, func(n string) error { _, err := cas.NewPostgresBackend(db, cas.WithTable(n)); return err })
 	add("stock", conditional.ErrInvalid, "table", 63, false, func(n string) error {
 		_, err := conditional.NewStock(db, conditional.WithStockTable(n))
 		return err
@@ -220,7 +220,7 @@ func TestNilDatabaseRefused(t *testing.T) {
 		execer, _ := pick().(cas.Execer)
 		l := nilDB.label + " "
 		cases = append(cases,
-			refusal{l + "cas.NewPostgresBackend", cas.ErrInvalid, "db is nil", func() error { _, err := cas.NewPostgresBackend(casDB, ""); return err }},
+			refusal{l + "cas.NewPostgresBackend", cas.ErrInvalid, "db is nil", func() error { _, err := cas.NewPostgresBackend(casDB); return err }},
 			refusal{l + "cas.Retry", cas.ErrInvalid, "db is nil", func() error {
 				return cas.Retry(ctx, begin, func(context.Context, pgx.Tx) error { return nil })
 			}},
@@ -249,7 +249,7 @@ func TestNilContextRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pgBackend, err := cas.NewPostgresBackend(db, "")
+	pgBackend, err := cas.NewPostgresBackend(db)
 	must(err)
 	ddbBackend, err := dynamocas.NewBackend(ddb, "table", "pk")
 	must(err)
@@ -548,7 +548,7 @@ func TestCollidingTablesRefusedNothingWritten(t *testing.T) {
 			_, err := conditional.NewHolds(pool, conditional.WithHoldsTable(long+"y"))
 			return err
 		}},
-		{"cas truncated twin", cas.ErrInvalid, "table is 64 bytes", func() error { _, err := cas.NewPostgresBackend(pool, long+"z"); return err }},
+		{"cas truncated twin", cas.ErrInvalid, "WithTable is 64 bytes", func() error { _, err := cas.NewPostgresBackend(pool, cas.WithTable(long+"z")); return err }},
 		{"idempotency NUL twin", idempotency.ErrInvalid, "table contains a NUL", func() error {
 			_, err := idempotency.New(pool, idempotency.WithTable("idem\x00_a"))
 			return err

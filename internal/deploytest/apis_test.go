@@ -101,7 +101,7 @@ func holdsSchema(ctx context.Context, admin *pgxpool.Pool) error {
 }
 
 func casSchema(ctx context.Context, admin *pgxpool.Pool) error {
-	b, err := cas.NewPostgresBackend(admin, "")
+	b, err := cas.NewPostgresBackend(admin)
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func casSchema(ctx context.Context, admin *pgxpool.Pool) error {
 }
 
 func casStore(t *testing.T, db *pgxpool.Pool) *cas.Store[int] {
-	b := must(cas.NewPostgresBackend(db, ""))(t)
+	b := must(cas.NewPostgresBackend(db))(t)
 	s := must(cas.NewStore(b, cas.JSON[int]{}))(t)
 	t.Cleanup(func() { s.Close() })
 	return s

@@ -60,7 +60,7 @@ func newBed(t *testing.T, viaPgBouncer bool, mode pgx.QueryExecMode) *bed {
 	holds, err := conditional.NewHolds(admin)
 	must(err)
 	must(holds.CreateSchema(ctx))
-	be, err := cas.NewPostgresBackend(admin, "")
+	be, err := cas.NewPostgresBackend(admin)
 	must(err)
 	must(be.CreateSchema(ctx))
 	idem, err := idempotency.New(admin)
@@ -87,7 +87,7 @@ CREATE TABLE docs (id text PRIMARY KEY, body text NOT NULL, version bigint NOT N
 	if b.fenced, err = conditional.NewFenced("leases", "k", "fence"); err != nil {
 		t.Fatal(err)
 	}
-	if b.casB, err = cas.NewPostgresBackend(b.pool, ""); err != nil {
+	if b.casB, err = cas.NewPostgresBackend(b.pool); err != nil {
 		t.Fatal(err)
 	}
 	if b.cas, err = cas.NewStore[int](b.casB, nil); err != nil {

@@ -34,7 +34,7 @@ func TestConcurrentCreateSchema(t *testing.T) {
 		setup func(t *testing.T, pool *pgxpool.Pool) func(context.Context) error
 	}{
 		{"cas", func(t *testing.T, pool *pgxpool.Pool) func(context.Context) error {
-			b, err := cas.NewPostgresBackend(pool, "")
+			b, err := cas.NewPostgresBackend(pool)
 			must(t, err)
 			return b.CreateSchema
 		}},

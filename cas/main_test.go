@@ -7,10 +7,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"go.uber.org/goleak"
+
+	"github.com/nolock/nolock/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+	goleak.VerifyTestMain(testenv.ExampleMain(m, testenv.EnvPostgres), goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
 }
 
 func mustExec(t testing.TB, db interface {

@@ -8,10 +8,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/nolock/nolock/inbox"
+	"github.com/nolock/nolock/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+	goleak.VerifyTestMain(testenv.ExampleMain(m, testenv.EnvPostgres), goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
 }
 
 // newInbox returns an Inbox with its schema and an effects table (no

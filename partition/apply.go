@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -13,6 +14,7 @@ import (
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/handlerpanic"
 	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/observe"
 )
 
 // exhaustedError is a batch's last failure once it may not be tried
@@ -36,8 +38,12 @@ func (c *Consumer) applyRetrying(runCtx, genCtx context.Context, cl Claim, prev 
 		limit = 1
 	}
 	failures := 0
+	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		retry, err := c.apply(runCtx, cl, prev, next, msgs)
+		if err == nil {
+			c.note(runCtx, "committed", cl, observe.Event{N: int64(len(msgs)), Attempt: attempt, Duration: time.Since(start)})
+		}
 		if err == nil || errors.Is(err, ErrFenced) {
 			return err
 		}
@@ -47,7 +53,9 @@ func (c *Consumer) applyRetrying(runCtx, genCtx context.Context, cl Claim, prev 
 			}
 		}
 		log.Warn("partition: batch failed, retrying", "offset", msgs[0].Offset, "messages", len(msgs), "attempt", attempt, "transient", retry, "err", err)
-		if backoff.Sleep(genCtx, c.retry.Delay(min(attempt+1, 30))) != nil {
+		delay := c.retry.Delay(min(attempt+1, 30))
+		c.note(runCtx, "retry", cl, observe.Event{N: int64(len(msgs)), Attempt: attempt, Duration: delay, Err: err})
+		if backoff.Sleep(genCtx, delay) != nil {
 			return errGenerationEnded
 		}
 	}

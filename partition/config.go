@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/nolock/nolock/observe"
 )
 
 // Defaults of the settings an Option changes. The group timings are
@@ -68,8 +70,9 @@ type config struct {
 	MinBytes, MaxBytes int
 	MaxWait            time.Duration
 
-	Dialer *kafka.Dialer
-	Logger *slog.Logger
+	Dialer   *kafka.Dialer
+	Logger   *slog.Logger
+	Observer observe.Observer
 
 	OnClaim     func(Claim)
 	OnRelease   func(Claim, error)
@@ -253,6 +256,13 @@ func WithDialer(d *kafka.Dialer) Option {
 // WithLogger sends claims, releases, retries and kafka-go's own logs to
 // l; nil (the default) discards them.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.Logger = l } }
+
+// WithObserver reports each worker's claims, batches, retries, parked
+// messages and releases to o (events partition.claimed, .committed,
+// .retry, .parked, .fenced, .released; see docs/observability.md), on a
+// goroutine of Run's own, in order, so a slow observer never delays a
+// batch; nil (the default) reports nothing.
+func WithObserver(o observe.Observer) Option { return func(c *config) { c.Observer = o } }
 
 // WithOnClaim has f called by a worker after it claimed a partition and
 // before it reads from it. It runs on the worker's goroutine, one call at

@@ -16,8 +16,10 @@ import (
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/kafkadial"
 	"github.com/nolock/nolock/internal/kafkaerr"
+	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgschema"
+	"github.com/nolock/nolock/observe"
 )
 
 // Handler applies one batch of one partition's messages, in offset order,
@@ -59,7 +61,8 @@ type DB interface {
 type Consumer struct {
 	db          DB
 	cfg         config
-	handler     Handler // Run's
+	handler     Handler       // Run's
+	events      *notify.Queue // Run's, nil without an observer
 	sql         statements
 	parked      parkedStatements
 	idleTimeout string // BatchTimeout in ms, for set_config
@@ -174,6 +177,8 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 		return ErrRunTwice
 	}
 	c.handler = h
+	c.events = notify.New(c.cfg.Observer, 1024)
+	defer c.events.Close() // after every worker has stopped
 	defer c.transport.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -239,6 +244,16 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	_ = cg.Close() // ends the generation, waits for its workers, leaves the group
 	workers.Wait() // and those kafka-go started after the generation had ended
 	return c.fatal.err
+}
+
+// note reports e, named partition.<name>, about cl's partition with cl's
+// epoch, to the observer, if any, without waiting for it.
+func (c *Consumer) note(ctx context.Context, name string, cl Claim, e observe.Event) {
+	if c.events == nil {
+		return
+	}
+	e.Name, e.Key, e.Token = "partition."+name, cl.Topic+"/"+strconv.Itoa(cl.Partition), cl.Epoch
+	c.events.Notify(ctx, e)
 }
 
 // fail records the error that stops Run; the first one wins.

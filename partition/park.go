@@ -11,6 +11,7 @@ import (
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/kafkapark"
 	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/observe"
 )
 
 // parkRetrying parks m, whose attempts ran out, retrying transient
@@ -26,6 +27,7 @@ func (c *Consumer) parkRetrying(runCtx, genCtx context.Context, cl Claim, prev *
 		if err == nil {
 			if parked {
 				log.Error("partition: message parked", "offset", m.Offset, "attempts", ex.attempts, "err", ex.err)
+				c.note(runCtx, "parked", cl, observe.Event{N: m.Offset, Attempt: ex.attempts, Err: ex.err})
 				if c.cfg.OnPark != nil {
 					c.cfg.OnPark(m, ex.err)
 				}

@@ -12,6 +12,7 @@ import (
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/kafkaerr"
 	"github.com/nolock/nolock/internal/kafkatxn"
+	"github.com/nolock/nolock/observe"
 )
 
 // errGenerationEnded stops a worker's retries when its generation ends.
@@ -37,9 +38,11 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 		if errors.Is(err, errGenerationEnded) {
 			err = nil
 		}
-		c.release(cl, err, log)
+		c.release(runCtx, cl, err, log, time.Time{})
 		return nil
 	}
+	claimedAt := time.Now()
+	c.note(runCtx, "claimed", cl, observe.Event{})
 	log = log.With("epoch", cl.Epoch)
 	log.Info("partition: claimed", "offset", cl.Offset)
 	st := c.stats.claimed(cl, prev)
@@ -50,7 +53,7 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 	r := c.newReader(a, log)
 	defer r.Close()
 	if err := r.SetOffset(cl.Offset); err != nil {
-		c.release(cl, err, log)
+		c.release(runCtx, cl, err, log, claimedAt)
 		return nil
 	}
 	w := &worker{
@@ -62,7 +65,7 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 		expect: prev, // the offset the Reader should deliver next, if known
 	}
 	err = w.loop(runCtx, genCtx)
-	c.release(cl, err, log)
+	c.release(runCtx, cl, err, log, claimedAt)
 	if errors.Is(err, ErrFenced) {
 		return nil // the newer owner goes on; Run does not stop
 	}
@@ -261,15 +264,20 @@ func (c *Consumer) claimRetrying(genCtx context.Context, a assignment, log *slog
 	}
 }
 
-// release reports the end of a worker's ownership.
-func (c *Consumer) release(cl Claim, err error, log *slog.Logger) {
+// release reports the end of a worker's ownership, claimed at
+// claimedAt (zero if the claim failed).
+func (c *Consumer) release(ctx context.Context, cl Claim, err error, log *slog.Logger, claimedAt time.Time) {
 	switch {
 	case err == nil:
 		log.Info("partition: released")
 	case errors.Is(err, ErrFenced):
 		log.Info("partition: fenced", "err", err)
+		c.note(ctx, "fenced", cl, observe.Event{Err: err})
 	default:
 		log.Warn("partition: worker stopped", "err", err)
+	}
+	if !claimedAt.IsZero() {
+		c.note(ctx, "released", cl, observe.Event{Duration: time.Since(claimedAt), Err: err})
 	}
 	if c.cfg.OnRelease != nil {
 		c.cfg.OnRelease(cl, err)

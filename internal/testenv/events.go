@@ -47,3 +47,16 @@ func (r *Events) Errs(key, name string) []error {
 	}
 	return slices.Clip(errs)
 }
+
+// Of returns key's events named name, in order.
+func (r *Events) Of(key, name string) []observe.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []observe.Event
+	for _, e := range r.byKey[key] {
+		if e.Name == name {
+			out = append(out, e)
+		}
+	}
+	return out
+}

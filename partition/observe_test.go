@@ -1,0 +1,78 @@
+package partition_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
+	"github.com/nolock/nolock/partition"
+)
+
+// A worker's life reaches the observer, in order: claimed, each batch
+// committed (the messages they carry add up to those applied), a retry and
+// a parked poison message, released when Run stops. A panicking observer
+// breaks nothing.
+func TestObserver(t *testing.T) {
+	t.Parallel()
+	const n, poison = 30, "0-12"
+	b := newBed(t, 1)
+	produce(t, b.brokers, b.topic, 1, 0, n)
+	rec := &testenv.Events{}
+	rec2 := &testenv.Events{}
+	apply := record("m")
+	cfg := b.config("m", func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
+		for _, m := range msgs {
+			if string(m.Value) == poison {
+				return errors.New("poison")
+			}
+		}
+		return apply(ctx, tx, msgs)
+	})
+	cfg.with(partition.WithMaxAttempts(2), partition.WithObserver(rec.Observe),
+		partition.WithObserver(rec2.Observe)) // the last one counts
+	cfg.with(partition.WithObserver(func(ctx context.Context, e observe.Event) {
+		rec.Observe(ctx, e)
+		panic("a broken observer")
+	}))
+	m := startMember(t, b.pool, cfg)
+	if err := waitRows(context.Background(), b.pool, n-1); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	key := b.topic + "/0"
+	names := slices.Compact(rec.Names(key))
+	if names[0] != "partition.claimed" || names[len(names)-1] != "partition.released" {
+		t.Errorf("events %v: want claimed first and released last", names)
+	}
+	var applied int64
+	for _, e := range rec.Of(key, "partition.committed") {
+		applied += e.N
+		if e.Token < 1 || e.Attempt < 1 {
+			t.Errorf("committed event %+v: want the epoch and the attempt", e)
+		}
+	}
+	if applied != n-1 {
+		t.Errorf("committed events carry %d messages, want %d (all but the parked one)", applied, n-1)
+	}
+	if r := rec.Of(key, "partition.retry"); len(r) != 1 || r[0].Attempt != 1 || r[0].Err == nil {
+		t.Errorf("retry events %+v: want one, after the poison's first attempt on its own", r)
+	}
+	if p := rec.Of(key, "partition.parked"); len(p) != 1 || p[0].N != 12 || p[0].Attempt != 2 || p[0].Err == nil {
+		t.Errorf("parked events %+v: want one, offset 12 after 2 attempts, with the error", p)
+	}
+	if r := rec.Errs(key, "partition.released"); len(r) != 1 || r[0] != nil {
+		t.Errorf("released events' errors %v: want one nil", r)
+	}
+	if got := rec2.Names(key); len(got) != 0 {
+		t.Errorf("an observer replaced by a later WithObserver got %v", got)
+	}
+}

@@ -1,9 +1,10 @@
 package partition_test
 
-// The examples are whole programs: PostgreSQL comes from DATABASE_URL (a
-// stand-in for your own). They have no Output comment, so go test only
-// compiles them; TestExamples runs each one against the test services and
-// checks what it prints.
+// The examples are whole programs: PostgreSQL comes from DATABASE_URL and
+// Kafka from KAFKA_BROKERS (stand-ins for your own). ExampleConsumer_Run
+// runs against the test services with its Output checked; the replay
+// tool's example needs parked messages first, so TestExamples prepares
+// them, runs it and checks what it prints.
 
 import (
 	"context"
@@ -12,6 +13,7 @@ import (
 	"log"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +24,75 @@ import (
 	"github.com/nolock/nolock/internal/testenv"
 	"github.com/nolock/nolock/partition"
 )
+
+// One member of a consumer group applying transfers to balances: each
+// batch commits with the partition's next offset, in a transaction that
+// first checks this worker's epoch, so a member that paused past its
+// session cannot apply a batch the group gave to another. Cancelling
+// Run's context lets the batch in flight commit and leaves the group.
+func ExampleConsumer_Run() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE balances (account text PRIMARY KEY, cents bigint NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
+	brokers := strings.Split(os.Getenv("KAFKA_BROKERS"), ",")
+	topic := os.Getenv("KAFKA_TOPIC") // "transfers"
+	tr := &kafka.Transport{}          // the Writer's connections, closed when done
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Transport: tr}
+	if err := w.WriteMessages(ctx,
+		kafka.Message{Key: []byte("alice"), Value: []byte("500")},
+		kafka.Message{Key: []byte("bob"), Value: []byte("250")},
+		kafka.Message{Key: []byte("alice"), Value: []byte("-125")},
+	); err != nil {
+		log.Fatal(err)
+	}
+	_ = w.Close()
+
+	c, err := partition.New(pool, brokers, "balances", []string{topic})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	applied := 0
+	err = c.Run(runCtx, func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
+		for _, m := range msgs { // one partition's, in offset order
+			cents, err := strconv.ParseInt(string(m.Value), 10, 64)
+			if err != nil {
+				return err // retried, then parked; the partition goes on
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO balances VALUES ($1, $2)
+				ON CONFLICT (account) DO UPDATE SET cents = balances.cents + EXCLUDED.cents`, string(m.Key), cents); err != nil {
+				return err
+			}
+		}
+		if applied += len(msgs); applied == 3 {
+			stop() // this batch still commits
+		}
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	rows, _ := pool.Query(ctx, `SELECT account, cents FROM balances ORDER BY account`)
+	for rows.Next() {
+		var account string
+		var cents int64
+		_ = rows.Scan(&account, &cents)
+		fmt.Println(account, cents)
+	}
+	// Output:
+	// alice 375
+	// bob 250
+}
 
 // An operator's tool for the balances group's parked messages, run once a
 // fix is deployed: it lists them, replays each with the fixed Handler,

@@ -23,7 +23,7 @@ import (
 func TestMain(m *testing.M) {
 	// pgxpool's background health check ends when the pool closes, which
 	// testenv does in a cleanup; ignore it only while it winds down.
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+	goleak.VerifyTestMain(testenv.ExampleMain(m, testenv.EnvPostgres, testenv.EnvKafka), goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
 }
 
 // Group timings for tests: the broker's minimum session timeout is 6 s;

@@ -25,6 +25,7 @@ const (
 	ExampleEnvDynamoDB = "AWS_ENDPOINT_URL_DYNAMODB" // read by config.LoadDefaultConfig
 	ExampleEnvTable    = "DYNAMODB_TABLE"            // a fresh table whose string hash key is "pk"
 	ExampleEnvKafka    = "KAFKA_BROKERS"             // comma-separated brokers
+	ExampleEnvTopic    = "KAFKA_TOPIC"               // a fresh topic of one partition
 )
 
 // ExampleMain wraps m for a package's TestMain, so that its Example
@@ -42,7 +43,8 @@ const (
 // with transactions for EnvDynamoDBTx), which Run owns and closes after
 // the run so that no HTTP connection outlives it, with DYNAMODB_TABLE a
 // fresh table, deleted after, and dummy credentials and a region unless
-// the environment has its own; KAFKA_BROKERS at the brokers. So the
+// the environment has its own; KAFKA_BROKERS at the brokers, with
+// KAFKA_TOPIC a fresh topic of one partition, deleted after. So the
 // examples' output does not depend on earlier runs.
 //
 // When a service is missing, the examples are skipped (-test.skip
@@ -103,7 +105,7 @@ func (e exampleMain) Run() int {
 		case EnvDynamoDB, EnvDynamoDBTx:
 			undo, err = exampleDynamoDB(os.Getenv(name))
 		case EnvKafka:
-			err = os.Setenv(ExampleEnvKafka, os.Getenv(name))
+			undo, err = exampleKafka(os.Getenv(name))
 		default:
 			err = fmt.Errorf("unknown service %q", name)
 		}
@@ -190,6 +192,29 @@ func exampleDynamoDB(endpoint string) (func() error, error) {
 		}
 	}
 	for k, v := range env {
+		if err := os.Setenv(k, v); err != nil {
+			return nil, firstErr(err, undo())
+		}
+	}
+	return undo, nil
+}
+
+// exampleKafka creates a fresh topic of one partition on brokers, sets
+// the variables the examples read, and returns what deletes the topic.
+func exampleKafka(brokers string) (func() error, error) {
+	list := strings.Split(brokers, ",")
+	topic := Name("ex")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := services.CreateTopic(ctx, list, topic, 1); err != nil {
+		return nil, err
+	}
+	undo := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return services.DeleteTopic(ctx, list, topic)
+	}
+	for k, v := range map[string]string{ExampleEnvKafka: brokers, ExampleEnvTopic: topic} {
 		if err := os.Setenv(k, v); err != nil {
 			return nil, firstErr(err, undo())
 		}

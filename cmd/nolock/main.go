@@ -52,7 +52,7 @@ var commands = []command{
 		summary: "run the narrated cases on PostgreSQL, Kafka and a DynamoDB-API server",
 		about: `Runs the seed's cases on the real services, one after another, in a fresh
 PostgreSQL schema, Kafka topics and DynamoDB tables that it creates and
-drops: one parcel and two riders, a flash sale, a wallet with retried
+drops: a paused lock holder, a flash sale, a wallet with retried
 payments, a nightly cron on six replicas, a crashing Kafka worker and a
 paused partition owner. It prints a transcript and a table of what each
 case measured, and exits 1 if an invariant broke. The DynamoDB endpoint is

@@ -88,8 +88,16 @@ type story struct {
 	admin *pgxpool.Pool
 	proxy *freezer
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards report and writes to cfg.Out
 	report Report
+}
+
+// say writes a line of the transcript; replicas narrate from their own
+// goroutines, one line at a time.
+func (s *story) say(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fmt.Fprintf(s.cfg.Out, format, args...)
 }
 
 // replica is one replica's lock client and its own pool.
@@ -180,7 +188,7 @@ func (s *story) lead(ctx context.Context, r replica, l *lease.Lock) error {
 	if next >= s.cfg.Pages {
 		return nil // the job is done
 	}
-	fmt.Fprintf(s.cfg.Out, "   replica-%d leads with token %d from page %d\n", r.n, l.Token(), next)
+	s.say("   replica-%d leads with token %d from page %d\n", r.n, l.Token(), next)
 	// One statement: the page and the cursor are recorded only while the
 	// lock is held with this token (the fence row is locked until commit).
 	send := fmt.Sprintf(`WITH fence AS (SELECT WHERE %[2]s),
@@ -198,7 +206,7 @@ UPDATE %[1]s_cursor SET next_page = $3 + 1 FROM page`, s.table, r.locks.FenceSQL
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			fmt.Fprintf(s.cfg.Out, "   replica-%d: page %d refused by the fence: the lock was lost (%v)\n", r.n, page, l.Err())
+			s.say("   replica-%d: page %d refused by the fence: the lock was lost (%v)\n", r.n, page, l.Err())
 			return nil
 		}
 	}
@@ -209,7 +217,7 @@ UPDATE %[1]s_cursor SET next_page = $3 + 1 FROM page`, s.table, r.locks.FenceSQL
 // and thaws it once another replica has taken over and recorded that page:
 // the late statement then reaches the database with the old token.
 func (s *story) freeze(ctx context.Context, l *lease.Lock, page int, sendPage func(int) (pgconn.CommandTag, error)) error {
-	fmt.Fprintf(s.cfg.Out, "   replica-1 freezes as it sends page %d (lease %v)\n", page, s.cfg.Lease)
+	s.say("   replica-1 freezes as it sends page %d (lease %v)\n", page, s.cfg.Lease)
 	s.proxy.Freeze()
 	type answer struct {
 		tag pgconn.CommandTag
@@ -232,7 +240,7 @@ func (s *story) freeze(ctx context.Context, l *lease.Lock, page int, sendPage fu
 		return fmt.Errorf("leaderjob: the frozen leader's late page %d was recorded", page)
 	}
 	<-l.Lost()
-	fmt.Fprintf(s.cfg.Out, "   replica-1 thaws: its late page %d (token %d) is refused by the fence; it has lost the lock (%v)\n", page, l.Token(), l.Err())
+	s.say("   replica-1 thaws: its late page %d (token %d) is refused by the fence; it has lost the lock (%v)\n", page, l.Token(), l.Err())
 	s.mu.Lock()
 	s.report.Refused++
 	s.mu.Unlock()

@@ -25,7 +25,7 @@ import (
 
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/conditional/dynamoconditional"
-	"github.com/nolock/nolock/internal/services"
+	"github.com/nolock/nolock/examples/localdynamo"
 )
 
 func main() {
@@ -95,12 +95,12 @@ func onDynamoDB(ctx context.Context, endpoint string) (*dynamoconditional.Holds,
 	if endpoint == "" {
 		return nil, nil, errors.New("no -endpoint and no NOLOCK_TEST_DYNAMODB: " + noServices)
 	}
-	db := services.DynamoDBClient(endpoint, nil)
+	db := localdynamo.Client(endpoint)
 	table := fmt.Sprintf("nolock_seats_%d", time.Now().UnixNano())
-	if err := services.CreateTableKeyed(ctx, db, table, dynamoconditional.KeyAttr); err != nil {
+	drop, err := localdynamo.CreateTable(ctx, db, table, dynamoconditional.KeyAttr)
+	if err != nil {
 		return nil, nil, err
 	}
-	drop := func() { _ = services.DeleteTable(context.Background(), db, table) }
 	holds, err := dynamoconditional.NewHolds(db, table)
 	if err != nil {
 		drop()

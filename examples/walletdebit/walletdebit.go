@@ -1,33 +1,29 @@
-// Command walletdebit shows the seed article's UPI-style wallet debit with
-// idempotency.Store: in one transaction, "UPDATE wallets SET balance =
-// balance - $a WHERE account = $1 AND balance >= $a" and the payment's
-// ledger row, keyed by the payment's idempotency key (Store.Do). With
-// -via exec the debit is one statement through Store.Exec, and the key's
-// record, written by the same statement, is the payment's ledger row. Payments arrive
-// concurrently, each delivered several times at once (duplicate
+// Package walletdebit is the seed article's UPI-style wallet debit with
+// idempotency.Store, the story `nolock demo` tells and cmd/walletdebit
+// runs: in one transaction, "UPDATE wallets SET balance = balance - $a
+// WHERE account = $1 AND balance >= $a" and the payment's ledger row,
+// keyed by the payment's idempotency key (Store.Do). With Via "exec" the
+// debit is one statement through Store.Exec, and the key's record,
+// written by the same statement, is the payment's ledger row. Payments
+// arrive concurrently, each delivered several times at once (duplicate
 // deliveries), and every delivery retries through timeouts and lost
 // replies (client retries). Some wallets run dry, so some payments are
-// declined; a declined payment stays declined on retry.
+// declined; a declined payment stays declined on retry. A key reused for
+// another payment is refused.
 //
-// At the end it checks, and exits non-zero unless: every wallet's balance
-// is its opening balance minus the sum of its distinct successful
+// At the end Run checks, and returns an error unless: every wallet's
+// balance is its opening balance minus the sum of its distinct successful
 // payments, each successful payment has exactly one ledger row (a declined
 // one none), every delivery of a payment got the same answer, and no
 // balance ever went below zero.
-//
-//	go run ./examples/walletdebit -dsn postgres://… [-wallets 5] [-payments 300] [-deliveries 3] [-via do|exec] [-cut 5ms]
-//
-// The DSN defaults to $NOLOCK_TEST_POSTGRES (see scripts/services).
-package main
+package walletdebit
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"log"
+	"io"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,23 +36,8 @@ import (
 	"github.com/nolock/nolock/idempotency"
 )
 
-func main() {
-	dsn := flag.String("dsn", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
-	wallets := flag.Int("wallets", 5, "wallets")
-	payments := flag.Int("payments", 300, "payments")
-	deliveries := flag.Int("deliveries", 3, "concurrent deliveries of each payment")
-	clients := flag.Int("clients", 16, "payments in flight at once")
-	via := flag.String("via", "do", "do: Store.Do with a ledger row; exec: Store.Exec, one statement")
-	cut := flag.Duration("cut", 5*time.Millisecond, "shortest attempt timeout (attempts time out after cut to cut+100ms)")
-	flag.Parse()
-	if err := run(context.Background(), *dsn, *wallets, *payments, *deliveries, *clients, *via, *cut); err != nil {
-		log.Fatal(err)
-	}
-}
-
 const (
-	opening = 10_000 // paise
-	schema  = `CREATE TABLE IF NOT EXISTS walletdebit_wallets (
+	schema = `CREATE TABLE IF NOT EXISTS walletdebit_wallets (
     account text PRIMARY KEY,
     balance bigint NOT NULL CHECK (balance >= 0));
 CREATE TABLE IF NOT EXISTS walletdebit_ledger (
@@ -116,42 +97,72 @@ type payment struct {
 	amount      int64
 }
 
-func run(ctx context.Context, dsn string, nWallets, nPayments, nDeliveries, nClients int, via string, cut time.Duration) error {
-	if via != "do" && via != "exec" {
-		return fmt.Errorf("-via %q: want do or exec", via)
+// Config is where and how the story runs.
+type Config struct {
+	DSN        string        // PostgreSQL; the story's tables are made in its search_path
+	Wallets    int           // wallets
+	Opening    int64         // each wallet's opening balance, in paise
+	Payments   int           // payments of 100 to 299 paise, each from a random wallet: some are declined if they ask more than the wallets hold
+	Deliveries int           // concurrent deliveries of each payment
+	Clients    int           // payments in flight at once
+	Via        string        // "do": Store.Do with a ledger row; "exec": Store.Exec, one statement
+	Cut        time.Duration // shortest attempt timeout (attempts time out after Cut to Cut+100ms)
+	Out        io.Writer     // the transcript
+}
+
+// Report is what the story measured.
+type Report struct {
+	Attempts   int64 // attempts of all deliveries
+	CutShort   int64 // attempts that timed out or failed: nothing stored, retried
+	Lost       int64 // answers lost on the way back, retried
+	WaitedOut  int64 // attempts that found the payment in progress, retried
+	Replayed   int64 // answers replayed from a payment's stored record
+	Paid       int   // payments paid, each answered "paid" to every delivery
+	Declined   int   // payments declined, each answered "declined" to every delivery
+	LedgerRows int   // ledger rows of the run: one per paid payment
+	Balanced   int   // wallets whose balance is the opening less their distinct paid payments
+	KeyReuse   error // the answer to a key reused for another payment: a *idempotency.MismatchError
+}
+
+// Run tells the story and returns its report, or an error if a payment
+// was applied twice, answered two ways, or a balance does not add up.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	if cfg.Via != "do" && cfg.Via != "exec" {
+		return Report{}, fmt.Errorf("walletdebit: via %q: want do or exec", cfg.Via)
 	}
-	if dsn == "" {
-		return errors.New("no -dsn and no NOLOCK_TEST_POSTGRES: run scripts/services up, then eval \"$(scripts/services env)\"")
+	if cfg.Wallets < 1 || cfg.Opening < 0 || cfg.Payments < 1 || cfg.Deliveries < 1 || cfg.Clients < 1 || cfg.Cut <= 0 || cfg.Out == nil {
+		return Report{}, errors.New("walletdebit: need 1 or more wallets, payments, deliveries and clients, an opening balance, a cut and an Out")
 	}
-	cfg, err := pgxpool.ParseConfig(dsn)
+	nWallets, nPayments, nDeliveries, via, out := cfg.Wallets, cfg.Payments, cfg.Deliveries, cfg.Via, cfg.Out
+	pcfg, err := pgxpool.ParseConfig(cfg.DSN)
 	if err != nil {
-		return err
+		return Report{}, err
 	}
-	cfg.MaxConns = int32(nClients * nDeliveries)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pcfg.MaxConns = int32(cfg.Clients * nDeliveries)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return err
+		return Report{}, err
 	}
 	defer pool.Close()
 	store, err := idempotency.New(pool, idempotency.WithWait(10*time.Second))
 	if err != nil {
-		return err
+		return Report{}, err
 	}
 	if err := store.CreateSchema(ctx); err != nil {
-		return err
+		return Report{}, err
 	}
 	if _, err := pool.Exec(ctx, schema); err != nil {
-		return err
+		return Report{}, err
 	}
+	opening := cfg.Opening
 	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
 	wallets := make([]string, nWallets)
 	for i := range wallets {
 		wallets[i] = fmt.Sprintf("%s/wallet-%d", runID, i)
 		if _, err := pool.Exec(ctx, `INSERT INTO walletdebit_wallets VALUES ($1, $2)`, wallets[i], opening); err != nil {
-			return err
+			return Report{}, err
 		}
 	}
-	// About twice what the wallets hold, so some payments are declined.
 	pays := make([]payment, nPayments)
 	for i := range pays {
 		pays[i] = payment{fmt.Sprintf("%s/pay-%04d", runID, i), wallets[rand.IntN(nWallets)], 100 + rand.Int64N(200)}
@@ -165,7 +176,7 @@ func run(ctx context.Context, dsn string, nWallets, nPayments, nDeliveries, nCli
 	answers := make([][]string, nPayments)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	slots := make(chan struct{}, nClients)
+	slots := make(chan struct{}, cfg.Clients)
 	for i, p := range pays {
 		fp := idempotency.Fingerprint([]byte(p.account), []byte(strconv.FormatInt(p.amount, 10)))
 		slots <- struct{}{}
@@ -181,10 +192,12 @@ func run(ctx context.Context, dsn string, nWallets, nPayments, nDeliveries, nCli
 						time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
 					}
 					attempts.Add(1)
-					actx, cancel := context.WithTimeout(ctx, cut+time.Duration(rand.IntN(100))*time.Millisecond)
+					actx, cancel := context.WithTimeout(ctx, cfg.Cut+time.Duration(rand.IntN(100))*time.Millisecond)
 					res, answer, err := pay(actx, store, via, p, fp)
 					cancel()
 					switch {
+					case ctx.Err() != nil:
+						return // the story is cancelled
 					case errors.Is(err, idempotency.ErrInProgress):
 						inProgress.Add(1)
 						continue
@@ -209,64 +222,67 @@ func run(ctx context.Context, dsn string, nWallets, nPayments, nDeliveries, nCli
 		go func() { defer wg.Done(); deliveries.Wait(); <-slots }()
 	}
 	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return Report{}, err
+	}
+	rep := Report{Attempts: attempts.Load(), CutShort: timeouts.Load(), Lost: lost.Load(), WaitedOut: inProgress.Load(), Replayed: replays.Load()}
 
 	// A client that reuses a key for another payment is refused, with the
 	// stored record to show what the key was used for.
-	_, _, err = pay(ctx, store, via, payment{pays[0].id, wallets[0], 1}, idempotency.Fingerprint([]byte("someone-else"), []byte("1")))
+	_, _, rep.KeyReuse = pay(ctx, store, via, payment{pays[0].id, wallets[0], 1}, idempotency.Fingerprint([]byte("someone-else"), []byte("1")))
 	var mm *idempotency.MismatchError
-	if !errors.As(err, &mm) {
-		return fmt.Errorf("key reused for another payment: %v, want a *MismatchError", err)
+	if !errors.As(rep.KeyReuse, &mm) {
+		return rep, fmt.Errorf("walletdebit: key reused for another payment: %v, want a *MismatchError", rep.KeyReuse)
 	}
-	fmt.Printf("a key reused for another payment: refused (%s), stored answer %q\n", "ErrMismatch", mm.Stored.Body)
+	fmt.Fprintf(out, "   a key reused for another payment: refused (%s), stored answer %q\n", "ErrMismatch", mm.Stored.Body)
 
 	// Check.
 	paid := map[string]int64{} // wallet → sum of distinct successful payments
-	nPaid, nDeclined := 0, 0
 	for i, p := range pays {
 		for _, a := range answers[i] {
 			if a != answers[i][0] {
-				return fmt.Errorf("payment %s got different answers: %v", p.id, answers[i])
+				return rep, fmt.Errorf("walletdebit: payment %s got different answers: %v", p.id, answers[i])
 			}
 		}
 		if len(answers[i]) != nDeliveries {
-			return fmt.Errorf("payment %s: %d answers for %d deliveries", p.id, len(answers[i]), nDeliveries)
+			return rep, fmt.Errorf("walletdebit: payment %s: %d answers for %d deliveries", p.id, len(answers[i]), nDeliveries)
 		}
 		var rows int
 		if err := pool.QueryRow(ctx, ledgerSQL[via], p.id).Scan(&rows); err != nil {
-			return err
+			return rep, err
 		}
 		switch answers[i][0] {
 		case "paid":
-			nPaid++
+			rep.Paid++
 			paid[p.account] += p.amount
 			if rows != 1 {
-				return fmt.Errorf("paid payment %s has %d ledger rows, want 1", p.id, rows)
+				return rep, fmt.Errorf("walletdebit: paid payment %s has %d ledger rows, want 1", p.id, rows)
 			}
 		case "declined":
-			nDeclined++
+			rep.Declined++
 			if rows != 0 {
-				return fmt.Errorf("declined payment %s has %d ledger rows, want 0", p.id, rows)
+				return rep, fmt.Errorf("walletdebit: declined payment %s has %d ledger rows, want 0", p.id, rows)
 			}
 		default:
-			return fmt.Errorf("payment %s: answer %q", p.id, answers[i][0])
+			return rep, fmt.Errorf("walletdebit: payment %s: answer %q", p.id, answers[i][0])
 		}
 	}
 	for _, w := range wallets {
 		var balance int64
 		if err := pool.QueryRow(ctx, `SELECT balance FROM walletdebit_wallets WHERE account = $1`, w).Scan(&balance); err != nil {
-			return err
+			return rep, err
 		}
 		if balance != opening-paid[w] || balance < 0 {
-			return fmt.Errorf("%s: balance %d, want %d − %d = %d", w, balance, opening, paid[w], opening-paid[w])
+			return rep, fmt.Errorf("walletdebit: %s: balance %d, want %d − %d = %d", w, balance, opening, paid[w], opening-paid[w])
 		}
+		rep.Balanced++
 	}
-	var ledgerRows int
-	if err := pool.QueryRow(ctx, ledgerSQL[via], runID+"/%").Scan(&ledgerRows); err != nil {
-		return err
+	if err := pool.QueryRow(ctx, ledgerSQL[via], runID+"/%").Scan(&rep.LedgerRows); err != nil {
+		return rep, err
 	}
-	fmt.Printf("%d payments × %d deliveries: %d attempts (%d cut short, %d replies lost, %d waited out), %d answers replayed\n",
-		nPayments, nDeliveries, attempts.Load(), timeouts.Load(), lost.Load(), inProgress.Load(), replays.Load())
-	fmt.Printf("%d paid, %d declined; %d ledger rows, one per paid payment\n", nPaid, nDeclined, ledgerRows)
-	fmt.Printf("every balance = %d − its distinct paid payments, none below zero: %s\n", opening, strings.Repeat("ok ", len(wallets)))
-	return nil
+	fmt.Fprintf(out, "   %d payments × %d deliveries: %d attempts (%d cut short, %d replies lost, %d waited out), %d answers replayed\n",
+		nPayments, nDeliveries, rep.Attempts, rep.CutShort, rep.Lost, rep.WaitedOut, rep.Replayed)
+	fmt.Fprintf(out, "   %d paid, %d declined; %d ledger rows, one per paid payment\n", rep.Paid, rep.Declined, rep.LedgerRows)
+	fmt.Fprintf(out, "   every balance = %d − its distinct paid payments, none below zero: %s\n", opening, strings.Repeat("ok ", len(wallets)))
+	return rep, nil
 }

@@ -20,6 +20,10 @@
 //     paused ex-owner out of the database.
 //   - dynamolock: a DynamoDB lock that never compares clocks, with a
 //     fencing token for the writes it protects.
+//   - lease: the same lock on PostgreSQL, judged by the database's clock,
+//     with Chubby's lock-delay.
+//   - observe: one event shape that every package reports through its
+//     WithObserver option.
 //
 // cas, conditional and idempotency work on PostgreSQL; each has a DynamoDB
 // twin in a subpackage (cas/dynamocas, conditional/dynamoconditional,
@@ -33,6 +37,14 @@
 // design, fence hand-overs (partition). If you truly need a lock, take one
 // whose token the storage checks (dynamolock). A lock without a fence is only
 // good for efficiency: avoiding duplicate work, never preventing corruption.
+//
+// Every package has the same shape. Constructors take what they cannot do
+// without as arguments and everything else as functional options, whose
+// types are per constructor where the settings differ (a misplaced option
+// does not compile). Every argument and option is judged as given (an
+// explicit value is never read as the default) and one that cannot work is
+// refused with the package's ErrInvalid, naming it, before any I/O. Every
+// call that blocks takes a context. A nil logger or observer is silent.
 //
 // Start with docs/choosing.md in the repository; `nolock demo` runs the
 // cases on real services.

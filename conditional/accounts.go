@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/nolock/nolock/internal/condcore"
+	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 )
@@ -46,10 +47,8 @@ func WithAccountsTable(name string) AccountsOption {
 // CreateSchema (or put its Schema in your migrations) first.
 func NewAccounts(db DB, opts ...AccountsOption) (*Accounts, error) {
 	cfg := stockDefaults(stockConfig{table: DefaultAccountsTable, column: "balance", keyArg: "account", amountArg: "amount"})
-	for _, o := range opts {
-		if o != nil {
-			o.applyAccounts(&cfg)
-		}
+	if err := option.Apply(opts, func(o AccountsOption) { o.applyAccounts(&cfg) }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	s, err := newStock(db, cfg)
 	if err != nil {

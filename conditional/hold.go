@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/condcore"
+	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
@@ -66,8 +67,8 @@ func WithHoldsTable(name string) HoldsOption { return func(c *holdsConfig) { c.t
 // CreateSchema (or put its Schema in your migrations) first.
 func NewHolds(db DB, opts ...HoldsOption) (*Holds, error) {
 	cfg := holdsConfig{table: DefaultHoldsTable}
-	for _, o := range opts {
-		o(&cfg)
+	if err := option.Apply(opts, func(o HoldsOption) { o(&cfg) }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if pgarg.NilDB(db) {
 		return nil, condcore.Invalid("db is nil")

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/combine"
+	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
@@ -76,10 +77,8 @@ type bucketKey struct {
 // CreateSchema (or put its Schema in your migrations) first.
 func NewStock(db DB, opts ...StockOption) (*Stock, error) {
 	cfg := stockDefaults(stockConfig{table: DefaultStockTable, column: "qty", keyArg: "key", amountArg: "n"})
-	for _, o := range opts {
-		if o != nil {
-			o.applyStock(&cfg)
-		}
+	if err := option.Apply(opts, func(o StockOption) { o.applyStock(&cfg) }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return newStock(db, cfg)
 }

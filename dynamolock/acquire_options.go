@@ -1,8 +1,11 @@
 package dynamolock
 
 import (
+	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"github.com/nolock/nolock/internal/option"
 )
 
 // AcquireOption configures one Acquire or TryAcquire.
@@ -13,6 +16,7 @@ type acquireConfig struct {
 	wait         time.Duration // 0: until ctx ends
 	maxHold      time.Duration // 0: no limit
 	data         []byte
+	set          struct{ wait, maxHold, sortKey bool } // which of these an option gave
 }
 
 // WithWait bounds how long Acquire waits for a held lock, or retries while
@@ -23,18 +27,24 @@ type acquireConfig struct {
 // most a lease, so it can overrun the wait by up to that. A dead holder's lock can only be
 // taken over after one lease of waiting, so a wait shorter than the
 // holder's lease only ever gets a lock that is free or released meanwhile.
-func WithWait(d time.Duration) AcquireOption { return func(a *acquireConfig) { a.wait = d } }
+func WithWait(d time.Duration) AcquireOption {
+	return func(a *acquireConfig) { a.wait, a.set.wait = d, true }
+}
 
 // WithMaxHold bounds the lock's total hold: when d has passed since the
 // acquiring write was sent, the lock stops heartbeating, Lost is closed
 // (a *LostError with Cause MaxHold) and the item is released. A hung holder
 // (stuck in a loop while its heartbeat goroutine keeps running) cannot keep
 // the lock forever. It must be positive; the default is no limit.
-func WithMaxHold(d time.Duration) AcquireOption { return func(a *acquireConfig) { a.maxHold = d } }
+func WithMaxHold(d time.Duration) AcquireOption {
+	return func(a *acquireConfig) { a.maxHold, a.set.maxHold = d, true }
+}
 
 // WithSortKey sets the lock's sort key value, required when the Client has
-// a sort key name (WithSortKeyName), refused otherwise.
-func WithSortKey(value string) AcquireOption { return func(a *acquireConfig) { a.sortKey = value } }
+// a sort key name (WithSortKeyName), refused otherwise (even empty).
+func WithSortKey(value string) AcquireOption {
+	return func(a *acquireConfig) { a.sortKey, a.set.sortKey = value, true }
+}
 
 // WithData stores a payload (at most MaxDataLen bytes) on the lock item for
 // as long as the lock is held, for other clients to read (HeldError.Data).
@@ -48,10 +58,8 @@ func WithData(data []byte) AcquireOption {
 // the argument.
 func (c *Client) acquireConfig(key string, opts []AcquireOption) (acquireConfig, error) {
 	ac := acquireConfig{key: key}
-	for _, o := range opts {
-		if o != nil {
-			o(&ac)
-		}
+	if err := option.Apply(opts, func(o AcquireOption) { o(&ac) }); err != nil {
+		return ac, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	switch {
 	case key == "":
@@ -64,14 +72,14 @@ func (c *Client) acquireConfig(key string, opts []AcquireOption) (acquireConfig,
 		return ac, invalid("sort key %q is not valid UTF-8 (DynamoDB would store U+FFFD for the bad bytes, merging distinct keys)", ac.sortKey)
 	case c.cfg.skName != "" && ac.sortKey == "":
 		return ac, invalid("sort key is empty; the table's sort key %q needs a value (WithSortKey)", c.cfg.skName)
-	case c.cfg.skName == "" && ac.sortKey != "":
+	case !c.cfg.set.skName && ac.set.sortKey:
 		return ac, invalid("sort key %q given, but the Client has no sort key name (WithSortKeyName)", ac.sortKey)
 	case len(ac.sortKey) > MaxSortKeyLen:
 		return ac, invalid("sort key is %d bytes, more than %d", len(ac.sortKey), MaxSortKeyLen)
-	case ac.wait < 0:
-		return ac, invalid("wait %v is negative", ac.wait)
-	case ac.maxHold < 0:
-		return ac, invalid("max hold %v is negative", ac.maxHold)
+	case ac.set.wait && ac.wait <= 0:
+		return ac, invalid("wait %v must be positive", ac.wait)
+	case ac.set.maxHold && ac.maxHold <= 0:
+		return ac, invalid("max hold %v must be positive", ac.maxHold)
 	case len(ac.data) > MaxDataLen:
 		return ac, invalid("data is %d bytes, more than %d", len(ac.data), MaxDataLen)
 	}

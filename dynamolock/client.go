@@ -15,6 +15,7 @@ import (
 
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/notify"
+	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -54,10 +55,10 @@ const (
 type config struct {
 	pkName, skName string
 	lease          time.Duration
-	heartbeat      time.Duration                           // unset: lease/4
-	poll           time.Duration                           // unset: min(DefaultPollMax, lease/4)
-	warning        time.Duration                           // unset: lease/4
-	set            struct{ heartbeat, poll, warning bool } // which of the three an option gave
+	heartbeat      time.Duration                                          // unset: lease/4
+	poll           time.Duration                                          // unset: min(DefaultPollMax, lease/4)
+	warning        time.Duration                                          // unset: lease/4
+	set            struct{ heartbeat, poll, warning, skName, owner bool } // which of these an option gave
 	owner          string
 	logger         *slog.Logger
 	observer       observe.Observer
@@ -76,8 +77,11 @@ func WithPartitionKeyName(attr string) Option { return func(c *config) { c.pkNam
 // WithSortKeyName says the table has a sort key attribute (a string) named
 // attr. Every acquisition must then give the sort key value (WithSortKey);
 // locks with the same partition key and different sort keys are
-// independent.
-func WithSortKeyName(attr string) Option { return func(c *config) { c.skName = attr } }
+// independent. Without it the table has no sort key; an explicit name
+// must not be empty.
+func WithSortKeyName(attr string) Option {
+	return func(c *config) { c.skName, c.set.skName = attr, true }
+}
 
 // WithLease sets the lease: how long a lock stays valid on the holder's
 // clock after its last confirmed write, and how long a waiter must see the
@@ -111,8 +115,8 @@ func WithExpiryWarning(margin time.Duration) Option {
 // WithOwner sets the owner name written to the lock items, for people and
 // tools reading the table (it plays no part in ownership, which the record
 // version number decides). The default is the host name and a random
-// suffix.
-func WithOwner(name string) Option { return func(c *config) { c.owner = name } }
+// suffix; an explicit name must not be empty.
+func WithOwner(name string) Option { return func(c *config) { c.owner, c.set.owner = name, true } }
 
 // WithLogger sets the logger (nil, the default, discards). The Client logs
 // retries at debug level and lost locks at warn level.
@@ -171,10 +175,8 @@ type Client struct {
 // New does not contact DynamoDB.
 func New(client DynamoDBAPI, table string, opts ...Option) (*Client, error) {
 	cfg := config{pkName: "key", lease: DefaultLease, now: time.Now, fencing: true}
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
+	if err := option.Apply(opts, func(o Option) { o(&cfg) }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := cfg.validate(client, table); err != nil {
 		return nil, err
@@ -201,7 +203,7 @@ func (c *config) validate(client DynamoDBAPI, table string) error {
 	if err := ddbarg.Attr("partition key name", c.pkName, maxNameLen); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if c.skName != "" {
+	if c.set.skName {
 		if err := ddbarg.Attr("sort key name", c.skName, maxNameLen); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
@@ -238,7 +240,10 @@ func (c *config) validate(client DynamoDBAPI, table string) error {
 	if c.warning < 0 || c.warning >= c.lease-c.heartbeat {
 		return invalid("expiry warning %v must be at least 0 and less than the lease minus the heartbeat (%v)", c.warning, c.lease-c.heartbeat)
 	}
-	if c.owner == "" {
+	if c.set.owner && c.owner == "" {
+		return invalid("WithOwner(\"\"): give a name, or leave the option out for a generated one")
+	}
+	if !c.set.owner {
 		host, _ := os.Hostname()
 		if host == "" {
 			host = "nolock"

@@ -112,11 +112,16 @@ func FuzzParseLease(f *testing.F) {
 func FuzzAcquireConfig(f *testing.F) {
 	c := &Client{cfg: config{pkName: "key"}}
 	f.Add("job", "", int64(0))
+	f.Add("job", "", int64(time.Second))
 	f.Add("", "s", int64(-1))
 	f.Add("job-\xff", "", int64(0))
 	f.Fuzz(func(t *testing.T, key, sortKey string, wait int64) {
-		_, err := c.acquireConfig(key, []AcquireOption{WithSortKey(sortKey), WithWait(time.Duration(wait))})
-		valid := key != "" && len(key) <= MaxKeyLen && utf8.ValidString(key) && sortKey == "" && wait >= 0
+		opts := []AcquireOption{WithWait(time.Duration(wait))}
+		if sortKey != "" { // refused, even empty, without a sort key name
+			opts = append(opts, WithSortKey(sortKey))
+		}
+		_, err := c.acquireConfig(key, opts)
+		valid := key != "" && len(key) <= MaxKeyLen && utf8.ValidString(key) && sortKey == "" && wait > 0
 		if (err == nil) != valid {
 			t.Fatalf("key %q sort key %q wait %d: err %v", key, sortKey, wait, err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/idemrecord"
+	"github.com/nolock/nolock/internal/option"
 )
 
 // The headers the middleware reads and writes.
@@ -37,10 +38,10 @@ type MiddlewareOption func(*middleware)
 // authenticated account. Without it every client shares the scope "",
 // and a client that reuses another's key receives that client's stored
 // response without its handler, or its authorization check, running.
-// scope must return a valid scope (see ValidKey); otherwise the request
-// fails with 500.
+// scope must not be nil, and must return a valid scope (see ValidKey);
+// otherwise the request fails with 500.
 func WithScope(scope func(r *http.Request) string) MiddlewareOption {
-	return func(m *middleware) { m.scope = scope }
+	return func(m *middleware) { m.scope, m.scopeSet = scope, true }
 }
 
 // WithMethods sets the methods the middleware handles (default POST and
@@ -88,6 +89,7 @@ type middleware struct {
 	store    *Store
 	next     http.Handler
 	scope    func(*http.Request) string
+	scopeSet bool // WithScope was given
 	methods  []string
 	optional bool
 	maxBody  int64
@@ -138,8 +140,11 @@ func Middleware(store *Store, opts ...MiddlewareOption) (func(http.Handler) http
 		return nil, idemrecord.Invalid("store is nil")
 	}
 	proto := middleware{store: store, methods: []string{http.MethodPost, http.MethodPatch}, maxBody: 1 << 20}
-	for _, o := range opts {
-		o(&proto)
+	if err := option.Apply(opts, func(o MiddlewareOption) { o(&proto) }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if proto.scopeSet && proto.scope == nil {
+		return nil, idemrecord.Invalid("WithScope(nil): give a scope function, or leave the option out for the shared scope \"\"")
 	}
 	if proto.maxBody <= 0 {
 		return nil, idemrecord.Invalid("max body %d is not positive", proto.maxBody)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/idemrecord"
+	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
@@ -79,7 +80,10 @@ const (
 	DefaultTable     = "nolock_idempotency"
 	DefaultRetention = idemrecord.DefaultRetention // 24 h
 	DefaultWait      = idemrecord.DefaultWait      // 5 s
-	DefaultAttempts  = 3
+	// DefaultAttempts bounds the runs of a transaction that fails with a
+	// deadlock or a serialization failure, unless WithAttempts says
+	// otherwise; cas retries conflicts as often by default.
+	DefaultAttempts = backoff.DefaultAttempts // 10
 	// MaxWait bounds WithWait: PostgreSQL's lock_timeout takes at most
 	// 2^31-1 ms (about 24.8 days).
 	MaxWait = idemrecord.MaxWait
@@ -150,14 +154,15 @@ func WithRetention(d time.Duration) Option { return func(c *config) { c.retentio
 func WithWait(d time.Duration) Option { return func(c *config) { c.wait = d } }
 
 // WithAttempts bounds how many times Do runs the transaction when it fails
-// with a deadlock or a serialization failure (default 3; 1 means never
-// retry). Each retry starts from a full rollback.
+// with a deadlock or a serialization failure (default DefaultAttempts,
+// 10; 1 means never retry; at most 100). Each retry starts from a full
+// rollback.
 func WithAttempts(n int) Option { return func(c *config) { c.attempts = n } }
 
 func newConfig(opts []Option) (config, error) {
 	cfg := config{table: DefaultTable, retention: DefaultRetention, wait: DefaultWait, attempts: DefaultAttempts}
-	for _, o := range opts {
-		o(&cfg)
+	if err := option.Apply(opts, func(o Option) { o(&cfg) }); err != nil {
+		return cfg, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if cfg.table == "" {
 		return cfg, idemrecord.Invalid("table is empty")

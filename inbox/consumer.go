@@ -12,6 +12,7 @@ import (
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/kafkadial"
 	"github.com/nolock/nolock/internal/kafkatxn"
+	"github.com/nolock/nolock/internal/option"
 )
 
 // Reader is what Run needs from a *kafka.Reader configured with a GroupID.
@@ -47,7 +48,7 @@ func WithShutdownTimeout(d time.Duration) RunOption { return func(c *runConfig) 
 
 // WithRetryBackoff sets the wait between attempts at a failing message or
 // an unreachable database: full jitter from base up to cap (defaults 100 ms
-// and 5 s).
+// and 5 s). Both must be positive, and base at most cap.
 func WithRetryBackoff(base, cap time.Duration) RunOption {
 	return func(c *runConfig) { c.retry.Base, c.retry.Cap = base, cap }
 }
@@ -93,8 +94,8 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler, opts ...RunOption
 		return err
 	}
 	cfg := runConfig{batch: 1, shutdown: 10 * time.Second, retry: backoff.Policy{Base: 100 * time.Millisecond, Cap: 5 * time.Second}}
-	for _, o := range opts {
-		o(&cfg)
+	if err := option.Apply(opts, func(o RunOption) { o(&cfg) }); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	switch {
 	case r == nil:
@@ -105,6 +106,8 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler, opts ...RunOption
 		return invalid("batch %d is below 1", cfg.batch)
 	case cfg.linger < 0 || cfg.shutdown < 0:
 		return invalid("linger %v and shutdown timeout %v must not be negative", cfg.linger, cfg.shutdown)
+	case cfg.retry.Base <= 0 || cfg.retry.Cap <= 0:
+		return invalid("retry backoff base %v and cap %v must be positive", cfg.retry.Base, cfg.retry.Cap)
 	}
 	if err := cfg.retry.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)

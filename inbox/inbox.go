@@ -105,7 +105,12 @@ func WithTablePrefix(prefix string) Option {
 	return func(in *Inbox) { in.prefix = prefix }
 }
 
-// WithMaxAttempts parks a message after n failed attempts (default 5).
+// DefaultMaxAttempts is how many failed attempts park a message unless
+// WithMaxAttempts says otherwise; partition.DefaultMaxAttempts is the same.
+const DefaultMaxAttempts = 10
+
+// WithMaxAttempts parks a message after n failed attempts (at least 1;
+// default DefaultMaxAttempts, 10).
 func WithMaxAttempts(n int) Option { return func(in *Inbox) { in.max = n } }
 
 // WithOnPark calls f after a message is parked, with its last error. f
@@ -125,7 +130,7 @@ var schemaSQL string
 // group ID: each consumer processes a message once). Run its CreateSchema,
 // or put its Schema in your migrations, first.
 func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
-	in := &Inbox{db: db, consumer: consumer, identity: ByHeader("id"), max: 5, prefix: "nolock_inbox"}
+	in := &Inbox{db: db, consumer: consumer, identity: ByHeader("id"), max: DefaultMaxAttempts, prefix: "nolock_inbox"}
 	for i, o := range opts {
 		if o == nil {
 			return nil, invalid("option %d is nil", i)

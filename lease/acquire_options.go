@@ -1,9 +1,12 @@
 package lease
 
 import (
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/nolock/nolock/internal/option"
 )
 
 // AcquireOption configures one Acquire or TryAcquire.
@@ -49,10 +52,8 @@ func WithData(data []byte) AcquireOption {
 // the argument.
 func (c *Client) acquireConfig(key string, opts []AcquireOption) (acquireConfig, error) {
 	ac := acquireConfig{key: key}
-	for _, o := range opts {
-		if o != nil {
-			o(&ac)
-		}
+	if err := option.Apply(opts, func(o AcquireOption) { o(&ac) }); err != nil {
+		return ac, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := validKey(key); err != nil {
 		return ac, err

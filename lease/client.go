@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/notify"
+	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
 	"github.com/nolock/nolock/observe"
@@ -53,7 +55,7 @@ type config struct {
 	table                        string
 	lease, heartbeat, poll, warn time.Duration
 	lockDelay                    time.Duration
-	set                          struct{ heartbeat, poll, warn bool }
+	set                          struct{ heartbeat, poll, warn, owner bool }
 	owner                        string
 	logger                       *slog.Logger
 	observer                     observe.Observer
@@ -107,8 +109,8 @@ func WithLockDelay(d time.Duration) Option { return func(c *config) { c.lockDela
 // WithOwner sets the owner name written to the lock rows, for people and
 // tools reading the table and for HeldError (it plays no part in
 // ownership, which the token decides). The default is the host name and a
-// random suffix.
-func WithOwner(name string) Option { return func(c *config) { c.owner = name } }
+// random suffix; an explicit name must not be empty.
+func WithOwner(name string) Option { return func(c *config) { c.owner, c.set.owner = name, true } }
 
 // WithLogger sets the logger (nil, the default, discards). The Client logs
 // retries at debug level and lost locks at warn level.
@@ -161,10 +163,8 @@ type Client struct {
 // New does not contact the database.
 func New(db DB, opts ...Option) (*Client, error) {
 	cfg := config{table: DefaultTable, lease: DefaultLease, now: time.Now}
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
+	if err := option.Apply(opts, func(o Option) { o(&cfg) }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := cfg.validate(db); err != nil {
 		return nil, err
@@ -217,7 +217,10 @@ func (c *config) validate(db DB) error {
 	if c.warn < 0 || c.warn >= c.lease-c.heartbeat {
 		return invalid("expiry warning %v must be at least 0 and less than the lease minus the heartbeat (%v)", c.warn, c.lease-c.heartbeat)
 	}
-	if c.owner == "" {
+	if c.set.owner && c.owner == "" {
+		return invalid("WithOwner(\"\"): give a name, or leave the option out for a generated one")
+	}
+	if !c.set.owner {
 		host, _ := os.Hostname()
 		if host == "" {
 			host = "nolock"

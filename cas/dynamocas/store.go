@@ -54,10 +54,14 @@ type Option = casstore.Option
 type StoreOption = casstore.StoreOption
 
 // WithBackoff sets the jitter window of the first delayed retry and its
-// ceiling (defaults 2 ms and 500 ms).
+// ceiling, both positive, base at most cap (defaults 2 ms and 500 ms).
 func WithBackoff(base, cap time.Duration) Option { return casstore.WithBackoff(base, cap) }
 
-// WithAttempts bounds the attempts, the first included (default 20).
+// DefaultAttempts bounds the attempts unless WithAttempts says otherwise.
+const DefaultAttempts = casstore.DefaultAttempts // 10
+
+// WithAttempts bounds the attempts, the first included: at least 1,
+// default DefaultAttempts (10).
 func WithAttempts(n int) Option { return casstore.WithAttempts(n) }
 
 // WithOnRetry calls f before each retry's wait; f must be fast and safe for

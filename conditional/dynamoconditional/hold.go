@@ -15,6 +15,7 @@ import (
 	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
+	"github.com/nolock/nolock/internal/option"
 )
 
 // Holds is conditional.Holds on DynamoDB: timed holds on resources (seats,
@@ -101,8 +102,8 @@ func WithHoldsClock(now func() time.Time) HoldsOption {
 // *dynamodb.Client.
 func NewHolds(client DynamoDBAPI, table string, opts ...HoldsOption) (*Holds, error) {
 	cfg := holdsConfig{clock: time.Now}
-	for _, o := range opts {
-		o(&cfg)
+	if err := option.Apply(opts, func(o HoldsOption) { o(&cfg) }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if ddbarg.NilClient(client) {
 		return nil, condcore.Invalid("client is nil")
@@ -115,7 +116,7 @@ func NewHolds(client DynamoDBAPI, table string, opts ...HoldsOption) (*Holds, er
 	}
 	return &Holds{
 		client: client, table: table, clock: cfg.clock,
-		retry: backoff.Policy{Base: 5 * time.Millisecond, Cap: 200 * time.Millisecond, Attempts: 16},
+		retry: backoff.Policy{Base: 5 * time.Millisecond, Cap: 200 * time.Millisecond, Attempts: backoff.DefaultAttempts},
 	}, nil
 }
 

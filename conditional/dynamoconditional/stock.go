@@ -16,6 +16,7 @@ import (
 	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
+	"github.com/nolock/nolock/internal/option"
 )
 
 // Stock sells units of keys (SKUs, tickets, quota) from a DynamoDB
@@ -85,8 +86,8 @@ func WithBuckets(n int) StockOption {
 // string attribute KeyAttr. client is usually a *dynamodb.Client.
 func NewStock(client DynamoDBAPI, table string, opts ...StockOption) (*Stock, error) {
 	cfg := stockConfig{buckets: 1}
-	for _, o := range opts {
-		o(&cfg)
+	if err := option.Apply(opts, func(o StockOption) { o(&cfg) }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if ddbarg.NilClient(client) {
 		return nil, condcore.Invalid("client is nil")
@@ -99,7 +100,7 @@ func NewStock(client DynamoDBAPI, table string, opts ...StockOption) (*Stock, er
 	}
 	return &Stock{
 		client: client, table: table, buckets: cfg.buckets, rand: rand.IntN,
-		retry: backoff.Policy{Base: 5 * time.Millisecond, Cap: 200 * time.Millisecond, Attempts: 16},
+		retry: backoff.Policy{Base: 5 * time.Millisecond, Cap: 200 * time.Millisecond, Attempts: backoff.DefaultAttempts},
 	}, nil
 }
 

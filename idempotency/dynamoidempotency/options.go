@@ -1,9 +1,11 @@
 package dynamoidempotency
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/nolock/nolock/internal/idemrecord"
+	"github.com/nolock/nolock/internal/option"
 )
 
 // Defaults for New.
@@ -49,8 +51,8 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 
 func newConfig(opts []Option) (config, error) {
 	cfg := config{retention: DefaultRetention, wait: DefaultWait, pk: "pk", now: time.Now}
-	for _, o := range opts {
-		o(&cfg)
+	if err := option.Apply(opts, func(o Option) { o(&cfg) }); err != nil {
+		return cfg, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return cfg, idemrecord.ValidTiming(cfg.retention, cfg.wait)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/nolock/nolock/idempotency/dynamoidempotency"
 	"github.com/nolock/nolock/inbox"
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/lease"
 	"github.com/nolock/nolock/partition"
 )
 
@@ -240,50 +242,60 @@ func TestNilDatabaseRefused(t *testing.T) {
 	check(t, cases)
 }
 
+// must stops the test on an error of its setup.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// casFixtures returns a cas backend on each fake, and a Store on the
+// PostgreSQL one that is closed when the test ends.
+func casFixtures(t *testing.T, db noDB, ddb noDynamo) (*cas.PostgresBackend, *dynamocas.Backend, *cas.Store[int]) {
+	t.Helper()
+	pgBackend, err := cas.NewPostgresBackend(db)
+	must(t, err)
+	ddbBackend, err := dynamocas.NewBackend(ddb, "table", "pk")
+	must(t, err)
+	store, err := cas.NewStore[int](pgBackend, nil)
+	must(t, err)
+	t.Cleanup(func() { store.Close() })
+	return pgBackend, ddbBackend, store
+}
+
 func TestNilContextRefused(t *testing.T) {
 	t.Parallel()
 	db, ddb := noDB{t}, noDynamo{t}
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	pgBackend, err := cas.NewPostgresBackend(db)
-	must(err)
-	ddbBackend, err := dynamocas.NewBackend(ddb, "table", "pk")
-	must(err)
-	store, err := cas.NewStore[int](pgBackend, nil)
-	must(err)
-	defer store.Close()
+	pgBackend, ddbBackend, store := casFixtures(t, db, ddb)
 	stock, err := conditional.NewStock(db)
-	must(err)
+	must(t, err)
 	defer stock.Close()
 	accounts, err := conditional.NewAccounts(db)
-	must(err)
+	must(t, err)
 	defer accounts.Close()
 	holds, err := conditional.NewHolds(db)
-	must(err)
+	must(t, err)
 	fenced, err := conditional.NewFenced("docs", "id", "fence")
-	must(err)
+	must(t, err)
 	dstock, err := dynamoconditional.NewStock(ddb, "table")
-	must(err)
+	must(t, err)
 	daccounts, err := dynamoconditional.NewAccounts(ddb, "table")
-	must(err)
+	must(t, err)
 	dholds, err := dynamoconditional.NewHolds(ddb, "table")
-	must(err)
+	must(t, err)
 	dfenced, err := dynamoconditional.NewFenced("table", "pk", "fence")
-	must(err)
+	must(t, err)
 	idem, err := idempotency.New(db)
-	must(err)
+	must(t, err)
 	didem, err := dynamoidempotency.New(ddb, "table")
-	must(err)
+	must(t, err)
 	in, err := inbox.New(db, "c")
-	must(err)
+	must(t, err)
 	consumer, err := newPartition(db)
-	must(err)
+	must(t, err)
 	locks, err := dynamolock.New(ddb, "table")
-	must(err)
+	must(t, err)
 	defer locks.Close()
 
 	fn := func(context.Context, pgx.Tx) ([]byte, error) { return nil, nil }
@@ -590,5 +602,214 @@ WHERE n.nspname = $1 AND c.relkind IN ('r', 'p')`, schema)
 		if err := pool.QueryRow(ctx, `SELECT sum(qty) FROM `+pgx.Identifier{name}.Sanitize()+` WHERE key = 'k'`).Scan(&qty); err != nil || qty != 10 {
 			t.Errorf("%s holds %d for k (%v); want 10, untouched", name, qty, err)
 		}
+	}
+}
+
+// noReader is a Kafka reader that fails the test on any call.
+type noReader struct{ t *testing.T }
+
+func (r noReader) FetchMessage(context.Context) (kafka.Message, error) {
+	r.t.Errorf("FetchMessage called: bad input reached Kafka")
+	return kafka.Message{}, context.Canceled
+}
+
+func (r noReader) CommitMessages(context.Context, ...kafka.Message) error {
+	r.t.Errorf("CommitMessages called: bad input reached Kafka")
+	return context.Canceled
+}
+
+// Every constructor and every call that takes options refuses a nil one
+// (a nil func, or an interface option holding a nil func), and an
+// explicit empty value that would otherwise be read as the default, with
+// the package's ErrInvalid naming it, before any I/O.
+func TestNilAndEmptyOptionsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, ddb := noDB{t}, noDynamo{t}
+	pgBackend, ddbBackend, store := casFixtures(t, db, ddb)
+	idem, err := idempotency.New(db)
+	must(t, err)
+	in, err := inbox.New(db, "c")
+	must(t, err)
+	leases, err := lease.New(db)
+	must(t, err)
+	defer leases.Close()
+	locks, err := dynamolock.New(ddb, "table")
+	must(t, err)
+	defer locks.Close()
+
+	txFn := func(context.Context, pgx.Tx) error { return nil }
+	inc := func(v int) (int, error) { return v + 1, nil }
+	handler := func(context.Context, pgx.Tx, kafka.Message) error { return nil }
+	nilOpt := "option 1 is nil"
+	r := func(name string, want error, names string, call func() error) refusal {
+		return refusal{name, want, names, call}
+	}
+	cases := []refusal{
+		// A nil option, second in the list (the first is valid).
+		r("cas.NewPostgresBackend", cas.ErrInvalid, nilOpt, func() error {
+			_, err := cas.NewPostgresBackend(db, cas.WithTable("t"), nil)
+			return err
+		}),
+		r("cas.NewStore", cas.ErrInvalid, nilOpt, func() error {
+			_, err := cas.NewStore[int](pgBackend, nil, cas.WithAttempts(2), nil)
+			return err
+		}),
+		r("cas.NewStore typed nil", cas.ErrInvalid, nilOpt, func() error {
+			_, err := cas.NewStore[int](pgBackend, nil, cas.WithMaxBatch(2), cas.Option(nil))
+			return err
+		}),
+		r("cas.Retry", cas.ErrInvalid, nilOpt, func() error { return cas.Retry(ctx, db, txFn, cas.WithAttempts(2), nil) }),
+		r("cas.Retry typed nil", cas.ErrInvalid, nilOpt, func() error {
+			return cas.Retry(ctx, db, txFn, cas.WithAttempts(2), cas.Option(nil))
+		}),
+		r("cas.Store.Update", cas.ErrInvalid, nilOpt, func() error {
+			_, err := store.Update(ctx, "k", inc, cas.NoCoalescing(), nil)
+			return err
+		}),
+		r("dynamocas.NewStore", cas.ErrInvalid, nilOpt, func() error {
+			_, err := dynamocas.NewStore[int](ddbBackend, nil, dynamocas.WithAttempts(2), nil)
+			return err
+		}),
+		r("conditional.NewStock", conditional.ErrInvalid, nilOpt, func() error {
+			_, err := conditional.NewStock(db, conditional.WithBuckets(2), nil)
+			return err
+		}),
+		r("conditional.NewStock typed nil", conditional.ErrInvalid, nilOpt, func() error {
+			_, err := conditional.NewStock(db, conditional.WithBuckets(2), conditional.Option(nil))
+			return err
+		}),
+		r("conditional.NewAccounts", conditional.ErrInvalid, nilOpt, func() error {
+			_, err := conditional.NewAccounts(db, conditional.WithBuckets(2), nil)
+			return err
+		}),
+		r("conditional.NewAccounts typed nil", conditional.ErrInvalid, nilOpt, func() error {
+			_, err := conditional.NewAccounts(db, conditional.WithBuckets(2), conditional.Option(nil))
+			return err
+		}),
+		r("conditional.NewHolds", conditional.ErrInvalid, nilOpt, func() error {
+			_, err := conditional.NewHolds(db, conditional.WithHoldsTable("h"), nil)
+			return err
+		}),
+		r("dynamoconditional.NewStock", conditional.ErrInvalid, nilOpt, func() error {
+			_, err := dynamoconditional.NewStock(ddb, "table", dynamoconditional.WithBuckets(2), nil)
+			return err
+		}),
+		r("dynamoconditional.NewHolds", conditional.ErrInvalid, nilOpt, func() error {
+			_, err := dynamoconditional.NewHolds(ddb, "table", dynamoconditional.WithHoldsClock(time.Now), nil)
+			return err
+		}),
+		r("idempotency.New", idempotency.ErrInvalid, nilOpt, func() error {
+			_, err := idempotency.New(db, idempotency.WithAttempts(2), nil)
+			return err
+		}),
+		r("idempotency.Middleware", idempotency.ErrInvalid, nilOpt, func() error {
+			_, err := idempotency.Middleware(idem, idempotency.WithOptionalKey(), nil)
+			return err
+		}),
+		r("dynamoidempotency.New", idempotency.ErrInvalid, nilOpt, func() error {
+			_, err := dynamoidempotency.New(ddb, "table", dynamoidempotency.WithWait(time.Second), nil)
+			return err
+		}),
+		r("inbox.New", inbox.ErrInvalid, nilOpt, func() error {
+			_, err := inbox.New(db, "c", inbox.WithMaxAttempts(2), nil)
+			return err
+		}),
+		r("inbox.Inbox.Run", inbox.ErrInvalid, nilOpt, func() error {
+			return in.Run(ctx, noReader{t}, handler, inbox.WithBatch(2, 0), nil)
+		}),
+		r("lease.New", lease.ErrInvalid, nilOpt, func() error {
+			_, err := lease.New(db, lease.WithLease(time.Minute), nil)
+			return err
+		}),
+		r("lease.Client.Acquire", lease.ErrInvalid, nilOpt, func() error {
+			_, err := leases.Acquire(ctx, "k", lease.WithWait(time.Second), nil)
+			return err
+		}),
+		r("lease.Client.TryAcquire", lease.ErrInvalid, nilOpt, func() error {
+			_, err := leases.TryAcquire(ctx, "k", lease.WithData(nil), nil)
+			return err
+		}),
+		r("dynamolock.New", dynamolock.ErrInvalid, nilOpt, func() error {
+			_, err := dynamolock.New(ddb, "table", dynamolock.WithLease(time.Minute), nil)
+			return err
+		}),
+		r("dynamolock.Client.Acquire", dynamolock.ErrInvalid, nilOpt, func() error {
+			_, err := locks.Acquire(ctx, "k", dynamolock.WithWait(time.Second), nil)
+			return err
+		}),
+		r("dynamolock.Client.TryAcquire", dynamolock.ErrInvalid, nilOpt, func() error {
+			_, err := locks.TryAcquire(ctx, "k", dynamolock.WithData(nil), nil)
+			return err
+		}),
+		r("partition.New", partition.ErrInvalid, nilOpt, func() error {
+			_, err := newPartition(db, partition.WithMaxBatch(2), nil)
+			return err
+		}),
+
+		// An explicit empty value is judged as given, never read as the
+		// default it would otherwise stand for.
+		r("lease WithOwner empty", lease.ErrInvalid, `WithOwner("")`, func() error {
+			_, err := lease.New(db, lease.WithOwner(""))
+			return err
+		}),
+		r("lease WithWait 0", lease.ErrInvalid, "wait", func() error {
+			_, err := leases.Acquire(ctx, "k", lease.WithWait(0))
+			return err
+		}),
+		r("lease WithMaxHold 0", lease.ErrInvalid, "max hold", func() error {
+			_, err := leases.Acquire(ctx, "k", lease.WithMaxHold(0))
+			return err
+		}),
+		r("dynamolock WithOwner empty", dynamolock.ErrInvalid, `WithOwner("")`, func() error {
+			_, err := dynamolock.New(ddb, "table", dynamolock.WithOwner(""))
+			return err
+		}),
+		r("dynamolock WithSortKeyName empty", dynamolock.ErrInvalid, "sort key name is empty", func() error {
+			_, err := dynamolock.New(ddb, "table", dynamolock.WithSortKeyName(""))
+			return err
+		}),
+		r("dynamolock WithWait 0", dynamolock.ErrInvalid, "wait 0s must be positive", func() error {
+			_, err := locks.Acquire(ctx, "k", dynamolock.WithWait(0))
+			return err
+		}),
+		r("dynamolock WithMaxHold 0", dynamolock.ErrInvalid, "max hold 0s must be positive", func() error {
+			_, err := locks.TryAcquire(ctx, "k", dynamolock.WithMaxHold(0))
+			return err
+		}),
+		r("dynamolock WithSortKey empty without a sort key name", dynamolock.ErrInvalid, `sort key "" given`, func() error {
+			_, err := locks.TryAcquire(ctx, "k", dynamolock.WithSortKey(""))
+			return err
+		}),
+		r("idempotency WithScope nil", idempotency.ErrInvalid, "WithScope(nil)", func() error {
+			_, err := idempotency.Middleware(idem, idempotency.WithScope(nil))
+			return err
+		}),
+		r("inbox WithRetryBackoff base 0", inbox.ErrInvalid, "retry backoff base 0s", func() error {
+			return in.Run(ctx, noReader{t}, handler, inbox.WithRetryBackoff(0, time.Second))
+		}),
+		r("inbox WithRetryBackoff cap 0", inbox.ErrInvalid, "cap 0s must be positive", func() error {
+			return in.Run(ctx, noReader{t}, handler, inbox.WithRetryBackoff(0, 0))
+		}),
+		r("cas.NewStore WithBackoff base 0", cas.ErrInvalid, "WithBackoff base 0s", func() error {
+			_, err := cas.NewStore[int](pgBackend, nil, cas.WithBackoff(0, time.Second))
+			return err
+		}),
+		r("cas.Retry WithBackoff cap 0", cas.ErrInvalid, "cap 0s must be positive", func() error {
+			return cas.Retry(ctx, db, txFn, cas.WithBackoff(0, 0))
+		}),
+		r("dynamocas.NewStore WithBackoff base 0", cas.ErrInvalid, "WithBackoff base 0s", func() error {
+			_, err := dynamocas.NewStore[int](ddbBackend, nil, dynamocas.WithBackoff(0, time.Second))
+			return err
+		}),
+	}
+	check(t, cases)
+
+	// Left out, each option's default still holds.
+	if leases.Owner() == "" {
+		t.Error("lease: no owner name generated without WithOwner")
+	}
+	if _, err := idempotency.Middleware(idem, idempotency.WithScope(func(*http.Request) string { return "a" })); err != nil {
+		t.Errorf("WithScope(f): %v", err)
 	}
 }

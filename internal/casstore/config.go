@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -43,14 +44,15 @@ type Config struct {
 	obs     observe.Observer
 }
 
+// DefaultAttempts bounds the attempts unless WithAttempts says otherwise.
+const DefaultAttempts = backoff.DefaultAttempts
+
 // NewRetryConfig applies opts to the defaults and validates the result;
-// an invalid setting is an ErrInvalid naming it. A nil option is skipped.
+// an invalid setting, or a nil option, is an ErrInvalid naming it.
 func NewRetryConfig(opts []RetryOption) (Config, error) {
 	c := defaults()
-	for _, o := range opts {
-		if o != nil {
-			o.applyRetry(&c)
-		}
+	if err := option.Apply(opts, func(o RetryOption) { o.applyRetry(&c) }); err != nil {
+		return c, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return c.validate()
 }
@@ -58,16 +60,17 @@ func NewRetryConfig(opts []RetryOption) (Config, error) {
 // NewStoreConfig is NewRetryConfig for NewStore's options.
 func NewStoreConfig(opts []StoreOption) (Config, error) {
 	c := defaults()
-	for _, o := range opts {
-		if o != nil {
-			o.applyStore(&c)
-		}
+	if err := option.Apply(opts, func(o StoreOption) { o.applyStore(&c) }); err != nil {
+		return c, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return c.validate()
 }
 
 func defaults() Config {
-	return Config{policy: backoff.Policy{Attempts: 20, Immediate: lostRace}, combine: true, max: 128, timeout: 30 * time.Second}
+	return Config{
+		policy:  backoff.Policy{Base: backoff.DefaultBase, Cap: backoff.DefaultCap, Attempts: DefaultAttempts, Immediate: lostRace},
+		combine: true, max: 128, timeout: 30 * time.Second,
+	}
 }
 
 func (c Config) validate() (Config, error) {
@@ -75,6 +78,8 @@ func (c Config) validate() (Config, error) {
 		return c, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	switch {
+	case c.policy.Base <= 0 || c.policy.Cap <= 0:
+		return c, Invalid("WithBackoff base %v and cap %v must be positive", c.policy.Base, c.policy.Cap)
 	case c.policy.Attempts < 1:
 		return c, Invalid("attempts %d is below 1", c.policy.Attempts)
 	case c.max < 1:
@@ -86,7 +91,8 @@ func (c Config) validate() (Config, error) {
 }
 
 // WithBackoff sets the jitter window of the first delayed retry (base) and
-// its ceiling (cap). Defaults: 2 ms and 500 ms. A lost compare-and-set is
+// its ceiling (cap), both positive, base at most cap. Defaults: 2 ms and
+// 500 ms. A lost compare-and-set is
 // retried at once the first time; every other retry, and every retry of a
 // serialization failure or deadlock, waits a uniform random time in
 // [0, min(cap, base·2^k)] (full jitter), k counting from 0.
@@ -94,7 +100,8 @@ func WithBackoff(base, cap time.Duration) Option {
 	return func(c *Config) { c.policy.Base, c.policy.Cap = base, cap }
 }
 
-// WithAttempts bounds the attempts, the first included (default 20).
+// WithAttempts bounds the attempts, the first included: at least 1,
+// default DefaultAttempts (10).
 func WithAttempts(n int) Option { return func(c *Config) { c.policy.Attempts = n } }
 
 // WithOnRetry calls f before each retry's wait with the key (empty for

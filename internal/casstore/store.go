@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nolock/nolock/internal/combine"
+	"github.com/nolock/nolock/internal/option"
 )
 
 // Backend stores (key, value, version) records for a Store. Versions start
@@ -206,8 +207,8 @@ func (s *Store[T]) Update(ctx context.Context, key string, fn func(cur T) (T, er
 		return Versioned[T]{}, Invalid("fn is nil")
 	}
 	var uc updateConfig
-	for _, o := range opts {
-		o(&uc)
+	if err := option.Apply(opts, func(o UpdateOption) { o(&uc) }); err != nil {
+		return Versioned[T]{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	var v Versioned[T]
 	var err error

@@ -1,0 +1,29 @@
+package option
+
+import (
+	"strings"
+	"testing"
+)
+
+type fn func(*int)
+
+type iface interface{ apply(*int) }
+
+func (f fn) apply(n *int) { f(n) }
+
+func TestApply(t *testing.T) {
+	add := fn(func(n *int) { *n++ })
+	var n int
+	if err := Apply([]fn{add, add}, func(o fn) { o(&n) }); err != nil || n != 2 {
+		t.Fatalf("Apply = %v, n = %d; want nil, 2", err, n)
+	}
+	for name, err := range map[string]error{
+		"nil func":                Apply([]fn{add, nil}, func(o fn) { o(&n) }),
+		"nil interface":           Apply([]iface{add, nil}, func(o iface) { o.apply(&n) }),
+		"interface with nil func": Apply([]iface{add, fn(nil)}, func(o iface) { o.apply(&n) }),
+	} {
+		if err == nil || !strings.Contains(err.Error(), "option 1 is nil") {
+			t.Errorf("%s: %v; want option 1 is nil", name, err)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package dynamolock
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/uuid"
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/ddberr"
@@ -27,8 +27,9 @@ type sent struct {
 	at  time.Time
 }
 
-// newRVN returns a fresh random record version number.
-func newRVN() string { return rand.Text() }
+// newRVN returns a fresh record version number: a random UUID in its
+// text form, as AWS's Java lock client writes them.
+func newRVN() string { return uuid.NewString() }
 
 // find returns the write of ss that carried rvn, if any.
 func find(ss []sent, rvn string) (sent, bool) {

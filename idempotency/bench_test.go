@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -40,6 +41,9 @@ import (
 //	exec-replay-record  exec-replay against read-record: what Exec adds to that read
 //	exec-replay-shared  exec-replay with Exec kept sharing the round trip, as a
 //	             rare replay among first runs finds it
+//	exec-v7    exec with keys that are UUIDv7s (time-ordered), against exec
+//	           with random UUIDs (v4) as its baseline: what time-ordered keys
+//	           do to the record's index inserts
 func BenchmarkDebit(b *testing.B) {
 	pool, _ := testenv.PostgresSchema(b, 80)
 	benchDebit(b, pool, []int{1, 4, 16, 64}, nil)
@@ -119,6 +123,16 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 		}
 		return err
 	}
+	// execKeyed is the exec scenario with keys from key.
+	execKeyed := func(key func() string) func(ctx context.Context, c int) error {
+		return func(ctx context.Context, c int) error {
+			res, err := store.Exec(ctx, "bench", key(), nil, debitReturning, wallet(c))
+			if err == nil && res.Terminal {
+				err = fmt.Errorf("not debited")
+			}
+			return err
+		}
+	}
 	scenarios := []struct {
 		name         string
 		op, baseline op
@@ -165,13 +179,7 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 			})
 			return err
 		}, bare},
-		{"exec", func(ctx context.Context, c int) error {
-			res, err := store.Exec(ctx, "bench", next("e"), nil, debitReturning, wallet(c))
-			if err == nil && res.Terminal {
-				err = fmt.Errorf("not debited")
-			}
-			return err
-		}, bare},
+		{"exec", execKeyed(func() string { return next("e") }), bare},
 		{"exec-noread", func(ctx context.Context, c int) error {
 			_, err := store.ExecStatementOnly(ctx, "bench", next("n"), debitReturning, wallet(c))
 			return err
@@ -194,6 +202,7 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 		{"exec-replay", execReplay, read},
 		{"read-record", readRecord, read},
 		{"exec-replay-record", execReplay, readRecord},
+		{"exec-v7", execKeyed(func() string { return uuid.Must(uuid.NewV7()).String() }), execKeyed(uuid.NewString)},
 		{"exec-replay-shared", func(ctx context.Context, c int) error {
 			store.PinPlan(true)
 			return execReplay(ctx, c)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
+	"github.com/nolock/nolock/observe"
 )
 
 var (
@@ -82,6 +84,7 @@ type Inbox struct {
 	max      int
 	hook     func(kafka.Message, error)
 	log      *slog.Logger
+	obs      observe.Observer
 	prefix   string
 
 	schema                                                  string
@@ -119,6 +122,20 @@ func WithOnPark(f func(msg kafka.Message, err error)) Option { return func(in *I
 
 // WithLogger logs parked messages and retries (nil: discard).
 func WithLogger(l *slog.Logger) Option { return func(in *Inbox) { in.log = l } }
+
+// WithObserver reports what Process and Run do to o (events
+// inbox.applied, .duplicate, .retry, .parked; see docs/observability.md),
+// on the goroutine that called them; nil (the default) reports nothing.
+func WithObserver(o observe.Observer) Option { return func(in *Inbox) { in.obs = o } }
+
+// note reports e, named inbox.<name>, about msg's partition.
+func (in *Inbox) note(ctx context.Context, name string, msg kafka.Message, e observe.Event) {
+	if in.obs == nil {
+		return
+	}
+	e.Name, e.Key = "inbox."+name, msg.Topic+"/"+strconv.Itoa(msg.Partition)
+	in.obs.Notify(ctx, e)
+}
 
 // longestSuffix is the longest suffix New appends to the table prefix.
 const longestSuffix = "_processed_at"

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/observe"
 )
 
 // Outcome says what Process did with each message.
@@ -49,6 +51,7 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 		}
 	}
 	var out Outcome
+	start := time.Now()
 	err := in.inTx(ctx, func(tx pgx.Tx) error {
 		out = Outcome{}
 		fresh, err := in.claim(ctx, tx, msgs, ids)
@@ -74,6 +77,12 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 	})
 	if err != nil {
 		return Outcome{}, err
+	}
+	if out.Processed > 0 {
+		in.note(ctx, "applied", msgs[0], observe.Event{N: int64(out.Processed), Duration: time.Since(start)})
+	}
+	if out.Duplicates > 0 {
+		in.note(ctx, "duplicate", msgs[0], observe.Event{N: int64(out.Duplicates)})
 	}
 	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/handlerpanic"
+	"github.com/nolock/nolock/observe"
 )
 
 // PanicError is a handler's panic that Run recovered: the message counts
@@ -59,7 +60,9 @@ func (in *Inbox) processBatch(ctx context.Context, batch []kafka.Message, h Hand
 			return true, nil
 		}
 		in.log.Warn("inbox: batch failed; retrying", "attempt", attempt, "err", err)
-		if serr := backoff.Sleep(ctx, retry.Delay(attempt+1)); serr != nil {
+		delay := retry.Delay(attempt + 1)
+		in.note(ctx, "retry", batch[0], observe.Event{N: int64(len(batch)), Attempt: attempt, Duration: delay, Err: err})
+		if serr := backoff.Sleep(ctx, delay); serr != nil {
 			return false, errors.Join(serr, err)
 		}
 	}

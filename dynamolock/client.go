@@ -2,11 +2,9 @@ package dynamolock
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -16,6 +14,7 @@ import (
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/option"
+	"github.com/nolock/nolock/internal/owner"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -114,8 +113,9 @@ func WithExpiryWarning(margin time.Duration) Option {
 
 // WithOwner sets the owner name written to the lock items, for people and
 // tools reading the table (it plays no part in ownership, which the record
-// version number decides). The default is the host name and a random
-// suffix; an explicit name must not be empty.
+// version number decides). The default is the host name, a dash and a
+// random UUID, as AWS's Java lock client names its owners; an explicit
+// name must not be empty.
 func WithOwner(name string) Option { return func(c *config) { c.owner, c.set.owner = name, true } }
 
 // WithLogger sets the logger (nil, the default, discards). The Client logs
@@ -244,11 +244,7 @@ func (c *config) validate(client DynamoDBAPI, table string) error {
 		return invalid("WithOwner(\"\"): give a name, or leave the option out for a generated one")
 	}
 	if !c.set.owner {
-		host, _ := os.Hostname()
-		if host == "" {
-			host = "nolock"
-		}
-		c.owner = host + "-" + rand.Text()[:8]
+		c.owner = owner.Default()
 	}
 	if len(c.owner) > maxOwnerLen {
 		return invalid("owner name is %d bytes, more than %d", len(c.owner), maxOwnerLen)

@@ -2,11 +2,9 @@ package lease
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/option"
+	"github.com/nolock/nolock/internal/owner"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
 	"github.com/nolock/nolock/observe"
@@ -108,8 +107,8 @@ func WithLockDelay(d time.Duration) Option { return func(c *config) { c.lockDela
 
 // WithOwner sets the owner name written to the lock rows, for people and
 // tools reading the table and for HeldError (it plays no part in
-// ownership, which the token decides). The default is the host name and a
-// random suffix; an explicit name must not be empty.
+// ownership, which the token decides). The default is the host name, a
+// dash and a random UUID; an explicit name must not be empty.
 func WithOwner(name string) Option { return func(c *config) { c.owner, c.set.owner = name, true } }
 
 // WithLogger sets the logger (nil, the default, discards). The Client logs
@@ -221,11 +220,7 @@ func (c *config) validate(db DB) error {
 		return invalid("WithOwner(\"\"): give a name, or leave the option out for a generated one")
 	}
 	if !c.set.owner {
-		host, _ := os.Hostname()
-		if host == "" {
-			host = "nolock"
-		}
-		c.owner = host + "-" + rand.Text()[:8]
+		c.owner = owner.Default()
 	}
 	if len(c.owner) > maxOwnerLen || strings.IndexByte(c.owner, 0) >= 0 || !utf8.ValidString(c.owner) {
 		return invalid("owner name %q must be at most %d bytes of UTF-8 without NUL", c.owner, maxOwnerLen)

@@ -1,9 +1,10 @@
 package inbox_test
 
-// The examples are whole programs: PostgreSQL comes from DATABASE_URL (a
-// stand-in for your own). Under go test, TestMain points DATABASE_URL at a
-// fresh schema on the test services (see testenv.ExampleMain), so the
-// examples with an Output comment run and their Output is checked.
+// The examples are whole programs: PostgreSQL comes from DATABASE_URL and
+// Kafka from KAFKA_BROKERS and KAFKA_TOPIC (stand-ins for your own). Under
+// go test, TestMain points them at a fresh schema and topic on the test
+// services (see testenv.ExampleMain), so the examples with an Output
+// comment run and their Output is checked.
 // ExampleInbox_ReplayParked needs parked messages first, so it has no Output
 // comment: TestExamples parks two and runs it in a schema of its own.
 
@@ -13,6 +14,7 @@ import (
 	"log"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,6 +67,61 @@ func ExampleInbox_Process() {
 	// processed 2, duplicates 0
 	// processed 0, duplicates 2
 	// invoices: 2
+}
+
+// A consumer of the orders topic: the producer sent one order twice (a
+// retry after a lost acknowledgement), and the inbox applies it once.
+// Run commits offsets to Kafka only after the batch's transaction, so a
+// crash redelivers, and the redelivery is skipped the same way.
+func ExampleInbox_Run() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE orders (id text, amount bigint)`); err != nil {
+		log.Fatal(err)
+	}
+	brokers, topic := strings.Split(os.Getenv("KAFKA_BROKERS"), ","), os.Getenv("KAFKA_TOPIC")
+	tr := &kafka.Transport{} // the Writer's connections, closed when done
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Transport: tr}
+	order := func(id, amount string) kafka.Message {
+		return kafka.Message{Headers: []kafka.Header{{Key: "id", Value: []byte(id)}}, Value: []byte(amount)}
+	}
+	if err := w.WriteMessages(ctx, order("o-1", "120"), order("o-2", "80"), order("o-1", "120")); err != nil {
+		log.Fatal(err)
+	}
+	_ = w.Close()
+
+	in, err := inbox.New(pool, "billing") // the consumer's name: each message is applied once for it
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := in.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: "billing", Topic: topic,
+		MaxWait: time.Second}) // Close waits for the fetch in flight: up to MaxWait
+	defer r.Close()
+	runCtx, stop := context.WithCancel(ctx)
+	seen := 0
+	err = in.Run(runCtx, r, func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+		_, err := tx.Exec(ctx, `INSERT INTO orders VALUES ($1, $2)`, m.Headers[0].Value, m.Value)
+		if seen++; seen == 2 { // o-1 and o-2; the copy of o-1 never reaches the handler
+			stop()
+		}
+		return err
+	})
+	if err != nil { // nil once ctx ends
+		log.Fatal(err)
+	}
+	var n, total int64
+	_ = pool.QueryRow(ctx, `SELECT count(*), sum(amount) FROM orders`).Scan(&n, &total)
+	fmt.Println("orders:", n, "total:", total)
+	// Output:
+	// orders: 2 total: 200
 }
 
 // An operator's tool for the billing consumer's parked messages, run

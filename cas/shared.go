@@ -1,6 +1,7 @@
 package cas
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/nolock/nolock/internal/casstore"
@@ -47,7 +48,8 @@ func NewStore[T any](b Backend, codec Codec[T], opts ...StoreOption) (*Store[T],
 }
 
 // Option configures both Retry and NewStore: the retry policy and its
-// observers (WithBackoff, WithAttempts, WithOnRetry, WithStats).
+// observers (WithBackoff, WithAttempts, WithOnRetry, WithStats,
+// WithObserver, WithLogger).
 type Option = casstore.Option
 
 // StoreOption configures NewStore: an Option, or one for Stores only
@@ -81,6 +83,12 @@ func WithStats(s *Stats) Option { return casstore.WithStats(s) }
 // WithObserver reports "cas.conflict", "cas.retry", "cas.committed" and
 // "cas.gave_up" to o (nil: none); docs/observability.md lists their fields.
 func WithObserver(o observe.Observer) Option { return casstore.WithObserver(o) }
+
+// WithLogger logs retries at Debug ("cas: conflict; retrying": key,
+// attempt, delay, err), running out of attempts at Warn ("cas: gave up":
+// key, attempts, err) and a write whose outcome is unknown at Warn ("cas:
+// commit outcome unknown": key, err) to l; nil, the default, discards.
+func WithLogger(l *slog.Logger) Option { return casstore.WithLogger(l) }
 
 // WithCoalescing turns the coalescing (flat combining) of concurrent Updates of one key on
 // (the default) or off for the whole Store.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -40,6 +41,7 @@ import (
 type Stock struct {
 	db                DB
 	obs               observe.Observer
+	log               *slog.Logger    // never nil
 	over              pgmode.Override // for statements on db outside a transaction
 	table             string          // quoted
 	keyArg, amountArg string
@@ -119,18 +121,21 @@ func newStock(db DB, cfg stockConfig) (*Stock, error) {
 	if !cfg.coalesce {
 		cfg.maxBatch = 1
 	}
+	if cfg.log == nil {
+		cfg.log = slog.New(slog.DiscardHandler)
+	}
 	t := pgx.Identifier{cfg.table}.Sanitize()
 	sql := strings.NewReplacer("{{table}}", t, "{{qty}}", pgx.Identifier{cfg.column}.Sanitize()).Replace
 	s := &Stock{
 		db: db, over: pgmode.For(db), table: t, buckets: cfg.buckets, home: home, rand: rand.IntN, keyArg: cfg.keyArg, amountArg: cfg.amountArg,
 		soldOut: map[string]time.Time{}, soldOutTTL: cfg.soldOutTTL, now: time.Now,
-		endgame: cfg.endgame, gathered: map[string]struct{}{}, obs: cfg.obs,
+		endgame: cfg.endgame, gathered: map[string]struct{}{}, obs: cfg.obs, log: cfg.log,
 		schemaSQL: sql(stockSQL), batchSQL: sql(batchSQL), takeSQL: sql(takeSQL), addSQL: sql(addSQL), addFirstSQL: sql(addFirstSQL),
 		qtySQL: sql(qtySQL), acrossSQL: sql(acrossSQL), acrossUpdateSQL: sql(acrossUpdateSQL),
 		availableSQL: sql(availableSQL), putSQL: sql(putSQL), openSQL: sql(openSQL),
 	}
-	s.adds = combine.New(cfg.maxBatch, cfg.timeout, ErrClosed, errorsOnly(s.runAdd))
-	s.batch = combine.New(cfg.maxBatch, cfg.timeout, ErrClosed, errorsOnly(s.runTake))
+	s.adds = combine.New(cfg.maxBatch, cfg.timeout, ErrClosed, s.errorsOnly("add", s.runAdd))
+	s.batch = combine.New(cfg.maxBatch, cfg.timeout, ErrClosed, s.errorsOnly("take", s.runTake))
 	return s, nil
 }
 

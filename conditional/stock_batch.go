@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 
 	"github.com/jackc/pgx/v5"
@@ -15,11 +16,31 @@ import (
 	"github.com/nolock/nolock/observe"
 )
 
-// errorsOnly adapts an operation whose only answer per request is an error.
-func errorsOnly(run func(context.Context, bucketKey, []int64) ([]error, error)) combine.Run[bucketKey, int64, struct{}] {
+// errorsOnly adapts an operation (op, for the log) whose only answer per
+// request is an error, and logs its failures (see logFailed).
+func (s *Stock) errorsOnly(op string, run func(context.Context, bucketKey, []int64) ([]error, error)) combine.Run[bucketKey, int64, struct{}] {
 	return func(ctx context.Context, k bucketKey, reqs []int64) ([]struct{}, []error, error) {
 		errs, err := run(ctx, k, reqs)
+		if err != nil {
+			s.logFailed(ctx, op, k, len(reqs), err)
+		}
 		return make([]struct{}, len(reqs)), errs, err
+	}
+}
+
+// logFailed logs a coalesced statement that failed for its n requests (see
+// WithLogger).
+func (s *Stock) logFailed(ctx context.Context, op string, k bucketKey, n int, err error) {
+	level, msg := slog.LevelDebug, "conditional: statement failed"
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return // an answer: the key has no row
+	case errors.Is(err, ErrAmbiguousCommit):
+		level, msg = slog.LevelWarn, "conditional: commit outcome unknown"
+	}
+	if s.log.Enabled(ctx, level) {
+		s.log.LogAttrs(ctx, level, msg, slog.String("op", op), slog.String("key", k.key), slog.Int("bucket", k.bucket),
+			slog.Int("requests", n), slog.Any("err", err))
 	}
 }
 

@@ -1,6 +1,7 @@
 package conditional
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/nolock/nolock/observe"
@@ -46,6 +47,7 @@ type stockConfig struct {
 	timeout    time.Duration
 	soldOutTTL time.Duration
 	obs        observe.Observer
+	log        *slog.Logger
 }
 
 // WithObserver reports each take's or debit's outcome to o (nil: none):
@@ -56,6 +58,17 @@ type stockConfig struct {
 // one coalesced statement decided). o runs on the calling goroutine (a
 // batch's event on the goroutine that sent it), never with a lock held.
 func WithObserver(o observe.Observer) Option { return func(c *stockConfig) { c.obs = o } }
+
+// WithLogger logs each coalesced statement that failed for its whole
+// batch to l (nil, the default, discards): at Warn when its outcome is
+// unknown ("conditional: commit outcome unknown"), otherwise at Debug
+// ("conditional: statement failed"), with op ("take" or "add"), key,
+// bucket, requests (the batch's size) and err. A statement that found no
+// row (ErrNotFound) and refusals (sold out, insufficient balance) are
+// answers, not failures, and are not logged. Statements run in a caller's
+// transaction are that caller's to log. l is called on the goroutine that
+// sent the statement, never with a lock held.
+func WithLogger(l *slog.Logger) Option { return func(c *stockConfig) { c.log = l } }
 
 // WithStockTable sets the stock table's name (default "nolock_stock"). The name
 // is quoted, never interpolated raw.

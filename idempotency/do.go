@@ -76,7 +76,7 @@ func (s *Store) do(ctx context.Context, scope, key string, fingerprint []byte, f
 		var err error
 		res, err = settled(ctx, func() (Result, error) { return s.once(ctx, scope, key, fingerprint, fn) })
 		return err
-	}, retryable, nil)
+	}, retryable, idemrecord.RetryLogger(ctx, s.log, key))
 	var exhausted *backoff.ExhaustedError
 	if errors.As(err, &exhausted) {
 		return Result{}, fmt.Errorf("idempotency: key %q: %w", key, err)

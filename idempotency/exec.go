@@ -94,7 +94,7 @@ func (s *Store) exec(ctx context.Context, scope, key string, fingerprint []byte,
 			return s.execOnce(ctx, scope, key, fingerprint, stmt, args)
 		})
 		return err
-	}, retryable, nil)
+	}, retryable, idemrecord.RetryLogger(ctx, s.log, key))
 	var exhausted *backoff.ExhaustedError
 	if errors.As(err, &exhausted) {
 		return Result{}, fmt.Errorf("idempotency: key %q: %w", key, err)

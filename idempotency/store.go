@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +54,7 @@ type Func func(ctx context.Context, tx pgx.Tx) (result []byte, err error)
 type Store struct {
 	db        DB
 	obs       observe.Observer
+	log       *slog.Logger    // never nil
 	over      pgmode.Override // for statements on db outside a transaction
 	retention time.Duration
 	wait      time.Duration
@@ -105,6 +107,7 @@ type config struct {
 	wait      time.Duration
 	attempts  int
 	obs       observe.Observer
+	log       *slog.Logger
 }
 
 // WithObserver reports each Do and Exec call's outcome to o (nil: none):
@@ -117,8 +120,22 @@ type config struct {
 // transaction has ended.
 func WithObserver(o observe.Observer) Option { return func(c *config) { c.obs = o } }
 
-// observe reports a Do or Exec call's outcome (see WithObserver).
+// WithLogger logs to l (nil, the default, discards), after each Do or
+// Exec call's transaction has ended: a replay ("idempotency: replayed")
+// and a key reused with another request at Debug, a concurrent duplicate
+// that kept the key past the wait ("idempotency: duplicate still in
+// progress") at Info, a transaction retried after a deadlock or
+// serialization failure ("idempotency: conflict; retrying": attempt,
+// delay, err) at Debug, the attempts running out ("idempotency: gave up":
+// attempts, err) and an ambiguous commit ("idempotency: commit outcome
+// unknown") at Warn, each with key; and Reap's count ("idempotency:
+// reaped": deleted) at Debug. l runs on the calling goroutine.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// observe reports a Do or Exec call's outcome (see WithObserver and
+// WithLogger).
 func (s *Store) observe(ctx context.Context, key string, start time.Time, res Result, err error) {
+	idemrecord.LogOutcome(ctx, s.log, key, res.Replayed, err)
 	if s.obs == nil {
 		return
 	}
@@ -200,7 +217,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 		"{{expires_index}}", pgx.Identifier{cfg.table + expiresSuffix}.Sanitize()).Replace
 	return &Store{
 		db: db, over: pgmode.For(db), execSQL: strings.ReplaceAll(execSQL, "{{table}}", strings.ReplaceAll(table, "%", "%%")),
-		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts}, obs: cfg.obs,
+		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts}, obs: cfg.obs, log: idemrecord.Logger(cfg.log),
 		schemaSQL: sql(storeSQL), table: cfg.table, claimSQL: sql(claimSQL), readSQL: sql(readSQL), gateSQL: sql(gateSQL), gateName: preparedName(sql(gateSQL)), describing: make(chan struct{}, 1), expireSQL: sql(expireSQL),
 		takeoverSQL: sql(takeoverSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),
 	}, nil
@@ -318,6 +335,7 @@ func (s *Store) Reap(ctx context.Context, batch int) (int64, error) {
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < int64(batch) {
+			s.log.LogAttrs(ctx, slog.LevelDebug, "idempotency: reaped", slog.Int64("deleted", total))
 			if total > 0 {
 				s.obs.Notify(ctx, observe.Event{Name: "idempotency.reaped", N: total})
 			}

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
@@ -57,7 +57,7 @@ type Holds struct {
 	client DynamoDBAPI
 	table  string
 	clock  func() time.Time
-	retry  backoff.Policy
+	retry  retrier
 }
 
 // Attribute names of a Holds item, besides KeyAttr.
@@ -83,10 +83,8 @@ const (
 	holdConfirmed = "confirmed"
 )
 
-// HoldsOption configures NewHolds.
-type HoldsOption func(*holdsConfig)
-
 type holdsConfig struct {
+	shared
 	clock func() time.Time
 }
 
@@ -94,7 +92,7 @@ type holdsConfig struct {
 // judged by (default time.Now). Every Holds on a table should read a
 // synchronised clock: see Holds.
 func WithHoldsClock(now func() time.Time) HoldsOption {
-	return func(c *holdsConfig) { c.clock = now }
+	return holdsOnly(func(c *holdsConfig) { c.clock = now })
 }
 
 // NewHolds returns a Holds on table, whose partition key is
@@ -102,7 +100,7 @@ func WithHoldsClock(now func() time.Time) HoldsOption {
 // *dynamodb.Client.
 func NewHolds(client DynamoDBAPI, table string, opts ...HoldsOption) (*Holds, error) {
 	cfg := holdsConfig{clock: time.Now}
-	if err := option.Apply(opts, func(o HoldsOption) { o(&cfg) }); err != nil {
+	if err := option.Apply(opts, func(o HoldsOption) { o.applyHolds(&cfg) }); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if ddbarg.NilClient(client) {
@@ -115,8 +113,7 @@ func NewHolds(client DynamoDBAPI, table string, opts ...HoldsOption) (*Holds, er
 		return nil, condcore.Invalid("clock is nil")
 	}
 	return &Holds{
-		client: client, table: table, clock: cfg.clock,
-		retry: backoff.Policy{Base: 5 * time.Millisecond, Cap: 200 * time.Millisecond, Attempts: backoff.DefaultAttempts},
+		client: client, table: table, clock: cfg.clock, retry: newRetrier(cfg.log),
 	}, nil
 }
 
@@ -245,7 +242,7 @@ func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, 
 		return time.Time{}, err
 	}
 	var end int64
-	err = h.retryConflicts(ctx, func(ctx context.Context) error {
+	err = h.retryConflicts(ctx, strings.Join(sorted, ","), func(ctx context.Context) error {
 		now := h.clock().UnixMilli()
 		end = now + ttl.Milliseconds()
 		items := make([]types.TransactWriteItem, len(sorted))

@@ -95,7 +95,7 @@ func (h *Holds) settle(ctx context.Context, op, resource string, build func(now 
 // the condition judged, or, when the server returned none, a strongly
 // consistent read of it (nil: no item).
 func (h *Holds) write(ctx context.Context, resource string, build func(now int64) *types.Update) (item map[string]types.AttributeValue, refused bool, err error) {
-	err = h.retryConflicts(ctx, func(ctx context.Context) error {
+	err = h.retryConflicts(ctx, resource, func(ctx context.Context) error {
 		u := build(h.clock().UnixMilli())
 		err := updateItem(ctx, h.client, u)
 		if item, refused = ddberr.ConditionFailed(err); err == nil || refused {
@@ -115,8 +115,9 @@ func (h *Holds) write(ctx context.Context, resource string, build func(now int64
 // retryConflicts runs op, and again with jittered backoff while DynamoDB
 // refuses it for a transaction in progress on one of its items (nothing
 // was applied); when the attempts run out, the error wraps ErrConflict.
-func (h *Holds) retryConflicts(ctx context.Context, op func(context.Context) error) error {
-	err := h.retry.Retry(ctx, func(ctx context.Context, _ int) error { return op(ctx) }, ddberr.TransactionConflict, nil)
+// key names what op writes, for the log.
+func (h *Holds) retryConflicts(ctx context.Context, key string, op func(context.Context) error) error {
+	err := h.retry.retry(ctx, key, op, ddberr.TransactionConflict)
 	var exhausted *backoff.ExhaustedError
 	if errors.As(err, &exhausted) {
 		return fmt.Errorf("%w: %w", ErrConflict, err)

@@ -6,13 +6,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
@@ -59,17 +57,15 @@ type Stock struct {
 	table   string
 	buckets int
 	rand    func(n int) int
-	retry   backoff.Policy
+	retry   retrier
 }
 
 // MaxBuckets bounds WithBuckets: a take across buckets writes
 // them in one transaction, which holds at most 100 actions.
 const MaxBuckets = 100
 
-// StockOption configures NewStock.
-type StockOption func(*stockConfig)
-
 type stockConfig struct {
+	shared
 	buckets int
 }
 
@@ -79,14 +75,14 @@ type stockConfig struct {
 // does not know of is never read. Takes that one bucket cannot cover need
 // transactions (see Stock).
 func WithBuckets(n int) StockOption {
-	return func(c *stockConfig) { c.buckets = n }
+	return stockOnly(func(c *stockConfig) { c.buckets = n })
 }
 
 // NewStock returns a Stock on table, whose partition key is the
 // string attribute KeyAttr. client is usually a *dynamodb.Client.
 func NewStock(client DynamoDBAPI, table string, opts ...StockOption) (*Stock, error) {
 	cfg := stockConfig{buckets: 1}
-	if err := option.Apply(opts, func(o StockOption) { o(&cfg) }); err != nil {
+	if err := option.Apply(opts, func(o StockOption) { o.applyStock(&cfg) }); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if ddbarg.NilClient(client) {
@@ -99,8 +95,7 @@ func NewStock(client DynamoDBAPI, table string, opts ...StockOption) (*Stock, er
 		return nil, condcore.Invalid("buckets %d outside [1, %d]", cfg.buckets, MaxBuckets)
 	}
 	return &Stock{
-		client: client, table: table, buckets: cfg.buckets, rand: rand.IntN,
-		retry: backoff.Policy{Base: 5 * time.Millisecond, Cap: 200 * time.Millisecond, Attempts: backoff.DefaultAttempts},
+		client: client, table: table, buckets: cfg.buckets, rand: rand.IntN, retry: newRetrier(cfg.log),
 	}, nil
 }
 

@@ -28,7 +28,7 @@ var errBucketsMoved = fmt.Errorf("%w: buckets changed while taking across them",
 // transaction over several (see transact). It retries, with jittered
 // backoff, when the buckets changed in between.
 func (s *Stock) takeAcross(ctx context.Context, key string, n int64) error {
-	err := s.retry.Retry(ctx, func(ctx context.Context, _ int) error {
+	err := s.retry.retry(ctx, key, func(ctx context.Context) error {
 		qty, found, err := s.read(ctx, key)
 		switch {
 		case err != nil:
@@ -55,7 +55,7 @@ func (s *Stock) takeAcross(ctx context.Context, key string, n int64) error {
 			return err
 		}
 		return s.transact(ctx, key, n, qty)
-	}, func(err error) bool { return errors.Is(err, errBucketsMoved) }, nil)
+	}, func(err error) bool { return errors.Is(err, errBucketsMoved) })
 	var exhausted *backoff.ExhaustedError
 	if errors.As(err, &exhausted) {
 		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)

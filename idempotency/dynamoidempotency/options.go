@@ -2,6 +2,7 @@ package dynamoidempotency
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nolock/nolock/internal/idemrecord"
@@ -25,6 +26,7 @@ type config struct {
 	wait      time.Duration
 	pk, sk    string
 	now       func() time.Time
+	log       *slog.Logger
 }
 
 // WithRetention sets how long a record counts after its key is claimed
@@ -48,6 +50,15 @@ func WithKeyAttributes(partition, sort string) Option {
 // WithClock sets the clock that judges expiry (default time.Now): DynamoDB
 // conditions have no server time.
 func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+// WithLogger logs to l (nil, the default, discards), on the calling
+// goroutine: a replay ("idempotency: replayed") and a key reused with
+// another request at Debug, a transaction retried after it met a
+// concurrent one ("idempotency: conflict; retrying": attempt, delay, err)
+// at Debug, the wait for a concurrent duplicate running out
+// ("idempotency: duplicate still in progress") at Info, and an ambiguous
+// commit ("idempotency: commit outcome unknown") at Warn, each with key.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 
 func newConfig(opts []Option) (config, error) {
 	cfg := config{retention: DefaultRetention, wait: DefaultWait, pk: "pk", now: time.Now}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -61,6 +62,7 @@ type Store struct {
 	wait      time.Duration
 	policy    backoff.Policy
 	now       func() time.Time
+	log       *slog.Logger // never nil
 }
 
 // New returns a Store on table through client (usually a
@@ -85,6 +87,7 @@ func New(client DynamoDBAPI, table string, opts ...Option) (*Store, error) {
 	return &Store{
 		client: client, table: table, pk: cfg.pk, sk: cfg.sk, retention: cfg.retention, wait: cfg.wait,
 		policy: backoff.Policy{Base: 5 * time.Millisecond, Cap: 200 * time.Millisecond}, now: cfg.now,
+		log: idemrecord.Logger(cfg.log),
 	}, nil
 }
 
@@ -149,6 +152,12 @@ var errConflict = errors.New("idempotency: transaction conflict")
 // error): call Do again with the same key to learn which. Bad arguments
 // are ErrInvalid before any I/O, as for idempotency.Store.Do.
 func (d *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, fn Func) (Result, error) {
+	res, err := d.do(ctx, scope, key, fingerprint, fn)
+	idemrecord.LogOutcome(ctx, d.log, key, res.Replayed, err)
+	return res, err
+}
+
+func (d *Store) do(ctx context.Context, scope, key string, fingerprint []byte, fn Func) (Result, error) {
 	if err := idemrecord.CheckCtx(ctx); err != nil {
 		return Result{}, err
 	}
@@ -159,6 +168,7 @@ func (d *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, f
 		fingerprint = []byte{}
 	}
 	start := time.Now()
+	onRetry := idemrecord.RetryLogger(ctx, d.log, key)
 	for attempt := 1; ; attempt++ {
 		res, err := d.once(ctx, scope, key, fingerprint, fn)
 		if !errors.Is(err, errConflict) {
@@ -167,7 +177,11 @@ func (d *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, f
 		if d.wait > 0 && time.Since(start) > d.wait {
 			return Result{}, fmt.Errorf("%w: key %q: %w", ErrInProgress, key, err)
 		}
-		if err := backoff.Sleep(ctx, d.policy.Delay(attempt+1)); err != nil {
+		delay := d.policy.Delay(attempt + 1)
+		if onRetry != nil {
+			onRetry(attempt, err, delay)
+		}
+		if err := backoff.Sleep(ctx, delay); err != nil {
 			return Result{}, fmt.Errorf("%w: key %q: %w", ErrInProgress, key, err)
 		}
 	}

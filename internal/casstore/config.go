@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,7 @@ type Config struct {
 	timeout time.Duration
 	stats   *Stats
 	obs     observe.Observer
+	log     *slog.Logger // never nil: discard unless WithLogger
 }
 
 // DefaultAttempts bounds the attempts unless WithAttempts says otherwise.
@@ -69,7 +71,7 @@ func NewStoreConfig(opts []StoreOption) (Config, error) {
 func defaults() Config {
 	return Config{
 		policy:  backoff.Policy{Base: backoff.DefaultBase, Cap: backoff.DefaultCap, Attempts: DefaultAttempts, Immediate: lostRace},
-		combine: true, max: 128, timeout: 30 * time.Second,
+		combine: true, max: 128, timeout: 30 * time.Second, log: discard,
 	}
 }
 
@@ -122,6 +124,37 @@ func WithStats(s *Stats) Option { return func(c *Config) { c.stats = s } }
 // empty for Retry. o runs on the calling goroutine, never with a lock of
 // the Store held (see package observe).
 func WithObserver(o observe.Observer) Option { return func(c *Config) { c.obs = o } }
+
+// WithLogger logs to l (nil, the default, discards): each retry at Debug
+// ("cas: conflict; retrying": key, attempt, delay, err), giving up at
+// Warn ("cas: gave up": key, attempts, err, the last conflict) and a
+// write whose outcome is unknown at Warn ("cas: commit outcome unknown":
+// key, err). key is empty for Retry. It logs on the goroutine that makes
+// the attempts, never with a lock of the Store held.
+func WithLogger(l *slog.Logger) Option {
+	if l == nil {
+		l = discard
+	}
+	return func(c *Config) { c.log = l }
+}
+
+// discard is the logger of a Config without WithLogger: its Enabled is
+// false, so nothing is formatted.
+var discard = slog.New(slog.DiscardHandler)
+
+// logRetry logs a retry at Debug, building nothing when Debug is off.
+func (c *Config) logRetry(ctx context.Context, key string, attempt int, d time.Duration, err error) {
+	if c.log.Enabled(ctx, slog.LevelDebug) {
+		c.log.LogAttrs(ctx, slog.LevelDebug, "cas: conflict; retrying",
+			slog.String("key", key), slog.Int("attempt", attempt), slog.Duration("delay", d), slog.Any("err", err))
+	}
+}
+
+// logGaveUp logs at Warn that the attempts on key ran out, err the last
+// one's error.
+func (c *Config) logGaveUp(ctx context.Context, key string, attempts int, err error) {
+	c.log.LogAttrs(ctx, slog.LevelWarn, "cas: gave up", slog.String("key", key), slog.Int("attempts", attempts), slog.Any("err", err))
+}
 
 // WithCoalescing turns the coalescing (flat combining) of concurrent Updates of one key on
 // (the default) or off for the whole Store. Off, the Store still admits one
@@ -185,11 +218,19 @@ func (c *Config) Retry(ctx context.Context, key string, op func(ctx context.Cont
 			c.onRetry(key, attempt, err, d)
 		}
 		c.obs.Notify(ctx, observe.Event{Name: "cas.retry", Key: key, Attempt: attempt, Duration: d, Err: err})
+		c.logRetry(ctx, key, attempt, d, err)
 	})
+	if err == nil {
+		return nil
+	}
 	var ex *backoff.ExhaustedError
 	if errors.As(err, &ex) {
 		c.obs.Notify(ctx, observe.Event{Name: "cas.gave_up", Key: key, Attempt: ex.Attempts, Err: ex.Last})
+		c.logGaveUp(ctx, key, ex.Attempts, ex.Last)
 		return fmt.Errorf("cas: gave up after %d attempts: %w", ex.Attempts, ex.Last)
+	}
+	if errors.Is(err, ErrAmbiguousCommit) {
+		c.log.LogAttrs(ctx, slog.LevelWarn, "cas: commit outcome unknown", slog.String("key", key), slog.Any("err", err))
 	}
 	return err
 }

@@ -23,7 +23,7 @@ import (
 // renewal is the result of one renewal: the local validity it confirmed,
 // and when it was sent.
 type renewal struct {
-	at, valid time.Time
+	at, valid time.Time // at: when the renewal was sent (or the row read)
 	err       error
 }
 
@@ -183,23 +183,23 @@ func (l *Lock) renew(ctx context.Context, valid time.Time) renewal {
 	case err == nil && tag.RowsAffected() == 1:
 		return renewal{at: at, valid: at.Add(c.cfg.lease)}
 	case err != nil && pgerr.Of(err) != pgerr.Unknown:
-		return renewal{err: err} // not applied
+		return renewal{at: at, err: err} // not applied
 	case err != nil && ctx.Err() != nil:
-		return renewal{err: err} // stopped, or out of time: the next renewal decides
+		return renewal{at: at, err: err} // stopped, or out of time: the next renewal decides
 	}
 	readAt := c.cfg.now()
 	r, rerr := c.read(ctx, l.ac.key)
 	switch {
 	case rerr != nil && err != nil:
-		return renewal{err: fmt.Errorf("%w; reading the row back: %w", err, rerr)}
+		return renewal{at: at, err: fmt.Errorf("%w; reading the row back: %w", err, rerr)}
 	case rerr != nil: // renewed nothing: the lock is gone, for a reason the read would have told
-		return renewal{err: &LostError{Key: l.ac.key, Cause: Expired, Last: rerr}}
+		return renewal{at: at, err: &LostError{Key: l.ac.key, Cause: Expired, Last: rerr}}
 	case r.exists && r.token == l.token && !r.released && r.left > 0:
 		return renewal{at: readAt, valid: readAt.Add(min(r.left, c.cfg.lease))}
 	case r.exists && r.token == l.token && !r.released:
-		return renewal{err: &LostError{Key: l.ac.key, Cause: Expired}}
+		return renewal{at: at, err: &LostError{Key: l.ac.key, Cause: Expired}}
 	}
-	return renewal{err: &LostError{Key: l.ac.key, Cause: TakenOver, Owner: r.owner, Token: r.token}}
+	return renewal{at: at, err: &LostError{Key: l.ac.key, Cause: TakenOver, Owner: r.owner, Token: r.token}}
 }
 
 // writeRelease marks the row released if it carries this lock's token.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/internal/services"
+	"github.com/nolock/nolock/observe"
 )
 
 // benchConfig is what the bench runs on. An empty postgres is pgx's
@@ -28,7 +30,8 @@ type benchConfig struct {
 	redis    string // host:port; empty skips the Redis lock scenario
 	clients  []int
 	duration time.Duration
-	svg      string // the plot's path; empty writes none
+	svg      string           // the plot's path; empty writes none
+	obs      observe.Observer // the library's clients report to it (nil: none)
 }
 
 // parseClients parses "1,4,16,64".
@@ -66,6 +69,7 @@ type benchEnv struct {
 	pool  *pgxpool.Pool
 	redis *redis.Client // nil when no Redis address was given
 	seq   atomic.Int64  // for unique keys, tokens and idempotency keys
+	obs   observe.Observer
 }
 
 func (e *benchEnv) unique(prefix string) string { return fmt.Sprintf("%s-%d", prefix, e.seq.Add(1)) }
@@ -119,7 +123,7 @@ func granted(tag interface{ RowsAffected() int64 }, err error) error {
 // stockTrial is a conditional.Stock scenario: Take one unit of one key.
 func stockTrial(opts ...conditional.StockOption) func(ctx context.Context, env *benchEnv) (trial, error) {
 	return func(ctx context.Context, env *benchEnv) (trial, error) {
-		s, err := conditional.NewStock(env.pool, opts...)
+		s, err := conditional.NewStock(env.pool, append(slices.Clip(opts), conditional.WithObserver(env.obs))...)
 		if err != nil {
 			return trial{}, err
 		}
@@ -219,7 +223,7 @@ var benchScenarios = []benchScenario{
 		if err != nil {
 			return trial{}, err
 		}
-		s, err := cas.NewStore[int64](backend, nil, cas.WithAttempts(100000))
+		s, err := cas.NewStore[int64](backend, nil, cas.WithAttempts(100000), cas.WithObserver(env.obs))
 		if err != nil {
 			return trial{}, err
 		}
@@ -269,11 +273,11 @@ var benchScenarios = []benchScenario{
 // under a new idempotency key each time, the operation made by op; its
 // effect checks one idempotency record per debit.
 func idempotentDebit(ctx context.Context, env *benchEnv, op func(*idempotency.Store, *conditional.Accounts, string) func(context.Context, int) error) (trial, error) {
-	accounts, err := conditional.NewAccounts(env.pool)
+	accounts, err := conditional.NewAccounts(env.pool, conditional.WithObserver(env.obs))
 	if err != nil {
 		return trial{}, err
 	}
-	keys, err := idempotency.New(env.pool)
+	keys, err := idempotency.New(env.pool, idempotency.WithObserver(env.obs))
 	if err != nil {
 		accounts.Close()
 		return trial{}, err
@@ -333,7 +337,7 @@ func bench(ctx context.Context, cfg benchConfig, out, progressOut io.Writer) (*b
 	defer pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	fmt.Fprintf(progressOut, "nolock bench: schema %s, clients %v, %v per run\n", schema, cfg.clients, cfg.duration)
 
-	env := &benchEnv{dsn: dsn, pool: pool}
+	env := &benchEnv{dsn: dsn, pool: pool, obs: cfg.obs}
 	if cfg.redis != "" {
 		env.redis = redis.NewClient(&redis.Options{Addr: cfg.redis, PoolSize: slicesMax(cfg.clients) + 8})
 		defer env.redis.Close()

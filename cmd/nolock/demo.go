@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/internal/services"
+	"github.com/nolock/nolock/observe"
 )
 
 // demoConfig is where the demo runs. An empty postgres is pgx's default
@@ -22,6 +23,7 @@ import (
 type demoConfig struct {
 	postgres, dynamodb string
 	kafka              []string
+	obs                observe.Observer // every scene's clients report to it (nil: none)
 }
 
 // demoEnv is what every scenario gets: a pool on a fresh schema (dropped at
@@ -32,6 +34,7 @@ type demoEnv struct {
 	brokers []string
 	dynamo  *dynamodb.Client
 	out     io.Writer
+	obs     observe.Observer // for every client a scene makes
 }
 
 // row is one line of the final table: what a scenario measured and whether
@@ -82,7 +85,7 @@ func demo(ctx context.Context, cfg demoConfig, out io.Writer) error {
 		return fmt.Errorf("postgres: %w", err)
 	}
 	defer pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	env := &demoEnv{pool: pool, dsn: dsn, brokers: cfg.kafka, dynamo: services.DynamoDBClient(cfg.dynamodb, nil), out: out}
+	env := &demoEnv{pool: pool, dsn: dsn, brokers: cfg.kafka, dynamo: services.DynamoDBClient(cfg.dynamodb, nil), out: out, obs: cfg.obs}
 
 	var rows []row
 	for _, sc := range scenarios {

@@ -10,7 +10,7 @@ import (
 // flashSale runs examples/flashsale's story on the demo's database: one
 // row per way to sell.
 func flashSale(ctx context.Context, env *demoEnv) ([]row, error) {
-	rep, err := flashsale.Run(ctx, flashsale.Config{DSN: env.dsn, Units: 300, Buyers: 5000, InFlight: 256, Buckets: 16, Conns: 40, Out: env.out})
+	rep, err := flashsale.Run(ctx, flashsale.Config{DSN: env.dsn, Units: 300, Buyers: 5000, InFlight: 256, Buckets: 16, Conns: 40, Out: env.out, Observer: env.obs})
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,7 @@ import (
 // kafkaWorker runs examples/kafkaworker's story on the demo's services.
 func kafkaWorker(ctx context.Context, env *demoEnv) ([]row, error) {
 	const payments = 500
-	rep, err := kafkaworker.Run(ctx, kafkaworker.Config{Brokers: env.brokers, DSN: env.dsn, Payments: payments, Partitions: 4, Out: env.out})
+	rep, err := kafkaworker.Run(ctx, kafkaworker.Config{Brokers: env.brokers, DSN: env.dsn, Payments: payments, Partitions: 4, Out: env.out, Observer: env.obs})
 	if err != nil {
 		return nil, err
 	}

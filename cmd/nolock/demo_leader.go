@@ -11,7 +11,7 @@ import (
 // leaderJob runs examples/leaderjob's story on the demo's database.
 func leaderJob(ctx context.Context, env *demoEnv) ([]row, error) {
 	const replicas, pages = 3, 30
-	rep, err := leaderjob.Run(ctx, leaderjob.Config{DSN: env.dsn, Replicas: replicas, Pages: pages, Lease: time.Second, Out: env.out})
+	rep, err := leaderjob.Run(ctx, leaderjob.Config{DSN: env.dsn, Replicas: replicas, Pages: pages, Lease: time.Second, Out: env.out, Observer: env.obs})
 	if err != nil {
 		return nil, err
 	}

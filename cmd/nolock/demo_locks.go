@@ -11,7 +11,7 @@ import (
 
 // pausedHolder runs examples/compaction's story on the demo's services.
 func pausedHolder(ctx context.Context, env *demoEnv) ([]row, error) {
-	rep, err := compaction.Run(ctx, compaction.Config{DynamoDB: env.dynamo, DSN: env.dsn, Lease: time.Second, Out: env.out})
+	rep, err := compaction.Run(ctx, compaction.Config{DynamoDB: env.dynamo, DSN: env.dsn, Lease: time.Second, Out: env.out, Observer: env.obs})
 	if err != nil {
 		return nil, err
 	}
@@ -29,7 +29,7 @@ func pausedHolder(ctx context.Context, env *demoEnv) ([]row, error) {
 func cron(ctx context.Context, env *demoEnv) ([]row, error) {
 	const replicas, nights = 6, 5
 	rep, err := nightlycron.Run(ctx, nightlycron.Config{DynamoDB: env.dynamo, Replicas: replicas, Nights: nights,
-		Lease: 2 * time.Second, Job: 500 * time.Millisecond, Out: env.out})
+		Lease: 2 * time.Second, Job: 500 * time.Millisecond, Out: env.out, Observer: env.obs})
 	if err != nil {
 		return nil, err
 	}

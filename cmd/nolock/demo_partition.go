@@ -106,6 +106,7 @@ func (sc *zombieScene) member(ctx context.Context, env *demoEnv, name, group, to
 		partition.WithHeartbeatInterval(300 * time.Millisecond), partition.WithSessionTimeout(6 * time.Second),
 		partition.WithRebalanceTimeout(3 * time.Second), partition.WithBatchTimeout(2 * time.Second),
 		partition.WithJoinGroupBackoff(200 * time.Millisecond), partition.WithMaxBatch(10),
+		partition.WithObserver(env.obs),
 	}
 	apply := func(ctx context.Context, tx pgx.Tx, batch []kafka.Message) error {
 		claim, _ := partition.FromContext(ctx)

@@ -14,7 +14,7 @@ import (
 func wallet(ctx context.Context, env *demoEnv) ([]row, error) {
 	const wallets, opening, payments = 5, 10_000, 400
 	rep, err := walletdebit.Run(ctx, walletdebit.Config{DSN: env.dsn, Wallets: wallets, Opening: opening, Payments: payments, Deliveries: 3, Clients: 8,
-		Via: "do", Cut: 5 * time.Millisecond, Out: env.out})
+		Via: "do", Cut: 5 * time.Millisecond, Out: env.out, Observer: env.obs})
 	if err != nil {
 		return nil, err
 	}

@@ -77,14 +77,22 @@ var (
 
 func demoCommand(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Context) int {
 	var cfg demoConfig
+	var metricsAddr string
 	postgresFlag(fs, &cfg.postgres, "a fresh schema is created there and dropped")
 	kafkaFlag(fs, &cfg.kafka)
 	dynamodbFlag(fs, &cfg.dynamodb)
+	metricsFlag(fs, &metricsAddr)
 	return func(ctx context.Context) int {
 		if fs.NArg() > 0 {
 			return usageError(fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 		}
 		withEnvDefaults(&cfg.postgres, &cfg.dynamodb)
+		obs, stop, err := withMetrics(metricsAddr, stderr)
+		if err != nil {
+			return usageError(fs, err.Error())
+		}
+		defer stop()
+		cfg.obs = obs
 		if err := runDemo(ctx, cfg, stdout); err != nil {
 			fmt.Fprintln(stderr, "nolock demo:", err)
 			return 1
@@ -100,6 +108,8 @@ func benchCommand(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Conte
 	clients := fs.String("clients", "1,4,16,64", "comma-separated client `COUNTS`")
 	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "how long each scenario runs at each client count (a Go `DURATION`)")
 	fs.StringVar(&cfg.svg, "svg", "", "also write the plot, an SVG `FILE`, to this path (none: no plot)")
+	var metricsAddr string
+	metricsFlag(fs, &metricsAddr)
 	return func(ctx context.Context) int {
 		if fs.NArg() > 0 {
 			return usageError(fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
@@ -112,6 +122,12 @@ func benchCommand(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Conte
 			return usageError(fs, fmt.Sprintf("-duration %v: want a positive duration", cfg.duration))
 		}
 		withEnvDefaults(&cfg.postgres, nil)
+		obs, stop, err := withMetrics(metricsAddr, stderr)
+		if err != nil {
+			return usageError(fs, err.Error())
+		}
+		defer stop()
+		cfg.obs = obs
 		if _, err := runBench(ctx, cfg, stdout, stderr); err != nil {
 			fmt.Fprintln(stderr, "nolock bench:", err)
 			return 1

@@ -2,7 +2,7 @@
 // the patterns against lock-based baselines on your own database, and
 // prints the tables the packages need.
 //
-//	nolock demo    [-postgres DSN] [-kafka BROKERS] [-dynamodb URL]
+//	nolock demo    [-postgres DSN] [-kafka BROKERS] [-dynamodb URL] [-metrics ADDR]
 //	nolock bench   [-postgres DSN] [-redis ADDR] [-clients 1,4,16,64] [-duration 3s] [-svg FILE]
 //	nolock schema  [postgres | dynamodb]
 //	nolock version
@@ -48,7 +48,7 @@ type command struct {
 
 var commands = []command{
 	{
-		name: "demo", args: "[-postgres DSN] [-kafka BROKERS] [-dynamodb URL]",
+		name: "demo", args: "[-postgres DSN] [-kafka BROKERS] [-dynamodb URL] [-metrics ADDR]",
 		summary: "run the narrated cases on PostgreSQL, Kafka and a DynamoDB-API server",
 		about: `Runs the seed's cases on the real services, one after another, in a fresh
 PostgreSQL schema, Kafka topics and DynamoDB tables that it creates and

@@ -28,6 +28,7 @@ import (
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/dynamolock"
 	"github.com/nolock/nolock/examples/localdynamo"
+	"github.com/nolock/nolock/observe"
 )
 
 // Config is where and how the story runs.
@@ -36,6 +37,7 @@ type Config struct {
 	DSN      string           // PostgreSQL; the manifests are made and dropped in its search_path
 	Lease    time.Duration    // the lock's lease; worker A freezes for three
 	Out      io.Writer        // the transcript
+	Observer observe.Observer // receives the library's events (nil: none)
 }
 
 // Report is what the story measured.
@@ -88,12 +90,12 @@ INSERT INTO %[1]s_unchecked VALUES ('events', '%[2]s')`, m.name, input)); err !=
 	// Worker A's process will freeze: its link to DynamoDB is cut, as a
 	// paused process sends nothing (its heartbeat goroutine is paused too).
 	frozen := localdynamo.NewLink(cfg.DynamoDB)
-	a, err := dynamolock.New(frozen, table, dynamolock.WithLease(cfg.Lease), dynamolock.WithOwner("worker-a"))
+	a, err := dynamolock.New(frozen, table, dynamolock.WithLease(cfg.Lease), dynamolock.WithOwner("worker-a"), dynamolock.WithObserver(cfg.Observer))
 	if err != nil {
 		return Report{}, err
 	}
 	defer a.Close()
-	b, err := dynamolock.New(cfg.DynamoDB, table, dynamolock.WithLease(cfg.Lease), dynamolock.WithOwner("worker-b"))
+	b, err := dynamolock.New(cfg.DynamoDB, table, dynamolock.WithLease(cfg.Lease), dynamolock.WithOwner("worker-b"), dynamolock.WithObserver(cfg.Observer))
 	if err != nil {
 		return Report{}, err
 	}

@@ -28,17 +28,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/observe"
 )
 
 // Config is where and how the story runs.
 type Config struct {
-	DSN      string    // PostgreSQL; the story's tables are made in its search_path
-	Units    int64     // units on sale, per strategy
-	Buyers   int       // buyers, one unit each, per strategy
-	InFlight int       // buyers in flight at once
-	Buckets  int       // rows the last strategy spreads the stock over
-	Conns    int32     // the pool's connections
-	Out      io.Writer // the transcript
+	DSN      string           // PostgreSQL; the story's tables are made in its search_path
+	Units    int64            // units on sale, per strategy
+	Buyers   int              // buyers, one unit each, per strategy
+	InFlight int              // buyers in flight at once
+	Buckets  int              // rows the last strategy spreads the stock over
+	Conns    int32            // the pool's connections
+	Out      io.Writer        // the transcript
+	Observer observe.Observer // receives the library's events (nil: none)
 }
 
 // Report is what the story measured: one Sale per strategy, in order.
@@ -95,12 +97,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, err
 	}
 	defer pool.Close()
-	stock, err := conditional.NewStock(pool)
+	stock, err := conditional.NewStock(pool, conditional.WithObserver(cfg.Observer))
 	if err != nil {
 		return Report{}, err
 	}
 	defer stock.Close()
-	buckets, err := conditional.NewStock(pool, conditional.WithBuckets(cfg.Buckets))
+	buckets, err := conditional.NewStock(pool, conditional.WithBuckets(cfg.Buckets), conditional.WithObserver(cfg.Observer))
 	if err != nil {
 		return Report{}, err
 	}

@@ -23,15 +23,17 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/inbox"
+	"github.com/nolock/nolock/observe"
 )
 
 // Config is where and how the story runs.
 type Config struct {
-	Brokers    []string  // Kafka; the story's topic is made and deleted
-	DSN        string    // PostgreSQL; the story's tables are made in its search_path
-	Payments   int       // payments to produce
-	Partitions int       // the topic's partitions
-	Out        io.Writer // the transcript
+	Brokers    []string         // Kafka; the story's topic is made and deleted
+	DSN        string           // PostgreSQL; the story's tables are made in its search_path
+	Payments   int              // payments to produce
+	Partitions int              // the topic's partitions
+	Out        io.Writer        // the transcript
+	Observer   observe.Observer // receives the library's events (nil: none)
 }
 
 // Report is what the story measured.
@@ -59,7 +61,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, err
 	}
 	defer pool.Exec(context.WithoutCancel(ctx), `DROP TABLE `+ledger)
-	in, err := inbox.New(pool, group)
+	in, err := inbox.New(pool, group, inbox.WithObserver(cfg.Observer))
 	if err != nil {
 		return Report{}, err
 	}

@@ -31,15 +31,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/lease"
+	"github.com/nolock/nolock/observe"
 )
 
 // Config is where and how the story runs.
 type Config struct {
-	DSN      string        // PostgreSQL; the story's tables are made and dropped in its search_path
-	Replicas int           // replicas competing for the job, at least 2
-	Pages    int           // pages of invoices to send
-	Lease    time.Duration // the lock's lease
-	Out      io.Writer     // the transcript
+	DSN      string           // PostgreSQL; the story's tables are made and dropped in its search_path
+	Replicas int              // replicas competing for the job, at least 2
+	Pages    int              // pages of invoices to send
+	Lease    time.Duration    // the lock's lease
+	Out      io.Writer        // the transcript
+	Observer observe.Observer // receives the library's events (nil: none)
 }
 
 // Report is what the story measured.
@@ -123,7 +125,8 @@ func (s *story) run(ctx context.Context) (Report, error) {
 			return Report{}, err
 		}
 		defer pool.Close()
-		c, err := lease.New(pool, lease.WithTable(s.table), lease.WithLease(s.cfg.Lease), lease.WithOwner(fmt.Sprint("replica-", i+1)))
+		c, err := lease.New(pool, lease.WithTable(s.table), lease.WithLease(s.cfg.Lease), lease.WithOwner(fmt.Sprint("replica-", i+1)),
+			lease.WithObserver(s.cfg.Observer))
 		if err != nil {
 			return Report{}, err
 		}

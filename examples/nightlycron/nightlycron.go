@@ -30,6 +30,7 @@ import (
 
 	"github.com/nolock/nolock/dynamolock"
 	"github.com/nolock/nolock/examples/localdynamo"
+	"github.com/nolock/nolock/observe"
 )
 
 // Config is where and how the story runs.
@@ -40,6 +41,7 @@ type Config struct {
 	Lease    time.Duration    // the lock's lease
 	Job      time.Duration    // how long the report takes
 	Out      io.Writer        // the transcript
+	Observer observe.Observer // receives the library's events (nil: none)
 }
 
 // Report is what the story measured.
@@ -79,7 +81,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	for i := range clients {
 		links[i] = localdynamo.NewLink(db)
 		c, err := dynamolock.New(links[i], table,
-			dynamolock.WithLease(cfg.Lease), dynamolock.WithOwner(fmt.Sprintf("replica-%d", i+1)))
+			dynamolock.WithLease(cfg.Lease), dynamolock.WithOwner(fmt.Sprintf("replica-%d", i+1)),
+			dynamolock.WithObserver(cfg.Observer))
 		if err != nil {
 			return Report{}, err
 		}

@@ -34,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/idempotency"
+	"github.com/nolock/nolock/observe"
 )
 
 const (
@@ -99,15 +100,16 @@ type payment struct {
 
 // Config is where and how the story runs.
 type Config struct {
-	DSN        string        // PostgreSQL; the story's tables are made in its search_path
-	Wallets    int           // wallets
-	Opening    int64         // each wallet's opening balance, in paise
-	Payments   int           // payments of 100 to 299 paise, each from a random wallet: some are declined if they ask more than the wallets hold
-	Deliveries int           // concurrent deliveries of each payment
-	Clients    int           // payments in flight at once
-	Via        string        // "do": Store.Do with a ledger row; "exec": Store.Exec, one statement
-	Cut        time.Duration // shortest attempt timeout (attempts time out after Cut to Cut+100ms)
-	Out        io.Writer     // the transcript
+	DSN        string           // PostgreSQL; the story's tables are made in its search_path
+	Wallets    int              // wallets
+	Opening    int64            // each wallet's opening balance, in paise
+	Payments   int              // payments of 100 to 299 paise, each from a random wallet: some are declined if they ask more than the wallets hold
+	Deliveries int              // concurrent deliveries of each payment
+	Clients    int              // payments in flight at once
+	Via        string           // "do": Store.Do with a ledger row; "exec": Store.Exec, one statement
+	Cut        time.Duration    // shortest attempt timeout (attempts time out after Cut to Cut+100ms)
+	Out        io.Writer        // the transcript
+	Observer   observe.Observer // receives the library's events (nil: none)
 }
 
 // Report is what the story measured.
@@ -144,7 +146,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, err
 	}
 	defer pool.Close()
-	store, err := idempotency.New(pool, idempotency.WithWait(10*time.Second))
+	store, err := idempotency.New(pool, idempotency.WithWait(10*time.Second), idempotency.WithObserver(cfg.Observer))
 	if err != nil {
 		return Report{}, err
 	}

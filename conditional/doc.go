@@ -21,7 +21,7 @@
 //
 // Package dynamoconditional does the same on DynamoDB with condition
 // expressions (its Stock, Accounts, Holds and Fenced), one conditional
-// write each (no coalescing; buckets are the lever there), sharing this
+// write each (its Stock coalesces concurrent takes too), sharing this
 // package's errors; its Holds judges a hold's end by the callers' clocks,
 // DynamoDB having none a condition can read. This package compiles no AWS
 // SDK.

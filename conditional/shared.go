@@ -1,8 +1,6 @@
 package conditional
 
 import (
-	"errors"
-
 	"github.com/nolock/nolock/internal/condcore"
 )
 
@@ -21,8 +19,9 @@ var (
 	ErrFenced          = condcore.ErrFenced          // a newer fencing token exists: nothing written
 )
 
-// ErrClosed means the Stock was closed before the request was sent.
-var ErrClosed = errors.New("conditional: closed")
+// ErrClosed means the Stock or Accounts was closed before the request was
+// sent: nothing was taken.
+var ErrClosed = condcore.ErrClosed
 
 // HoldError says which resource could not be held and why (Err: ErrHeld,
 // ErrConfirmed or ErrNotFound); Hold and HoldAll return it.

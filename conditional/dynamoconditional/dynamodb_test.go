@@ -182,8 +182,11 @@ func TestDynamoDroppedAnswerIsAmbiguous(t *testing.T) {
 		})
 		left := dynamoAvailable(t, s, "hot")
 		t.Logf("sold %d, ambiguous %d, left %d", sold.Load(), ambiguous.Load(), left)
-		if ambiguous.Load() != faults.dropped.Load() || ambiguous.Load() == 0 {
-			t.Errorf("%d takes reported ambiguous, %d answers dropped: want equal and > 0", ambiguous.Load(), faults.dropped.Load())
+		// A dropped answer leaves every take its write carried ambiguous
+		// (coalesced, a write carries several); the sum below checks that
+		// each of them did apply.
+		if faults.dropped.Load() == 0 || ambiguous.Load() < faults.dropped.Load() {
+			t.Errorf("%d takes reported ambiguous, %d answers dropped: want at least one take per dropped answer, and a drop", ambiguous.Load(), faults.dropped.Load())
 		}
 		if sold.Load()+ambiguous.Load()+left != units || left != 0 {
 			t.Errorf("sold %d + ambiguous %d + left %d != %d, or units left", sold.Load(), ambiguous.Load(), left, units)

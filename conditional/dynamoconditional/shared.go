@@ -15,6 +15,7 @@ var (
 	ErrConfirmed       = condcore.ErrConfirmed       // the resource's hold was confirmed: nothing changed
 	ErrNotHolder       = condcore.ErrNotHolder       // the caller does not hold the resource: nothing changed
 	ErrFenced          = condcore.ErrFenced          // a newer fencing token exists: nothing written
+	ErrClosed          = condcore.ErrClosed          // the Stock was closed before the take was sent: nothing taken
 )
 
 // HoldError says which resource could not be held and why (Err: ErrHeld,

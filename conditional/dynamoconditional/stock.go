@@ -2,15 +2,19 @@ package dynamoconditional
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/nolock/nolock/internal/combine"
 	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
@@ -37,27 +41,38 @@ import (
 // fullest to a common level, each update conditioned on the bucket still
 // holding the units it gives. Only that last path needs a server with
 // transactions (DynamoDB has them; dynalite does not, and there it fails
-// with an error wrapping errors.ErrUnsupported). There is no coalescing:
-// each take is its own write.
+// with an error wrapping errors.ErrUnsupported).
+//
+// Coalescing (WithCoalescing, on by default): while a bucket's write is
+// in flight, the takes of that bucket that arrive meanwhile in this
+// process wait, and the next write grants them together, so one item
+// serves many takes per write (see runTake in stock_batch.go). Processes
+// each coalesce their own takes; buckets spread them over items.
 //
 // Guarantee: never more units granted than were put, no bucket below zero,
 // across any number of processes; a take is whole (n units or none). With
 // one bucket, ErrSoldOut means the item could not cover n when the write
 // was judged. With buckets, it means the buckets, read one after another
 // after the take's own bucket refused, held fewer than n units in all:
-// exact while no Put runs concurrently. Not promised: fairness (a large
+// exact while no Put runs concurrently. Coalesced takes are judged in
+// arrival order: a take is refused only when its bucket, less the takes
+// granted before it in the same write, could not cover it. Not promised:
+// fairness (a large
 // take across buckets may lose to small ones, see ErrConflict), an atomic
 // Put across buckets, or an answer for a take whose outcome is unknown
 // (ErrAmbiguousCommit; a take is not idempotent).
 //
-// A Stock holds no state of its own: it is safe for concurrent use,
-// and several may share a table if they agree on the number of buckets.
+// A Stock is safe for concurrent use, and several may share a table if
+// they agree on the number of buckets. Close it when done: it stops the
+// goroutines that send coalesced takes.
 type Stock struct {
 	client  DynamoDBAPI
 	table   string
 	buckets int
 	rand    func(n int) int
 	retry   retrier
+	batch   *combine.Combiner[bucketKey, int64, struct{}] // nil without coalescing
+	closed  atomic.Bool
 }
 
 // MaxBuckets bounds WithBuckets: a take across buckets writes
@@ -66,7 +81,9 @@ const MaxBuckets = 100
 
 type stockConfig struct {
 	shared
-	buckets int
+	buckets  int
+	coalesce bool
+	maxBatch int
 }
 
 // WithBuckets spreads each key's stock over n items (default 1, at
@@ -81,7 +98,7 @@ func WithBuckets(n int) StockOption {
 // NewStock returns a Stock on table, whose partition key is the
 // string attribute KeyAttr. client is usually a *dynamodb.Client.
 func NewStock(client DynamoDBAPI, table string, opts ...StockOption) (*Stock, error) {
-	cfg := stockConfig{buckets: 1}
+	cfg := stockConfig{buckets: 1, coalesce: true, maxBatch: 128}
 	if err := option.Apply(opts, func(o StockOption) { o.applyStock(&cfg) }); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -94,10 +111,22 @@ func NewStock(client DynamoDBAPI, table string, opts ...StockOption) (*Stock, er
 	if cfg.buckets < 1 || cfg.buckets > MaxBuckets {
 		return nil, condcore.Invalid("buckets %d outside [1, %d]", cfg.buckets, MaxBuckets)
 	}
-	return &Stock{
-		client: client, table: table, buckets: cfg.buckets, rand: rand.IntN, retry: newRetrier(cfg.log),
-	}, nil
+	if cfg.maxBatch < 1 || cfg.maxBatch > 10000 {
+		return nil, condcore.Invalid("max batch %d outside [1, 10000]", cfg.maxBatch)
+	}
+	s := &Stock{client: client, table: table, buckets: cfg.buckets, rand: rand.IntN, retry: newRetrier(cfg.log)}
+	if cfg.coalesce {
+		s.batch = combine.New(cfg.maxBatch, takeTimeout, ErrClosed, func(ctx context.Context, k bucketKey, reqs []int64) ([]struct{}, []error, error) {
+			errs, err := s.runTake(ctx, k, reqs)
+			return make([]struct{}, len(reqs)), errs, err
+		})
+	}
+	return s, nil
 }
+
+// takeTimeout bounds one coalesced take's writes: a caller whose take was
+// sent waits for its answer, however its own ctx ends, at most this long.
+const takeTimeout = 10 * time.Second
 
 // itemKey returns the key of one bucket's item.
 func (s *Stock) itemKey(key string, bucket int) map[string]types.AttributeValue {
@@ -113,8 +142,10 @@ func (s *Stock) itemKey(key string, bucket int) map[string]types.AttributeValue 
 // errors.ErrUnsupported means the server has no transactions; then nothing
 // was taken.
 //
-// Cancelling ctx abandons the take; if the write had been sent, the
-// outcome is unknown (ErrAmbiguousCommit).
+// Cancelling ctx abandons a take not yet sent. Coalesced, a take that was
+// sent is waited for (at most 10 s) and answered; not coalesced, the
+// outcome of a sent take is unknown (ErrAmbiguousCommit). After Close,
+// Take returns ErrClosed.
 func (s *Stock) Take(ctx context.Context, key string, n int64) error {
 	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
@@ -128,29 +159,34 @@ func (s *Stock) Take(ctx context.Context, key string, n int64) error {
 	if err := condcore.Unsent(ctx, fmt.Sprintf("take %q", key)); err != nil {
 		return err
 	}
-	b := 0
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	k := bucketKey{key: key}
 	if s.buckets > 1 {
-		b = s.rand(s.buckets)
+		k.bucket = s.rand(s.buckets)
 	}
-	taken, item, err := s.takeBucket(ctx, key, b, n)
-	switch {
-	case err != nil:
-		return err
-	case taken:
-		return nil
-	case s.buckets > 1:
-		// This bucket cannot cover n; the others may.
-		return s.takeAcross(ctx, key, n)
-	}
-	if item == nil {
-		if item, err = getItem(ctx, s.client, s.table, s.itemKey(key, b)); err != nil {
-			return fmt.Errorf("conditional: take %q: %w", key, err)
+	var err error
+	if s.batch != nil {
+		_, err = s.batch.Do(ctx, k, n)
+	} else {
+		var errs []error
+		if errs, err = s.runTake(ctx, k, []int64{n}); err == nil {
+			err = errs[0]
 		}
 	}
-	if item == nil {
+	switch {
+	case err == nil:
+		return nil
+	case (errors.Is(err, errShort) || errors.Is(err, errMissing)) && s.buckets > 1:
+		// This bucket cannot cover n; the others may.
+		return s.takeAcross(ctx, key, n)
+	case errors.Is(err, errMissing):
 		return ErrNotFound
+	case errors.Is(err, errShort):
+		return ErrSoldOut
 	}
-	return ErrSoldOut
+	return err
 }
 
 // takeBucket takes n units from one bucket with one conditional write. On

@@ -23,6 +23,7 @@ func newDynamoStock(t *testing.T, client dynamoconditional.DynamoDBAPI, table st
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 

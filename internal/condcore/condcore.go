@@ -17,6 +17,9 @@ import (
 var (
 	// ErrSoldOut means the stock cannot cover the request: nothing was taken.
 	ErrSoldOut = errors.New("conditional: sold out")
+	// ErrClosed means the Stock or Accounts was closed before the request
+	// was sent: nothing was taken.
+	ErrClosed = errors.New("conditional: closed")
 	// ErrInsufficient means the balance cannot cover the debit: nothing was
 	// taken.
 	ErrInsufficient = errors.New("conditional: insufficient balance")

@@ -34,6 +34,7 @@ func ExampleStock_Take() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer stock.Close() // concurrent takes of a key are coalesced until then
 	if err := stock.Put(ctx, "sku-42", 3); err != nil {
 		log.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
@@ -88,7 +89,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	w := &kafka.Writer{Addr: kafka.TCP(cfg.Brokers...), Topic: topic, Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, Transport: tr}
 	var msgs []kafka.Message
 	for i := 0; i < cfg.Payments; i++ {
-		m := kafka.Message{Key: fmt.Appendf(nil, "acct-%d", i%37), Value: []byte("100"), Headers: []kafka.Header{{Key: "id", Value: fmt.Appendf(nil, "pay-%d", i)}}}
+		m := kafka.Message{Key: fmt.Appendf(nil, "acct-%d", i%37), Value: []byte("100"), Headers: []kafka.Header{{Key: "id", Value: []byte(uuid.NewString())}}} // the payment's id, made by its producer
 		msgs = append(msgs, m)
 		if i%10 == 0 {
 			msgs = append(msgs, m)

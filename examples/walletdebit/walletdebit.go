@@ -30,6 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -167,7 +168,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	pays := make([]payment, nPayments)
 	for i := range pays {
-		pays[i] = payment{fmt.Sprintf("%s/pay-%04d", runID, i), wallets[rand.IntN(nWallets)], 100 + rand.Int64N(200)}
+		pays[i] = payment{runID + "/" + uuid.NewString(), wallets[rand.IntN(nWallets)], 100 + rand.Int64N(200)} // the client's key for the payment
 	}
 
 	// Every payment is delivered nDeliveries times at once; each delivery

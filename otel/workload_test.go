@@ -6,11 +6,8 @@ package nolockotel_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -22,75 +19,9 @@ import (
 
 	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/idempotency"
+	"github.com/nolock/nolock/internal/testenv"
 	"github.com/nolock/nolock/partition"
 )
-
-// need returns the environment variable name, or ends the test: it fails
-// under CI or NOLOCK_REQUIRE_SERVICES (scripts/test started the services)
-// and skips otherwise (the library's internal/testenv does the same; a
-// module of its own cannot import it).
-func need(t *testing.T, name string) string {
-	t.Helper()
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	msg := name + " is not set: start the services with `scripts/services up` and load them with `eval \"$(scripts/services env)\"` (or run scripts/test)"
-	if os.Getenv("CI") != "" || os.Getenv("NOLOCK_REQUIRE_SERVICES") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
-
-// uniqueName returns prefix, an underscore and 12 random hex digits.
-func uniqueName(prefix string) string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return prefix + "_" + hex.EncodeToString(b)
-}
-
-// postgres returns a pool whose search_path is a fresh schema, dropped
-// (and the pool closed) when the test ends.
-func postgres(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	dsn := need(t, "NOLOCK_TEST_POSTGRES")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	schema := uniqueName("otel")
-	admin, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect to NOLOCK_TEST_POSTGRES: %v", err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close) // runs before the drop (cleanups run last first)
-	return pool
-}
 
 func exec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
 	t.Helper()
@@ -106,7 +37,7 @@ func exec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
 func TestWorkloadPostgres(t *testing.T) {
 	t.Parallel()
 	b := newBed(t)
-	pool := postgres(t)
+	pool, _ := testenv.PostgresSchema(t, 8)
 	ctx, caller := b.tp.Tracer("test").Start(context.Background(), "caller")
 
 	exec(t, pool, `CREATE TABLE docs (id int PRIMARY KEY, body text NOT NULL, version bigint NOT NULL)`)
@@ -201,11 +132,10 @@ func TestWorkloadPostgres(t *testing.T) {
 // to the messages applied.
 func TestWorkloadKafka(t *testing.T) {
 	t.Parallel()
-	brokers := strings.Split(need(t, "NOLOCK_TEST_KAFKA"), ",")
 	b := newBed(t)
-	pool := postgres(t)
-	topic, group := uniqueName("otel"), uniqueName("g")
-	createTopic(t, brokers, topic)
+	pool, _ := testenv.PostgresSchema(t, 8)
+	brokers, topic := testenv.Topic(t, 1)
+	group := testenv.Name("g")
 
 	const n, poisons = 20, 3 // messages 5, 10 and 15 are poison
 	value := func(i int) string {
@@ -289,30 +219,6 @@ func TestWorkloadKafka(t *testing.T) {
 	if int64(batches) != counts["partition.committed"] {
 		t.Errorf("%d partition.committed spans, want %d", batches, counts["partition.committed"])
 	}
-}
-
-// createTopic creates a one-partition topic, deleted when the test ends.
-func createTopic(t *testing.T, brokers []string, topic string) {
-	t.Helper()
-	tr := &kafka.Transport{}
-	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	res, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 1, ReplicationFactor: 1}}})
-	if err == nil {
-		err = res.Errors[topic]
-	}
-	if err != nil {
-		t.Fatalf("create topic %s: %v", topic, err)
-	}
-	t.Cleanup(func() {
-		defer tr.CloseIdleConnections()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topic}}); err != nil {
-			t.Errorf("delete topic %s: %v", topic, err)
-		}
-	})
 }
 
 // produce writes the messages value(first) … value(first+count-1), in

@@ -11,9 +11,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/condcore"
+	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
+	"github.com/nolock/nolock/observe"
 )
 
 // Fenced writes rows of your own table only for a holder whose fencing
@@ -34,19 +36,30 @@ import (
 // above any issued passes, and then fences out everyone below it), does
 // not fence effects outside the row, and does not create rows.
 //
-// A Fenced holds only quoted names: it is safe for concurrent use, and
-// works on any DB, including a caller's pgx.Tx.
+// A Fenced holds only quoted names and its observer: it is safe for
+// concurrent use, and works on any DB, including a caller's pgx.Tx.
 type Fenced struct {
 	table, key, fence string // quoted
 	keyCol, fenceCol  string // as given, to check set's columns
+	obs               observe.Observer
 }
+
+// FencedOption configures NewFenced: WithObserver.
+type FencedOption interface{ applyFenced(*fencedConfig) }
+
+type fencedConfig struct{ obs observe.Observer }
 
 // NewFenced returns a Fenced for table, whose rows are found by keyColumn
 // (a primary key or unique column: one key must name at most one row) and
 // carry their token in fenceColumn (an integer column, best NOT NULL
 // DEFAULT 0). The names are quoted, never interpolated raw; table is one
-// identifier, found through the search_path.
-func NewFenced(table, keyColumn, fenceColumn string) (*Fenced, error) {
+// identifier, found through the search_path. Its one option is
+// WithObserver; a nil option is ErrInvalid.
+func NewFenced(table, keyColumn, fenceColumn string, opts ...FencedOption) (*Fenced, error) {
+	var cfg fencedConfig
+	if err := option.Apply(opts, func(o FencedOption) { o.applyFenced(&cfg) }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	for _, a := range []struct{ arg, name string }{{"table", table}, {"key column", keyColumn}, {"fence column", fenceColumn}} {
 		if err := validIdent(a.arg, a.name); err != nil {
 			return nil, err
@@ -57,7 +70,7 @@ func NewFenced(table, keyColumn, fenceColumn string) (*Fenced, error) {
 	}
 	return &Fenced{
 		table: pgx.Identifier{table}.Sanitize(), key: pgx.Identifier{keyColumn}.Sanitize(),
-		fence: pgx.Identifier{fenceColumn}.Sanitize(), keyCol: keyColumn, fenceCol: fenceColumn,
+		fence: pgx.Identifier{fenceColumn}.Sanitize(), keyCol: keyColumn, fenceCol: fenceColumn, obs: cfg.obs,
 	}, nil
 }
 
@@ -81,6 +94,14 @@ func NewFenced(table, keyColumn, fenceColumn string) (*Fenced, error) {
 // nil key, empty or overlong column names, a set naming the key or fence
 // column) is ErrInvalid, before any I/O.
 func (f *Fenced) Update(ctx context.Context, db DB, key any, token int64, set map[string]any) error {
+	var e observe.Event
+	if f.obs != nil {
+		e = observe.Event{Key: fmt.Sprint(key), Token: token}
+	}
+	return condcore.ObservedErr(ctx, f.obs, condcore.Fence, true, e, func() error { return f.update(ctx, db, key, token, set) })
+}
+
+func (f *Fenced) update(ctx context.Context, db DB, key any, token int64, set map[string]any) error {
 	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}

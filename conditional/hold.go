@@ -16,6 +16,7 @@ import (
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
+	"github.com/nolock/nolock/observe"
 )
 
 // Holds hands out timed holds on resources (seats, slots, rooms) in a
@@ -40,6 +41,7 @@ import (
 // order, the payment), make one with NewHolds on that pgx.Tx.
 type Holds struct {
 	db   DB
+	obs  observe.Observer
 	over pgmode.Override // for statements on db outside a transaction
 
 	schemaSQL, addSQL, holdSQL, lockSQL, holdAllSQL, confirmSQL, releaseSQL string
@@ -52,22 +54,30 @@ var holdSQL string
 // otherwise.
 const DefaultHoldsTable = "nolock_holds"
 
-// HoldsOption configures NewHolds.
-type HoldsOption func(*holdsConfig)
+// HoldsOption configures NewHolds: WithHoldsTable or WithObserver.
+type HoldsOption interface{ applyHolds(*holdsConfig) }
 
 type holdsConfig struct {
 	table string
+	obs   observe.Observer
 }
+
+// holdsOnly is a HoldsOption that no other constructor takes.
+type holdsOnly func(*holdsConfig)
+
+func (o holdsOnly) applyHolds(c *holdsConfig) { o(c) }
 
 // WithHoldsTable sets the holds table's name (default "nolock_holds"). The
 // name is quoted, never interpolated raw.
-func WithHoldsTable(name string) HoldsOption { return func(c *holdsConfig) { c.table = name } }
+func WithHoldsTable(name string) HoldsOption {
+	return holdsOnly(func(c *holdsConfig) { c.table = name })
+}
 
 // NewHolds returns a Holds on db, usually a *pgxpool.Pool. Run its
 // CreateSchema (or put its Schema in your migrations) first.
 func NewHolds(db DB, opts ...HoldsOption) (*Holds, error) {
 	cfg := holdsConfig{table: DefaultHoldsTable}
-	if err := option.Apply(opts, func(o HoldsOption) { o(&cfg) }); err != nil {
+	if err := option.Apply(opts, func(o HoldsOption) { o.applyHolds(&cfg) }); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if pgarg.NilDB(db) {
@@ -81,6 +91,7 @@ func NewHolds(db DB, opts ...HoldsOption) (*Holds, error) {
 	const until = `$3::bigint * interval '1 microsecond'`
 	return &Holds{
 		db:        db,
+		obs:       cfg.obs,
 		over:      pgmode.For(db),
 		schemaSQL: strings.ReplaceAll(holdSQL, "{{table}}", t),
 		// Sorted and deduplicated by Add, so concurrent Adds take the
@@ -164,6 +175,12 @@ func (h *Holds) Add(ctx context.Context, resources ...string) error {
 // connection failed after the statement was sent; Hold is idempotent, so
 // retry it.
 func (h *Holds) Hold(ctx context.Context, resource, holder string, ttl time.Duration) (until time.Time, err error) {
+	return condcore.Observed(ctx, h.obs, condcore.Hold, true, observe.Event{Key: resource, N: 1}, func() (time.Time, error) {
+		return h.hold(ctx, resource, holder, ttl)
+	})
+}
+
+func (h *Holds) hold(ctx context.Context, resource, holder string, ttl time.Duration) (time.Time, error) {
 	if err := condcore.CheckCtx(ctx); err != nil {
 		return time.Time{}, err
 	}
@@ -209,6 +226,13 @@ func (h *Holds) Hold(ctx context.Context, resource, holder string, ttl time.Dura
 // modified. HoldAll is idempotent like Hold; ErrAmbiguousCommit means the
 // commit's outcome is unknown.
 func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, ttl time.Duration) (until time.Time, err error) {
+	e := observe.Event{Key: condcore.HoldAllKey(h.obs, resources), N: int64(len(resources))}
+	return condcore.Observed(ctx, h.obs, condcore.Hold, true, e, func() (time.Time, error) {
+		return h.holdAll(ctx, resources, holder, ttl)
+	})
+}
+
+func (h *Holds) holdAll(ctx context.Context, resources []string, holder string, ttl time.Duration) (until time.Time, err error) {
 	if err := condcore.CheckCtx(ctx); err != nil {
 		return time.Time{}, err
 	}
@@ -299,7 +323,9 @@ func (h *Holds) Confirm(ctx context.Context, resource, holder string) error {
 	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
-	return h.settle(ctx, "confirm", h.confirmSQL, resource, holder)
+	return condcore.ObservedErr(ctx, h.obs, condcore.Confirm, true, observe.Event{Key: resource, N: 1}, func() error {
+		return h.settle(ctx, "confirm", h.confirmSQL, resource, holder)
+	})
 }
 
 // Release frees resource if holder holds it, expired or not. Otherwise it
@@ -311,7 +337,9 @@ func (h *Holds) Release(ctx context.Context, resource, holder string) error {
 	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
-	return h.settle(ctx, "release", h.releaseSQL, resource, holder)
+	return condcore.ObservedErr(ctx, h.obs, condcore.Release, true, observe.Event{Key: resource, N: 1}, func() error {
+		return h.settle(ctx, "release", h.releaseSQL, resource, holder)
+	})
 }
 
 // settle runs Confirm's or Release's statement, which returns whether it

@@ -50,15 +50,6 @@ type stockConfig struct {
 	log        *slog.Logger
 }
 
-// WithObserver reports each take's or debit's outcome to o (nil: none):
-// "conditional.granted", "conditional.refused" (Err: ErrSoldOut; for
-// Accounts a debit the balance did not cover) or "conditional.failed"
-// (any other error, ErrAmbiguousCommit included), each with Key and N
-// (the units asked); and "conditional.batch" with Key and N (the takes
-// one coalesced statement decided). o runs on the calling goroutine (a
-// batch's event on the goroutine that sent it), never with a lock held.
-func WithObserver(o observe.Observer) Option { return func(c *stockConfig) { c.obs = o } }
-
 // WithLogger logs each coalesced statement that failed for its whole
 // batch to l (nil, the default, discards): at Warn when its outcome is
 // unknown ("conditional: commit outcome unknown"), otherwise at Debug

@@ -11,6 +11,8 @@ import (
 	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
+	"github.com/nolock/nolock/internal/option"
+	"github.com/nolock/nolock/observe"
 )
 
 // Accounts keeps balances (credits, quota, money in minor units) in a
@@ -36,19 +38,25 @@ import (
 type Accounts struct {
 	client DynamoDBAPI
 	table  string
+	obs    observe.Observer
 }
 
 // NewAccounts returns an Accounts on table, whose partition key
 // is the string attribute KeyAttr. client is usually a
-// *dynamodb.Client.
-func NewAccounts(client DynamoDBAPI, table string) (*Accounts, error) {
+// *dynamodb.Client. Its one option is WithObserver; a nil option is
+// ErrInvalid.
+func NewAccounts(client DynamoDBAPI, table string, opts ...AccountsOption) (*Accounts, error) {
+	var cfg shared
+	if err := option.Apply(opts, func(o AccountsOption) { o.applyAccounts(&cfg) }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	if ddbarg.NilClient(client) {
 		return nil, condcore.Invalid("client is nil")
 	}
 	if err := validTable("table", table); err != nil {
 		return nil, err
 	}
-	return &Accounts{client: client, table: table}, nil
+	return &Accounts{client: client, table: table, obs: cfg.obs}, nil
 }
 
 func (a *Accounts) key(account string) map[string]types.AttributeValue {
@@ -91,14 +99,16 @@ func (a *Accounts) Open(ctx context.Context, account string, balance int64) erro
 // ErrAmbiguousCommit means the write was sent and its answer lost: it may
 // have applied.
 func (a *Accounts) Debit(ctx context.Context, account string, amount int64) error {
-	if err := condcore.CheckCtx(ctx); err != nil {
-		return err
-	}
-	u, err := a.debit(account, amount)
-	if err != nil {
-		return err
-	}
-	return a.apply(ctx, "debit", account, u, ErrInsufficient)
+	return condcore.ObservedErr(ctx, a.obs, condcore.Debit, false, observe.Event{Key: account, N: amount}, func() error {
+		if err := condcore.CheckCtx(ctx); err != nil {
+			return err
+		}
+		u, err := a.debit(account, amount)
+		if err != nil {
+			return err
+		}
+		return a.apply(ctx, "debit", account, u, ErrInsufficient)
+	})
 }
 
 // Credit adds amount to account's balance: nil means it was added;

@@ -15,6 +15,8 @@ import (
 	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
+	"github.com/nolock/nolock/internal/option"
+	"github.com/nolock/nolock/observe"
 )
 
 // Fenced writes items of your own DynamoDB table only for a holder
@@ -37,17 +39,23 @@ import (
 // or check tokens, does not fence effects outside the item (put CheckItem
 // into your TransactWriteItems for that), and does not create items.
 //
-// A Fenced holds only names: it is safe for concurrent use, and one
-// value serves any client.
+// A Fenced holds only names and its observer: it is safe for concurrent
+// use, and one value serves any client.
 type Fenced struct {
 	table, keyAttr, fenceAttr string
+	obs                       observe.Observer
 }
 
 // NewFenced returns a Fenced for table, whose items have the
 // partition key attribute keyAttr and carry their token in the number
 // attribute fenceAttr. Names go as expression attribute names, never into
-// the expressions themselves.
-func NewFenced(table, keyAttr, fenceAttr string) (*Fenced, error) {
+// the expressions themselves. Its one option is WithObserver; a nil option
+// is ErrInvalid.
+func NewFenced(table, keyAttr, fenceAttr string, opts ...FencedOption) (*Fenced, error) {
+	var cfg shared
+	if err := option.Apply(opts, func(o FencedOption) { o.applyFenced(&cfg) }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	if err := validTable("table", table); err != nil {
 		return nil, err
 	}
@@ -60,7 +68,7 @@ func NewFenced(table, keyAttr, fenceAttr string) (*Fenced, error) {
 	if keyAttr == fenceAttr {
 		return nil, condcore.Invalid("key attribute and fence attribute are both %q", keyAttr)
 	}
-	return &Fenced{table: table, keyAttr: keyAttr, fenceAttr: fenceAttr}, nil
+	return &Fenced{table: table, keyAttr: keyAttr, fenceAttr: fenceAttr, obs: cfg.obs}, nil
 }
 
 // Update writes set (attribute name → value) to the item at key, and token
@@ -81,6 +89,14 @@ func NewFenced(table, keyAttr, fenceAttr string) (*Fenced, error) {
 // naming a key or the fence attribute, a nil value) is ErrInvalid, before
 // any I/O.
 func (f *Fenced) Update(ctx context.Context, client DynamoDBAPI, key map[string]types.AttributeValue, token int64, set map[string]types.AttributeValue) error {
+	var e observe.Event
+	if f.obs != nil {
+		e = observe.Event{Key: eventKey(key, f.keyAttr), Token: token}
+	}
+	return condcore.ObservedErr(ctx, f.obs, condcore.Fence, true, e, func() error { return f.write(ctx, client, key, token, set) })
+}
+
+func (f *Fenced) write(ctx context.Context, client DynamoDBAPI, key map[string]types.AttributeValue, token int64, set map[string]types.AttributeValue) error {
 	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
 	"github.com/nolock/nolock/internal/option"
+	"github.com/nolock/nolock/observe"
 )
 
 // Holds is conditional.Holds on DynamoDB: timed holds on resources (seats,
@@ -58,6 +59,7 @@ type Holds struct {
 	table  string
 	clock  func() time.Time
 	retry  retrier
+	obs    observe.Observer
 }
 
 // Attribute names of a Holds item, besides KeyAttr.
@@ -113,7 +115,7 @@ func NewHolds(client DynamoDBAPI, table string, opts ...HoldsOption) (*Holds, er
 		return nil, condcore.Invalid("clock is nil")
 	}
 	return &Holds{
-		client: client, table: table, clock: cfg.clock, retry: newRetrier(cfg.log),
+		client: client, table: table, clock: cfg.clock, retry: newRetrier(cfg.log), obs: cfg.obs,
 	}, nil
 }
 
@@ -172,6 +174,12 @@ func (h *Holds) Add(ctx context.Context, resources ...string) error {
 // idempotent). A write that meets a transaction in progress on the item is
 // retried with backoff, then ErrConflict; nothing changed.
 func (h *Holds) Hold(ctx context.Context, resource, holder string, ttl time.Duration) (until time.Time, err error) {
+	return condcore.Observed(ctx, h.obs, condcore.Hold, true, observe.Event{Key: resource, N: 1}, func() (time.Time, error) {
+		return h.hold(ctx, resource, holder, ttl)
+	})
+}
+
+func (h *Holds) hold(ctx context.Context, resource, holder string, ttl time.Duration) (time.Time, error) {
 	if err := condcore.CheckCtx(ctx); err != nil {
 		return time.Time{}, err
 	}
@@ -211,6 +219,13 @@ func (h *Holds) Hold(ctx context.Context, resource, holder string, ttl time.Dura
 // ErrConflict. On a server without transactions (dynalite) it fails with
 // an error wrapping errors.ErrUnsupported.
 func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, ttl time.Duration) (until time.Time, err error) {
+	e := observe.Event{Key: condcore.HoldAllKey(h.obs, resources), N: int64(len(resources))}
+	return condcore.Observed(ctx, h.obs, condcore.Hold, true, e, func() (time.Time, error) {
+		return h.holdAll(ctx, resources, holder, ttl)
+	})
+}
+
+func (h *Holds) holdAll(ctx context.Context, resources []string, holder string, ttl time.Duration) (time.Time, error) {
 	if err := condcore.CheckCtx(ctx); err != nil {
 		return time.Time{}, err
 	}
@@ -242,7 +257,7 @@ func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, 
 		return time.Time{}, err
 	}
 	var end int64
-	err = h.retryConflicts(ctx, strings.Join(sorted, ","), func(ctx context.Context) error {
+	err := h.retryConflicts(ctx, strings.Join(sorted, ","), func(ctx context.Context) error {
 		now := h.clock().UnixMilli()
 		end = now + ttl.Milliseconds()
 		items := make([]types.TransactWriteItem, len(sorted))
@@ -286,7 +301,9 @@ func (h *Holds) Confirm(ctx context.Context, resource, holder string) error {
 	if err := validHolder(resource, holder); err != nil {
 		return err
 	}
-	return h.settle(ctx, "confirm", resource, func(now int64) *types.Update { return h.confirmUpdate(resource, holder, now) })
+	return condcore.ObservedErr(ctx, h.obs, condcore.Confirm, true, observe.Event{Key: resource, N: 1}, func() error {
+		return h.settle(ctx, "confirm", resource, func(now int64) *types.Update { return h.confirmUpdate(resource, holder, now) })
+	})
 }
 
 // Release frees resource if holder holds it, expired or not. Otherwise it
@@ -301,7 +318,9 @@ func (h *Holds) Release(ctx context.Context, resource, holder string) error {
 	if err := validHolder(resource, holder); err != nil {
 		return err
 	}
-	return h.settle(ctx, "release", resource, func(int64) *types.Update { return h.releaseUpdate(resource, holder) })
+	return condcore.ObservedErr(ctx, h.obs, condcore.Release, true, observe.Event{Key: resource, N: 1}, func() error {
+		return h.settle(ctx, "release", resource, func(int64) *types.Update { return h.releaseUpdate(resource, holder) })
+	})
 }
 
 // ConfirmItem returns Confirm's write as an action for your own

@@ -7,22 +7,35 @@ import (
 	"time"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/observe"
 )
 
 // Option configures both NewStock and NewHolds (WithLogger).
 type Option func(*shared)
 
-// shared is the settings Stock and Holds both take.
-type shared struct{ log *slog.Logger }
+// shared is the settings Stock and Holds both take; obs is WithObserver's,
+// which Accounts and Fenced take too.
+type shared struct {
+	log *slog.Logger
+	obs observe.Observer
+}
 
 func (o Option) applyStock(c *stockConfig) { o(&c.shared) }
 func (o Option) applyHolds(c *holdsConfig) { o(&c.shared) }
 
-// StockOption configures NewStock: an Option, or WithBuckets.
+// StockOption configures NewStock: an Option, WithObserver, or
+// WithBuckets.
 type StockOption interface{ applyStock(*stockConfig) }
 
-// HoldsOption configures NewHolds: an Option, or WithHoldsClock.
+// HoldsOption configures NewHolds: an Option, WithObserver, or
+// WithHoldsClock.
 type HoldsOption interface{ applyHolds(*holdsConfig) }
+
+// AccountsOption configures NewAccounts: WithObserver.
+type AccountsOption interface{ applyAccounts(*shared) }
+
+// FencedOption configures NewFenced: WithObserver.
+type FencedOption interface{ applyFenced(*shared) }
 
 type stockOnly func(*stockConfig)
 

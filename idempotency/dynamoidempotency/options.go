@@ -7,6 +7,7 @@ import (
 
 	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/internal/option"
+	"github.com/nolock/nolock/observe"
 )
 
 // Defaults for New.
@@ -27,6 +28,7 @@ type config struct {
 	pk, sk    string
 	now       func() time.Time
 	log       *slog.Logger
+	obs       observe.Observer
 }
 
 // WithRetention sets how long a record counts after its key is claimed
@@ -59,6 +61,16 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 // ("idempotency: duplicate still in progress") at Info, and an ambiguous
 // commit ("idempotency: commit outcome unknown") at Warn, each with key.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// WithObserver reports each Do call's outcome to o (nil, the default:
+// none), on the calling goroutine, after its transaction: as
+// idempotency.Store does, "idempotency.ran" (the effect's writes committed
+// with the record), "idempotency.replayed", "idempotency.mismatch",
+// "idempotency.in_progress" (concurrent duplicates kept meeting until the
+// wait ran out) or "idempotency.failed" (any other error, in Err), each
+// with Key and Duration (the call's). There is no Reap, so no
+// "idempotency.reaped".
+func WithObserver(o observe.Observer) Option { return func(c *config) { c.obs = o } }
 
 func newConfig(opts []Option) (config, error) {
 	cfg := config{retention: DefaultRetention, wait: DefaultWait, pk: "pk", now: time.Now}

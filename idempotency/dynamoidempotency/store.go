@@ -16,6 +16,7 @@ import (
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
 	"github.com/nolock/nolock/internal/idemrecord"
+	"github.com/nolock/nolock/observe"
 )
 
 // DynamoDBAPI is what a Store needs from a *dynamodb.Client; tests wrap it
@@ -63,6 +64,7 @@ type Store struct {
 	policy    backoff.Policy
 	now       func() time.Time
 	log       *slog.Logger // never nil
+	obs       observe.Observer
 }
 
 // New returns a Store on table through client (usually a
@@ -87,7 +89,7 @@ func New(client DynamoDBAPI, table string, opts ...Option) (*Store, error) {
 	return &Store{
 		client: client, table: table, pk: cfg.pk, sk: cfg.sk, retention: cfg.retention, wait: cfg.wait,
 		policy: backoff.Policy{Base: 5 * time.Millisecond, Cap: 200 * time.Millisecond}, now: cfg.now,
-		log: idemrecord.Logger(cfg.log),
+		log: idemrecord.Logger(cfg.log), obs: cfg.obs,
 	}, nil
 }
 
@@ -152,8 +154,13 @@ var errConflict = errors.New("idempotency: transaction conflict")
 // error): call Do again with the same key to learn which. Bad arguments
 // are ErrInvalid before any I/O, as for idempotency.Store.Do.
 func (d *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, fn Func) (Result, error) {
+	var start time.Time
+	if d.obs != nil {
+		start = time.Now()
+	}
 	res, err := d.do(ctx, scope, key, fingerprint, fn)
 	idemrecord.LogOutcome(ctx, d.log, key, res.Replayed, err)
+	idemrecord.Observe(ctx, d.obs, key, start, res.Replayed, err)
 	return res, err
 }
 

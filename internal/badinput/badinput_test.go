@@ -691,6 +691,22 @@ func TestNilAndEmptyOptionsRefused(t *testing.T) {
 			_, err := conditional.NewHolds(db, conditional.WithHoldsTable("h"), nil)
 			return err
 		}),
+		r("conditional.NewHolds typed nil", conditional.ErrInvalid, nilOpt, func() error {
+			_, err := conditional.NewHolds(db, conditional.WithObserver(nil), conditional.ObserverOption(nil))
+			return err
+		}),
+		r("conditional.NewFenced", conditional.ErrInvalid, nilOpt, func() error {
+			_, err := conditional.NewFenced("t", "k", "f", conditional.WithObserver(nil), nil)
+			return err
+		}),
+		r("dynamoconditional.NewAccounts", conditional.ErrInvalid, nilOpt, func() error {
+			_, err := dynamoconditional.NewAccounts(ddb, "table", dynamoconditional.WithObserver(nil), nil)
+			return err
+		}),
+		r("dynamoconditional.NewFenced", conditional.ErrInvalid, nilOpt, func() error {
+			_, err := dynamoconditional.NewFenced("table", "pk", "fence", dynamoconditional.WithObserver(nil), nil)
+			return err
+		}),
 		r("dynamoconditional.NewStock", conditional.ErrInvalid, nilOpt, func() error {
 			_, err := dynamoconditional.NewStock(ddb, "table", dynamoconditional.WithBuckets(2), nil)
 			return err

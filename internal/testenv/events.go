@@ -2,9 +2,13 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
+	"testing"
+	"time"
 
+	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -59,4 +63,74 @@ func (r *Events) Of(key, name string) []observe.Event {
 		}
 	}
 	return out
+}
+
+// WantNames checks the names of each key's events so far against want.
+func (r *Events) WantNames(t testing.TB, want map[string][]string) {
+	t.Helper()
+	for key, w := range want {
+		if got := r.Names(key); !slices.Equal(got, w) {
+			t.Errorf("events of %q: %v, want %v", key, got, w)
+		}
+	}
+}
+
+// Holds is what both backends' Holds have in common, for HoldsEvents.
+type Holds interface {
+	Add(ctx context.Context, resources ...string) error
+	Hold(ctx context.Context, resource, holder string, ttl time.Duration) (time.Time, error)
+	HoldAll(ctx context.Context, resources []string, holder string, ttl time.Duration) (time.Time, error)
+	Confirm(ctx context.Context, resource, holder string) error
+	Release(ctx context.Context, resource, holder string) error
+}
+
+// HoldsEvents provokes each event of a Holds whose observer is r's (held,
+// refused for each reason, confirmed, released, failed, for Hold and
+// HoldAll) and checks their names, keys, N, Duration and errors.
+func (r *Events) HoldsEvents(t testing.TB, h Holds) {
+	t.Helper()
+	ctx := context.Background()
+	step := func(err error, want error) {
+		t.Helper()
+		if !errors.Is(err, want) {
+			t.Fatalf("err = %v, want %v", err, want)
+		}
+	}
+	hold := func(resource, holder string) error { _, err := h.Hold(ctx, resource, holder, time.Minute); return err }
+	holdAll := func(holder string) error {
+		_, err := h.HoldAll(ctx, []string{"c", "b"}, holder, time.Minute)
+		return err
+	}
+	step(h.Add(ctx, "a", "b", "c"), nil)
+	step(hold("a", "alice"), nil)
+	step(hold("a", "bob"), condcore.ErrHeld)
+	step(h.Confirm(ctx, "a", "bob"), condcore.ErrNotHolder)
+	step(h.Confirm(ctx, "a", "alice"), nil)
+	step(hold("a", "bob"), condcore.ErrConfirmed)
+	step(hold("nope", "bob"), condcore.ErrNotFound)
+	step(holdAll("bob"), nil)
+	step(holdAll("carol"), condcore.ErrHeld)
+	step(h.Release(ctx, "b", "bob"), nil)
+	step(h.Release(ctx, "b", "bob"), condcore.ErrNotHolder)
+
+	r.WantNames(t, map[string][]string{
+		"a":    {"conditional.held", "conditional.refused", "conditional.refused", "conditional.confirmed", "conditional.refused"},
+		"nope": {"conditional.failed"},
+		"b,c":  {"conditional.held", "conditional.refused"},
+		"b":    {"conditional.released", "conditional.refused"},
+	})
+	for key, n := range map[string]int64{"a": 1, "b,c": 2} {
+		for _, e := range r.Of(key, "conditional.held") {
+			if e.N != n || e.Duration <= 0 {
+				t.Errorf("%q held: N %d, Duration %v; want %d and > 0", key, e.N, e.Duration, n)
+			}
+		}
+	}
+	errs := r.Errs("a", "conditional.refused")
+	if len(errs) != 3 || !errors.Is(errs[0], condcore.ErrHeld) || !errors.Is(errs[1], condcore.ErrNotHolder) || !errors.Is(errs[2], condcore.ErrConfirmed) {
+		t.Errorf("refusals of a: %v, want ErrHeld, ErrNotHolder, ErrConfirmed", errs)
+	}
+	if errs := r.Errs("b,c", "conditional.refused"); len(errs) != 1 || !errors.Is(errs[0], condcore.ErrHeld) {
+		t.Errorf("HoldAll's refusal: %v, want ErrHeld", errs)
+	}
 }

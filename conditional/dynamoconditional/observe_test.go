@@ -1,0 +1,180 @@
+package dynamoconditional_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/nolock/nolock/conditional/dynamoconditional"
+	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
+)
+
+// Each Debit reports granted, refused or failed, with the account and the
+// amount; credits report nothing.
+func TestAccountsObserver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := testenv.DynamoDB(t)
+	events := &testenv.Events{}
+	a, err := dynamoconditional.NewAccounts(client, testenv.Table(t, client, false), dynamoconditional.WithObserver(events.Observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Open(ctx, "alice", 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Debit(ctx, "alice", 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Debit(ctx, "alice", 7); !errors.Is(err, dynamoconditional.ErrInsufficient) {
+		t.Fatalf("debit past the balance: %v, want ErrInsufficient", err)
+	}
+	if err := a.Credit(ctx, "alice", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Debit(ctx, "bob", 1); !errors.Is(err, dynamoconditional.ErrNotFound) {
+		t.Fatalf("debit of no account: %v, want ErrNotFound", err)
+	}
+	events.WantNames(t, map[string][]string{
+		"alice": {"conditional.granted", "conditional.refused"},
+		"bob":   {"conditional.failed"},
+	})
+	for _, e := range events.Of("alice", "conditional.granted") {
+		if e.N != 7 {
+			t.Errorf("granted's N %d, want 7", e.N)
+		}
+	}
+	if errs := events.Errs("alice", "conditional.refused"); len(errs) != 1 || !errors.Is(errs[0], dynamoconditional.ErrInsufficient) {
+		t.Errorf("refused's error: %v, want ErrInsufficient", errs)
+	}
+}
+
+// Each Hold, HoldAll, Confirm and Release reports its outcome with the
+// resource (HoldAll: the sorted resources joined by ","), N and Duration.
+func TestHoldsObserver(t *testing.T) {
+	t.Parallel()
+	client := testenv.DynamoDBTx(t)
+	events := &testenv.Events{}
+	h, err := dynamoconditional.NewHolds(client, testenv.Table(t, client, false), dynamoconditional.WithObserver(events.Observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events.HoldsEvents(t, h)
+}
+
+// Each fenced Update reports its outcome with the key (and sort key) and
+// the token.
+func TestFencedObserver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := testenv.DynamoDB(t)
+	table := testenv.Table(t, client, true)
+	events := &testenv.Events{}
+	f, err := dynamoconditional.NewFenced(table, "pk", "fence", dynamoconditional.WithObserver(events.Observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(pk string) map[string]types.AttributeValue {
+		return map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: pk}, "sk": &types.AttributeValueMemberS{Value: "v1"}}
+	}
+	if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: key("doc")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Update(ctx, client, key("doc"), 5, dynamoBody("v5")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Update(ctx, client, key("doc"), 4, dynamoBody("v4")); !errors.Is(err, dynamoconditional.ErrFenced) {
+		t.Fatalf("stale token: %v, want ErrFenced", err)
+	}
+	if err := f.Update(ctx, client, key("none"), 5, nil); !errors.Is(err, dynamoconditional.ErrNotFound) {
+		t.Fatalf("no item: %v, want ErrNotFound", err)
+	}
+	events.WantNames(t, map[string][]string{
+		"doc/v1":  {"conditional.written", "conditional.fenced"},
+		"none/v1": {"conditional.failed"},
+	})
+	if got := events.Of("doc/v1", "conditional.fenced"); len(got) != 1 || got[0].Token != 4 || !errors.Is(got[0].Err, dynamoconditional.ErrFenced) {
+		t.Errorf("fenced event: %+v, want Token 4 and ErrFenced", got)
+	}
+	if got := events.Of("doc/v1", "conditional.written"); len(got) != 1 || got[0].Token != 5 || got[0].Duration <= 0 {
+		t.Errorf("written event: %+v, want Token 5 and a Duration", got)
+	}
+}
+
+// A panicking observer changes no outcome.
+func TestPanickingObserver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := testenv.DynamoDB(t)
+	table := testenv.Table(t, client, false)
+	boom := dynamoconditional.WithObserver(func(context.Context, observe.Event) { panic("observer") })
+	a, err := dynamoconditional.NewAccounts(client, table, boom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := dynamoconditional.NewHolds(client, table, boom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := dynamoconditional.NewFenced(table, "pk", "fence", boom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dynamoconditional.NewStock(client, table, boom); err != nil {
+		t.Fatal(err)
+	}
+	before := observe.Recovered()
+	if err := a.Open(ctx, "alice", 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Debit(ctx, "alice", 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Debit(ctx, "alice", 1); !errors.Is(err, dynamoconditional.ErrInsufficient) {
+		t.Fatalf("debit of an empty account: %v, want ErrInsufficient", err)
+	}
+	if err := h.Add(ctx, "seat"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Hold(ctx, "seat", "alice", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Hold(ctx, "seat", "bob", time.Minute); !errors.Is(err, dynamoconditional.ErrHeld) {
+		t.Fatalf("second holder: %v, want ErrHeld", err)
+	}
+	if err := f.Update(ctx, client, dynamoDocKey("alice"), 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Update(ctx, client, dynamoDocKey("alice"), 2, nil); !errors.Is(err, dynamoconditional.ErrFenced) {
+		t.Fatalf("stale token: %v, want ErrFenced", err)
+	}
+	if n := observe.Recovered() - before; n < 6 {
+		t.Errorf("%d panics recovered, want at least 6", n)
+	}
+}
+
+// The new constructors refuse a nil option, naming it.
+func TestNilObserverOption(t *testing.T) {
+	t.Parallel()
+	client := testenv.DynamoDB(t)
+	obs := dynamoconditional.WithObserver(nil)
+	for name, call := range map[string]func() error{
+		"NewAccounts": func() error { _, err := dynamoconditional.NewAccounts(client, "t", obs, nil); return err },
+		"NewFenced":   func() error { _, err := dynamoconditional.NewFenced("t", "pk", "fence", obs, nil); return err },
+		"NewFenced typed nil": func() error {
+			_, err := dynamoconditional.NewFenced("t", "pk", "fence", obs, dynamoconditional.ObserverOption(nil))
+			return err
+		},
+	} {
+		if err := call(); !errors.Is(err, dynamoconditional.ErrInvalid) || !strings.Contains(err.Error(), "option 1 is nil") {
+			t.Errorf("%s with a nil option: %v, want ErrInvalid naming option 1", name, err)
+		}
+	}
+}

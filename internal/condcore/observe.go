@@ -1,0 +1,78 @@
+package condcore
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nolock/nolock/observe"
+)
+
+// Outcome names the event a call reports: OK when it returned nil,
+// Refused when its error is one of Refusals (an answer of the row: nothing
+// changed), "conditional.failed" for any other error.
+type Outcome struct {
+	OK, Refused string
+	Refusals    []error
+}
+
+// The outcomes of both backends' calls (docs/observability.md lists them).
+var (
+	// Debit is Accounts' debit: granted, or refused for want of balance.
+	Debit = Outcome{"conditional.granted", "conditional.refused", []error{ErrInsufficient}}
+	// Hold is Holds' Hold and HoldAll: held, or refused because another
+	// holder holds the resource or it is confirmed.
+	Hold = Outcome{"conditional.held", "conditional.refused", []error{ErrHeld, ErrConfirmed}}
+	// Confirm and Release are Holds' settlements, refused when the caller
+	// does not hold the resource.
+	Confirm = Outcome{"conditional.confirmed", "conditional.refused", []error{ErrNotHolder}}
+	Release = Outcome{"conditional.released", "conditional.refused", []error{ErrNotHolder}}
+	// Fence is Fenced's Update: written, or refused by a newer token.
+	Fence = Outcome{"conditional.written", "conditional.fenced", []error{ErrFenced}}
+)
+
+// name returns the event's name for err.
+func (o Outcome) name(err error) string {
+	switch {
+	case err == nil:
+		return o.OK
+	case slices.ContainsFunc(o.Refusals, func(r error) bool { return errors.Is(err, r) }):
+		return o.Refused
+	}
+	return "conditional.failed"
+}
+
+// Observed runs call and, unless obs is nil, reports its outcome to obs
+// on the calling goroutine: e with o's name for call's error, that error,
+// and, if timed, call's Duration. With a nil obs it only runs call.
+func Observed[T any](ctx context.Context, obs observe.Observer, o Outcome, timed bool, e observe.Event, call func() (T, error)) (T, error) {
+	if obs == nil {
+		return call()
+	}
+	start := time.Now()
+	v, err := call()
+	e.Name, e.Err = o.name(err), err
+	if timed {
+		e.Duration = time.Since(start)
+	}
+	obs.Notify(ctx, e)
+	return v, err
+}
+
+// ObservedErr is Observed for a call that returns only an error.
+func ObservedErr(ctx context.Context, obs observe.Observer, o Outcome, timed bool, e observe.Event, call func() error) error {
+	_, err := Observed(ctx, obs, o, timed, e, func() (struct{}, error) { return struct{}{}, call() })
+	return err
+}
+
+// HoldAllKey is the Key of a HoldAll's event: its resources, sorted,
+// joined by ",". It is "" unless obs is set, so that a nil observer costs
+// no sort.
+func HoldAllKey(obs observe.Observer, resources []string) string {
+	if obs == nil {
+		return ""
+	}
+	return strings.Join(slices.Sorted(slices.Values(resources)), ",")
+}

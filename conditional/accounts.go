@@ -2,7 +2,6 @@ package conditional
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/nolock/nolock/internal/condcore"
@@ -54,6 +53,7 @@ func NewAccounts(db DB, opts ...AccountsOption) (*Accounts, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.outcome = condcore.Debit
 	return &Accounts{s}, nil
 }
 
@@ -86,14 +86,14 @@ func (a *Accounts) Open(ctx context.Context, account string, balance int64) erro
 // statement was sent (read the balance, or use an idempotency key, before
 // retrying). Cancelling ctx withdraws a debit not yet sent.
 func (a *Accounts) Debit(ctx context.Context, account string, amount int64) error {
-	return insufficient(a.s.Take(ctx, account, amount))
+	return a.s.Take(ctx, account, amount)
 }
 
 // DebitIn is Debit inside the caller's transaction tx, not coalesced: it
 // commits or rolls back with tx, and never reports ErrAmbiguousCommit (the
 // caller's COMMIT decides).
 func (a *Accounts) DebitIn(ctx context.Context, tx DB, account string, amount int64) error {
-	return insufficient(a.s.TakeIn(ctx, tx, account, amount))
+	return a.s.TakeIn(ctx, tx, account, amount)
 }
 
 // Credit adds amount to an existing account (ErrNotFound otherwise).
@@ -130,11 +130,3 @@ func (a *Accounts) CreateSchema(ctx context.Context) error { return a.s.CreateSc
 // Close fails debits and credits not yet sent with ErrClosed and waits for
 // those in flight. It is idempotent.
 func (a *Accounts) Close() error { return a.s.Close() }
-
-// insufficient renames Stock's refusal for balances.
-func insufficient(err error) error {
-	if errors.Is(err, ErrSoldOut) {
-		return ErrInsufficient
-	}
-	return err
-}

@@ -13,8 +13,8 @@ type ObserverOption func(*observe.Observer)
 // events.
 //
 // Stock and Accounts report each take or debit: "conditional.granted",
-// "conditional.refused" (Err: ErrSoldOut; for Accounts a debit the
-// balance did not cover) or "conditional.failed" (any other error,
+// "conditional.refused" (Err: ErrSoldOut; for Accounts ErrInsufficient)
+// or "conditional.failed" (any other error,
 // ErrAmbiguousCommit included), each with Key and N (the units asked);
 // and "conditional.batch" with Key and N (the takes one coalesced
 // statement decided).

@@ -2,6 +2,7 @@ package conditional_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -38,4 +39,36 @@ func TestObserver(t *testing.T) {
 		t.Errorf("%d failed events, want 0", f)
 	}
 	t.Logf("%d coalesced statements of the %d takes", count("conditional.batch"), takes)
+}
+
+// A debit the balance cannot cover is refused with ErrInsufficient, to
+// the caller and in its event alike.
+func TestObserverAccounts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	events := &testenv.Events{}
+	a, err := conditional.NewAccounts(pool, conditional.WithObserver(events.Observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.CreateSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Open(ctx, "wallet", 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Debit(ctx, "wallet", 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Debit(ctx, "wallet", 15); !errors.Is(err, conditional.ErrInsufficient) {
+		t.Fatalf("a debit past the balance: %v, want ErrInsufficient", err)
+	}
+	if got := events.Names("wallet"); !slices.Equal(got, []string{"conditional.granted", "conditional.refused"}) {
+		t.Errorf("events %v, want granted then refused", got)
+	}
+	if errs := events.Errs("wallet", "conditional.refused"); len(errs) != 1 || !errors.Is(errs[0], conditional.ErrInsufficient) {
+		t.Errorf("refused event's error %v, want ErrInsufficient", errs)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/combine"
+	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
@@ -41,9 +42,10 @@ import (
 type Stock struct {
 	db                DB
 	obs               observe.Observer
-	log               *slog.Logger    // never nil
-	over              pgmode.Override // for statements on db outside a transaction
-	table             string          // quoted
+	outcome           condcore.Outcome // the events of a take: condcore.Take, or condcore.Debit for Accounts
+	log               *slog.Logger     // never nil
+	over              pgmode.Override  // for statements on db outside a transaction
+	table             string           // quoted
 	keyArg, amountArg string
 	buckets           int
 	home              int // this Stock's home bucket (WithHome); -1: none
@@ -129,7 +131,7 @@ func newStock(db DB, cfg stockConfig) (*Stock, error) {
 	s := &Stock{
 		db: db, over: pgmode.For(db), table: t, buckets: cfg.buckets, home: home, rand: rand.IntN, keyArg: cfg.keyArg, amountArg: cfg.amountArg,
 		soldOut: map[string]time.Time{}, soldOutTTL: cfg.soldOutTTL, now: time.Now,
-		endgame: cfg.endgame, gathered: map[string]struct{}{}, obs: cfg.obs, log: cfg.log,
+		endgame: cfg.endgame, gathered: map[string]struct{}{}, obs: cfg.obs, log: cfg.log, outcome: condcore.Take,
 		schemaSQL: sql(stockSQL), batchSQL: sql(batchSQL), takeSQL: sql(takeSQL), addSQL: sql(addSQL), addFirstSQL: sql(addFirstSQL),
 		qtySQL: sql(qtySQL), acrossSQL: sql(acrossSQL), acrossUpdateSQL: sql(acrossUpdateSQL),
 		availableSQL: sql(availableSQL), putSQL: sql(putSQL), openSQL: sql(openSQL),
@@ -170,20 +172,16 @@ func (s *Stock) TakeIn(ctx context.Context, tx DB, key string, n int64) error {
 	return s.take(ctx, tx, key, n)
 }
 
-// take runs a take coalesced (tx nil) or in tx.
+// take runs a take coalesced (tx nil) or in tx, and reports it. A refusal
+// is the outcome's (ErrSoldOut, or ErrInsufficient for Accounts).
 func (s *Stock) take(ctx context.Context, tx DB, key string, n int64) error {
-	err := s.takeOnce(ctx, tx, key, n)
-	if s.obs != nil {
-		e := observe.Event{Name: "conditional.granted", Key: key, N: n, Err: err}
-		switch {
-		case errors.Is(err, ErrSoldOut):
-			e.Name = "conditional.refused"
-		case err != nil:
-			e.Name = "conditional.failed"
+	return condcore.ObservedErr(ctx, s.obs, s.outcome, false, observe.Event{Key: key, N: n}, func() error {
+		err := s.takeOnce(ctx, tx, key, n)
+		if errors.Is(err, ErrSoldOut) {
+			return s.outcome.Refusals[0]
 		}
-		s.obs.Notify(ctx, e)
-	}
-	return err
+		return err
+	})
 }
 
 func (s *Stock) takeOnce(ctx context.Context, tx DB, key string, n int64) error {

@@ -136,21 +136,7 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 // WithLogger).
 func (s *Store) observe(ctx context.Context, key string, start time.Time, res Result, err error) {
 	idemrecord.LogOutcome(ctx, s.log, key, res.Replayed, err)
-	if s.obs == nil {
-		return
-	}
-	e := observe.Event{Name: "idempotency.ran", Key: key, Duration: time.Since(start), Err: err}
-	switch {
-	case errors.Is(err, ErrMismatch):
-		e.Name = "idempotency.mismatch"
-	case errors.Is(err, ErrInProgress):
-		e.Name = "idempotency.in_progress"
-	case err != nil:
-		e.Name = "idempotency.failed"
-	case res.Replayed:
-		e.Name = "idempotency.replayed"
-	}
-	s.obs.Notify(ctx, e)
+	idemrecord.Observe(ctx, s.obs, key, start, res.Replayed, err)
 }
 
 // WithTable sets the table's name (default "nolock_idempotency"), at most

@@ -20,6 +20,8 @@ type Outcome struct {
 
 // The outcomes of both backends' calls (docs/observability.md lists them).
 var (
+	// Take is Stock's take: granted, or refused for want of stock.
+	Take = Outcome{"conditional.granted", "conditional.refused", []error{ErrSoldOut}}
 	// Debit is Accounts' debit: granted, or refused for want of balance.
 	Debit = Outcome{"conditional.granted", "conditional.refused", []error{ErrInsufficient}}
 	// Hold is Holds' Hold and HoldAll: held, or refused because another

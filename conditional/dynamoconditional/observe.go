@@ -27,8 +27,11 @@ type ObserverOption func(*observe.Observer)
 // "conditional.fenced", "conditional.failed"; Key, Token, Duration). A
 // Fenced event's Key is the key attribute's value, then "/" and each other
 // key attribute's value in the order of their names (a string as is, a
-// number as its text, binary in base64). NewStock takes it but reports
-// nothing yet.
+// number as its text, binary in base64). Stock reports each take
+// ("conditional.granted", "conditional.refused" with ErrSoldOut,
+// "conditional.failed"; Key, N: the units) and each coalesced write of
+// several ("conditional.batch"; Key, N: the takes it carried), as
+// conditional.Stock does.
 func WithObserver(o observe.Observer) ObserverOption {
 	return func(p *observe.Observer) { *p = o }
 }

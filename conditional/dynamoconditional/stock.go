@@ -19,6 +19,7 @@ import (
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
 	"github.com/nolock/nolock/internal/option"
+	"github.com/nolock/nolock/observe"
 )
 
 // Stock sells units of keys (SKUs, tickets, quota) from a DynamoDB
@@ -73,6 +74,7 @@ type Stock struct {
 	retry   retrier
 	batch   *combine.Combiner[bucketKey, int64, struct{}] // nil without coalescing
 	closed  atomic.Bool
+	obs     observe.Observer
 }
 
 // MaxBuckets bounds WithBuckets: a take across buckets writes
@@ -114,7 +116,7 @@ func NewStock(client DynamoDBAPI, table string, opts ...StockOption) (*Stock, er
 	if cfg.maxBatch < 1 || cfg.maxBatch > 10000 {
 		return nil, condcore.Invalid("max batch %d outside [1, 10000]", cfg.maxBatch)
 	}
-	s := &Stock{client: client, table: table, buckets: cfg.buckets, rand: rand.IntN, retry: newRetrier(cfg.log)}
+	s := &Stock{client: client, table: table, buckets: cfg.buckets, rand: rand.IntN, retry: newRetrier(cfg.log), obs: cfg.obs}
 	if cfg.coalesce {
 		s.batch = combine.New(cfg.maxBatch, takeTimeout, ErrClosed, func(ctx context.Context, k bucketKey, reqs []int64) ([]struct{}, []error, error) {
 			errs, err := s.runTake(ctx, k, reqs)
@@ -159,6 +161,11 @@ func (s *Stock) Take(ctx context.Context, key string, n int64) error {
 	if err := condcore.Unsent(ctx, fmt.Sprintf("take %q", key)); err != nil {
 		return err
 	}
+	return condcore.ObservedErr(ctx, s.obs, condcore.Take, false, observe.Event{Key: key, N: n}, func() error { return s.take(ctx, key, n) })
+}
+
+// take is Take once its arguments are checked.
+func (s *Stock) take(ctx context.Context, key string, n int64) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}

@@ -11,6 +11,7 @@ import (
 	"math"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/observe"
 )
 
 // WithCoalescing turns coalescing of concurrent takes of one bucket in
@@ -49,6 +50,9 @@ var (
 // A take is refused only when the units its bucket held, less the takes
 // granted before it in the batch, could not cover it.
 func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
+	if len(reqs) > 1 {
+		s.obs.Notify(ctx, observe.Event{Name: "conditional.batch", Key: k.key, N: int64(len(reqs))})
+	}
 	errs := make([]error, len(reqs))
 	pending := make([]int, len(reqs))
 	for i := range pending {

@@ -106,3 +106,44 @@ func TestCoalescedTakesRefuseOnlyWhatCannotBeCovered(t *testing.T) {
 	}
 	t.Logf("sold %d, left %d, refusals by size %v", sold.Load(), left, refused)
 }
+
+// Each take's outcome reaches the observer, and so do the coalesced
+// writes: 40 concurrent takes of one unit from 30 give 30 granted and 10
+// refused events, and the batch events carry no more takes than were made.
+func TestStockObserver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := dynamoClient(t, false)
+	events := &testenv.Events{}
+	s, err := dynamoconditional.NewStock(client, testenv.Table(t, client, false), dynamoconditional.WithObserver(events.Observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Put(ctx, "sku", 30); err != nil {
+		t.Fatal(err)
+	}
+	const takes = 40
+	dynamoRun(t, takes, func(int) error {
+		if err := s.Take(ctx, "sku", 1); err != nil && !errors.Is(err, dynamoconditional.ErrSoldOut) {
+			return err
+		}
+		return nil
+	})
+	if g, r, f := len(events.Of("sku", "conditional.granted")), len(events.Of("sku", "conditional.refused")), len(events.Of("sku", "conditional.failed")); g != 30 || r != takes-30 || f != 0 {
+		t.Errorf("%d granted, %d refused, %d failed events; want 30, %d, 0", g, r, f, takes-30)
+	}
+	for _, err := range events.Errs("sku", "conditional.refused") {
+		if !errors.Is(err, dynamoconditional.ErrSoldOut) {
+			t.Errorf("refused event's error %v, want ErrSoldOut", err)
+		}
+	}
+	var batched int64
+	for _, e := range events.Of("sku", "conditional.batch") {
+		batched += e.N
+	}
+	if batched > takes {
+		t.Errorf("batch events carry %d takes of %d", batched, takes)
+	}
+	t.Logf("%d coalesced writes carried %d takes", len(events.Of("sku", "conditional.batch")), batched)
+}

@@ -16,8 +16,9 @@ type ObserverOption func(*observe.Observer)
 // "conditional.refused" (Err: ErrSoldOut; for Accounts ErrInsufficient)
 // or "conditional.failed" (any other error,
 // ErrAmbiguousCommit included), each with Key and N (the units asked);
-// and "conditional.batch" with Key and N (the takes one coalesced
-// statement decided).
+// "conditional.batch" with Key and N (the takes one coalesced statement
+// decided); and "conditional.gathered" with Key and N (the units left)
+// when the endgame gathered a key's buckets into bucket 0.
 //
 // Holds reports each Hold, HoldAll, Confirm and Release, with Key (the
 // resource; for HoldAll the resources, sorted, joined by ","), N (the

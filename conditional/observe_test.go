@@ -72,3 +72,23 @@ func TestObserverAccounts(t *testing.T) {
 		t.Errorf("refused event's error %v, want ErrInsufficient", errs)
 	}
 }
+
+// The endgame's gather is reported with the units it left in bucket 0:
+// 8 units over 4 buckets (2 each), endgame 10, a take of 3 that no bucket
+// covers gathers the other 5.
+func TestObserverGathered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	events := &testenv.Events{}
+	s := newStock(t, pool, conditional.WithBuckets(4), conditional.WithEndgame(10), conditional.WithObserver(events.Observe))
+	if err := s.Put(ctx, "sku", 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Take(ctx, "sku", 3); err != nil {
+		t.Fatal(err)
+	}
+	if g := events.Of("sku", "conditional.gathered"); len(g) != 1 || g[0].N != 5 {
+		t.Errorf("gathered events %+v, want one with N 5", g)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
+	"github.com/nolock/nolock/observe"
 )
 
 // takeAcross takes n units from all of key's buckets in one transaction
@@ -66,6 +67,9 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 	}
 	if !inTx {
 		s.setGathered(key, gather) // a restock elsewhere ends an endgame seen here
+		if gather {
+			s.obs.Notify(ctx, observe.Event{Name: "conditional.gathered", Key: key, N: total - n})
+		}
 	}
 	return nil
 }

@@ -10,8 +10,9 @@
 // condition can read. Fenced makes a write to an item of your own table
 // conditional on a fencing token, so a paused ex-holder's late write is
 // refused. Each change is one conditional UpdateItem (or one
-// TransactWriteItems where several items must change together); there is no
-// coalescing, buckets are the lever.
+// TransactWriteItems where several items must change together); Stock
+// also coalesces concurrent takes of a bucket in a process into one
+// write (close it when done), and buckets spread a key over items.
 //
 // Use it when the data lives in DynamoDB and the change fits one condition
 // expression. The PostgreSQL twin is package conditional (the same names:

@@ -22,7 +22,8 @@ import (
 	"github.com/nolock/nolock/conditional/dynamoconditional"
 )
 
-// Each take is one conditional write, never below zero.
+// Takes are conditional writes, never below zero; concurrent takes of a
+// key are coalesced into one write until the Stock is closed.
 func ExampleStock_Take() {
 	ctx := context.Background()
 	cfg, err := config.LoadDefaultConfig(ctx) // region, credentials, AWS_ENDPOINT_URL_DYNAMODB

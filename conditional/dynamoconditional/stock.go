@@ -23,8 +23,9 @@ import (
 )
 
 // Stock sells units of keys (SKUs, tickets, quota) from a DynamoDB
-// table, never below zero, without a lock: each take is one conditional
-// UpdateItem, "SET qty = qty - :n IF qty >= :n", and the item decides.
+// table, never below zero, without a lock: a take is a conditional
+// UpdateItem, "SET qty = qty - :n IF qty >= :n" (with coalescing, :n is
+// the sum of the takes that write carries), and the item decides.
 //
 // Item layout: one item per bucket of a key, whose partition key
 // (KeyAttr, "pk", a string) is the key, "#" and the bucket's decimal

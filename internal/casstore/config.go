@@ -150,9 +150,11 @@ func (c *Config) logRetry(ctx context.Context, key string, attempt int, d time.D
 	}
 }
 
-// logGaveUp logs at Warn that the attempts on key ran out, err the last
-// one's error.
-func (c *Config) logGaveUp(ctx context.Context, key string, attempts int, err error) {
+// gaveUp reports (cas.gave_up) and logs at Warn that the attempts on key
+// ran out, err the last one's error: a Retry's or an Update's attempts,
+// or a Store's batches stopped by callers that left.
+func (c *Config) gaveUp(ctx context.Context, key string, attempts int, err error) {
+	c.obs.Notify(ctx, observe.Event{Name: "cas.gave_up", Key: key, Attempt: attempts, Err: err})
 	c.log.LogAttrs(ctx, slog.LevelWarn, "cas: gave up", slog.String("key", key), slog.Int("attempts", attempts), slog.Any("err", err))
 }
 
@@ -225,8 +227,7 @@ func (c *Config) Retry(ctx context.Context, key string, op func(ctx context.Cont
 	}
 	var ex *backoff.ExhaustedError
 	if errors.As(err, &ex) {
-		c.obs.Notify(ctx, observe.Event{Name: "cas.gave_up", Key: key, Attempt: ex.Attempts, Err: ex.Last})
-		c.logGaveUp(ctx, key, ex.Attempts, ex.Last)
+		c.gaveUp(ctx, key, ex.Attempts, ex.Last)
 		return fmt.Errorf("cas: gave up after %d attempts: %w", ex.Attempts, ex.Last)
 	}
 	if errors.Is(err, ErrAmbiguousCommit) {

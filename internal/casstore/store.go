@@ -229,7 +229,7 @@ func (s *Store[T]) Update(ctx context.Context, key string, fn func(cur T) (T, er
 			}
 			if sends >= s.cfg.policy.Attempts {
 				err = fmt.Errorf("cas: update %q: gave up after %d batches stopped by callers that left: %w", key, sends, ErrConflict)
-				s.cfg.logGaveUp(ctx, key, sends, err)
+				s.cfg.gaveUp(ctx, key, sends, err)
 				break
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/kafkadial"
 	"github.com/nolock/nolock/internal/kafkatxn"
+	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/option"
 )
 
@@ -115,7 +116,12 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler, opts ...RunOption
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	// Batches in flight outlive runCtx by at most the shutdown timeout.
-	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	// Their events go to the observer through Run's own queue, so that an
+	// observer never runs on a partition's goroutine, which may hold the
+	// lock that serialises batches on a single connection.
+	events := notify.New(in.obs, 1024)
+	defer events.Close() // after every partition's goroutine has stopped
+	work, cancelWork := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), queueKey{}, events))
 	defer cancelWork()
 	stopTimer := context.AfterFunc(runCtx, func() {
 		t := time.AfterFunc(cfg.shutdown, cancelWork)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -14,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/nolock/nolock/internal/kafkapark"
+	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
@@ -124,18 +125,33 @@ func WithOnPark(f func(msg kafka.Message, err error)) Option { return func(in *I
 func WithLogger(l *slog.Logger) Option { return func(in *Inbox) { in.log = l } }
 
 // WithObserver reports what Process and Run do to o (events
-// inbox.applied, .duplicate, .retry, .parked; see docs/observability.md),
-// on the goroutine that called them; nil (the default) reports nothing.
+// inbox.committed, .duplicate, .retry, .parked; see docs/observability.md):
+// Process's on the goroutine that called it, Run's on a goroutine of Run's
+// own, in order, so a slow observer never delays a batch; nil (the
+// default) reports nothing.
 func WithObserver(o observe.Observer) Option { return func(in *Inbox) { in.obs = o } }
 
-// note reports e, named inbox.<name>, about msg's partition.
-func (in *Inbox) note(ctx context.Context, name string, msg kafka.Message, e observe.Event) {
+// note reports e, named inbox.<name>, about msg's partition
+// ("topic/partition"), or about msg itself ("topic/partition@offset") if
+// one is true.
+func (in *Inbox) note(ctx context.Context, name string, msg kafka.Message, one bool, e observe.Event) {
 	if in.obs == nil {
 		return
 	}
-	e.Name, e.Key = "inbox."+name, msg.Topic+"/"+strconv.Itoa(msg.Partition)
+	offset := int64(-1)
+	if one {
+		offset = msg.Offset
+	}
+	e.Name, e.Key = "inbox."+name, kafkapark.EventKey(msg.Topic, msg.Partition, offset)
+	if q, ok := ctx.Value(queueKey{}).(*notify.Queue); ok {
+		q.Notify(ctx, e) // Run's (see Run)
+		return
+	}
 	in.obs.Notify(ctx, e)
 }
+
+// queueKey carries Run's event queue in the contexts of its batches.
+type queueKey struct{}
 
 // longestSuffix is the longest suffix New appends to the table prefix.
 const longestSuffix = "_processed_at"

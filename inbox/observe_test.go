@@ -38,10 +38,10 @@ func TestObserver(t *testing.T) {
 			return poisoned
 		}
 		return record(ctx, tx, m)
-	}, func() bool { return len(rec.Of("payments/0", "inbox.parked")) == 1 && applied(rec) == 5 })
+	}, func() bool { return len(rec.Of("payments/0@4", "inbox.parked")) == 1 && applied(rec) == 5 })
 
 	if n := applied(rec); n != 5 {
-		t.Errorf("applied events carry %d messages, want 5 (a, b, c, d, e)", n)
+		t.Errorf("committed events carry %d messages, want 5 (a, b, c, d, e)", n)
 	}
 	var dup int64
 	for _, e := range rec.Of("payments/0", "inbox.duplicate") {
@@ -50,18 +50,18 @@ func TestObserver(t *testing.T) {
 	if dup != 3 {
 		t.Errorf("duplicate events carry %d messages, want 3 (the second batch)", dup)
 	}
-	if p := rec.Of("payments/0", "inbox.parked"); len(p) != 1 || p[0].N != 4 || p[0].Attempt != 2 || !errors.Is(p[0].Err, poisoned) {
-		t.Errorf("parked events %+v: want one, offset 4 after 2 attempts, with the handler's error", p)
+	if p := rec.Of("payments/0@4", "inbox.parked"); len(p) != 1 || p[0].N != 1 || p[0].Attempt != 2 || !errors.Is(p[0].Err, poisoned) {
+		t.Errorf("parked events of offset 4 %+v: want one, after 2 attempts, with the handler's error", p)
 	}
 	if len(rec.Of("payments/0", "inbox.retry")) == 0 {
 		t.Errorf("no retry event for the poison's first failure")
 	}
 }
 
-// applied sums the messages of rec's inbox.applied events.
+// applied sums the messages of rec's inbox.committed events.
 func applied(rec *testenv.Events) int64 {
 	var n int64
-	for _, e := range rec.Of("payments/0", "inbox.applied") {
+	for _, e := range rec.Of("payments/0", "inbox.committed") {
 		n += e.N
 	}
 	return n

@@ -34,8 +34,8 @@ const (
 	// nolock.event and error.type.
 	MetricDuration = "nolock.operation.duration"
 	// MetricBatchSize is the histogram of batch sizes (unit {item}), by
-	// nolock.event: the N of cas.committed, conditional.batch and
-	// partition.committed.
+	// nolock.event: the N of cas.committed, conditional.batch,
+	// partition.committed and inbox.committed.
 	MetricBatchSize = "nolock.batch.size"
 )
 
@@ -50,9 +50,9 @@ const (
 	attrErrorMsg  = attribute.Key("error.message")  // span events: Err's text
 )
 
-// batchEvents are the events whose N is a batch's size (partition.parked's
-// N is an offset, conditional.granted's the units asked: not batches).
-var batchEvents = map[string]bool{"cas.committed": true, "conditional.batch": true, "partition.committed": true}
+// batchEvents are the events whose N is a batch's size
+// (conditional.granted's N is the units asked: not a batch).
+var batchEvents = map[string]bool{"cas.committed": true, "conditional.batch": true, "partition.committed": true, "inbox.committed": true}
 
 // ErrInvalid is returned by New for a bad option, named in the text.
 var ErrInvalid = errors.New("nolockotel: invalid argument")

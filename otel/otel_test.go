@@ -151,7 +151,7 @@ func (e *heldError) Error() string { return "held by " + e.holder }
 var errConflict = errors.New("cas: version conflict") // a sentinel
 
 // Synthetic events are counted exactly, by name and error type; durations
-// and batch sizes go to their histograms (a parked message's offset does
+// and batch sizes go to their histograms (a parked message, N 1, does
 // not); Dropped is counted; no key reaches a metric.
 func TestMetrics(t *testing.T) {
 	t.Parallel()
@@ -167,7 +167,7 @@ func TestMetrics(t *testing.T) {
 	obs.Notify(ctx, observe.Event{Name: "cas.committed", Key: "doc", N: 5})
 	obs.Notify(ctx, observe.Event{Name: "cas.committed", Key: "doc", N: 3})
 	obs.Notify(ctx, observe.Event{Name: "conditional.batch", Key: "sku", N: 7})
-	obs.Notify(ctx, observe.Event{Name: "partition.parked", Key: "t/0", Token: 2, N: 12, Attempt: 3, Err: errors.New("poison")})
+	obs.Notify(ctx, observe.Event{Name: "partition.parked", Key: "t/0@12", Token: 2, N: 1, Attempt: 3, Err: errors.New("poison")})
 	obs.Notify(ctx, observe.Event{Name: "lease.acquired", Key: "k", Token: 9, Attempt: 1, Duration: 50 * time.Millisecond})
 	obs.Notify(ctx, observe.Event{Name: "lease.not_acquired", Key: "k", Attempt: 2, Duration: time.Second,
 		Err: fmt.Errorf("lease: not acquired: %w", &heldError{"other"})})

@@ -16,6 +16,7 @@ import (
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/kafkadial"
 	"github.com/nolock/nolock/internal/kafkaerr"
+	"github.com/nolock/nolock/internal/kafkapark"
 	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgschema"
@@ -246,13 +247,14 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	return c.fatal.err
 }
 
-// note reports e, named partition.<name>, about cl's partition with cl's
-// epoch, to the observer, if any, without waiting for it.
-func (c *Consumer) note(ctx context.Context, name string, cl Claim, e observe.Event) {
+// note reports e, named partition.<name>, about cl's partition
+// ("topic/partition", then "@offset" if offset >= 0) with cl's epoch, to
+// the observer, if any, without waiting for it.
+func (c *Consumer) note(ctx context.Context, name string, cl Claim, offset int64, e observe.Event) {
 	if c.events == nil {
 		return
 	}
-	e.Name, e.Key, e.Token = "partition."+name, cl.Topic+"/"+strconv.Itoa(cl.Partition), cl.Epoch
+	e.Name, e.Key, e.Token = "partition."+name, kafkapark.EventKey(cl.Topic, cl.Partition, offset), cl.Epoch
 	c.events.Notify(ctx, e)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -63,11 +64,19 @@ func TestObserver(t *testing.T) {
 	if applied != n-1 {
 		t.Errorf("committed events carry %d messages, want %d (all but the parked one)", applied, n-1)
 	}
-	if r := rec.Of(key, "partition.retry"); len(r) != 1 || r[0].Attempt != 1 || r[0].Err == nil {
-		t.Errorf("retry events %+v: want one, after the poison's first attempt on its own", r)
+	// A busy machine's transient failures may add retries of their own:
+	// the poison's first attempt on its own is one retry of one message.
+	poisonRetries := 0
+	for _, e := range rec.Of(key, "partition.retry") {
+		if e.N == 1 && e.Attempt == 1 && e.Err != nil && strings.Contains(e.Err.Error(), "poison") {
+			poisonRetries++
+		}
 	}
-	if p := rec.Of(key, "partition.parked"); len(p) != 1 || p[0].N != 12 || p[0].Attempt != 2 || p[0].Err == nil {
-		t.Errorf("parked events %+v: want one, offset 12 after 2 attempts, with the error", p)
+	if poisonRetries != 1 {
+		t.Errorf("retry events %+v: want one after the poison's first attempt on its own", rec.Of(key, "partition.retry"))
+	}
+	if p := rec.Of(key+"@12", "partition.parked"); len(p) != 1 || p[0].N != 1 || p[0].Attempt != 2 || p[0].Err == nil {
+		t.Errorf("parked events of offset 12 %+v: want one, after 2 attempts, with the error", p)
 	}
 	if r := rec.Errs(key, "partition.released"); len(r) != 1 || r[0] != nil {
 		t.Errorf("released events' errors %v: want one nil", r)

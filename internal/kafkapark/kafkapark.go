@@ -4,6 +4,7 @@ package kafkapark
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 
 	"github.com/segmentio/kafka-go"
@@ -54,4 +55,14 @@ func HeadersFromJSON(b []byte) ([]kafka.Header, error) {
 		}
 	}
 	return hs, nil
+}
+
+// EventKey is the Key of an inbox or partition event: "topic/partition",
+// and "@offset" for an event about one message (offset >= 0).
+func EventKey(topic string, partition int, offset int64) string {
+	k := topic + "/" + strconv.Itoa(partition)
+	if offset >= 0 {
+		k += "@" + strconv.FormatInt(offset, 10)
+	}
+	return k
 }

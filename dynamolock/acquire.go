@@ -236,7 +236,7 @@ func (a *acquisition) write(ctx context.Context) (*Lock, error) {
 	} else {
 		a.ambiguous = true
 	}
-	a.c.log.Debug("dynamolock: acquire write failed; reading the item", "lock", a.name, "outcome", ddberr.Of(err), "err", err)
+	a.c.log.Debug("dynamolock: acquire write failed; reading the item", "key", a.name, "outcome", ddberr.Of(err), "err", err)
 	if ctx.Err() != nil {
 		return a.giveUp(ctx.Err())
 	}
@@ -263,7 +263,7 @@ func (a *acquisition) read(ctx context.Context) (*Lock, error) {
 	if ddberr.Permanent(err) {
 		return a.giveUp(err)
 	}
-	a.c.log.Debug("dynamolock: read failed", "lock", a.name, "err", err)
+	a.c.log.Debug("dynamolock: read failed", "key", a.name, "err", err)
 	if stop := a.failing(err); stop != nil {
 		return a.giveUp(stop)
 	}
@@ -312,7 +312,7 @@ func (a *acquisition) judge(ctx context.Context) (*Lock, error) {
 	expires := first.Add(lease)
 	if !seenAt.Before(expires) {
 		a.takeover = &rec.rvn
-		c.log.Debug("dynamolock: taking over a lock unchanged for a lease", "lock", a.name, "owner", rec.owner, "lease", lease)
+		c.log.Debug("dynamolock: taking over a lock unchanged for a lease", "key", a.name, "owner", rec.owner, "lease", lease)
 		c.events.Notify(a.caller, observe.Event{Name: "dynamolock.takeover", Key: eventKey(a.ac.key, a.ac.sortKey), Attempt: a.writes, Duration: lease})
 		return nil, nil
 	}

@@ -208,7 +208,7 @@ func (b *beats) wait(now, wake time.Time) bool {
 			b.failures++
 			b.last = r.err
 			b.next = l.c.cfg.now().Add(b.retry.Delay(b.failures + 2))
-			l.c.log.Debug("dynamolock: heartbeat failed; retrying", "lock", lockName(l.ac.key, l.ac.sortKey), "err", r.err)
+			l.c.log.Debug("dynamolock: heartbeat failed; retrying", "key", lockName(l.ac.key, l.ac.sortKey), "err", r.err)
 			l.event("dynamolock.renew_failed", l.c.cfg.now().Sub(b.callAt), r.err)
 		default:
 			b.failures = 0

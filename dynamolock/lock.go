@@ -167,7 +167,7 @@ func (l *Lock) lose(err error) {
 		l.event("dynamolock.expiring", 0, nil)
 	}
 	if le != nil {
-		l.c.log.Warn("dynamolock: lock lost", "lock", lockName(l.ac.key, l.ac.sortKey), "err", err)
+		l.c.log.Warn("dynamolock: lock lost", "key", lockName(l.ac.key, l.ac.sortKey), "err", err)
 		l.event("dynamolock.lost", 0, err)
 	}
 }

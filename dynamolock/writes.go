@@ -134,7 +134,7 @@ func (c *Client) cleanup(ac acquireConfig, ours []sent) {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.lease)
 		defer cancel()
 		if err := c.writeRelease(ctx, ac, rvns); err != nil && !errors.Is(err, ErrLockLost) {
-			c.log.Debug("dynamolock: cleanup after a given-up acquisition failed", "lock", lockName(ac.key, ac.sortKey), "err", err)
+			c.log.Debug("dynamolock: cleanup after a given-up acquisition failed", "key", lockName(ac.key, ac.sortKey), "err", err)
 		}
 	}()
 }
@@ -169,7 +169,7 @@ func (c *Client) writeRelease(ctx context.Context, ac acquireConfig, rvns []stri
 				return fmt.Errorf("dynamolock: release %s: %w", name, err)
 			}
 			unknown = unknown || ddberr.Of(err) == ddberr.Unknown
-			c.log.Debug("dynamolock: release failed; retrying", "lock", name, "outcome", ddberr.Of(err), "err", err)
+			c.log.Debug("dynamolock: release failed; retrying", "key", name, "outcome", ddberr.Of(err), "err", err)
 			continue
 		}
 		if item == nil {

@@ -83,8 +83,8 @@ type fetched struct {
 
 // fetch returns the next batch: it waits for one message as long as
 // fetchCtx lasts, then takes the messages Kafka already reported behind
-// it (the reader's lag), up to MaxBatch, waiting at most BatchWait for
-// them. It never waits for messages not yet produced. Control records
+// it (the reader's lag), up to the max batch, waiting at most the batch
+// wait for them. It never waits for messages not yet produced. Control records
 // and, read committed, records of aborted transactions are left out; the
 // batch's msgs may then be empty. Classifying a message is retried for as
 // long as genCtx lasts: the Reader has handed it over and will not again.

@@ -22,7 +22,7 @@ type PartitionStats struct {
 	// aborted transactions skipped after it. Before the claim's first
 	// batch it is the stored offset, or the group's Kafka offset for a
 	// partition with none stored, or else the first offset fetched (where
-	// StartOffset led); -1 until then.
+	// the start offset (WithStartOffset) led); -1 until then.
 	NextOffset int64
 	// LastApplied is the offset of the last message applied or parked by
 	// this Consumer; -1 before the first.
@@ -147,7 +147,7 @@ func (p *partStats) fetched(first, hwm int64, skipped, failures int) {
 		p.s.HighWaterMark = hwm
 	}
 	if p.s.NextOffset < 0 && first >= 0 {
-		p.s.NextOffset = first // a fresh partition: StartOffset resolved
+		p.s.NextOffset = first // a fresh partition: the start offset resolved
 	}
 	p.s.Skipped += int64(skipped)
 	p.s.FetchErrors += int64(failures)

@@ -3,7 +3,7 @@
 // prints the tables the packages need.
 //
 //	nolock demo    [-postgres DSN] [-kafka BROKERS] [-dynamodb URL] [-metrics ADDR]
-//	nolock bench   [-postgres DSN] [-redis ADDR] [-clients 1,4,16,64] [-duration 3s] [-svg FILE]
+//	nolock bench   [-postgres DSN] [-redis ADDR] [-clients 1,4,16,64] [-duration 3s] [-svg FILE] [-metrics ADDR]
 //	nolock schema  [postgres | dynamodb]
 //	nolock version
 //	nolock help    [command]
@@ -53,15 +53,15 @@ var commands = []command{
 		about: `Runs the seed's cases on the real services, one after another, in a fresh
 PostgreSQL schema, Kafka topics and DynamoDB tables that it creates and
 drops: a paused lock holder, a flash sale, a wallet with retried
-payments, a nightly cron on six replicas, a crashing Kafka worker and a
-paused partition owner. It prints a transcript and a table of what each
+payments, a nightly cron on six replicas, a leader-only job on
+PostgreSQL, a crashing Kafka worker and a paused partition owner. It prints a transcript and a table of what each
 case measured, and exits 1 if an invariant broke. The DynamoDB endpoint is
 a local server (the demo signs with fixed test credentials). scripts/demo
 starts local services and runs this with them.`,
 		flags: demoCommand,
 	},
 	{
-		name: "bench", args: "[-postgres DSN] [-redis ADDR] [-clients 1,4,16,64] [-duration 3s] [-svg FILE]",
+		name: "bench", args: "[-postgres DSN] [-redis ADDR] [-clients 1,4,16,64] [-duration 3s] [-svg FILE] [-metrics ADDR]",
 		summary: "measure the patterns against lock-based baselines on your database",
 		about: `Runs every strategy for "take one unit of one hot key" side by side, each
 for -duration at each client count, in a fresh schema it creates and

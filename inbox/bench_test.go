@@ -18,7 +18,7 @@ import (
 // row each, and reports msgs/s:
 //
 //	bare/batch=N    a consumer doing the same transaction per N messages, no inbox
-//	inbox/batch=N   inbox.Run with WithBatch(N): the same plus the claim
+//	inbox/batch=N   inbox.Run with WithMaxBatch(N): the same plus the claim
 //
 // Compare inbox against bare at the same batch size (scripts/bench prints
 // the ratio against "bare" only for matching rows; read them in pairs).
@@ -64,7 +64,9 @@ func BenchmarkConsume(b *testing.B) {
 			done := make(chan error, 1)
 			b.ResetTimer()
 			start := time.Now()
-			go func() { done <- in.Run(ctx, cr, record, inbox.WithBatch(batch, 5*time.Millisecond)) }()
+			go func() {
+				done <- in.Run(ctx, cr, record, inbox.WithMaxBatch(batch), inbox.WithBatchWait(5*time.Millisecond))
+			}()
 			for cr.committed.Load() < int64(b.N) { // offsets are committed after the transaction
 				time.Sleep(time.Millisecond)
 			}

@@ -52,7 +52,7 @@ func TestBrokerRestart(t *testing.T) {
 		r := groupReader(brokers, topic, group)
 		go func() {
 			defer r.Close()
-			done <- in.Run(ctx, r, h, inbox.WithBatch(10, 20*time.Millisecond), inbox.WithRetryBackoff(20*time.Millisecond, time.Second))
+			done <- in.Run(ctx, r, h, inbox.WithMaxBatch(10), inbox.WithBatchWait(20*time.Millisecond), inbox.WithBackoff(20*time.Millisecond, time.Second))
 		}()
 	}
 	t.Cleanup(func() { // the Runs end before the test does, also when it fails

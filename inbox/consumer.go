@@ -34,23 +34,26 @@ type runConfig struct {
 	retry    backoff.Policy
 }
 
-// WithBatch processes up to n messages of one partition per transaction,
-// waiting at most linger for more after the first (default 1: a
-// transaction per message). Larger batches commit less often; a failing
-// message is then retried on its own so the others are not held back.
-func WithBatch(n int, linger time.Duration) RunOption {
-	return func(c *runConfig) { c.batch, c.linger = n, linger }
-}
+// WithMaxBatch processes up to n messages of one partition per
+// transaction (at least 1; default 1: a transaction per message). Larger
+// batches commit less often; a failing message is then retried on its own
+// so the others are not held back. partition's option has the same name.
+func WithMaxBatch(n int) RunOption { return func(c *runConfig) { c.batch = n } }
+
+// WithBatchWait bounds how long a batch waits for more messages after its
+// first (default 0: it takes what has arrived). Not negative.
+func WithBatchWait(d time.Duration) RunOption { return func(c *runConfig) { c.linger = d } }
 
 // WithShutdownTimeout bounds how long Run keeps working on the batch in
 // flight after its context ends (default 10 s). Past it, the batch's
 // transaction is rolled back and its messages are left for redelivery.
 func WithShutdownTimeout(d time.Duration) RunOption { return func(c *runConfig) { c.shutdown = d } }
 
-// WithRetryBackoff sets the wait between attempts at a failing message or
-// an unreachable database: full jitter from base up to cap (defaults 100 ms
-// and 5 s). Both must be positive, and base at most cap.
-func WithRetryBackoff(base, cap time.Duration) RunOption {
+// WithBackoff sets the wait between attempts at a failing message or an
+// unreachable database: full jitter from base up to cap (defaults 100 ms
+// and 5 s), as cas's option of the same name. Both must be positive, and
+// base at most cap.
+func WithBackoff(base, cap time.Duration) RunOption {
 	return func(c *runConfig) { c.retry.Base, c.retry.Cap = base, cap }
 }
 
@@ -104,11 +107,13 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler, opts ...RunOption
 	case h == nil:
 		return invalid("handler is nil")
 	case cfg.batch < 1:
-		return invalid("batch %d is below 1", cfg.batch)
-	case cfg.linger < 0 || cfg.shutdown < 0:
-		return invalid("linger %v and shutdown timeout %v must not be negative", cfg.linger, cfg.shutdown)
+		return invalid("WithMaxBatch(%d): below 1", cfg.batch)
+	case cfg.linger < 0:
+		return invalid("WithBatchWait(%v): negative", cfg.linger)
+	case cfg.shutdown < 0:
+		return invalid("WithShutdownTimeout(%v): negative", cfg.shutdown)
 	case cfg.retry.Base <= 0 || cfg.retry.Cap <= 0:
-		return invalid("retry backoff base %v and cap %v must be positive", cfg.retry.Base, cfg.retry.Cap)
+		return invalid("WithBackoff(%v, %v): not positive", cfg.retry.Base, cfg.retry.Cap)
 	}
 	if err := cfg.retry.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)

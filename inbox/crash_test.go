@@ -53,7 +53,7 @@ func TestRunSurvivesServerCrash(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- in.Run(ctx, r, h, inbox.WithBatch(8, 20*time.Millisecond), inbox.WithRetryBackoff(10*time.Millisecond, 200*time.Millisecond))
+		done <- in.Run(ctx, r, h, inbox.WithMaxBatch(8), inbox.WithBatchWait(20*time.Millisecond), inbox.WithBackoff(10*time.Millisecond, 200*time.Millisecond))
 	}()
 	applied := func() int { // -1 while the server is down
 		var k int

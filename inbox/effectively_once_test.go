@@ -324,7 +324,7 @@ func TestChildConsumer(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // work: a kill at a random moment lands in a batch
 		return record(ctx, tx, m)
-	}, inbox.WithBatch(10, 20*time.Millisecond))
+	}, inbox.WithMaxBatch(10), inbox.WithBatchWait(20*time.Millisecond))
 	t.Fatalf("Run returned: %v", err)
 }
 

@@ -46,7 +46,7 @@ func (s *sliceReader) CommitMessages(context.Context, ...kafka.Message) error { 
 func runSlice(t *testing.T, in *inbox.Inbox, msgs []kafka.Message, h inbox.Handler, done func() bool) {
 	t.Helper()
 	runUntil(t, in, &sliceReader{msgs: msgs}, h, done,
-		inbox.WithRetryBackoff(time.Millisecond, 5*time.Millisecond), inbox.WithShutdownTimeout(100*time.Millisecond))
+		inbox.WithBackoff(time.Millisecond, 5*time.Millisecond), inbox.WithShutdownTimeout(100*time.Millisecond))
 }
 
 // parkCounter is a WithOnPark hook that counts.

@@ -98,7 +98,7 @@ func TestRunParksPoisonAndMovesOn(t *testing.T) {
 		return record(ctx, tx, m)
 	}
 	runUntil(t, in, r, h, func() bool { return count(t, pool, `SELECT count(*) FROM effects`) == 5 && hooked.Load() == 3 },
-		inbox.WithBatch(4, 50*time.Millisecond), inbox.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
+		inbox.WithMaxBatch(4), inbox.WithBatchWait(50*time.Millisecond), inbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
 	got := effects(t, pool)
 	for _, id := range []string{"m0", "m1", "m3", "m5", "m7"} {
 		if got[id] != 1 {
@@ -181,7 +181,7 @@ func TestRunRedeliveryIsSkipped(t *testing.T) {
 			h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error { calls.Add(1); return record(ctx, tx, m) }
 			for pass := 0; pass < 2; pass++ {
 				r := &countingReader{Reader: groupReader(brokers, topic, group), drop: true}
-				runUntil(t, in, r, h, func() bool { return r.done.Load() == int64(len(ids)) }, inbox.WithBatch(8, 20*time.Millisecond))
+				runUntil(t, in, r, h, func() bool { return r.done.Load() == int64(len(ids)) }, inbox.WithMaxBatch(8), inbox.WithBatchWait(20*time.Millisecond))
 				r.Close()
 			}
 			got := effects(t, pool)
@@ -220,7 +220,7 @@ func TestRunConnectionLossIsNotTheMessagesFault(t *testing.T) {
 		return record(ctx, tx, m)
 	}
 	runUntil(t, in, r, h, func() bool { return parked.Load() > 0 || count(t, pool, `SELECT count(*) FROM effects`) == len(ids) },
-		inbox.WithBatch(4, 20*time.Millisecond), inbox.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
+		inbox.WithMaxBatch(4), inbox.WithBatchWait(20*time.Millisecond), inbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
 	got := effects(t, pool)
 	for _, id := range ids {
 		if got[id] != 1 {

@@ -78,7 +78,7 @@ func TestRunNoHeadOfLineStall(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- in.Run(ctx, r, h, inbox.WithBatch(5, 10*time.Millisecond), inbox.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
+		done <- in.Run(ctx, r, h, inbox.WithMaxBatch(5), inbox.WithBatchWait(10*time.Millisecond), inbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
 	}()
 	produceTo(t, brokers, topic, 0, "poison")
 	select {
@@ -162,7 +162,7 @@ func TestRunRidesOutRetriableKafkaErrors(t *testing.T) {
 	r := &faultyReader{Reader: groupReader(brokers, topic, testenv.Name("g")), faults: retriable}
 	defer r.Close()
 	runUntil(t, in, r, record, func() bool { return count(t, pool, `SELECT count(*) FROM effects`) == len(ids) },
-		inbox.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
+		inbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
 	if n := r.served.Load(); n != int64(len(retriable)) {
 		t.Fatalf("%d faults served, want %d", n, len(retriable))
 	}
@@ -175,7 +175,7 @@ func TestRunRidesOutRetriableKafkaErrors(t *testing.T) {
 	for _, perm := range []error{kafka.TopicAuthorizationFailed, kafka.GroupAuthorizationFailed, io.EOF} {
 		r := &faultyReader{Reader: groupReader(brokers, topic, testenv.Name("g")), faults: []error{kafka.RebalanceInProgress, perm}}
 		ctx, cancel := context.WithTimeout(context.Background(), testenv.Scale(time.Minute))
-		err := in.Run(ctx, r, record, inbox.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
+		err := in.Run(ctx, r, record, inbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
 		expired := ctx.Err() != nil
 		cancel()
 		r.Close()

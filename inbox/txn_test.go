@@ -68,7 +68,7 @@ func TestRunTransactionalProducers(t *testing.T) {
 	lastPrefix := last[0].Value[:len("commit-8-")]
 	runUntil(t, in, r, h, func() bool {
 		return count(t, pool, `SELECT count(*) FROM effects WHERE id LIKE '`+lastPrefix+`%'`) == len(last)
-	}, inbox.WithBatch(4, 20*time.Millisecond), inbox.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
+	}, inbox.WithMaxBatch(4), inbox.WithBatchWait(20*time.Millisecond), inbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
 
 	applied, doubled, aborted := 0, 0, 0
 	for id, n := range effects(t, pool) {

@@ -122,7 +122,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 		return apply(ctx, tx, m)
 	}
-	if err := in.Run(ctx1, crashing, applyThenCrash, inbox.WithBatch(25, 10*time.Millisecond)); err != nil {
+	if err := in.Run(ctx1, crashing, applyThenCrash, inbox.WithMaxBatch(25), inbox.WithBatchWait(10*time.Millisecond)); err != nil {
 		return rep, err
 	}
 	crashing.Close()
@@ -138,7 +138,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	ctx2, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx2, r, apply, inbox.WithBatch(25, 10*time.Millisecond)) }()
+	go func() {
+		done <- in.Run(ctx2, r, apply, inbox.WithMaxBatch(25), inbox.WithBatchWait(10*time.Millisecond))
+	}()
 	for deadline := time.Now().Add(time.Minute); rep.Applied < cfg.Payments && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 		if err := count(); err != nil {

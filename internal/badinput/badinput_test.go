@@ -732,7 +732,7 @@ func TestNilAndEmptyOptionsRefused(t *testing.T) {
 			return err
 		}),
 		r("inbox.Inbox.Run", inbox.ErrInvalid, nilOpt, func() error {
-			return in.Run(ctx, noReader{t}, handler, inbox.WithBatch(2, 0), nil)
+			return in.Run(ctx, noReader{t}, handler, inbox.WithMaxBatch(2), nil)
 		}),
 		r("lease.New", lease.ErrInvalid, nilOpt, func() error {
 			_, err := lease.New(db, lease.WithLease(time.Minute), nil)
@@ -801,11 +801,11 @@ func TestNilAndEmptyOptionsRefused(t *testing.T) {
 			_, err := idempotency.Middleware(idem, idempotency.WithScope(nil))
 			return err
 		}),
-		r("inbox WithRetryBackoff base 0", inbox.ErrInvalid, "retry backoff base 0s", func() error {
-			return in.Run(ctx, noReader{t}, handler, inbox.WithRetryBackoff(0, time.Second))
+		r("inbox WithBackoff base 0", inbox.ErrInvalid, "WithBackoff(0s, 1s)", func() error {
+			return in.Run(ctx, noReader{t}, handler, inbox.WithBackoff(0, time.Second))
 		}),
-		r("inbox WithRetryBackoff cap 0", inbox.ErrInvalid, "cap 0s must be positive", func() error {
-			return in.Run(ctx, noReader{t}, handler, inbox.WithRetryBackoff(0, 0))
+		r("inbox WithBackoff cap 0", inbox.ErrInvalid, "WithBackoff(0s, 0s)", func() error {
+			return in.Run(ctx, noReader{t}, handler, inbox.WithBackoff(0, 0))
 		}),
 		r("cas.NewStore WithBackoff base 0", cas.ErrInvalid, "WithBackoff base 0s", func() error {
 			_, err := cas.NewStore[int](pgBackend, nil, cas.WithBackoff(0, time.Second))

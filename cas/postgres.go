@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/casstore"
+	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
@@ -57,11 +58,8 @@ func NewPostgresBackend(db DB, opts ...BackendOption) (*PostgresBackend, error) 
 		return nil, casstore.Invalid("db is nil")
 	}
 	cfg := backendConfig{table: DefaultTable}
-	for i, o := range opts {
-		if o == nil {
-			return nil, casstore.Invalid("option %d is nil", i)
-		}
-		o(&cfg)
+	if err := option.Apply(opts, func(o BackendOption) { o(&cfg) }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	table := cfg.table
 	if err := pgarg.Ident("WithTable", table, 0); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nolock/nolock/internal/kafkapark"
 	"github.com/nolock/nolock/internal/notify"
+	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
@@ -164,11 +165,8 @@ var schemaSQL string
 // or put its Schema in your migrations, first.
 func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
 	in := &Inbox{db: db, consumer: consumer, identity: ByHeader("id"), max: DefaultMaxAttempts, prefix: "nolock_inbox"}
-	for i, o := range opts {
-		if o == nil {
-			return nil, invalid("option %d is nil", i)
-		}
-		o(in)
+	if err := option.Apply(opts, func(o Option) { o(in) }); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	prefix := in.prefix
 	switch {

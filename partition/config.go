@@ -2,11 +2,13 @@ package partition
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -310,11 +312,8 @@ func newConfig(brokers []string, group string, topics []string, opts []Option) (
 		PartitionWatchInterval: DefaultPartitionWatchInterval,
 		MinBytes:               DefaultMinBytes, MaxBytes: DefaultMaxBytes, MaxWait: DefaultMaxWait,
 	}
-	for i, o := range opts {
-		if o == nil {
-			return c, invalid("option %d is nil", i)
-		}
-		o(&c)
+	if err := option.Apply(opts, func(o Option) { o(&c) }); err != nil {
+		return c, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if c.nilOption {
 		return c, invalid("WithDialer(nil): give a Dialer, or leave the option out for kafka.DefaultDialer")

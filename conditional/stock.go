@@ -98,17 +98,17 @@ func newStock(db DB, cfg stockConfig) (*Stock, error) {
 	case pgarg.NilDB(db):
 		return nil, invalid("db is nil")
 	case cfg.buckets < 1 || cfg.buckets > 1024:
-		return nil, invalid("buckets %d outside [1, 1024]", cfg.buckets)
+		return nil, invalid("WithBuckets(%d): outside [1, 1024]", cfg.buckets)
 	case cfg.maxBatch < 1 || cfg.maxBatch > 10000:
-		return nil, invalid("max batch %d outside [1, 10000]", cfg.maxBatch)
+		return nil, invalid("WithMaxBatch(%d): outside [1, 10000]", cfg.maxBatch)
 	case cfg.timeout <= 0:
-		return nil, invalid("statement timeout %v is not positive", cfg.timeout)
+		return nil, invalid("WithStatementTimeout(%v): not positive", cfg.timeout)
 	case cfg.soldOutTTL < 0:
-		return nil, invalid("sold-out cache %v is negative", cfg.soldOutTTL)
+		return nil, invalid("WithSoldOutCache(%v): negative", cfg.soldOutTTL)
 	case cfg.endgame < 0:
-		return nil, invalid("endgame %d is negative", cfg.endgame)
+		return nil, invalid("WithEndgame(%d): negative", cfg.endgame)
 	case cfg.endgame > 0 && cfg.buckets == 1:
-		return nil, invalid("endgame needs buckets > 1")
+		return nil, invalid("WithEndgame needs WithBuckets above 1")
 	}
 	if err := validHome(cfg); err != nil {
 		return nil, err

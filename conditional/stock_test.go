@@ -415,11 +415,11 @@ func TestStockEndgameGathersTheLastUnits(t *testing.T) {
 		}
 	}
 	for _, bad := range []conditional.StockOption{conditional.WithEndgame(-1)} {
-		if _, err := conditional.NewStock(pool, conditional.WithBuckets(4), bad); !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), "endgame") {
+		if _, err := conditional.NewStock(pool, conditional.WithBuckets(4), bad); !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), "WithEndgame") {
 			t.Fatalf("negative endgame: %v, want ErrInvalid naming endgame", err)
 		}
 	}
-	if _, err := conditional.NewStock(pool, conditional.WithEndgame(10)); !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), "buckets") {
+	if _, err := conditional.NewStock(pool, conditional.WithEndgame(10)); !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), "WithBuckets") {
 		t.Fatalf("endgame without buckets: %v, want ErrInvalid naming buckets", err)
 	}
 }

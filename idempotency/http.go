@@ -147,7 +147,7 @@ func Middleware(store *Store, opts ...MiddlewareOption) (func(http.Handler) http
 		return nil, idemrecord.Invalid("WithScope(nil): give a scope function, or leave the option out for the shared scope \"\"")
 	}
 	if proto.maxBody <= 0 {
-		return nil, idemrecord.Invalid("max body %d is not positive", proto.maxBody)
+		return nil, idemrecord.Invalid("WithMaxBody(%d): not positive", proto.maxBody)
 	}
 	if err := validMethods(proto.methods); err != nil {
 		return nil, err

@@ -174,7 +174,7 @@ func newConfig(opts []Option) (config, error) {
 		return cfg, err
 	}
 	if cfg.attempts < 1 || cfg.attempts > 100 {
-		return cfg, idemrecord.Invalid("attempts %d outside [1, 100]", cfg.attempts)
+		return cfg, idemrecord.Invalid("WithAttempts(%d): outside [1, 100]", cfg.attempts)
 	}
 	return cfg, nil
 }

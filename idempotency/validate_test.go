@@ -100,12 +100,12 @@ func TestNewRefusesBadSettings(t *testing.T) {
 		{"nil db", nil, nil, "db"},
 		{"empty table", noIO{t}, []idempotency.Option{idempotency.WithTable("")}, "table"},
 		{"long table", noIO{t}, []idempotency.Option{idempotency.WithTable(strings.Repeat("x", 53))}, "table is 53 bytes, more than 52"},
-		{"zero retention", noIO{t}, []idempotency.Option{idempotency.WithRetention(0)}, "retention"},
-		{"negative retention", noIO{t}, []idempotency.Option{idempotency.WithRetention(-time.Hour)}, "retention"},
-		{"retention below 1ms", noIO{t}, []idempotency.Option{idempotency.WithRetention(time.Microsecond)}, "retention"},
-		{"negative wait", noIO{t}, []idempotency.Option{idempotency.WithWait(-time.Second)}, "wait"},
+		{"zero retention", noIO{t}, []idempotency.Option{idempotency.WithRetention(0)}, "WithRetention"},
+		{"negative retention", noIO{t}, []idempotency.Option{idempotency.WithRetention(-time.Hour)}, "WithRetention"},
+		{"retention below 1ms", noIO{t}, []idempotency.Option{idempotency.WithRetention(time.Microsecond)}, "WithRetention"},
+		{"negative wait", noIO{t}, []idempotency.Option{idempotency.WithWait(-time.Second)}, "WithWait"},
 		{"wait past lock_timeout", noIO{t}, []idempotency.Option{idempotency.WithWait(30 * 24 * time.Hour)}, "PostgreSQL's longest lock_timeout"},
-		{"zero attempts", noIO{t}, []idempotency.Option{idempotency.WithAttempts(0)}, "attempts"},
+		{"zero attempts", noIO{t}, []idempotency.Option{idempotency.WithAttempts(0)}, "WithAttempts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := idempotency.New(tc.db, tc.opts...); !errors.Is(err, idempotency.ErrInvalid) || !strings.Contains(err.Error(), tc.names) {

@@ -181,7 +181,7 @@ func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
 	case in.identity.id == nil && !in.identity.watermark:
 		return nil, invalid("identity is empty: use ByHeader, ByFunc, ByOffset or ByWatermark")
 	case in.max < 1:
-		return nil, invalid("max attempts %d is below 1", in.max)
+		return nil, invalid("WithMaxAttempts(%d): below 1", in.max)
 	}
 	if err := pgarg.Ident("table prefix", prefix, len(longestSuffix)); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)

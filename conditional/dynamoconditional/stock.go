@@ -112,10 +112,10 @@ func NewStock(client DynamoDBAPI, table string, opts ...StockOption) (*Stock, er
 		return nil, err
 	}
 	if cfg.buckets < 1 || cfg.buckets > MaxBuckets {
-		return nil, condcore.Invalid("buckets %d outside [1, %d]", cfg.buckets, MaxBuckets)
+		return nil, condcore.Invalid("WithBuckets(%d): outside [1, %d]", cfg.buckets, MaxBuckets)
 	}
 	if cfg.maxBatch < 1 || cfg.maxBatch > 10000 {
-		return nil, condcore.Invalid("max batch %d outside [1, 10000]", cfg.maxBatch)
+		return nil, condcore.Invalid("WithMaxBatch(%d): outside [1, 10000]", cfg.maxBatch)
 	}
 	s := &Stock{client: client, table: table, buckets: cfg.buckets, rand: rand.IntN, retry: newRetrier(cfg.log), obs: cfg.obs}
 	if cfg.coalesce {

@@ -83,9 +83,9 @@ func (c Config) validate() (Config, error) {
 	case c.policy.Base <= 0 || c.policy.Cap <= 0:
 		return c, Invalid("WithBackoff base %v and cap %v must be positive", c.policy.Base, c.policy.Cap)
 	case c.policy.Attempts < 1:
-		return c, Invalid("attempts %d is below 1", c.policy.Attempts)
+		return c, Invalid("WithAttempts(%d): below 1", c.policy.Attempts)
 	case c.max < 1:
-		return c, Invalid("max batch %d is below 1", c.max)
+		return c, Invalid("WithMaxBatch(%d): below 1", c.max)
 	case c.timeout <= 0:
 		return c, Invalid("timeout %v is not positive", c.timeout)
 	}

@@ -24,13 +24,13 @@ const (
 func ValidTiming(retention, wait time.Duration) error {
 	switch {
 	case retention <= 0:
-		return Invalid("retention %v is not positive", retention)
+		return Invalid("WithRetention(%v): not positive", retention)
 	case retention < time.Millisecond:
-		return Invalid("retention %v is below 1ms", retention)
+		return Invalid("WithRetention(%v): below 1ms", retention)
 	case wait < 0:
-		return Invalid("wait %v is negative", wait)
+		return Invalid("WithWait(%v): negative", wait)
 	case wait > MaxWait:
-		return Invalid("wait %v is over %v, PostgreSQL's longest lock_timeout", wait, MaxWait)
+		return Invalid("WithWait(%v): over %v, PostgreSQL's longest lock_timeout", wait, MaxWait)
 	}
 	return nil
 }

@@ -54,7 +54,7 @@ type Report struct {
 type Night struct {
 	Date      string
 	WrittenBy string // the replica that wrote the report
-	Runs      int    // times the report was written: 1 unless the lock failed
+	Runs      int    // reports written: the store creates one per night, so 1, or 0 if no replica ran the job
 	Skipped   int    // attempts that found the lock held
 }
 
@@ -146,6 +146,12 @@ func (s *story) replica(ctx context.Context, c *dynamolock.Client, i int, n *Nig
 		case err != nil:
 			return fmt.Errorf("%s: %w", name, err)
 		}
+		if s.written(n) {
+			// A replica that fired late takes the lock after the writer
+			// released it: the report, checked under the lock, is done.
+			s.say("     %s took the lock (token %d) after %v; the report exists: nothing to do\n", name, l.Token(), time.Since(start).Round(10*time.Millisecond))
+			return l.Release(ctx)
+		}
 		s.say("     %s took the lock (token %d) after %v; running the report\n", name, l.Token(), time.Since(start).Round(10*time.Millisecond))
 		if crashNext.CompareAndSwap(true, false) {
 			crashed.Store(true) // dies mid-job: no report, no release, no more heartbeats
@@ -159,11 +165,21 @@ func (s *story) replica(ctx context.Context, c *dynamolock.Client, i int, n *Nig
 		}
 		select {
 		case <-time.After(s.cfg.Job):
+			// The report store creates a night's report once (a
+			// conditional create): a holder that lost the lock mid-job
+			// without noticing yet cannot write a second one.
 			s.mu.Lock()
-			n.WrittenBy = name
-			n.Runs++
+			first := n.WrittenBy == ""
+			if first {
+				n.WrittenBy = name
+				n.Runs++
+			}
 			s.mu.Unlock()
-			s.say("     %s wrote report-%s.csv\n", name, n.Date)
+			if first {
+				s.say("     %s wrote report-%s.csv\n", name, n.Date)
+			} else {
+				s.say("     %s finished late: report-%s.csv exists, its write refused\n", name, n.Date)
+			}
 			return l.Release(ctx)
 		case <-l.Lost():
 			s.say("     %s lost the lock mid-job: %v\n", name, l.Err())

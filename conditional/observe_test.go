@@ -38,7 +38,14 @@ func TestObserver(t *testing.T) {
 	if f := count("conditional.failed"); f != 0 {
 		t.Errorf("%d failed events, want 0", f)
 	}
-	t.Logf("%d coalesced statements of the %d takes", count("conditional.batch"), takes)
+	var batched int64
+	for _, e := range events.Of("sku#0", "conditional.batch") { // the key's one bucket
+		batched += e.N
+	}
+	if batched > takes {
+		t.Errorf("batch events carry %d takes of %d", batched, takes)
+	}
+	t.Logf("%d coalesced statements carried %d of the %d takes", len(events.Of("sku#0", "conditional.batch")), batched, takes)
 }
 
 // A debit the balance cannot cover is refused with ErrInsufficient, to

@@ -15,6 +15,7 @@ import (
 	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
+	"github.com/nolock/nolock/observe"
 )
 
 // Do runs fn at most once per (scope, key): it claims the key, runs fn,
@@ -151,6 +152,7 @@ func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func)
 			end(ctx, conn, tx)
 			return Result{}, errVanished
 		}
+		s.obs.Notify(ctx, observe.Event{Name: "idempotency.expired", Key: key})
 	}
 	body, terminal, err := runFn(ctx, conn, tx, key, fn)
 	if err != nil {

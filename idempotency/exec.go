@@ -15,6 +15,7 @@ import (
 	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
+	"github.com/nolock/nolock/observe"
 )
 
 // Exec is Do for an effect that is one SQL statement: an INSERT, UPDATE or
@@ -143,8 +144,12 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt
 		// by Do renewed it meanwhile, which the statement will then meet),
 		// then run the statement. The delete's lock is the key's alone.
 		dwait, bound := s.bound(ctx)
-		if _, err := s.over.Exec(ctx, s.db, s.expireSQL, scope, key, bound); err != nil {
+		tag, err := s.over.Exec(ctx, s.db, s.expireSQL, scope, key, bound)
+		if err != nil {
 			return Result{}, s.execError(key, "the key's record, held by a takeover in flight", dwait, err)
+		}
+		if tag.RowsAffected() == 1 {
+			s.obs.Notify(ctx, observe.Event{Name: "idempotency.expired", Key: key})
 		}
 		runAlone()
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -42,5 +43,31 @@ func TestObserver(t *testing.T) {
 	}
 	if errs := events.Errs("do-2", "idempotency.failed"); len(errs) != 1 || !errors.Is(errs[0], boom) {
 		t.Errorf("failed's error: %v, want boom", errs)
+	}
+}
+
+// A call that meets an expired record takes the key over and says so
+// (idempotency.expired) before its run, through Do and Exec alike.
+func TestObserverExpired(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	events := &testenv.Events{}
+	b := newBed(t, idempotency.WithObserver(events.Observe), idempotency.WithRetention(time.Millisecond))
+	fn := func(ctx context.Context, tx pgx.Tx) ([]byte, error) { return nil, debit(ctx, tx, "alice", 1) }
+	for i := range 2 {
+		if i == 1 {
+			time.Sleep(20 * time.Millisecond) // the records' 1 ms retention passes on the database's clock
+		}
+		if _, err := b.store.Do(ctx, "alice", "do-x", nil, fn); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.store.Exec(ctx, "alice", "exec-x", nil, debitSQL, "alice", int64(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, key := range []string{"do-x", "exec-x"} {
+		if got, want := events.Names(key), []string{"idempotency.ran", "idempotency.expired", "idempotency.ran"}; !slices.Equal(got, want) {
+			t.Errorf("events of %s: %v, want %v", key, got, want)
+		}
 	}
 }

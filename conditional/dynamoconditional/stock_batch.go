@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/observe"
@@ -51,7 +52,7 @@ var (
 // granted before it in the batch, could not cover it.
 func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
 	if len(reqs) > 1 {
-		s.obs.Notify(ctx, observe.Event{Name: "conditional.batch", Key: k.key, N: int64(len(reqs))})
+		s.obs.Notify(ctx, observe.Event{Name: "conditional.batch", Key: k.key + "#" + strconv.Itoa(k.bucket), N: int64(len(reqs))}) // the bucket's statement
 	}
 	errs := make([]error, len(reqs))
 	pending := make([]int, len(reqs))

@@ -139,11 +139,11 @@ func TestStockObserver(t *testing.T) {
 		}
 	}
 	var batched int64
-	for _, e := range events.Of("sku", "conditional.batch") {
+	for _, e := range events.Of("sku#0", "conditional.batch") {
 		batched += e.N
 	}
 	if batched > takes {
 		t.Errorf("batch events carry %d takes of %d", batched, takes)
 	}
-	t.Logf("%d coalesced writes carried %d takes", len(events.Of("sku", "conditional.batch")), batched)
+	t.Logf("%d coalesced writes carried %d takes", len(events.Of("sku#0", "conditional.batch")), batched)
 }

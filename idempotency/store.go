@@ -226,13 +226,15 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 }
 
 // waitFor returns the lock_timeout for the claim: the Store's wait,
-// shortened to 90 % of what is left before ctx's deadline, so that the
-// server gives up before the client drops the connection. 0: no bound.
+// shortened to what is left before ctx's deadline less a margin (a fifth
+// of it, at least 50 ms), so that the server gives up, and its answer
+// (ErrInProgress) reaches the caller, before the deadline ends the call.
+// 0: no bound.
 func (s *Store) waitFor(ctx context.Context) time.Duration {
 	w := s.wait
 	if dl, ok := ctx.Deadline(); ok {
 		left := time.Until(dl)
-		if left -= left / 10; w == 0 || left < w {
+		if left -= max(left/5, 50*time.Millisecond); w == 0 || left < w {
 			w = max(left, time.Millisecond)
 		}
 	}

@@ -297,8 +297,8 @@ func TestDuplicateRunsAfterFirstRollsBack(t *testing.T) {
 // A duplicate of a request still running waits for it no longer than the
 // bound, WithWait's or the context's deadline's, and then returns
 // ErrInProgress, having run nothing. The bound is scaled: with the
-// context's deadline as the bound, the server gives up 10 % of it before
-// the deadline, and the answer must come back within that margin.
+// context's deadline as the bound, the server gives up a fifth of it
+// before the deadline, and the answer must come back within that margin.
 func TestWaitIsBounded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

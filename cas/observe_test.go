@@ -66,13 +66,13 @@ func TestObserver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
 	if err := s.Create(ctx, "k", 1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Update(ctx, "k", func(v int) (int, error) { return v + 1, nil }); err != nil {
 		t.Fatal(err)
 	}
+	s.Close() // the Store's events come from its own goroutine: Close delivers them all
 	if got, want := storeEvents.Names("k"), []string{"cas.committed"}; !slices.Equal(got, want) {
 		t.Errorf("a Store's Update: %v, want %v", got, want)
 	}

@@ -17,7 +17,8 @@ type ObserverOption func(*observe.Observer)
 // or "conditional.failed" (any other error,
 // ErrAmbiguousCommit included), each with Key and N (the units asked);
 // "conditional.batch" with Key and N (the takes one coalesced statement
-// decided); and "conditional.gathered" with Key and N (the units left)
+// decided; from a goroutine of the Stock's own, which Close drains); and
+// "conditional.gathered" with Key and N (the units left)
 // when the endgame gathered a key's buckets into bucket 0.
 //
 // Holds reports each Hold, HoldAll, Confirm and Release, with Key (the

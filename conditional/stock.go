@@ -16,6 +16,7 @@ import (
 
 	"github.com/nolock/nolock/internal/combine"
 	"github.com/nolock/nolock/internal/condcore"
+	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
@@ -42,6 +43,7 @@ import (
 type Stock struct {
 	db                DB
 	obs               observe.Observer
+	drained           *notify.Queue    // obs's, for the events of the combiners' drainers, which obs must not hold up
 	outcome           condcore.Outcome // the events of a take: condcore.Take, or condcore.Debit for Accounts
 	log               *slog.Logger     // never nil
 	over              pgmode.Override  // for statements on db outside a transaction
@@ -131,7 +133,7 @@ func newStock(db DB, cfg stockConfig) (*Stock, error) {
 	s := &Stock{
 		db: db, over: pgmode.For(db), table: t, buckets: cfg.buckets, home: home, rand: rand.IntN, keyArg: cfg.keyArg, amountArg: cfg.amountArg,
 		soldOut: map[string]time.Time{}, soldOutTTL: cfg.soldOutTTL, now: time.Now,
-		endgame: cfg.endgame, gathered: map[string]struct{}{}, obs: cfg.obs, log: cfg.log, outcome: condcore.Take,
+		endgame: cfg.endgame, gathered: map[string]struct{}{}, obs: cfg.obs, drained: notify.New(cfg.obs, 1024), log: cfg.log, outcome: condcore.Take,
 		schemaSQL: sql(stockSQL), batchSQL: sql(batchSQL), takeSQL: sql(takeSQL), addSQL: sql(addSQL), addFirstSQL: sql(addFirstSQL),
 		qtySQL: sql(qtySQL), acrossSQL: sql(acrossSQL), acrossUpdateSQL: sql(acrossUpdateSQL),
 		availableSQL: sql(availableSQL), putSQL: sql(putSQL), openSQL: sql(openSQL),
@@ -307,5 +309,6 @@ func (s *Stock) CreateSchema(ctx context.Context) error {
 func (s *Stock) Close() error {
 	s.batch.Close()
 	s.adds.Close()
+	s.drained.Close() // after the statements in flight: obs gets every event
 	return nil
 }

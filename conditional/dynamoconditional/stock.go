@@ -18,6 +18,7 @@ import (
 	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
+	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/observe"
 )
@@ -76,6 +77,7 @@ type Stock struct {
 	batch   *combine.Combiner[bucketKey, int64, struct{}] // nil without coalescing
 	closed  atomic.Bool
 	obs     observe.Observer
+	drained *notify.Queue // obs's, for the events of the coalescing drainers, which obs must not hold up
 }
 
 // MaxBuckets bounds WithBuckets: a take across buckets writes
@@ -117,7 +119,7 @@ func NewStock(client DynamoDBAPI, table string, opts ...StockOption) (*Stock, er
 	if cfg.maxBatch < 1 || cfg.maxBatch > 10000 {
 		return nil, condcore.Invalid("WithMaxBatch(%d): outside [1, 10000]", cfg.maxBatch)
 	}
-	s := &Stock{client: client, table: table, buckets: cfg.buckets, rand: rand.IntN, retry: newRetrier(cfg.log), obs: cfg.obs}
+	s := &Stock{client: client, table: table, buckets: cfg.buckets, rand: rand.IntN, retry: newRetrier(cfg.log), obs: cfg.obs, drained: notify.New(cfg.obs, 1024)}
 	if cfg.coalesce {
 		s.batch = combine.New(cfg.maxBatch, takeTimeout, ErrClosed, func(ctx context.Context, k bucketKey, reqs []int64) ([]struct{}, []error, error) {
 			errs, err := s.runTake(ctx, k, reqs)

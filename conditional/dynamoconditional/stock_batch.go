@@ -52,7 +52,7 @@ var (
 // granted before it in the batch, could not cover it.
 func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
 	if len(reqs) > 1 {
-		s.obs.Notify(ctx, observe.Event{Name: "conditional.batch", Key: k.key + "#" + strconv.Itoa(k.bucket), N: int64(len(reqs))}) // the bucket's statement
+		s.drained.Notify(ctx, observe.Event{Name: "conditional.batch", Key: k.key + "#" + strconv.Itoa(k.bucket), N: int64(len(reqs))}) // the bucket's statement
 	}
 	errs := make([]error, len(reqs))
 	pending := make([]int, len(reqs))
@@ -139,5 +139,6 @@ func (s *Stock) Close() error {
 	if s.batch != nil {
 		s.batch.Close()
 	}
+	s.drained.Close() // after the writes in flight: the observer gets every event
 	return nil
 }

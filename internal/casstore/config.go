@@ -121,8 +121,10 @@ func WithStats(s *Stats) Option { return func(c *Config) { c.stats = s } }
 // (before a retry's wait: Key, Attempt, Duration, Err), "cas.committed"
 // (a write: Key, N the updates it applied, 1 for Retry) and "cas.gave_up"
 // (the attempts ran out: Key, Attempt, Err) to o (nil: none). Key is
-// empty for Retry. o runs on the calling goroutine, never with a lock of
-// the Store held (see package observe).
+// empty for Retry. For Retry o runs on the calling goroutine; a Store's
+// events go to o from a goroutine of the Store's own, in order (a key's
+// coalesced writes run on its drainer, which o must never hold up), and
+// Close returns once o has had them all (see package observe).
 func WithObserver(o observe.Observer) Option { return func(c *Config) { c.obs = o } }
 
 // WithLogger logs to l (nil, the default, discards): each retry at Debug

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nolock/nolock/internal/combine"
+	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/option"
 )
 
@@ -63,10 +64,11 @@ type Versioned[T any] struct {
 // Store is a typed versioned store with compare-and-set updates. It is
 // safe for concurrent use; Close it to stop its goroutines.
 type Store[T any] struct {
-	b     Backend
-	codec Codec[T]
-	cfg   Config
-	comb  *combine.Combiner[string, request[T], Versioned[T]]
+	b      Backend
+	codec  Codec[T]
+	cfg    Config
+	comb   *combine.Combiner[string, request[T], Versioned[T]]
+	events *notify.Queue // the observer's, if any: coalesced writes report from a key's drainer
 }
 
 // MaxKeyLen bounds a key's length in bytes. A key must also be non-empty
@@ -105,6 +107,11 @@ func NewStore[T any](b Backend, codec Codec[T], opts ...StoreOption) (*Store[T],
 		codec = JSON[T]{}
 	}
 	s := &Store[T]{b: b, codec: codec, cfg: cfg}
+	if s.events = notify.New(cfg.obs, 1024); s.events != nil {
+		// A key's writes run on its drainer, which an observer must never
+		// hold up: the Store's events go through a queue of its own.
+		s.cfg.obs = s.events.Notify
+	}
 	max := cfg.max
 	if !cfg.combine {
 		max = 1
@@ -377,10 +384,12 @@ func (s *Store[T]) encode(v T) ([]byte, error) {
 	return b, nil
 }
 
-// Close fails Updates not yet sent with ErrClosed and waits for those in
-// flight. It is idempotent; the backend's connections are the caller's.
+// Close fails Updates not yet sent with ErrClosed, waits for those in
+// flight, then for the observer to have had every event. It is
+// idempotent; the backend's connections are the caller's.
 func (s *Store[T]) Close() error {
 	s.comb.Close()
+	s.events.Close() // after the writes in flight: the observer gets every event
 	return nil
 }
 

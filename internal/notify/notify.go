@@ -9,15 +9,17 @@ import (
 	"github.com/nolock/nolock/observe"
 )
 
-// Queue hands events to an observer on a goroutine of its own, in order.
-// Notify never blocks: when size events are already waiting, the event is
-// dropped, and the next one delivered carries the count in Dropped. A nil
-// *Queue (from New with a nil observer) does nothing.
+// Queue hands events to an observer on a goroutine of its own, in order,
+// started by the first event (a Queue that never gets one costs no
+// goroutine). Notify never blocks: when size events are already waiting,
+// the event is dropped, and the next one delivered carries the count in
+// Dropped. A nil *Queue (from New with a nil observer) does nothing.
 type Queue struct {
 	o       observe.Observer
 	ch      chan item
 	mu      sync.Mutex
 	dropped int64
+	started bool
 	closed  bool
 	done    chan struct{}
 }
@@ -27,14 +29,12 @@ type item struct {
 	e   observe.Event
 }
 
-// New starts a Queue for o, or returns nil when o is nil.
+// New returns a Queue for o, or nil when o is nil.
 func New(o observe.Observer, size int) *Queue {
 	if o == nil {
 		return nil
 	}
-	q := &Queue{o: o, ch: make(chan item, size), done: make(chan struct{})}
-	go q.run()
-	return q
+	return &Queue{o: o, ch: make(chan item, size), done: make(chan struct{})}
 }
 
 func (q *Queue) run() {
@@ -53,6 +53,10 @@ func (q *Queue) Notify(ctx context.Context, e observe.Event) {
 	defer q.mu.Unlock()
 	if q.closed {
 		return
+	}
+	if !q.started {
+		q.started = true
+		go q.run()
 	}
 	e.Dropped = q.dropped
 	select {
@@ -73,6 +77,9 @@ func (q *Queue) Close() {
 	if !q.closed {
 		q.closed = true
 		close(q.ch)
+		if !q.started {
+			close(q.done) // no goroutine, no events
+		}
 	}
 	q.mu.Unlock()
 	<-q.done

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 )
 
 // Each take's outcome reaches the observer: 40 concurrent takes of one
@@ -98,4 +101,52 @@ func TestObserverGathered(t *testing.T) {
 	if g := events.Of("sku", "conditional.gathered"); len(g) != 1 || g[0].N != 5 {
 		t.Errorf("gathered events %+v, want one with N 5", g)
 	}
+}
+
+// An observer that blocks on the events a key's drainer sends holds up
+// nothing: concurrent takes all end while it blocks, and Close delivers
+// what was queued once it lets go.
+func TestObserverBlockingHoldsNothingUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	release := make(chan struct{})
+	var batches atomic.Int64
+	s, err := conditional.NewStock(pool, conditional.WithObserver(func(_ context.Context, e observe.Event) {
+		if e.Name == "conditional.batch" {
+			<-release
+			batches.Add(1)
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "sku", 100); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for range 64 {
+			wg.Go(func() { _ = s.Take(ctx, "sku", 1) })
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-done:
+	case <-time.After(testenv.Scale(30 * time.Second)):
+		t.Fatal("takes stalled behind an observer that blocks")
+	}
+	if n, err := s.Available(ctx, "sku"); err != nil || n != 36 {
+		t.Errorf("available after 64 takes of 100: %d, %v; want 36", n, err)
+	}
+	close(release)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d batch events delivered after the observer let go", batches.Load())
 }

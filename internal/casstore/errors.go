@@ -83,3 +83,14 @@ func conflict(err error) bool {
 // fresh read at once sees its write. A serialization failure or deadlock is
 // not one: retried at once, it meets the transaction it lost to again.
 func lostRace(err error) bool { return errors.Is(err, ErrConflict) }
+
+// panicError carries a panic out of an Update's fn, which may run on
+// another caller's goroutine, to its own caller.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string {
+	return fmt.Sprintf("cas: fn panicked: %v\n\n%s", e.value, e.stack)
+}

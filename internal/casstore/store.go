@@ -362,17 +362,6 @@ func (s *Store[T]) apply(key string, fn func(T) (T, error), cur []byte) (v T, b 
 	return v, b, err
 }
 
-// panicError carries a panic out of an Update's fn, which may run on
-// another caller's goroutine, to its own caller.
-type panicError struct {
-	value any
-	stack []byte
-}
-
-func (e *panicError) Error() string {
-	return fmt.Sprintf("cas: fn panicked: %v\n\n%s", e.value, e.stack)
-}
-
 func (s *Store[T]) encode(v T) ([]byte, error) {
 	b, err := s.codec.Encode(v)
 	if err != nil {

@@ -6,7 +6,7 @@
 // the balances, so every event lands exactly once whatever the rebalances
 // do. At the end the balances are compared with the sums computed here.
 //
-//	go run ./examples/balances [-dsn postgres://…] [-brokers host:port] [-accounts 40] [-events 4000] [-partitions 4]
+//	go run ./examples/balances [-postgres postgres://…] [-kafka host:port] [-accounts 40] [-events 4000] [-partitions 4]
 //
 // The DSN and brokers default to $NOLOCK_TEST_POSTGRES and
 // $NOLOCK_TEST_KAFKA (see scripts/services).
@@ -34,14 +34,14 @@ import (
 )
 
 func main() {
-	dsn := flag.String("dsn", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
-	brokers := flag.String("brokers", os.Getenv("NOLOCK_TEST_KAFKA"), "Kafka brokers, comma-separated")
+	dsn := flag.String("postgres", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
+	brokers := flag.String("kafka", os.Getenv("NOLOCK_TEST_KAFKA"), "Kafka brokers, comma-separated")
 	accounts := flag.Int("accounts", 40, "accounts")
 	events := flag.Int("events", 4000, "deposit and withdrawal events")
 	partitions := flag.Int("partitions", 4, "partitions of the events topic")
 	flag.Parse()
 	if *dsn == "" || *brokers == "" {
-		log.Fatal("no -dsn/-brokers and no NOLOCK_TEST_POSTGRES/NOLOCK_TEST_KAFKA: run scripts/services up, then eval \"$(scripts/services env)\"")
+		log.Fatal("no -postgres/-kafka and no NOLOCK_TEST_POSTGRES/NOLOCK_TEST_KAFKA: run scripts/services up, then eval \"$(scripts/services env)\"")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -2,7 +2,7 @@
 // first with a naive read-then-write (last writer wins), then with
 // cas.Store. The naive way loses edits; compare-and-set loses none.
 //
-//	go run ./examples/editors -dsn postgres://… [-editors 16] [-edits 25]
+//	go run ./examples/editors -postgres postgres://… [-editors 16] [-edits 25]
 //
 // The DSN defaults to $NOLOCK_TEST_POSTGRES (see scripts/services).
 package main
@@ -28,7 +28,7 @@ type Doc struct {
 }
 
 func main() {
-	dsn := flag.String("dsn", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
+	dsn := flag.String("postgres", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
 	editors := flag.Int("editors", 16, "concurrent editors")
 	edits := flag.Int("edits", 25, "lines each editor appends")
 	flag.Parse()
@@ -39,7 +39,7 @@ func main() {
 
 func run(ctx context.Context, dsn string, editors, edits int) error {
 	if dsn == "" {
-		return errors.New("no -dsn and no NOLOCK_TEST_POSTGRES: run scripts/services up, then eval \"$(scripts/services env)\"")
+		return errors.New("no -postgres and no NOLOCK_TEST_POSTGRES: run scripts/services up, then eval \"$(scripts/services env)\"")
 	}
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {

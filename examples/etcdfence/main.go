@@ -48,7 +48,7 @@
 // its lease ended only when it next hears from etcd, which a paused
 // holder does after its write. The storage must check the token.
 //
-//	cd examples/etcdfence && go run . [-etcd http://127.0.0.1:12379] [-dsn postgres://…]
+//	cd examples/etcdfence && go run . [-etcd http://127.0.0.1:12379] [-postgres postgres://…]
 //
 // The endpoints and DSN default to $NOLOCK_TEST_ETCD and
 // $NOLOCK_TEST_POSTGRES (see scripts/services). This directory is a Go
@@ -86,7 +86,7 @@ const (
 
 func main() {
 	endpoints := flag.String("etcd", os.Getenv("NOLOCK_TEST_ETCD"), "etcd client URLs, comma-separated")
-	dsn := flag.String("dsn", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
+	dsn := flag.String("postgres", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
 	flag.Parse()
 	var eps []string
 	if *endpoints != "" {
@@ -157,7 +157,7 @@ func (w *worker) close() {
 
 func run(ctx context.Context, endpoints []string, dsn string) error {
 	if len(endpoints) == 0 || dsn == "" {
-		return errors.New("no -etcd/-dsn and no NOLOCK_TEST_ETCD/NOLOCK_TEST_POSTGRES: run scripts/services up, then eval \"$(scripts/services env)\"")
+		return errors.New("no -etcd/-postgres and no NOLOCK_TEST_ETCD/NOLOCK_TEST_POSTGRES: run scripts/services up, then eval \"$(scripts/services env)\"")
 	}
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {

@@ -30,8 +30,8 @@ import (
 
 func main() {
 	backend := flag.String("backend", "postgres", "where the seats live: postgres or dynamodb")
-	dsn := flag.String("dsn", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
-	endpoint := flag.String("endpoint", os.Getenv("NOLOCK_TEST_DYNAMODB"), "DynamoDB endpoint URL")
+	dsn := flag.String("postgres", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
+	endpoint := flag.String("dynamodb", os.Getenv("NOLOCK_TEST_DYNAMODB"), "DynamoDB endpoint URL")
 	seats := flag.Int("seats", 10, "seats on the train")
 	passengers := flag.Int("passengers", 200, "passengers racing for them")
 	flag.Parse()
@@ -72,7 +72,7 @@ const noServices = "run scripts/services up, then eval \"$(scripts/services env)
 // func that closes the pool.
 func onPostgres(ctx context.Context, dsn string) (*conditional.Holds, func(), error) {
 	if dsn == "" {
-		return nil, nil, errors.New("no -dsn and no NOLOCK_TEST_POSTGRES: " + noServices)
+		return nil, nil, errors.New("no -postgres and no NOLOCK_TEST_POSTGRES: " + noServices)
 	}
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
@@ -93,7 +93,7 @@ func onPostgres(ctx context.Context, dsn string) (*conditional.Holds, func(), er
 // that deletes the table.
 func onDynamoDB(ctx context.Context, endpoint string) (*dynamoconditional.Holds, func(), error) {
 	if endpoint == "" {
-		return nil, nil, errors.New("no -endpoint and no NOLOCK_TEST_DYNAMODB: " + noServices)
+		return nil, nil, errors.New("no -dynamodb and no NOLOCK_TEST_DYNAMODB: " + noServices)
 	}
 	db := localdynamo.Client(endpoint)
 	table := fmt.Sprintf("nolock_seats_%d", time.Now().UnixNano())

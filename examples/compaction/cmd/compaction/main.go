@@ -4,7 +4,7 @@
 // worker's late commit overwrites a manifest that checks nothing, and is
 // refused by one fenced by the lock's token.
 //
-//	go run ./examples/compaction/cmd/compaction [-endpoint http://127.0.0.1:18000] [-dsn postgres://…] [-lease 1s]
+//	go run ./examples/compaction/cmd/compaction [-dynamodb http://127.0.0.1:18000] [-postgres postgres://…] [-lease 1s]
 //
 // The endpoint and DSN default to $NOLOCK_TEST_DYNAMODB and
 // $NOLOCK_TEST_POSTGRES (see scripts/services).
@@ -23,12 +23,12 @@ import (
 )
 
 func main() {
-	endpoint := flag.String("endpoint", os.Getenv("NOLOCK_TEST_DYNAMODB"), "DynamoDB endpoint URL")
-	dsn := flag.String("dsn", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
+	endpoint := flag.String("dynamodb", os.Getenv("NOLOCK_TEST_DYNAMODB"), "DynamoDB endpoint URL")
+	dsn := flag.String("postgres", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
 	lease := flag.Duration("lease", time.Second, "the lock's lease")
 	flag.Parse()
 	if *endpoint == "" || *dsn == "" {
-		log.Fatal(`no -endpoint/-dsn and no NOLOCK_TEST_DYNAMODB/NOLOCK_TEST_POSTGRES: run scripts/services up, then eval "$(scripts/services env)"`)
+		log.Fatal(`no -dynamodb/-postgres and no NOLOCK_TEST_DYNAMODB/NOLOCK_TEST_POSTGRES: run scripts/services up, then eval "$(scripts/services env)"`)
 	}
 	db := localdynamo.Client(*endpoint)
 	rep, err := compaction.Run(context.Background(), compaction.Config{DynamoDB: db, DSN: *dsn, Lease: *lease, Out: os.Stdout})

@@ -4,7 +4,7 @@
 // conditional.Stock over buckets); it exits non-zero unless
 // conditional.Stock sold exactly the stock.
 //
-//	go run ./examples/flashsale/cmd/flashsale [-dsn postgres://…] [-units 300] [-buyers 5000] [-inflight 256] [-buckets 16]
+//	go run ./examples/flashsale/cmd/flashsale [-postgres postgres://…] [-units 300] [-buyers 5000] [-inflight 256] [-buckets 16]
 //
 // The DSN defaults to $NOLOCK_TEST_POSTGRES (see scripts/services).
 package main
@@ -20,7 +20,7 @@ import (
 )
 
 func main() {
-	dsn := flag.String("dsn", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
+	dsn := flag.String("postgres", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
 	units := flag.Int64("units", 300, "units on sale")
 	buyers := flag.Int("buyers", 5000, "buyers, one unit each")
 	inFlight := flag.Int("inflight", 256, "buyers in flight at once")
@@ -28,7 +28,7 @@ func main() {
 	conns := flag.Int("conns", 40, "connections in the pool")
 	flag.Parse()
 	if *dsn == "" {
-		log.Fatal(`no -dsn and no NOLOCK_TEST_POSTGRES: run scripts/services up, then eval "$(scripts/services env)"`)
+		log.Fatal(`no -postgres and no NOLOCK_TEST_POSTGRES: run scripts/services up, then eval "$(scripts/services env)"`)
 	}
 	_, err := flashsale.Run(context.Background(), flashsale.Config{
 		DSN: *dsn, Units: *units, Buyers: *buyers, InFlight: *inFlight, Buckets: *buckets, Conns: int32(*conns), Out: os.Stdout,

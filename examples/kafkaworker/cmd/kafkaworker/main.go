@@ -4,7 +4,7 @@
 // which gets everything again; it exits non-zero unless every payment was
 // applied exactly once.
 //
-//	go run ./examples/kafkaworker/cmd/kafkaworker [-brokers 127.0.0.1:19092] [-dsn postgres://…] [-payments 500] [-partitions 4]
+//	go run ./examples/kafkaworker/cmd/kafkaworker [-kafka 127.0.0.1:19092] [-postgres postgres://…] [-payments 500] [-partitions 4]
 //
 // The flags default to scripts/services' variables.
 package main
@@ -21,13 +21,13 @@ import (
 )
 
 func main() {
-	brokers := flag.String("brokers", os.Getenv("NOLOCK_TEST_KAFKA"), "comma-separated Kafka brokers")
-	dsn := flag.String("dsn", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
+	brokers := flag.String("kafka", os.Getenv("NOLOCK_TEST_KAFKA"), "comma-separated Kafka brokers")
+	dsn := flag.String("postgres", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
 	payments := flag.Int("payments", 500, "payments to produce")
 	partitions := flag.Int("partitions", 4, "the topic's partitions")
 	flag.Parse()
 	if *dsn == "" || *brokers == "" {
-		log.Fatal(`no -dsn/-brokers and no NOLOCK_TEST_POSTGRES/NOLOCK_TEST_KAFKA: run scripts/services up, then eval "$(scripts/services env)"`)
+		log.Fatal(`no -postgres/-kafka and no NOLOCK_TEST_POSTGRES/NOLOCK_TEST_KAFKA: run scripts/services up, then eval "$(scripts/services env)"`)
 	}
 	_, err := kafkaworker.Run(context.Background(), kafkaworker.Config{
 		Brokers: strings.Split(*brokers, ","), DSN: *dsn, Payments: *payments, Partitions: *partitions, Out: os.Stdout,

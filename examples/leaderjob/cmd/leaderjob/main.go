@@ -3,7 +3,7 @@
 // freezes past its lease, another takes over with a higher token, and the
 // frozen leader's late write is refused by the lease's fence.
 //
-//	go run ./examples/leaderjob/cmd/leaderjob [-dsn postgres://…] [-replicas 3] [-pages 30] [-lease 1s]
+//	go run ./examples/leaderjob/cmd/leaderjob [-postgres postgres://…] [-replicas 3] [-pages 30] [-lease 1s]
 //
 // The DSN defaults to $DATABASE_URL, else pgx's defaults (the PG*
 // variables).
@@ -21,7 +21,7 @@ import (
 )
 
 func main() {
-	dsn := flag.String("dsn", os.Getenv("DATABASE_URL"), "PostgreSQL DSN")
+	dsn := flag.String("postgres", os.Getenv("DATABASE_URL"), "PostgreSQL DSN")
 	replicas := flag.Int("replicas", 3, "replicas competing for the job")
 	pages := flag.Int("pages", 30, "pages of invoices to send")
 	leaseFlag := flag.Duration("lease", time.Second, "the lock's lease")

@@ -3,7 +3,7 @@
 // makes one of them run it; on the second night the winner crashes
 // mid-job and another replica takes the lock over one lease later.
 //
-//	go run ./examples/nightlycron/cmd/nightlycron [-endpoint http://127.0.0.1:18000] [-replicas 6] [-nights 5] [-lease 2s]
+//	go run ./examples/nightlycron/cmd/nightlycron [-dynamodb http://127.0.0.1:18000] [-replicas 6] [-nights 5] [-lease 2s]
 //
 // The endpoint defaults to $NOLOCK_TEST_DYNAMODB (see scripts/services).
 package main
@@ -21,13 +21,13 @@ import (
 )
 
 func main() {
-	endpoint := flag.String("endpoint", os.Getenv("NOLOCK_TEST_DYNAMODB"), "DynamoDB endpoint URL")
+	endpoint := flag.String("dynamodb", os.Getenv("NOLOCK_TEST_DYNAMODB"), "DynamoDB endpoint URL")
 	replicas := flag.Int("replicas", 6, "replicas firing the job")
 	nights := flag.Int("nights", 5, "nights to run")
 	lease := flag.Duration("lease", 2*time.Second, "the lock's lease")
 	flag.Parse()
 	if *endpoint == "" {
-		log.Fatal(`no -endpoint and no NOLOCK_TEST_DYNAMODB: run scripts/services up, then eval "$(scripts/services env)"`)
+		log.Fatal(`no -dynamodb and no NOLOCK_TEST_DYNAMODB: run scripts/services up, then eval "$(scripts/services env)"`)
 	}
 	db := localdynamo.Client(*endpoint)
 	rep, err := nightlycron.Run(context.Background(), nightlycron.Config{

@@ -3,7 +3,7 @@
 // once and retried through timeouts and lost replies; it exits non-zero
 // unless every payment was applied once and every balance adds up.
 //
-//	go run ./examples/walletdebit/cmd/walletdebit [-dsn postgres://…] [-wallets 5] [-opening 10000] [-payments 300] [-deliveries 3] [-clients 8] [-via do|exec] [-cut 5ms]
+//	go run ./examples/walletdebit/cmd/walletdebit [-postgres postgres://…] [-wallets 5] [-opening 10000] [-payments 300] [-deliveries 3] [-clients 8] [-via do|exec] [-cut 5ms]
 //
 // The DSN defaults to $NOLOCK_TEST_POSTGRES (see scripts/services).
 package main
@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	dsn := flag.String("dsn", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
+	dsn := flag.String("postgres", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
 	wallets := flag.Int("wallets", 5, "wallets")
 	opening := flag.Int64("opening", 10_000, "each wallet's opening balance, in paise")
 	payments := flag.Int("payments", 300, "payments")
@@ -29,7 +29,7 @@ func main() {
 	cut := flag.Duration("cut", 5*time.Millisecond, "shortest attempt timeout (attempts time out after cut to cut+100ms)")
 	flag.Parse()
 	if *dsn == "" {
-		log.Fatal(`no -dsn and no NOLOCK_TEST_POSTGRES: run scripts/services up, then eval "$(scripts/services env)"`)
+		log.Fatal(`no -postgres and no NOLOCK_TEST_POSTGRES: run scripts/services up, then eval "$(scripts/services env)"`)
 	}
 	_, err := walletdebit.Run(context.Background(), walletdebit.Config{
 		DSN: *dsn, Wallets: *wallets, Opening: *opening, Payments: *payments, Deliveries: *deliveries, Clients: *clients, Via: *via, Cut: *cut, Out: os.Stdout,

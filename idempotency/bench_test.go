@@ -44,6 +44,8 @@ import (
 //	exec-v7    exec with keys that are UUIDv7s (time-ordered), against exec
 //	           with random UUIDs (v4) as its baseline: what time-ordered keys
 //	           do to the record's index inserts
+//	ledger-v7  ledger with UUIDv7 payment keys against random UUIDs (v4): the
+//	           same for the ledger's primary key
 func BenchmarkDebit(b *testing.B) {
 	pool, _ := testenv.PostgresSchema(b, 80)
 	benchDebit(b, pool, []int{1, 4, 16, 64}, nil)
@@ -133,20 +135,26 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 			return err
 		}
 	}
+	// ledgered is the ledger scenario with payment keys from key.
+	ledgered := func(key func() string) func(ctx context.Context, c int) error {
+		return func(ctx context.Context, c int) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if err := debited(tx, ctx, c); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, `INSERT INTO ledger VALUES ($1, 1) ON CONFLICT DO NOTHING`, key())
+				return err
+			})
+		}
+	}
+	v7 := func() string { return uuid.Must(uuid.NewV7()).String() }
 	scenarios := []struct {
 		name         string
 		op, baseline op
 	}{
 		{"bare", bare, nil},
-		{"ledger", func(ctx context.Context, c int) error {
-			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				if err := debited(tx, ctx, c); err != nil {
-					return err
-				}
-				_, err := tx.Exec(ctx, `INSERT INTO ledger VALUES ($1, 1) ON CONFLICT DO NOTHING`, next("l"))
-				return err
-			})
-		}, bare},
+		{"ledger", ledgered(func() string { return next("l") }), bare},
+		{"ledger-v7", ledgered(v7), ledgered(uuid.NewString)},
 		{"forupdate", func(ctx context.Context, c int) error {
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				var n int64
@@ -202,7 +210,7 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 		{"exec-replay", execReplay, read},
 		{"read-record", readRecord, read},
 		{"exec-replay-record", execReplay, readRecord},
-		{"exec-v7", execKeyed(func() string { return uuid.Must(uuid.NewV7()).String() }), execKeyed(uuid.NewString)},
+		{"exec-v7", execKeyed(v7), execKeyed(uuid.NewString)},
 		{"exec-replay-shared", func(ctx context.Context, c int) error {
 			store.PinPlan(true)
 			return execReplay(ctx, c)

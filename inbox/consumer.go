@@ -41,7 +41,10 @@ type runConfig struct {
 func WithMaxBatch(n int) RunOption { return func(c *runConfig) { c.batch = n } }
 
 // WithBatchWait bounds how long a batch waits for more messages after its
-// first (default 0: it takes what has arrived). Not negative.
+// first (default 0: it takes what has arrived). Not negative. Unlike
+// partition, which knows its partition's lag and waits only for messages
+// already produced, the wait here is for any message: it trades latency
+// on a quiet topic for fuller batches.
 func WithBatchWait(d time.Duration) RunOption { return func(c *runConfig) { c.linger = d } }
 
 // WithShutdownTimeout bounds how long Run keeps working on the batch in

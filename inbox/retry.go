@@ -48,16 +48,27 @@ func (in *Inbox) handle(ctx context.Context, batch []kafka.Message, h Handler, r
 }
 
 // processBatch retries batch as a whole until it commits, a handler fails
-// (isolate: go one by one), or ctx ends.
+// (isolate: go one by one), or ctx ends. A connection lost under the
+// handler twice in a row isolates the batch too: one message may be what
+// ends its connection every time, and one at a time it is counted and
+// parked (see handleOne) instead of stalling its partition.
 func (in *Inbox) processBatch(ctx context.Context, batch []kafka.Message, h Handler, retry backoff.Policy) (isolate bool, err error) {
+	lost := 0
 	for attempt := 1; ; attempt++ {
 		_, err := in.Process(ctx, batch, h)
 		var he *HandlerError
+		var cl *connLostError
 		switch {
 		case err == nil:
 			return false, nil
 		case errors.As(err, &he) || errors.Is(err, ErrNoID):
 			return true, nil
+		case errors.As(err, &cl):
+			if lost++; lost >= 2 {
+				return true, nil
+			}
+		default:
+			lost = 0
 		}
 		in.log.Warn("inbox: batch failed; retrying", "attempt", attempt, "err", err)
 		delay := retry.Delay(attempt + 1)

@@ -320,16 +320,23 @@ func TestRunRecoversHandlerPanic(t *testing.T) {
 // than the attempts allowed, they count, and the message is parked.
 func TestRunConnectionLostEveryTimeIsParked(t *testing.T) {
 	t.Parallel()
-	pool := testenv.Postgres(t)
-	parked, hook := parkCounter()
-	in := newInbox(t, pool, inbox.WithMaxAttempts(2), hook)
-	h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
-		if string(m.Value) == "v-bad" {
-			_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
-			return err
-		}
-		return record(ctx, tx, m)
+	for _, batch := range []int{1, 8} { // alone, and inside a batch
+		t.Run(fmt.Sprint("batch=", batch), func(t *testing.T) {
+			t.Parallel()
+			pool := testenv.Postgres(t)
+			parked, hook := parkCounter()
+			in := newInbox(t, pool, inbox.WithMaxAttempts(2), hook)
+			h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+				if string(m.Value) == "v-bad" {
+					_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
+					return err
+				}
+				return record(ctx, tx, m)
+			}
+			runUntil(t, in, &sliceReader{msgs: []kafka.Message{msg("bad", 0, 0), msg("next", 0, 1)}}, h,
+				func() bool { return parked.Load() == 1 && len(effects(t, pool)) == 1 },
+				inbox.WithMaxBatch(batch), inbox.WithBatchWait(testenv.Scale(100*time.Millisecond)),
+				inbox.WithBackoff(time.Millisecond, 5*time.Millisecond), inbox.WithShutdownTimeout(100*time.Millisecond))
+		})
 	}
-	runSlice(t, in, []kafka.Message{msg("bad", 0, 0), msg("next", 0, 1)}, h,
-		func() bool { return parked.Load() == 1 && len(effects(t, pool)) == 1 })
 }

@@ -37,7 +37,7 @@ func (c *Consumer) applyRetrying(runCtx, genCtx context.Context, cl Claim, prev 
 	if len(msgs) > 1 {
 		limit = 1
 	}
-	failures := 0
+	failures, lost := 0, 0
 	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		retry, err := c.apply(runCtx, cl, prev, next, msgs)
@@ -46,6 +46,15 @@ func (c *Consumer) applyRetrying(runCtx, genCtx context.Context, cl Claim, prev 
 		}
 		if err == nil || errors.Is(err, ErrFenced) {
 			return err
+		}
+		// A connection lost under the handler is the database's trouble
+		// once; twice in a row, it may be the batch's own doing (a
+		// message whose effect ends its session): it counts, so that the
+		// message is isolated and parked rather than retried for ever.
+		if lost = lost + 1; !errors.Is(err, errConnLostInHandler) {
+			lost = 0
+		} else if lost >= 2 {
+			retry = false
 		}
 		if !retry {
 			if failures++; failures >= limit {
@@ -114,7 +123,11 @@ func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int
 		return false, nil
 	}
 	if err := callHandler(ctx, c.handler, tx, msgs); err != nil {
-		return handlerTransient(err, tx) && ctx.Err() == nil, fmt.Errorf("partition: handler on %s at offset %d: %w", cl, msgs[0].Offset, err)
+		err = fmt.Errorf("partition: handler on %s at offset %d: %w", cl, msgs[0].Offset, err)
+		if tx.Conn().IsClosed() && ctx.Err() == nil {
+			err = fmt.Errorf("%w: %w", errConnLostInHandler, err)
+		}
+		return handlerTransient(err, tx) && ctx.Err() == nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		// A commit whose outcome is unknown (the connection failed, or
@@ -127,6 +140,10 @@ func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int
 	}
 	return false, nil
 }
+
+// errConnLostInHandler marks a failure during which the handler's
+// connection died (see applyRetrying).
+var errConnLostInHandler = errors.New("connection lost under the handler")
 
 // commitTransient reports whether a failed COMMIT is worth another
 // attempt: its outcome is unknown (the next attempt's fence finds out

@@ -157,7 +157,8 @@ func WithStartOffset(offset int64) Option { return func(c *config) { c.StartOffs
 // a time, so only the failing message is parked. Transient errors (lost
 // connections, serialization failures, deadlocks, a commit whose outcome
 // is unknown) are retried for as long as the generation lasts and never
-// count. At least 1; default 10.
+// count, except a connection lost under the handler twice in a row, which
+// counts. At least 1; default 10.
 func WithMaxAttempts(n int) Option { return func(c *config) { c.MaxAttempts = n } }
 
 // WithKafkaCommitInterval also commits each partition's stored offset to

@@ -375,3 +375,40 @@ func TestHandlerStatementTimeoutParks(t *testing.T) {
 		t.Fatalf("parked rows %+v (%v); want one", rows, err)
 	}
 }
+
+// A message whose handler ends its own connection every time is isolated
+// and parked, like any other poison, instead of being retried as the
+// database's trouble for as long as the generation lasts: the batch's
+// other messages are applied.
+func TestHandlerConnectionLostEveryTimeParks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t, 1)
+	produce(t, b.brokers, b.topic, 1, 0, 3)
+	rec := record("m")
+	cfg := b.config("m", func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
+		for _, m := range msgs {
+			if string(m.Value) == "0-1" {
+				_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
+				return err
+			}
+		}
+		return rec(ctx, tx, msgs)
+	})
+	cfg.with(partition.WithMaxAttempts(2))
+	var parked parkLog
+	cfg.with(partition.WithOnPark(parked.onPark))
+	m := startMember(t, b.pool, cfg)
+	testenv.Until(t, "the message parked and the others applied", func() (bool, error) {
+		msgs, _ := parked.snapshot()
+		var n int
+		err := b.pool.QueryRow(ctx, `SELECT count(*) FROM results`).Scan(&n)
+		return len(msgs) == 1 && n == 2, err
+	})
+	if err := m.stop(); err != nil {
+		t.Fatalf("Run: %v; want nil", err)
+	}
+	if msgs, _ := parked.snapshot(); string(msgs[0].Value) != "0-1" {
+		t.Fatalf("parked %q, want 0-1", msgs[0].Value)
+	}
+}

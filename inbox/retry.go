@@ -114,6 +114,7 @@ func (in *Inbox) handleOne(ctx context.Context, m kafka.Message, h Handler, retr
 			counted = counted || ferr == nil
 			if ferr != nil {
 				err = ferr // the database is in trouble: back off below
+				in.log.Warn("inbox: counting a failed attempt failed; retrying", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset, "attempt", attempt, "err", err)
 			} else if parked {
 				return nil
 			}

@@ -317,13 +317,18 @@ func TestRunRecoversHandlerPanic(t *testing.T) {
 
 // A message whose handler loses its connection every time (it ends its
 // own backend) is, in the end, the message's trouble: after more losses
-// than the attempts allowed, they count, and the message is parked.
+// than the attempts allowed, they count, and the message is parked, through
+// PgBouncer (pgx's exec mode) as directly.
 func TestRunConnectionLostEveryTimeIsParked(t *testing.T) {
 	t.Parallel()
-	for _, batch := range []int{1, 8} { // alone, and inside a batch
-		t.Run(fmt.Sprint("batch=", batch), func(t *testing.T) {
+	for _, c := range []struct {
+		dep   string
+		batch int // alone, and inside a batch
+	}{{"direct", 1}, {"direct", 8}, {"pgbouncer", 1}, {"pgbouncer", 8}} {
+		t.Run(fmt.Sprintf("%s/batch=%d", c.dep, c.batch), func(t *testing.T) {
 			t.Parallel()
-			pool := testenv.Postgres(t)
+			batch := c.batch
+			pool := testenv.PostgresVia(t, c.dep, 4)
 			parked, hook := parkCounter()
 			in := newInbox(t, pool, inbox.WithMaxAttempts(2), hook)
 			h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {

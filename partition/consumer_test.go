@@ -379,11 +379,24 @@ func TestHandlerStatementTimeoutParks(t *testing.T) {
 // A message whose handler ends its own connection every time is isolated
 // and parked, like any other poison, instead of being retried as the
 // database's trouble for as long as the generation lasts: the batch's
-// other messages are applied.
+// other messages are applied, through PgBouncer (pgx's exec mode) as
+// directly.
 func TestHandlerConnectionLostEveryTimeParks(t *testing.T) {
 	t.Parallel()
+	for _, dep := range []string{"direct", "pgbouncer"} {
+		t.Run(dep, func(t *testing.T) {
+			t.Parallel()
+			handlerConnectionLostEveryTimeParks(t, dep)
+		})
+	}
+}
+
+func handlerConnectionLostEveryTimeParks(t *testing.T, dep string) {
 	ctx := context.Background()
 	b := newBed(t, 1)
+	if dep == "pgbouncer" {
+		b.pool = testenv.PoolMode(t, testenv.PgBouncerDSNFor(t, b.schema), pgx.QueryExecModeExec, 8)
+	}
 	produce(t, b.brokers, b.topic, 1, 0, 3)
 	rec := record("m")
 	cfg := b.config("m", func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {

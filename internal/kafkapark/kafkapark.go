@@ -26,8 +26,10 @@ type storedHeader struct {
 // HeadersJSON is the parked headers column: a JSON array of {"key",
 // "value"} in order (repeated keys kept), a value that is not storable
 // text given as "base64" instead, so that every value reads back as it
-// was (HeadersFromJSON); a key is stored as Text.
-func HeadersJSON(hs []kafka.Header) []byte {
+// was (HeadersFromJSON); a key is stored as Text. It is a string, not
+// bytes: in pgx's exec and simple-protocol modes bytes are sent as bytea,
+// which a jsonb column refuses.
+func HeadersJSON(hs []kafka.Header) string {
 	out := make([]storedHeader, len(hs))
 	for i, h := range hs {
 		out[i].Key = Text(h.Key)
@@ -38,7 +40,7 @@ func HeadersJSON(hs []kafka.Header) []byte {
 		}
 	}
 	b, _ := json.Marshal(out) // strings and bytes only: cannot fail
-	return b
+	return string(b)
 }
 
 // HeadersFromJSON reads the parked headers column back, in order.

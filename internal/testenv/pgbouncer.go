@@ -418,3 +418,20 @@ func RefusedEndpoint(t testing.TB) string {
 	t.Helper()
 	return fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
 }
+
+// PostgresVia is Postgres reached by dep: "direct", or "pgbouncer" for
+// PgBouncer in transaction pooling with pgx in its exec mode (the mode a
+// pooler needs without prepared-statement support). Its pool has maxConns
+// connections (0 means pgxpool's default) on a fresh schema.
+func PostgresVia(t testing.TB, dep string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	pool, schema := PostgresSchema(t, maxConns)
+	switch dep {
+	case "direct":
+		return pool
+	case "pgbouncer":
+		return PoolMode(t, PgBouncerDSNFor(t, schema), pgx.QueryExecModeExec, maxConns)
+	}
+	t.Fatalf("testenv: PostgresVia: unknown deployment %q", dep)
+	return nil
+}

@@ -150,12 +150,27 @@ func (a *acquisition) attempt(ctx context.Context) (*Lock, time.Duration, error)
 	}
 	callCtx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
+	args := c.over.Args(a.ac.key, c.cfg.owner, s.nonce, micros(c.cfg.lease), a.ac.data, micros(c.cfg.lockDelay))
 	var won bool
 	var token, left int64
 	var owner, nonce string
 	var data []byte
-	err := pgerr.Row(callCtx, c.db, c.sql.acquire, c.over.Args(a.ac.key, c.cfg.owner, s.nonce,
-		micros(c.cfg.lease), a.ac.data, micros(c.cfg.lockDelay))...).Scan(&won, &token, &owner, &nonce, &data, &left)
+	if a.tries == 1 {
+		// The first try takes a free lock with the bare statement; only a
+		// refusal needs the holder's row, which the next try, sent at
+		// once, returns.
+		err := pgerr.Row(callCtx, c.db, c.sql.take, args...).Scan(&token)
+		switch {
+		case err == nil:
+			l, err := c.newLock(a.caller, a.ac, s, token)
+			return l, 0, err
+		case errors.Is(err, pgx.ErrNoRows):
+			a.ours = a.ours[:len(a.ours)-1]
+			return nil, 0, nil
+		}
+		return a.failed(ctx, s, err)
+	}
+	err := pgerr.Row(callCtx, c.db, c.sql.acquire, args...).Scan(&won, &token, &owner, &nonce, &data, &left)
 	switch {
 	case err == nil && won:
 		l, err := c.newLock(a.caller, a.ac, s, token)

@@ -18,16 +18,18 @@ const benchClients = 4
 // BenchmarkPairs measures acquire + release pairs per second, each client
 // on its own key (uncontended), in the same run for:
 //   - lease: Client.Acquire + Lock.Release (with renewals, Lost, token);
-//   - handwritten: the seed's lease SQL inline on the pool, with its
-//     token: one INSERT … ON CONFLICT … RETURNING token, one UPDATE to
-//     release;
+//   - handwritten: the seed's lease SQL inline on the pool, with its token
+//     and a heartbeat: one INSERT … ON CONFLICT … RETURNING token, a
+//     goroutine that would renew the lease every third of it (it never
+//     gets to, here) stopped before one UPDATE releases;
+//   - bare: the same two statements without the heartbeat;
 //   - advisory: pg_advisory_lock + pg_advisory_unlock on a session of a
 //     dedicated connection per client (no TTL, no token, no commit).
 //
-// The three run in alternating blocks of pairBlock pairs, so that what
-// else the machine does falls on all of them alike; b.N pairs each. It
-// reports each one's pairs/s and lease's rate over the hand-written SQL's
-// (x-handwritten).
+// They run in alternating blocks of pairBlock pairs, so that what else the
+// machine does falls on all of them alike; b.N pairs each. It reports each
+// one's pairs/s and lease's rate over the hand-written lease's
+// (x-handwritten) and over the bare statements' (x-bare).
 func BenchmarkPairs(b *testing.B) {
 	pool, _ := testenv.PostgresSchema(b, 2*benchClients+2)
 	ctx := context.Background()
@@ -43,18 +45,24 @@ func BenchmarkPairs(b *testing.B) {
 token bigint NOT NULL, expires_at timestamptz NOT NULL)`); err != nil {
 		b.Fatal(err)
 	}
-	handOp := func(ctx context.Context, client int) error {
-		key := fmt.Sprintf("bench-%d", client)
-		var token int64
-		err := pool.QueryRow(ctx, `INSERT INTO hand AS h (key, owner, token, expires_at)
-VALUES ($1, 'worker', 1, now() + interval '60 seconds')
+	handOp := func(heartbeat bool) func(ctx context.Context, client int) error {
+		return func(ctx context.Context, client int) error {
+			key := fmt.Sprintf("bench-%d", client)
+			var token int64
+			err := pool.QueryRow(ctx, `INSERT INTO hand AS h (key, owner, token, expires_at)
+VALUES ($1, $2, 1, now() + interval '60 seconds')
 ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = h.token + 1, expires_at = excluded.expires_at
-WHERE h.expires_at < now() RETURNING token`, key).Scan(&token)
-		if err != nil {
+WHERE h.expires_at < now() RETURNING token`, key, handOwner).Scan(&token)
+			if err != nil {
+				return err
+			}
+			if heartbeat {
+				stop := handHeartbeat(pool, key, token)
+				defer stop()
+			}
+			_, err = pool.Exec(ctx, `UPDATE hand SET expires_at = now() - interval '1 microsecond' WHERE key = $1 AND token = $2`, key, token)
 			return err
 		}
-		_, err = pool.Exec(ctx, `UPDATE hand SET expires_at = now() - interval '1 microsecond' WHERE key = $1 AND token = $2`, key, token)
-		return err
 	}
 	conns := make([]*pgxpool.Conn, benchClients)
 	for i := range conns {
@@ -72,9 +80,9 @@ WHERE h.expires_at < now() RETURNING token`, key).Scan(&token)
 		_, err := conns[client].Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(client))
 		return err
 	}
-	names := []string{"lease", "handwritten", "advisory"}
-	ops := []func(context.Context, int) error{leaseOp, handOp, advisoryOp}
-	var took [3]time.Duration
+	names := []string{"lease", "handwritten", "bare", "advisory"}
+	ops := []func(context.Context, int) error{leaseOp, handOp(true), handOp(false), advisoryOp}
+	var took [4]time.Duration
 	b.ResetTimer()
 	for done := 0; done < b.N; done += pairBlock {
 		n := min(pairBlock, b.N-done)
@@ -91,7 +99,33 @@ WHERE h.expires_at < now() RETURNING token`, key).Scan(&token)
 		b.ReportMetric(float64(b.N)/took[i].Seconds(), name+"-pairs/s")
 	}
 	b.ReportMetric(took[1].Seconds()/took[0].Seconds(), "x-handwritten")
+	b.ReportMetric(took[2].Seconds()/took[0].Seconds(), "x-bare")
 }
+
+// handHeartbeat starts the hand-written lease's heartbeat: a goroutine
+// that renews the lease every 20 s while token holds it. The returned
+// function stops it and waits for it to end, before the release.
+func handHeartbeat(pool *pgxpool.Pool, key string, token int64) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(20 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				_, _ = pool.Exec(context.Background(), `UPDATE hand SET expires_at = now() + interval '60 seconds'
+WHERE key = $1 AND token = $2 AND expires_at > now()`, key, token)
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+// handOwner names the hand-written lease's holder, as lease's owner does.
+const handOwner = "4f1c2a0e-6f0b-4d47-9b57-2f1e8d3c5a71"
 
 // pairBlock is how many pairs each variant runs before the next one's turn.
 const pairBlock = 200

@@ -60,5 +60,6 @@
 // that was not replicated is lost; with a synchronous standby it is not.
 //
 // Cost: an uncontended acquire and release are one statement each; a
-// renewal is one statement; a waiter tries with one statement per poll.
+// renewal is one statement; a waiter tries with one statement per poll
+// (after its first refusal, which one more statement explains).
 package lease

@@ -90,7 +90,7 @@ func closed(ch <-chan struct{}) bool {
 // kind names a Client statement by its text.
 func kind(sql string) string {
 	switch {
-	case strings.Contains(sql, "WITH won"):
+	case strings.Contains(sql, "WITH won"), strings.HasPrefix(sql, "INSERT"):
 		return "acquire"
 	case strings.Contains(sql, "SET expires_at"):
 		return "renew"

@@ -18,19 +18,23 @@ var schemaSQL string
 // microseconds, and remaining times come back the same way, so no client
 // timestamp is ever stored or compared.
 const (
-	// acquireSQL is the whole acquisition, one statement. The insert
-	// creates the row with token 1, or takes it over, adding 1 to its
-	// token, when it is released or its lease (plus the lock-delay $6)
-	// has run out. A refused one returns the holder's row instead, with
-	// the time left until it can be taken (as of the statement's
+	// takeSQL is an acquisition's first try, one statement: it creates
+	// the row with token 1, or takes it over, adding 1 to its token, when
+	// it is released or its lease (plus the lock-delay $6) has run out. It
+	// returns the token, or no row if the lock is held.
+	takeSQL = `INSERT INTO {{table}} AS t (key, owner, nonce, token, expires_at, released, data)
+VALUES ($1::text, $2::text, $3::text, 1, clock_timestamp() + $4::bigint * interval '1 microsecond', false, $5::bytea)
+ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, nonce = excluded.nonce, token = t.token + 1,
+  expires_at = excluded.expires_at, released = false, data = excluded.data
+WHERE t.released OR t.expires_at + $6::bigint * interval '1 microsecond' <= clock_timestamp()
+RETURNING t.token`
+
+	// acquireSQL is takeSQL for the tries after the first, which also need
+	// to know whom they wait for: a refused one returns the holder's row,
+	// with the time left until it can be taken (as of the statement's
 	// snapshot; no row if the row was created after it).
 	acquireSQL = `WITH won AS (
-  INSERT INTO {{table}} AS t (key, owner, nonce, token, expires_at, released, data)
-  VALUES ($1::text, $2::text, $3::text, 1, clock_timestamp() + $4::bigint * interval '1 microsecond', false, $5::bytea)
-  ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, nonce = excluded.nonce, token = t.token + 1,
-    expires_at = excluded.expires_at, released = false, data = excluded.data
-  WHERE t.released OR t.expires_at + $6::bigint * interval '1 microsecond' <= clock_timestamp()
-  RETURNING t.token
+` + takeSQL + `
 )
 SELECT true, token, ''::text, ''::text, NULL::bytea, 0::bigint FROM won
 UNION ALL
@@ -62,13 +66,13 @@ FROM {{table}} WHERE key = $1::text`
 
 // statements are a Client's SQL texts for its table.
 type statements struct {
-	schema, acquire, renew, release, cleanup, read, fence string
+	schema, take, acquire, renew, release, cleanup, read, fence string
 }
 
 func newStatements(table string) statements {
 	r := strings.NewReplacer("{{table}}", pgx.Identifier{table}.Sanitize())
 	return statements{
-		schema: r.Replace(schemaSQL), acquire: r.Replace(acquireSQL), renew: r.Replace(renewSQL),
+		schema: r.Replace(schemaSQL), take: r.Replace(takeSQL), acquire: r.Replace(acquireSQL), renew: r.Replace(renewSQL),
 		release: r.Replace(releaseSQL), cleanup: r.Replace(cleanupSQL), read: r.Replace(readSQL),
 		fence: r.Replace(fenceSQL),
 	}

@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,4 +105,68 @@ func PostgresFreshDSN(t testing.TB) string {
 	t.Helper()
 	_, schema := PostgresSchema(t, 1)
 	return PostgresDSNFor(t, schema)
+}
+
+// PostgresDatabase creates a database of the test's own on the shared
+// server and returns its DSN; the database is dropped when the test ends.
+// Its row of pg_stat_database counts the test's transactions alone (see
+// Rollbacks).
+func PostgresDatabase(t testing.TB) string {
+	t.Helper()
+	admin := PostgresDSN(t)
+	name := Name("db")
+	ctx, cancel := context.WithTimeout(context.Background(), Scale(30*time.Second))
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatalf("testenv: connect to %s: %v", EnvPostgres, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("testenv: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), Scale(30*time.Second))
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, admin); err == nil {
+			_, _ = conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`)
+			conn.Close(ctx)
+		}
+	})
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatalf("testenv: %s: %v", EnvPostgres, err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// Rollbacks returns the transactions rolled back (xact_rollback) on the
+// database of dsn, once no session is connected to it: a session reports its counts by the time it
+// ends. Close the pools on it first.
+func Rollbacks(t testing.TB, dsn string) int64 {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("testenv: parse dsn: %v", err)
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	conn, err := pgx.Connect(context.Background(), PostgresDSN(t))
+	if err != nil {
+		t.Fatalf("testenv: connect to %s: %v", EnvPostgres, err)
+	}
+	defer conn.Close(context.Background())
+	var n int64
+	Until(t, "every session on "+db+" ended", func() (bool, error) {
+		var left int
+		err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, db).Scan(&left)
+		return left == 0, err
+	})
+	if _, err := conn.Exec(context.Background(), `SELECT pg_stat_clear_snapshot()`); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(context.Background(), `SELECT xact_rollback FROM pg_stat_database WHERE datname = $1`, db).Scan(&n); err != nil {
+		t.Fatalf("testenv: read pg_stat_database: %v", err)
+	}
+	return n
 }

@@ -1,0 +1,147 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nolock/nolock/idempotency"
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// Normal operation is quiet on the server: first runs, terminal outcomes,
+// replays, mismatches, a concurrent duplicate that waits and then replays,
+// and the takeover of an expired record, through Do and the HTTP
+// middleware, roll back no transaction, so they write no ERROR line to the
+// server's log either (every ERROR ends its transaction in a rollback).
+// Operators alert on both; none of these is an error.
+func TestDoIsQuietOnTheServer(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.PostgresDatabase(t)
+	pool := testenv.Pool(t, dsn, 8)
+	ctx := context.Background()
+	store, err := idempotency.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CreateSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, pool, `CREATE TABLE wallets (account text PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0))`)
+	mustExec(t, pool, `INSERT INTO wallets VALUES ('alice', 100)`)
+	quietDo(t, pool, store)
+	quietMiddleware(t, store)
+	pool.Close()
+	if n := testenv.Rollbacks(t, dsn); n != 0 {
+		t.Fatalf("%d transactions rolled back on the server, want 0", n)
+	}
+}
+
+// quietDo runs Do's normal outcomes, checking each.
+func quietDo(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
+	ctx := context.Background()
+	debit := func(amount int64) idempotency.Func {
+		return func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			err := debit(ctx, tx, "alice", amount)
+			if errors.Is(err, errInsufficient) {
+				return []byte("declined"), idempotency.Terminal(err)
+			}
+			return []byte("paid"), err
+		}
+	}
+	do := func(key, fp string, fn idempotency.Func, wantBody string, wantReplayed bool) {
+		t.Helper()
+		res, err := store.Do(ctx, "quiet", key, []byte(fp), fn)
+		if err != nil || string(res.Body) != wantBody || res.Replayed != wantReplayed {
+			t.Fatalf("Do(%s, %s): %q replayed %v, %v; want %q replayed %v", key, fp, res.Body, res.Replayed, err, wantBody, wantReplayed)
+		}
+	}
+	do("first", "a", debit(10), "paid", false)
+	do("first", "a", debit(10), "paid", true)
+	do("declined", "a", debit(1000), "declined", false)
+	do("declined", "a", debit(1000), "declined", true)
+	if _, err := store.Do(ctx, "quiet", "first", []byte("other"), debit(10)); !errors.Is(err, idempotency.ErrMismatch) {
+		t.Fatalf("Do with another fingerprint: %v, want ErrMismatch", err)
+	}
+
+	// A duplicate arrives while the first is running: it waits on the key,
+	// then replays the first's result.
+	started, hold := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := store.Do(ctx, "quiet", "dup", []byte("a"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			close(started) // the key is claimed
+			<-hold
+			return debit(10)(ctx, tx)
+		})
+		first <- err
+	}()
+	<-started
+	second := make(chan idempotency.Result, 1)
+	go func() {
+		res, err := store.Do(ctx, "quiet", "dup", []byte("a"), debit(10))
+		if err != nil {
+			t.Error(err)
+		}
+		second <- res
+	}()
+	testenv.Until(t, "the duplicate waiting on the key", func() (bool, error) {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return n == 1, err
+	})
+	close(hold)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if res := <-second; !res.Replayed || string(res.Body) != "paid" {
+		t.Fatalf("duplicate: %q replayed %v; want the first's result replayed", res.Body, res.Replayed)
+	}
+
+	mustExec(t, pool, `UPDATE nolock_idempotency SET expires_at = now() - interval '1 s' WHERE key = 'first'`)
+	do("first", "b", debit(10), "paid", false) // the expired record taken over
+	var balance int64
+	if err := pool.QueryRow(ctx, `SELECT balance FROM wallets`).Scan(&balance); err != nil || balance != 70 {
+		t.Fatalf("balance %d (%v), want 70: three debits of 10", balance, err)
+	}
+}
+
+// quietMiddleware runs the middleware's normal outcomes: a first request,
+// its replay, and the same key with another body (422).
+func quietMiddleware(t *testing.T, store *idempotency.Store) {
+	mw, err := idempotency.Middleware(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idempotency.TxFromContext(r.Context())
+		if err := debit(r.Context(), tx, "alice", 1); err != nil {
+			http.Error(w, err.Error(), http.StatusPaymentRequired)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})))
+	defer srv.Close()
+	for _, c := range []struct {
+		body     string
+		want     int
+		replayed string
+	}{{"a", http.StatusCreated, ""}, {"a", http.StatusCreated, "true"}, {"b", http.StatusUnprocessableEntity, ""}} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader(c.body))
+		req.Header.Set(idempotency.HeaderKey, "http-1")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want || resp.Header.Get("Idempotent-Replayed") != c.replayed {
+			t.Fatalf("POST %q: %d, replayed %q; want %d, %q", c.body, resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), c.want, c.replayed)
+		}
+	}
+}

@@ -61,7 +61,7 @@ func BenchmarkDebitOverNetwork(b *testing.B) {
 	_, schema := testenv.PostgresSchema(b, 1)
 	oneWay := testenv.Delay(time.Millisecond)
 	dsn := testenv.Proxy(b, testenv.PostgresDSNFor(b, schema), oneWay, oneWay)
-	benchDebit(b, testenv.Pool(b, dsn, 80), []int{1, 16, 64}, []string{"bare", "do", "exec", "read", "replay", "exec-replay", "exec-replay-shared"})
+	benchDebit(b, testenv.Pool(b, dsn, 80), []int{1, 16, 64}, []string{"bare", "do", "exec", "read", "replay", "replay-claim", "exec-replay", "exec-replay-shared"})
 }
 
 // benchDebit runs the scenarios named in only (nil: all) on pool.
@@ -117,6 +117,15 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 		var created, expires time.Time
 		return pool.QueryRow(ctx, `SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now() FROM nolock_idempotency WHERE scope = $1 AND key = $2`,
 			"bench", fmt.Sprint("old-", seq.Add(1)%replayKeys)).Scan(&fp, &terminal, &body, &created, &expires, &expired)
+	}
+	replay := func(ctx context.Context, c int) error {
+		res, err := store.Do(ctx, "bench", fmt.Sprint("old-", seq.Add(1)%replayKeys), nil, func(context.Context, pgx.Tx) ([]byte, error) {
+			return nil, fmt.Errorf("replay ran fn")
+		})
+		if err == nil && !res.Replayed {
+			err = fmt.Errorf("not a replay")
+		}
+		return err
 	}
 	execReplay := func(ctx context.Context, c int) error {
 		res, err := store.Exec(ctx, "bench", fmt.Sprint("old-", seq.Add(1)%replayKeys), nil, debitReturning, wallet(c))
@@ -198,14 +207,10 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 			return err
 		}, stmt},
 		{"read", read, nil},
-		{"replay", func(ctx context.Context, c int) error {
-			res, err := store.Do(ctx, "bench", fmt.Sprint("old-", seq.Add(1)%replayKeys), nil, func(context.Context, pgx.Tx) ([]byte, error) {
-				return nil, fmt.Errorf("replay ran fn")
-			})
-			if err == nil && !res.Replayed {
-				err = fmt.Errorf("not a replay")
-			}
-			return err
+		{"replay", replay, read},
+		{"replay-claim", func(ctx context.Context, c int) error {
+			store.PinDoPlan(false)
+			return replay(ctx, c)
 		}, read},
 		{"exec-replay", execReplay, read},
 		{"read-record", readRecord, read},

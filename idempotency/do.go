@@ -118,8 +118,20 @@ func retryable(err error) bool {
 
 // once is one attempt of Do. A first run costs two round trips besides
 // fn's own (begin and claim; record and commit), as many as a bare
-// transaction; a replay costs two (begin and claim; read and commit).
+// transaction; a replay costs two (begin and claim; read and commit). When
+// most recent calls were replays (see plan), once reads the record first,
+// outside a transaction: a replay then costs that read, and a first run
+// one round trip more.
 func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func) (Result, error) {
+	if s.doPlan.readFirst() {
+		switch f, err := s.lookup(ctx, scope, key); {
+		case err == nil && !f.expired:
+			s.doPlan.observe(true)
+			return s.replayFound(ctx, f, fp)
+		case err != nil && !errors.Is(err, ErrNotFound):
+			return Result{}, err
+		}
+	}
 	c, err := s.db.Acquire(ctx)
 	if err != nil {
 		return Result{}, fmt.Errorf("idempotency: acquire a connection: %w", pgerr.MarkUnsent(err))
@@ -139,6 +151,7 @@ func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func)
 	if err != nil {
 		return Result{}, err
 	}
+	s.doPlan.observe(!claimed)
 	if !claimed {
 		res, expired, err := s.replay(ctx, conn, tx, &release, scope, key, fp)
 		if !expired {

@@ -116,7 +116,7 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt
 		wait, sargs = s.args(ctx, scope, key, fp, args)
 		err = s.run(ctx, stmt.text, sargs, &rec)
 	}
-	if stmt.name != "" && s.plan.shared() && !pgmode.Unnamed(s.db) {
+	if stmt.name != "" && !s.plan.readFirst() && !pgmode.Unnamed(s.db) {
 		var sargs []any
 		var sent bool
 		wait, sargs = s.args(ctx, scope, key, fp, args)

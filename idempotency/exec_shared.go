@@ -109,22 +109,27 @@ func (s *Store) unprepared(ctx context.Context, conn *pgx.Conn, name string, err
 	return fmt.Errorf("%w: %w", errVanished, err)
 }
 
-// plan chooses between Exec's two ways from the calls the Store has seen.
-// Sharing one round trip costs a first run one round trip instead of two,
+// plan chooses between two ways of sending a call, from the calls the
+// Store has seen: optimistic, as if the key were new, or reading the key's
+// record first. For Exec, optimistic shares one round trip between the
+// read and the statement: a first run costs one round trip instead of two,
 // and a replay the read plus a skipped statement (an aborted transaction,
-// as much again as the read on a busy server); reading first costs a
-// replay the read alone. Exec reads first once the calls that found a
-// record outnumber those that did not, and shares again once the others
-// have made up the difference (the count stops at ±planMemory, so a long
-// past weighs no more than planMemory calls). The outcomes are the same
-// either way; only the cost differs.
+// as much again as the read on a busy server). For Do, optimistic claims
+// the key in the transaction's first round trip: a replay costs that
+// transaction's two round trips instead of one read. Reading first costs a
+// replay the read alone, and a first run one round trip more. A plan reads
+// first once the calls that found a record outnumber those that did not,
+// and is optimistic again once the others have made up the difference (the
+// count stops at ±planMemory, so a long past weighs no more than
+// planMemory calls). The outcomes are the same either way; only the cost
+// differs.
 type plan struct {
 	lean atomic.Int32 // +1 per call that found a record, -1 per call that did not, within ±planMemory
 }
 
 const planMemory = 64
 
-func (p *plan) shared() bool { return p.lean.Load() <= 0 }
+func (p *plan) readFirst() bool { return p.lean.Load() > 0 }
 
 func (p *plan) observe(found bool) {
 	for {

@@ -30,3 +30,13 @@ func (s *Store) CheckStatement(ctx context.Context, sql string, n int) (remember
 	s.statements.Range(func(any, any) bool { remembered++; return true })
 	return remembered, err
 }
+
+// PinDoPlan makes Do read the key's record first (readFirst) or claim the
+// key at once, for the next planMemory calls at least.
+func (s *Store) PinDoPlan(readFirst bool) {
+	if readFirst {
+		s.doPlan.lean.Store(planMemory)
+	} else {
+		s.doPlan.lean.Store(-planMemory)
+	}
+}

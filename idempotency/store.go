@@ -73,7 +73,8 @@ type Store struct {
 	describing                  chan struct{} // a semaphore: one describe at a time
 	sharedTexts, describedTexts int           // guarded by describing
 	isolation                   string        // default_transaction_isolation, guarded by describing
-	plan                        plan
+	plan                        plan          // Exec's
+	doPlan                      plan          // Do's
 	gateName                    string
 }
 

@@ -31,16 +31,22 @@ import (
 //	advisory   BEGIN; pg_advisory_xact_lock(key); SELECT the key; UPDATE; INSERT the key; COMMIT
 //	do         Store.Do with the UPDATE as fn, a new key each time
 //	exec       Store.Exec with the UPDATE … RETURNING, a new key each time
+//	exec-shared  exec through a Store made WithSharedRoundTrip
 //	stmt       the UPDATE … RETURNING alone, autocommit, no key
 //	exec-stmt  exec against stmt as its baseline: the key's cost over one statement
-//	exec-noread  exec's statement alone, without the read that shares its round trip
+//	exec-noread  exec-shared's statement alone, without the read that shares its round trip
 //	read       SELECT a stored result by key, no transaction (the baseline of replay)
 //	replay     Store.Do on a key already used: the stored result, fn not run
+//	           (after a few, Do reads first)
+//	replay-claim  replay with Do kept claiming first, as a rare replay among
+//	             first runs finds it
 //	exec-replay  Store.Exec on a key already used (after a few, Exec reads first)
 //	read-record  the read a replay needs: every column of the key's record, and whether it expired
 //	exec-replay-record  exec-replay against read-record: what Exec adds to that read
-//	exec-replay-shared  exec-replay with Exec kept sharing the round trip, as a
-//	             rare replay among first runs finds it
+//	exec-replay-claim  exec-replay with Exec kept claiming first, as a rare
+//	             replay among first runs finds it
+//	exec-replay-shared  exec-replay through the WithSharedRoundTrip Store,
+//	             kept sharing the round trip
 //	exec-v7    exec with keys that are UUIDv7s (time-ordered), against exec
 //	           with random UUIDs (v4) as its baseline: what time-ordered keys
 //	           do to the record's index inserts
@@ -51,8 +57,8 @@ func BenchmarkDebit(b *testing.B) {
 	benchDebit(b, pool, []int{1, 4, 16, 64}, nil)
 }
 
-// BenchmarkDebitOverNetwork runs bare, do, exec, read, replay,
-// exec-replay and exec-replay-shared of BenchmarkDebit through a proxy that delays every chunk by
+// BenchmarkDebitOverNetwork runs bare, do, exec, exec-shared, read,
+// replay, replay-claim, exec-replay and exec-replay-shared of BenchmarkDebit through a proxy that delays every chunk by
 // 1 ms each way, as a database across a network would: on loopback a round
 // trip costs next to nothing, so BenchmarkDebit weighs only server work.
 // (Go's timers here round sleeps up to about a millisecond, so a shorter
@@ -61,7 +67,7 @@ func BenchmarkDebitOverNetwork(b *testing.B) {
 	_, schema := testenv.PostgresSchema(b, 1)
 	oneWay := testenv.Delay(time.Millisecond)
 	dsn := testenv.Proxy(b, testenv.PostgresDSNFor(b, schema), oneWay, oneWay)
-	benchDebit(b, testenv.Pool(b, dsn, 80), []int{1, 16, 64}, []string{"bare", "do", "exec", "read", "replay", "replay-claim", "exec-replay", "exec-replay-shared"})
+	benchDebit(b, testenv.Pool(b, dsn, 80), []int{1, 16, 64}, []string{"bare", "do", "exec", "exec-shared", "read", "replay", "replay-claim", "exec-replay", "exec-replay-shared"})
 }
 
 // benchDebit runs the scenarios named in only (nil: all) on pool.
@@ -88,6 +94,11 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 		}
 		return err
 	}
+	shared, err := idempotency.New(pool, idempotency.WithSharedRoundTrip())
+	if err != nil {
+		b.Fatal(err)
+	}
+	type op func(ctx context.Context, client int) error
 	const replayKeys = 1000
 	for i := 0; i < replayKeys; i++ {
 		if _, err := store.Do(ctx, "bench", fmt.Sprint("old-", i), nil, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
@@ -97,7 +108,6 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 		}
 	}
 
-	type op func(ctx context.Context, client int) error
 	bare := func(ctx context.Context, c int) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return debited(tx, ctx, c) })
 	}
@@ -127,17 +137,21 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 		}
 		return err
 	}
-	execReplay := func(ctx context.Context, c int) error {
-		res, err := store.Exec(ctx, "bench", fmt.Sprint("old-", seq.Add(1)%replayKeys), nil, debitReturning, wallet(c))
-		if err == nil && !res.Replayed {
-			err = fmt.Errorf("not a replay")
-		}
-		return err
-	}
-	// execKeyed is the exec scenario with keys from key.
-	execKeyed := func(key func() string) func(ctx context.Context, c int) error {
+	// execReplayOn is the exec-replay scenario through s.
+	execReplayOn := func(s *idempotency.Store) op {
 		return func(ctx context.Context, c int) error {
-			res, err := store.Exec(ctx, "bench", key(), nil, debitReturning, wallet(c))
+			res, err := s.Exec(ctx, "bench", fmt.Sprint("old-", seq.Add(1)%replayKeys), nil, debitReturning, wallet(c))
+			if err == nil && !res.Replayed {
+				err = fmt.Errorf("not a replay")
+			}
+			return err
+		}
+	}
+	execReplay := execReplayOn(store)
+	// execKeyed is the exec scenario through s, with keys from key.
+	execKeyed := func(s *idempotency.Store, key func() string) op {
+		return func(ctx context.Context, c int) error {
+			res, err := s.Exec(ctx, "bench", key(), nil, debitReturning, wallet(c))
 			if err == nil && res.Terminal {
 				err = fmt.Errorf("not debited")
 			}
@@ -196,7 +210,8 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 			})
 			return err
 		}, bare},
-		{"exec", execKeyed(func() string { return next("e") }), bare},
+		{"exec", execKeyed(store, func() string { return next("e") }), bare},
+		{"exec-shared", execKeyed(shared, func() string { return next("x") }), bare},
 		{"exec-noread", func(ctx context.Context, c int) error {
 			_, err := store.ExecStatementOnly(ctx, "bench", next("n"), debitReturning, wallet(c))
 			return err
@@ -215,10 +230,14 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 		{"exec-replay", execReplay, read},
 		{"read-record", readRecord, read},
 		{"exec-replay-record", execReplay, readRecord},
-		{"exec-v7", execKeyed(v7), execKeyed(uuid.NewString)},
-		{"exec-replay-shared", func(ctx context.Context, c int) error {
-			store.PinPlan(true)
+		{"exec-v7", execKeyed(store, v7), execKeyed(store, uuid.NewString)},
+		{"exec-replay-claim", func(ctx context.Context, c int) error {
+			store.PinPlan("claim")
 			return execReplay(ctx, c)
+		}, read},
+		{"exec-replay-shared", func(ctx context.Context, c int) error {
+			shared.PinPlan("shared")
+			return execReplayOn(shared)(ctx, c)
 		}, read},
 	}
 	for _, sc := range scenarios {

@@ -17,18 +17,19 @@ import (
 func TestCallerDeadlineNeverCancelsTheCommit(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name   string
-		shared bool
-		pay    func(ctx context.Context, b *bed) (idempotency.Result, error)
+		name string
+		how  string // Exec's plan
+		pay  func(ctx context.Context, b *bed) (idempotency.Result, error)
 	}{
-		{"do", false, func(ctx context.Context, b *bed) (idempotency.Result, error) { return b.payOnce(ctx, "pay-1", 500) }},
-		{"exec-shared", true, func(ctx context.Context, b *bed) (idempotency.Result, error) { return b.execPay(ctx, "pay-1", 500) }},
-		{"exec-readfirst", false, func(ctx context.Context, b *bed) (idempotency.Result, error) { return b.execPay(ctx, "pay-1", 500) }},
+		{"do", "claim", func(ctx context.Context, b *bed) (idempotency.Result, error) { return b.payOnce(ctx, "pay-1", 500) }},
+		{"exec-claim", "claim", func(ctx context.Context, b *bed) (idempotency.Result, error) { return b.execPay(ctx, "pay-1", 500) }},
+		{"exec-shared", "shared", func(ctx context.Context, b *bed) (idempotency.Result, error) { return b.execPay(ctx, "pay-1", 500) }},
+		{"exec-readfirst", "readfirst", func(ctx context.Context, b *bed) (idempotency.Result, error) { return b.execPay(ctx, "pay-1", 500) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := newBed(t)
-			b.store.PinPlan(tc.shared)
+			b.store.PinPlan(tc.how)
 			slowCommit(t, b)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)

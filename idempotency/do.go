@@ -75,7 +75,7 @@ func (s *Store) do(ctx context.Context, scope, key string, fingerprint []byte, f
 	var res Result
 	err := s.policy.Retry(ctx, func(ctx context.Context, _ int) error {
 		var err error
-		res, err = settled(ctx, func() (Result, error) { return s.once(ctx, scope, key, fingerprint, fn) })
+		res, err = settled(ctx, func() (Result, error) { return s.once(ctx, &s.doPlan, scope, key, fingerprint, runAndRecord(fn)) })
 		return err
 	}, retryable, idemrecord.RetryLogger(ctx, s.log, key))
 	var exhausted *backoff.ExhaustedError
@@ -116,17 +116,19 @@ func retryable(err error) bool {
 		errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
-// once is one attempt of Do. A first run costs two round trips besides
-// fn's own (begin and claim; record and commit), as many as a bare
-// transaction; a replay costs two (begin and claim; read and commit). When
-// most recent calls were replays (see plan), once reads the record first,
-// outside a transaction: a replay then costs that read, and a first run
-// one round trip more.
-func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func) (Result, error) {
-	if s.doPlan.readFirst() {
+// once is one attempt of Do, or of Exec's default: it claims the key in a
+// transaction, and finish writes the effect and the record in it and
+// commits. A first run costs two round trips besides finish's own (begin
+// and claim; record and commit), as many as a bare transaction; a replay
+// costs two (begin and claim; read and commit). When most of the calls p
+// has seen were replays, once reads the record first, outside a
+// transaction: a replay then costs that read, and a first run one round
+// trip more.
+func (s *Store) once(ctx context.Context, p *plan, scope, key string, fp []byte, finish finisher) (Result, error) {
+	if p.readFirst() {
 		switch f, err := s.lookup(ctx, scope, key); {
 		case err == nil && !f.expired:
-			s.doPlan.observe(true)
+			p.observe(true)
 			return s.replayFound(ctx, f, fp)
 		case err != nil && !errors.Is(err, ErrNotFound):
 			return Result{}, err
@@ -151,7 +153,7 @@ func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func)
 	if err != nil {
 		return Result{}, err
 	}
-	s.doPlan.observe(!claimed)
+	p.observe(!claimed)
 	if !claimed {
 		res, expired, err := s.replay(ctx, conn, tx, &release, scope, key, fp)
 		if !expired {
@@ -167,15 +169,32 @@ func (s *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func)
 		}
 		s.obs.Notify(ctx, observe.Event{Name: "idempotency.expired", Key: key})
 	}
-	body, terminal, err := runFn(ctx, conn, tx, key, fn)
-	if err != nil {
+	if err := finish(ctx, s, conn, tx, &release, &rec); err != nil {
 		return Result{}, err
 	}
-	if err := s.record(ctx, conn, tx, &release, scope, key, body, terminal); err != nil {
-		return Result{}, err
-	}
-	rec.Body, rec.Terminal = body, terminal
 	return Result{Record: rec}, nil
+}
+
+// finisher writes the effect of a call and its result in rec, in tx, the
+// key's claimed transaction on conn, and commits it through s.commit; or
+// rolls it back and says why.
+type finisher func(ctx context.Context, s *Store, conn *pgx.Conn, tx pgx.Tx, release *func(), rec *Record) error
+
+// runAndRecord is Do's finisher: fn, then its result stored with COMMIT.
+func runAndRecord(fn Func) finisher {
+	return func(ctx context.Context, s *Store, conn *pgx.Conn, tx pgx.Tx, release *func(), rec *Record) error {
+		body, terminal, err := runFn(ctx, conn, tx, rec.Key, fn)
+		if err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		b.Queue(s.recordSQL, rec.Scope, rec.Key, body, terminal)
+		if err := s.commit(ctx, conn, tx, release, rec.Key, b); err != nil {
+			return err
+		}
+		rec.Body, rec.Terminal = body, terminal
+		return nil
+	}
 }
 
 // replay reads the record a failed claim met, in the claim's transaction
@@ -250,14 +269,13 @@ func runFn(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, key string, fn Func) 
 	return body, terminal, nil
 }
 
-// record stores fn's result in the claimed row and commits tx, in one
-// round trip. The commit runs to its end on the server's terms even if the
-// caller stops waiting (see detached). nil means the effect and the record
-// committed together; an error says what it proves (see commitError).
-func (s *Store) record(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *func(), scope, key string, body []byte, terminal bool) error {
+// commit sends b, the statements that store the key's result in its
+// claimed row, and COMMIT, in one round trip. The commit runs to its end
+// on the server's terms even if the caller stops waiting (see detached).
+// nil means the effect and the record committed together; an error says
+// what it proves (see commitError).
+func (s *Store) commit(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *func(), key string, b *pgx.Batch) error {
 	var tag pgconn.CommandTag
-	b := &pgx.Batch{}
-	b.Queue(s.recordSQL, scope, key, body, terminal)
 	b.Queue("commit").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	err := detached(ctx, release, func(ctx context.Context) error {
 		err := pgmode.SendBatch(ctx, conn, b).Close()
@@ -341,13 +359,6 @@ func (s *Store) claim(ctx context.Context, conn *pgx.Conn, sql string, rec *Reco
 	return tx, claimed, nil
 }
 
-// end rolls back tx unless conn is already outside a transaction.
-func end(ctx context.Context, conn *pgx.Conn, tx pgx.Tx) {
-	if conn.PgConn().TxStatus() != 'I' {
-		rollback(ctx, tx)
-	}
-}
-
 // noRows turns "no row" into nil: a claim that met a row returns none.
 func noRows(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -377,12 +388,4 @@ func commitError(key string, err error) error {
 		return fmt.Errorf("idempotency: commit %q: rolled back: %w", key, pgmode.Explain(err))
 	}
 	return fmt.Errorf("%w: key %q: %w", ErrAmbiguousCommit, key, err)
-}
-
-// rollback ends tx even when ctx is cancelled. A failure closes the
-// connection, which the pool then drops; a closed tx returns ErrTxClosed.
-func rollback(ctx context.Context, tx pgx.Tx) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	_ = tx.Rollback(ctx)
 }

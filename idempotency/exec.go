@@ -20,11 +20,12 @@ import (
 
 // Exec is Do for an effect that is one SQL statement: an INSERT, UPDATE or
 // DELETE with a RETURNING clause (or a SELECT), with its arguments. Exec
-// reads the key's record, and if there is none, writes the effect and the
-// record in one statement, one implicit transaction: no BEGIN, no COMMIT.
-// The read and the statement usually share one round trip (see plan and
-// docs/idempotency.md). An expired record counts as none: Exec deletes
-// it, one more statement, and runs the statement.
+// claims the key as Do does, then sends the statement, written to store
+// its rows as the key's result too, with COMMIT: a first run costs two
+// round trips, a replay the claim's two, or one read once most recent
+// calls were replays (see plan). No normal outcome raises an error on the
+// server. WithSharedRoundTrip trades that for one round trip (see it and
+// docs/idempotency.md). An expired record counts as none.
 // The statement's RETURNING rows are stored as the result, a JSON array of
 // objects (column name to value, as json_agg writes them); a statement
 // that returns no row is stored as a terminal outcome (Terminal set, Body
@@ -34,24 +35,23 @@ import (
 //     with a synchronous standby, once the standby holds it, as in Do),
 //     one with another fingerprint is a *MismatchError; either way the
 //     statement does not run.
-//   - A concurrent request with the same key still in flight: the
-//     statement runs its effect, then waits for the other on the key; if
-//     the other commits, the effect rolls back and Exec replays the
-//     other's record; if it rolls back, Exec's effect and record commit.
-//   - Every lock wait of the statement, for the key or for the effect's
-//     rows, is bounded by WithWait (shortened by ctx's deadline), and so
-//     is the delete of an expired record, each statement on its own; when
-//     it runs out, Exec returns ErrInProgress (the text says which locks
-//     it may have been) and nothing was written. Exec takes the effect's
-//     locks before the key's, Do the key's first: the two on one key with
+//   - A concurrent request with the same key still in flight: Exec waits
+//     for it on the key; if it commits, Exec replays its record; if it
+//     rolls back, Exec runs. (With WithSharedRoundTrip the statement runs
+//     its effect first, which rolls back if the other commits.)
+//   - Every lock wait, for the key or for the effect's rows, is bounded by
+//     WithWait (shortened by ctx's deadline), each statement on its own;
+//     when it runs out, Exec returns ErrInProgress and nothing was
+//     written. With WithSharedRoundTrip, Exec takes the effect's locks
+//     before the key's, Do the key's first: the two on one key with
 //     overlapping rows can deadlock, which the server breaks after its
 //     deadlock_timeout, and the loser's attempt is retried (WithAttempts).
 //   - An error of the statement itself rolls everything back and is
-//     returned (unless it is a unique violation on a table named as the
-//     Store's, which Exec takes for its own record in the way), and so is
-//     an argument pgx cannot encode; ErrAmbiguousCommit means the
-//     connection failed after the statement was sent: call Exec again
-//     with the same key.
+//     returned (with WithSharedRoundTrip, unless it is a unique violation
+//     on a table named as the Store's, which Exec takes for its own record
+//     in the way), and so is an argument pgx cannot encode;
+//     ErrAmbiguousCommit means the connection failed after the statement
+//     and its COMMIT were sent: call Exec again with the same key.
 //
 // The statement runs inside a WITH clause, so it must not itself contain
 // a data-modifying WITH, and $1 to $len(args) are its own parameters, so
@@ -92,6 +92,9 @@ func (s *Store) exec(ctx context.Context, scope, key string, fingerprint []byte,
 	err = s.policy.Retry(ctx, func(ctx context.Context, _ int) error {
 		var err error
 		res, err = settled(ctx, func() (Result, error) {
+			if !s.shared {
+				return s.once(ctx, &s.plan, scope, key, fingerprint, runClaimed(stmt, args))
+			}
 			return s.execOnce(ctx, scope, key, fingerprint, stmt, args)
 		})
 		return err
@@ -103,7 +106,27 @@ func (s *Store) exec(ctx context.Context, scope, key string, fingerprint []byte,
 	return res, err
 }
 
-// execOnce is one attempt of Exec: a read of the key's record, which
+// runClaimed is Exec's finisher by default: the statement and the record
+// of its rows, one statement sent with COMMIT. A lock wait of the
+// statement that ran out is ErrInProgress; any other error of the
+// statement rolls everything back and is returned.
+func runClaimed(stmt wrapped, args []any) finisher {
+	return func(ctx context.Context, s *Store, conn *pgx.Conn, tx pgx.Tx, release *func(), rec *Record) error {
+		wait, bound := s.bound(ctx)
+		b := &pgx.Batch{}
+		b.Queue(stmt.claimed, append(slices.Clip(args), bound, rec.Scope, rec.Key)...).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&rec.Body, &rec.Terminal)
+		})
+		err := s.commit(ctx, conn, tx, release, rec.Key, b)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" && !errors.Is(err, ErrAmbiguousCommit) {
+			return s.execError(rec.Key, "one of the effect's rows", wait, pgErr)
+		}
+		return err
+	}
+}
+
+// execOnce is one attempt of Exec with WithSharedRoundTrip: a read of the key's record, which
 // answers a replay by itself, and only when there is none, the statement;
 // both in one round trip when plan says so.
 func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt wrapped, args []any) (Result, error) {

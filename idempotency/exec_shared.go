@@ -111,12 +111,13 @@ func (s *Store) unprepared(ctx context.Context, conn *pgx.Conn, name string, err
 
 // plan chooses between two ways of sending a call, from the calls the
 // Store has seen: optimistic, as if the key were new, or reading the key's
-// record first. For Exec, optimistic shares one round trip between the
-// read and the statement: a first run costs one round trip instead of two,
-// and a replay the read plus a skipped statement (an aborted transaction,
-// as much again as the read on a busy server). For Do, optimistic claims
-// the key in the transaction's first round trip: a replay costs that
-// transaction's two round trips instead of one read. Reading first costs a
+// record first. For Do and Exec, optimistic claims the key in the
+// transaction's first round trip: a replay costs that transaction's two
+// round trips instead of one read. For Exec with WithSharedRoundTrip,
+// optimistic shares one round trip between the read and the statement: a
+// first run costs one round trip instead of two, and a replay the read
+// plus a skipped statement (an aborted transaction, as much again as the
+// read on a busy server). Reading first costs a
 // replay the read alone, and a first run one round trip more. A plan reads
 // first once the calls that found a record outnumber those that did not,
 // and is optimistic again once the others have made up the difference (the

@@ -15,7 +15,7 @@ import (
 	"github.com/nolock/nolock/internal/pgmode"
 )
 
-// statement returns sql wrapped in execSQL, after refusing it unless it
+// statement returns sql wrapped, after refusing it unless it
 // uses exactly len(args) parameters: Exec's own follow the caller's, so a
 // missing argument would silently bind one of them (a debit "WHERE
 // account = $1" matching nothing, stored as refused). The first call with
@@ -108,7 +108,7 @@ func (s *Store) describe(ctx context.Context, sql string, args []any) (w wrapped
 		return wrapped{}, false, fmt.Errorf("idempotency: describe the statement: %w", err)
 	}
 	n := len(d.ParamOIDs)
-	w = wrapped{text: s.wrap(sql, n), params: n}
+	w = s.wrap(sql, n)
 	if s.isolation == "" {
 		_ = conn.QueryRow(ctx, `SELECT current_setting('default_transaction_isolation')`, s.over.Args()...).Scan(&s.isolation)
 	}
@@ -120,11 +120,12 @@ func (s *Store) describe(ctx context.Context, sql string, args []any) (w wrapped
 	return w, true, nil
 }
 
-// wrapped is the caller's statement in execSQL, as Exec sends it.
+// wrapped is the caller's statement as Exec sends it.
 type wrapped struct {
-	text   string
-	params int    // the caller's statement's parameters
-	name   string // its prepared statement's, when it may share the read's round trip
+	text    string // in execSQL (WithSharedRoundTrip)
+	claimed string // in claimedSQL (the default)
+	params  int    // the caller's statement's parameters
+	name    string // text's prepared statement's, when it may share the read's round trip
 }
 
 // maxShared bounds how many statement texts a Store prepares on each
@@ -133,9 +134,9 @@ type wrapped struct {
 // bounds are per Store.
 const maxShared, maxDescribed = 64, 4096
 
-// wrap returns sql, which uses n parameters, wrapped in execSQL.
-func (s *Store) wrap(sql string, n int) string {
-	return fmt.Sprintf(s.execSQL, sql, n+1, n+2, n+3, n+4, n+5)
+// wrap returns sql, which uses n parameters, wrapped both ways.
+func (s *Store) wrap(sql string, n int) wrapped {
+	return wrapped{text: fmt.Sprintf(s.execSQL, sql, n+1, n+2, n+3, n+4, n+5), claimed: fmt.Sprintf(s.claimedSQL, sql, n+1, n+2, n+3), params: n}
 }
 
 // preparedName names readAndRun's prepared statement for sql. Not sql

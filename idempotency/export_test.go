@@ -8,18 +8,28 @@ import "context"
 func (s *Store) ExecStatementOnly(ctx context.Context, scope, key string, sql string, args ...any) (Record, error) {
 	rec := Record{Scope: scope, Key: key}
 	_, sargs := s.args(ctx, scope, key, []byte{}, args)
-	err := s.run(ctx, s.wrap(sql, len(args)), sargs, &rec)
+	err := s.run(ctx, s.wrap(sql, len(args)).text, sargs, &rec)
 	return rec, err
 }
 
-// PinPlan makes Exec share one round trip between its read and its
-// statement (shared) or read first, for the next planMemory calls at
-// least.
-func (s *Store) PinPlan(shared bool) {
-	if shared {
+// PinPlan sets how Exec sends its calls, for the next planMemory calls at
+// least: "claim" (the default: the key claimed in a transaction, then the
+// statement with COMMIT), "shared" (WithSharedRoundTrip: the read and the
+// statement in one round trip) or "readfirst" (WithSharedRoundTrip after
+// mostly replays: the read, then the statement alone).
+func (s *Store) PinPlan(how string) {
+	switch how {
+	case "claim":
+		s.shared = false
 		s.plan.lean.Store(-planMemory)
-	} else {
+	case "shared":
+		s.shared = true
+		s.plan.lean.Store(-planMemory)
+	case "readfirst":
+		s.shared = true
 		s.plan.lean.Store(planMemory)
+	default:
+		panic("PinPlan: " + how)
 	}
 }
 

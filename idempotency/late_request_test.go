@@ -69,6 +69,9 @@ func lateRequestTrials(t *testing.T, b *bed, clients []lateClient, writeHeld boo
 	testenv.RunTrials(t, trials, len(clients), func(w, i int) {
 		c := clients[w]
 		account, payment, amount := wallets[w], fmt.Sprint("pay-", i), int64(1+i%5)
+		if c.pin != nil {
+			c.pin(c.store) // Exec's plan follows what its calls find
+		}
 		// The late client's connection is up (after a failed trial it
 		// may have been closed) and its statements prepared, so that
 		// the call's first bytes are its request.
@@ -85,9 +88,6 @@ func lateRequestTrials(t *testing.T, b *bed, clients []lateClient, writeHeld boo
 		if err != nil {
 			t.Error(err)
 			return
-		}
-		if c.pin != nil {
-			c.pin(c.store) // Exec's plan follows what its calls find
 		}
 
 		c.gate.Shut()

@@ -18,13 +18,13 @@ import (
 
 // Normal operation is quiet on the server: first runs, terminal outcomes,
 // replays, mismatches, a concurrent duplicate that waits and then replays,
-// and the takeover of an expired record, through Do and the HTTP
-// middleware, roll back no transaction, so they write no ERROR line to the
+// and the takeover of an expired record, through Do, Exec (by default)
+// and the HTTP middleware, roll back no transaction, so they write no ERROR line to the
 // server's log either (every ERROR ends its transaction in a rollback).
 // Operators alert on both; none of these is an error.
 // Both of Do's plans are checked: claiming the key at once, and reading
 // its record first (as Do does once replays dominate).
-func TestDoIsQuietOnTheServer(t *testing.T) {
+func TestNormalOutcomesAreQuietOnTheServer(t *testing.T) {
 	t.Parallel()
 	for _, readFirst := range []bool{false, true} {
 		t.Run(fmt.Sprint("readFirst=", readFirst), func(t *testing.T) {
@@ -43,6 +43,7 @@ func TestDoIsQuietOnTheServer(t *testing.T) {
 			mustExec(t, pool, `CREATE TABLE wallets (account text PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0))`)
 			mustExec(t, pool, `INSERT INTO wallets VALUES ('alice', 100)`)
 			quietDo(t, pool, store)
+			quietExec(t, pool, store)
 			quietMiddleware(t, store)
 			pool.Close()
 			if n := testenv.Rollbacks(t, dsn); n != 0 {
@@ -118,6 +119,66 @@ func quietDo(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
 	var balance int64
 	if err := pool.QueryRow(ctx, `SELECT balance FROM wallets`).Scan(&balance); err != nil || balance != 70 {
 		t.Fatalf("balance %d (%v), want 70: three debits of 10", balance, err)
+	}
+}
+
+// quietExec runs Exec's normal outcomes, checking each. Alice has 70.
+func quietExec(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
+	ctx := context.Background()
+	const debitSQL = `UPDATE wallets SET balance = balance - $1 WHERE account = 'alice' AND balance >= $1 RETURNING 'paid' AS paid`
+	exec := func(key, fp string, amount int64, wantBody string, wantReplayed bool) {
+		t.Helper()
+		res, err := store.Exec(ctx, "quiet-exec", key, []byte(fp), debitSQL, amount)
+		if err != nil || string(res.Body) != wantBody || res.Replayed != wantReplayed {
+			t.Fatalf("Exec(%s, %s): %q replayed %v, %v; want %q replayed %v", key, fp, res.Body, res.Replayed, err, wantBody, wantReplayed)
+		}
+	}
+	const paid = `[{"paid":"paid"}]`
+	exec("first", "a", 10, paid, false)
+	exec("first", "a", 10, paid, true)
+	exec("declined", "a", 1000, "[]", false)
+	exec("declined", "a", 1000, "[]", true)
+	if _, err := store.Exec(ctx, "quiet-exec", "first", []byte("other"), debitSQL, int64(10)); !errors.Is(err, idempotency.ErrMismatch) {
+		t.Fatalf("Exec with another fingerprint: %v, want ErrMismatch", err)
+	}
+
+	// The first of two duplicates waits for alice's row, which another
+	// transaction holds, with the key claimed; the second waits on the key,
+	// then replays the first's result. The holder commits, as it would.
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM wallets WHERE account = 'alice' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan idempotency.Result, 2)
+	for range 2 {
+		go func() {
+			res, err := store.Exec(ctx, "quiet-exec", "dup", []byte("a"), debitSQL, int64(10))
+			if err != nil {
+				t.Error(err)
+			}
+			results <- res
+		}()
+	}
+	testenv.Until(t, "the first waiting for alice's row, the second on the key", func() (bool, error) {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return n == 2, err
+	})
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := <-results, <-results; a.Replayed == b.Replayed || string(a.Body) != paid || string(b.Body) != paid {
+		t.Fatalf("duplicates: %q replayed %v and %q replayed %v; want one run and its replay", a.Body, a.Replayed, b.Body, b.Replayed)
+	}
+
+	mustExec(t, pool, `UPDATE nolock_idempotency SET expires_at = now() - interval '1 s' WHERE scope = 'quiet-exec' AND key = 'first'`)
+	exec("first", "b", 10, paid, false) // the expired record taken over
+	var balance int64
+	if err := pool.QueryRow(ctx, `SELECT balance FROM wallets`).Scan(&balance); err != nil || balance != 40 {
+		t.Fatalf("balance %d (%v), want 40: three more debits of 10", balance, err)
 	}
 }
 

@@ -261,7 +261,7 @@ func TestExecAfterDeallocateAll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store.PinPlan(true)
+	store.PinPlan("shared")
 	pay := func(key string) (idempotency.Result, error) {
 		return store.Exec(ctx, "alice", key, nil, debitSQL, "alice", int64(10))
 	}
@@ -279,7 +279,7 @@ func TestExecAfterDeallocateAll(t *testing.T) {
 	// Reading first, the statement runs alone: not through the name pgx
 	// still lists for it, which only the shared round trip would drop.
 	mustExec(t, pool, `DEALLOCATE ALL`)
-	store.PinPlan(false)
+	store.PinPlan("readfirst")
 	if res, err := pay("pay-3"); err != nil || res.Replayed {
 		t.Fatalf("a new key after DEALLOCATE ALL, reading first: %+v, %v; want a fresh run", res, err)
 	}
@@ -299,7 +299,7 @@ func TestExecSerializableDefaultDistinctKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store.PinPlan(true)
+	store.PinPlan("shared")
 	var failed atomic.Int64
 	var first atomic.Value
 	var wg sync.WaitGroup
@@ -333,7 +333,7 @@ func TestExecBoundsPreparedStatements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store.PinPlan(true)
+	store.PinPlan("shared")
 	for i := 0; i < 80; i++ {
 		sql := fmt.Sprintf(`SELECT $1::int + %d AS v`, i)
 		for _, replay := range []bool{false, true} {
@@ -410,7 +410,7 @@ func TestExecAfterColumnTypeChange(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := newBed(t)
-	b.store.PinPlan(true)
+	b.store.PinPlan("shared")
 	if _, err := b.execPay(ctx, "pay-1", 10); err != nil {
 		t.Fatal(err)
 	}

@@ -114,3 +114,21 @@ UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM r WHERE r.gate::boolean`
 
 const gateMarker = "nolock idempotency: this key has a record, so the statement sent with this read is skipped (a replay, not a failure)"
+
+// claimedSQL wraps the caller's statement (%[1]s) for Exec's default, in
+// the transaction that claimed the key: it runs the effect and stores its
+// RETURNING rows in the claimed row, in one statement sent with COMMIT.
+// nolock_bound bounds the effect's lock waits as in execSQL. If the
+// claimed row is gone (the statement deleted it), the statement fails
+// (1 / 0), and the COMMIT behind it never runs. Parameters $%[2]d to
+// $%[4]d follow the caller's own.
+const claimedSQL = `WITH nolock_bound AS MATERIALIZED (
+  SELECT set_config('lock_timeout', coalesce($%[2]d, current_setting('lock_timeout')), true) AS lock_timeout),
+nolock_effect AS (%[1]s
+),
+nolock_record AS (
+  UPDATE {{table}} SET result = convert_to(coalesce(r.rows, '[]'), 'UTF8'), terminal = r.rows IS NULL
+  FROM nolock_bound b, LATERAL (SELECT json_agg(e)::text AS rows FROM nolock_effect e WHERE b.lock_timeout IS NOT NULL) r
+  WHERE scope = $%[3]d AND key = $%[4]d
+  RETURNING result, terminal)
+SELECT (array_agg(result))[1], bool_or(terminal) FROM nolock_record HAVING 1 / count(*) = 1`

@@ -64,9 +64,10 @@ type Store struct {
 
 	schemaSQL, claimSQL, readSQL, gateSQL, expireSQL, takeoverSQL, recordSQL, reapSQL string
 
-	// execSQL is a format: Exec puts the caller's statement and its
-	// parameters' count in.
-	execSQL string
+	// execSQL and claimedSQL are formats: Exec puts the caller's
+	// statement and its parameters' count in.
+	execSQL, claimedSQL string
+	shared              bool // WithSharedRoundTrip
 	// statements keeps each statement given to Exec, wrapped (see
 	// statement); plan chooses how Exec sends them.
 	statements                  sync.Map      // string → wrapped
@@ -109,6 +110,7 @@ type config struct {
 	attempts  int
 	obs       observe.Observer
 	log       *slog.Logger
+	shared    bool
 }
 
 // WithObserver reports each Do and Exec call's outcome to o (nil: none):
@@ -157,6 +159,18 @@ func WithRetention(d time.Duration) Option { return func(c *config) { c.retentio
 // gives up first and the connection survives.
 func WithWait(d time.Duration) Option { return func(c *config) { c.wait = d } }
 
+// WithSharedRoundTrip makes Exec send its read of the key's record and its
+// statement in one round trip, one implicit transaction, rather than claim
+// the key in a transaction and then run the statement with COMMIT: a first
+// run costs one round trip instead of two. The outcomes are the same, but
+// the server logs an ERROR line and counts a rollback for every call that
+// finds a record while sharing (a replay, a mismatch, an expired record:
+// an error is how the server skips the statement), and for each concurrent
+// duplicate (a unique violation on the key). Exec also takes the effect's
+// locks before the key's, so a concurrent duplicate waits on the effect's
+// rows. See docs/idempotency.md.
+func WithSharedRoundTrip() Option { return func(c *config) { c.shared = true } }
+
 // WithAttempts bounds how many times Do runs the transaction when it fails
 // with a deadlock or a serialization failure (default DefaultAttempts,
 // 10; 1 means never retry; at most 100). Each retry starts from a full
@@ -202,8 +216,10 @@ func New(db DB, opts ...Option) (*Store, error) {
 	table := pgx.Identifier{cfg.table}.Sanitize()
 	sql := strings.NewReplacer("{{table}}", table,
 		"{{expires_index}}", pgx.Identifier{cfg.table + expiresSuffix}.Sanitize()).Replace
+	format := strings.NewReplacer("{{table}}", strings.ReplaceAll(table, "%", "%%")).Replace // for fmt.Sprintf
 	return &Store{
-		db: db, over: pgmode.For(db), execSQL: strings.ReplaceAll(execSQL, "{{table}}", strings.ReplaceAll(table, "%", "%%")),
+		db: db, over: pgmode.For(db), shared: cfg.shared,
+		execSQL: format(execSQL), claimedSQL: format(claimedSQL),
 		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts}, obs: cfg.obs, log: idemrecord.Logger(cfg.log),
 		schemaSQL: sql(storeSQL), table: cfg.table, claimSQL: sql(claimSQL), readSQL: sql(readSQL), gateSQL: sql(gateSQL), gateName: preparedName(sql(gateSQL)), describing: make(chan struct{}, 1), expireSQL: sql(expireSQL),
 		takeoverSQL: sql(takeoverSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),

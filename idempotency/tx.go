@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -118,3 +119,18 @@ func (closedRows) Values() ([]any, error)                       { return nil, pg
 func (closedRows) RawValues() [][]byte                          { return nil }
 func (closedRows) Conn() *pgx.Conn                              { return nil }
 func (closedRows) TypeMap() *pgtype.Map                         { return nil }
+
+// end rolls back tx unless conn is already outside a transaction.
+func end(ctx context.Context, conn *pgx.Conn, tx pgx.Tx) {
+	if conn.PgConn().TxStatus() != 'I' {
+		rollback(ctx, tx)
+	}
+}
+
+// rollback ends tx even when ctx is cancelled. A failure closes the
+// connection, which the pool then drops; a closed tx returns ErrTxClosed.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = tx.Rollback(ctx)
+}

@@ -397,16 +397,18 @@ var apis = []api{{
 	},
 	rerun: true,
 }, {
+	// The claim's reply is the last before COMMIT leaves, with the
+	// statement.
 	name: "idempotency.Exec", amb: idempotency.ErrAmbiguousCommit,
+	tx: true, before: "INSERT 0 1", after: "COMMIT",
+	schema: walletSchema, seed: walletSeed, applied: walletPaid,
+	open: execDebit(),
+	rerun: true,
+}, {
+	name: "idempotency.Exec shared", amb: idempotency.ErrAmbiguousCommit,
 	before: `UPDATE wallets SET balance`, after: "INSERT 0 1",
 	schema: walletSchema, seed: walletSeed, applied: walletPaid,
-	open: func(t *testing.T, db *pgxpool.Pool) func(context.Context, string) error {
-		s := must(idempotency.New(db))(t)
-		return func(ctx context.Context, key string) error {
-			_, err := s.Exec(ctx, "matrix", key, []byte(fp), `UPDATE wallets SET balance = balance - $2 WHERE account = $1 RETURNING balance`, key, 5)
-			return err
-		}
-	},
+	open: execDebit(idempotency.WithSharedRoundTrip()),
 	rerun: true,
 }, {
 	name: "inbox.Process", amb: inbox.ErrAmbiguousCommit,
@@ -445,3 +447,14 @@ var apis = []api{{
 func (a api) ambiguous(err error) bool { return errors.Is(err, a.amb) }
 
 func (a api) String() string { return fmt.Sprintf("%s (tx %v)", a.name, a.tx) }
+
+// execDebit is the matrix's write through idempotency.Store.Exec.
+func execDebit(opts ...idempotency.Option) func(t *testing.T, db *pgxpool.Pool) func(context.Context, string) error {
+	return func(t *testing.T, db *pgxpool.Pool) func(context.Context, string) error {
+		s := must(idempotency.New(db, opts...))(t)
+		return func(ctx context.Context, key string) error {
+			_, err := s.Exec(ctx, "matrix", key, []byte(fp), `UPDATE wallets SET balance = balance - $2 WHERE account = $1 RETURNING balance`, key, 5)
+			return err
+		}
+	}
+}

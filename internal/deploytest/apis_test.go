@@ -402,13 +402,13 @@ var apis = []api{{
 	name: "idempotency.Exec", amb: idempotency.ErrAmbiguousCommit,
 	tx: true, before: "INSERT 0 1", after: "COMMIT",
 	schema: walletSchema, seed: walletSeed, applied: walletPaid,
-	open: execDebit(),
+	open:  execDebit(),
 	rerun: true,
 }, {
 	name: "idempotency.Exec shared", amb: idempotency.ErrAmbiguousCommit,
 	before: `UPDATE wallets SET balance`, after: "INSERT 0 1",
 	schema: walletSchema, seed: walletSeed, applied: walletPaid,
-	open: execDebit(idempotency.WithSharedRoundTrip()),
+	open:  execDebit(idempotency.WithSharedRoundTrip()),
 	rerun: true,
 }, {
 	name: "inbox.Process", amb: inbox.ErrAmbiguousCommit,

@@ -86,9 +86,10 @@ func (s *Store) do(ctx context.Context, scope, key string, fingerprint []byte, f
 }
 
 // errVanished means the attempt was made in vain and is made again: the
-// record that stood in the way of a claim (Do) or an insert (Exec) was
-// gone or expired by the time it was read, or the server connection did
-// not keep a named prepared statement (see pgmode.Learn).
+// record that stood in the way of a claim (Do, Exec) or an insert (Exec
+// with WithSharedRoundTrip) was gone or expired by the time it was read,
+// or the server connection did not keep a named prepared statement (see
+// pgmode.Learn).
 var errVanished = errors.New("idempotency: the key's record vanished while in the way")
 
 // settled runs attempt again (up to 10 times, while ctx lives) as long as
@@ -118,12 +119,13 @@ func retryable(err error) bool {
 
 // once is one attempt of Do, or of Exec's default: it claims the key in a
 // transaction, and finish writes the effect and the record in it and
-// commits. A first run costs two round trips besides finish's own (begin
-// and claim; record and commit), as many as a bare transaction; a replay
-// costs two (begin and claim; read and commit). When most of the calls p
-// has seen were replays, once reads the record first, outside a
-// transaction: a replay then costs that read, and a first run one round
-// trip more.
+// commits. A first run costs two round trips besides fn's own statements
+// (begin and claim; record and commit), as many as a bare transaction; a
+// replay costs two (begin and claim; read and commit). When most of the
+// calls p has seen were replays, once reads the record first, outside a
+// transaction: a replay then costs that read (and, on a server with a
+// synchronous standby, one more round trip to wait for it), and a first
+// run one round trip more.
 func (s *Store) once(ctx context.Context, p *plan, scope, key string, fp []byte, finish finisher) (Result, error) {
 	if p.readFirst() {
 		switch f, err := s.lookup(ctx, scope, key); {

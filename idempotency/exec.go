@@ -22,10 +22,14 @@ import (
 // DELETE with a RETURNING clause (or a SELECT), with its arguments. Exec
 // claims the key as Do does, then sends the statement, written to store
 // its rows as the key's result too, with COMMIT: a first run costs two
-// round trips, a replay the claim's two, or one read once most recent
-// calls were replays (see plan). No normal outcome raises an error on the
-// server. WithSharedRoundTrip trades that for one round trip (see it and
-// docs/idempotency.md). An expired record counts as none.
+// round trips, a replay the claim's two. Once most recent calls were
+// replays, Exec reads the record first: a replay is then one read, a
+// first run three round trips (docs/idempotency.md). No normal outcome
+// raises an error on the server. WithSharedRoundTrip trades that for one
+// round trip. An expired record counts as none. Cancelling ctx before the
+// statement is sent rolls back; once it is sent with its COMMIT, Exec
+// stops waiting and returns ErrAmbiguousCommit, and the statement runs to
+// its end on the server's terms (as Do's commit does).
 // The statement's RETURNING rows are stored as the result, a JSON array of
 // objects (column name to value, as json_agg writes them); a statement
 // that returns no row is stored as a terminal outcome (Terminal set, Body
@@ -42,10 +46,11 @@ import (
 //   - Every lock wait, for the key or for the effect's rows, is bounded by
 //     WithWait (shortened by ctx's deadline), each statement on its own;
 //     when it runs out, Exec returns ErrInProgress and nothing was
-//     written. With WithSharedRoundTrip, Exec takes the effect's locks
-//     before the key's, Do the key's first: the two on one key with
+//     written. A deadlock or serialization failure is retried
+//     (WithAttempts). With WithSharedRoundTrip, Exec takes the effect's
+//     locks before the key's, Do the key's first: the two on one key with
 //     overlapping rows can deadlock, which the server breaks after its
-//     deadlock_timeout, and the loser's attempt is retried (WithAttempts).
+//     deadlock_timeout.
 //   - An error of the statement itself rolls everything back and is
 //     returned (with WithSharedRoundTrip, unless it is a unique violation
 //     on a table named as the Store's, which Exec takes for its own record
@@ -93,7 +98,7 @@ func (s *Store) exec(ctx context.Context, scope, key string, fingerprint []byte,
 		var err error
 		res, err = settled(ctx, func() (Result, error) {
 			if !s.shared {
-				return s.once(ctx, &s.plan, scope, key, fingerprint, runClaimed(stmt, args))
+				return s.once(ctx, &s.execPlan, scope, key, fingerprint, runClaimed(stmt, args))
 			}
 			return s.execOnce(ctx, scope, key, fingerprint, stmt, args)
 		})
@@ -119,7 +124,7 @@ func runClaimed(stmt wrapped, args []any) finisher {
 		})
 		err := s.commit(ctx, conn, tx, release, rec.Key, b)
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "55P03" && !errors.Is(err, ErrAmbiguousCommit) {
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // an ERROR: never ambiguous
 			return s.execError(rec.Key, "one of the effect's rows", wait, pgErr)
 		}
 		return err
@@ -139,7 +144,7 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt
 		wait, sargs = s.args(ctx, scope, key, fp, args)
 		err = s.run(ctx, stmt.text, sargs, &rec)
 	}
-	if stmt.name != "" && !s.plan.readFirst() && !pgmode.Unnamed(s.db) {
+	if stmt.name != "" && !s.execPlan.readFirst() && !pgmode.Unnamed(s.db) {
 		var sargs []any
 		var sent bool
 		wait, sargs = s.args(ctx, scope, key, fp, args)
@@ -158,7 +163,7 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt
 			runAlone()
 		}
 	}
-	s.plan.observe(stored != nil)
+	s.execPlan.observe(stored != nil)
 	switch {
 	case stored != nil && !stored.expired:
 		return s.replayFound(ctx, *stored, fp)
@@ -228,19 +233,18 @@ func (s *Store) execError(key, locks string, wait time.Duration, err error) erro
 }
 
 // replayFound answers from a live record as replayOf does. When its server
-// has a synchronous standby, a replay answers only once the standby holds
+// has a synchronous standby, a replay (or a mismatch, which carries the
+// record) answers only once the standby holds
 // the WAL up to a commit of its own, the record's commit included (as Do's
 // replay does): a record whose own wait for the standby was cancelled is
 // never acknowledged before a failover could lose it. That commit is not
 // cancelled by ctx; if ctx ends first, the error wraps
 // pgerr.ErrStoppedWaiting and nothing was run.
 func (s *Store) replayFound(ctx context.Context, f found, fp []byte) (Result, error) {
-	res, err := idemrecord.ReplayOf(f.Record, fp)
-	if err != nil || !f.standby {
-		return res, err
+	if f.standby {
+		if _, err := pgerr.Exec(ctx, s.db, syncMarkSQL, s.over.Args()...); err != nil {
+			return Result{}, fmt.Errorf("idempotency: key %q: replay: waiting for its record to reach the synchronous standby: %w; nothing was run", f.Key, err)
+		}
 	}
-	if _, err := pgerr.Exec(ctx, s.db, syncMarkSQL, s.over.Args()...); err != nil {
-		return Result{}, fmt.Errorf("idempotency: key %q: replay: waiting for its record to reach the synchronous standby: %w; nothing was run", f.Key, err)
-	}
-	return res, nil
+	return idemrecord.ReplayOf(f.Record, fp)
 }

@@ -21,13 +21,13 @@ func (s *Store) PinPlan(how string) {
 	switch how {
 	case "claim":
 		s.shared = false
-		s.plan.lean.Store(-planMemory)
+		s.execPlan.lean.Store(-planMemory)
 	case "shared":
 		s.shared = true
-		s.plan.lean.Store(-planMemory)
+		s.execPlan.lean.Store(-planMemory)
 	case "readfirst":
 		s.shared = true
-		s.plan.lean.Store(planMemory)
+		s.execPlan.lean.Store(planMemory)
 	default:
 		panic("PinPlan: " + how)
 	}

@@ -74,7 +74,7 @@ type Store struct {
 	describing                  chan struct{} // a semaphore: one describe at a time
 	sharedTexts, describedTexts int           // guarded by describing
 	isolation                   string        // default_transaction_isolation, guarded by describing
-	plan                        plan          // Exec's
+	execPlan                    plan          // Exec's
 	doPlan                      plan          // Do's
 	gateName                    string
 }
@@ -153,8 +153,9 @@ func WithTable(name string) Option { return func(c *config) { c.table = name } }
 // Stores with different retentions may share a table.
 func WithRetention(d time.Duration) Option { return func(c *config) { c.retention = d } }
 
-// WithWait bounds how long Do waits for a concurrent request with the same
-// key to finish (default 5 s) before returning ErrInProgress. 0 means until
+// WithWait bounds how long Do and Exec wait for a concurrent request with
+// the same key to finish (default 5 s), and Exec each lock wait of its
+// statement, before returning ErrInProgress. 0 means until
 // the context ends. A context deadline shortens it, so that the database
 // gives up first and the connection survives.
 func WithWait(d time.Duration) Option { return func(c *config) { c.wait = d } }
@@ -162,16 +163,20 @@ func WithWait(d time.Duration) Option { return func(c *config) { c.wait = d } }
 // WithSharedRoundTrip makes Exec send its read of the key's record and its
 // statement in one round trip, one implicit transaction, rather than claim
 // the key in a transaction and then run the statement with COMMIT: a first
-// run costs one round trip instead of two. The outcomes are the same, but
-// the server logs an ERROR line and counts a rollback for every call that
-// finds a record while sharing (a replay, a mismatch, an expired record:
+// run costs one round trip instead of two (only through a pool in pgx's
+// default cache_statement mode, where transactions are Read Committed by
+// default, for the first 64 statement texts; elsewhere it reads first,
+// two round trips). The outcomes are the same, but the server logs an
+// ERROR line and counts a rollback for every call that finds a record
+// while sharing (a replay, a mismatch, an expired record:
 // an error is how the server skips the statement), and for each concurrent
 // duplicate (a unique violation on the key). Exec also takes the effect's
 // locks before the key's, so a concurrent duplicate waits on the effect's
-// rows. See docs/idempotency.md.
+// rows, and Exec and Do on one key with overlapping rows can deadlock (the
+// loser is retried, WithAttempts). See docs/idempotency.md.
 func WithSharedRoundTrip() Option { return func(c *config) { c.shared = true } }
 
-// WithAttempts bounds how many times Do runs the transaction when it fails
+// WithAttempts bounds how many times Do and Exec run the transaction when it fails
 // with a deadlock or a serialization failure (default DefaultAttempts,
 // 10; 1 means never retry; at most 100). Each retry starts from a full
 // rollback.

@@ -32,8 +32,8 @@ type doOutcome struct {
 // saying so, having run nothing. After the primary dies and the standby is
 // promoted, the key is absent, and a retry runs the payment once: no
 // caller was told "paid" by a replay of a payment the failover lost. For
-// idempotency.Store.Do (claiming first, and reading first as it does once
-// replays dominate) and Store.Exec.
+// idempotency.Store.Do and Store.Exec, each claiming first, and reading
+// first as they do once replays dominate.
 //
 // The call whose wait was cancelled is itself answered success: PostgreSQL
 // answers its COMMIT with a WARNING and "COMMIT", and pgx passes the
@@ -42,7 +42,7 @@ type doOutcome struct {
 // library, that acknowledged it.
 func TestReplayWaitsForStandby(t *testing.T) {
 	t.Parallel()
-	for _, api := range []string{"Do", "Do-readFirst", "Exec"} {
+	for _, api := range []string{"Do", "Do-readFirst", "Exec", "Exec-readFirst"} {
 		t.Run(api, func(t *testing.T) {
 			t.Parallel()
 			replayWaitsForStandby(t, api)
@@ -88,7 +88,7 @@ INSERT INTO wallets VALUES ('alice', 100)`); err != nil {
 	// its runs (and runs counts Do's).
 	var runs atomic.Int32
 	pay := func(ctx context.Context) (idempotency.Result, error) {
-		if api == "Exec" {
+		if strings.HasPrefix(api, "Exec") {
 			return store.Exec(ctx, "pay", "k1", nil, `UPDATE wallets SET balance = balance - 10 WHERE account = 'alice' RETURNING 'paid' AS paid`)
 		}
 		return store.Do(ctx, "pay", "k1", nil, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
@@ -97,15 +97,20 @@ INSERT INTO wallets VALUES ('alice', 100)`); err != nil {
 			return []byte("paid"), err
 		})
 	}
-	if api == "Do-readFirst" { // one first run, then enough replays to turn Do's plan
-		for i := 0; i < 80; i++ {
-			if _, err := store.Do(ctx, "warm", "w", nil, func(context.Context, pgx.Tx) ([]byte, error) { return nil, nil }); err != nil {
-				t.Fatal(err)
-			}
+	// -readFirst: one first run, then enough replays to turn the plan.
+	for i := 0; strings.HasSuffix(api, "-readFirst") && i < 80; i++ {
+		var err error
+		if api == "Do-readFirst" {
+			_, err = store.Do(ctx, "warm", "w", nil, func(context.Context, pgx.Tx) ([]byte, error) { return nil, nil })
+		} else {
+			_, err = store.Exec(ctx, "warm", "w", nil, `SELECT 1 AS one`)
+		}
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 	paid := `paid`
-	if api == "Exec" {
+	if strings.HasPrefix(api, "Exec") {
 		paid = `[{"paid":"paid"}]`
 	}
 	// state reads the key's record count and alice's balance on the
@@ -208,7 +213,7 @@ INSERT INTO wallets VALUES ('alice', 100)`); err != nil {
 			t.Errorf("a retry with a short deadline returned %v; want the stopped-waiting error", err)
 		}
 	}
-	if n := runs.Load(); api != "Exec" && n != 1 {
+	if n := runs.Load(); strings.HasPrefix(api, "Do") && n != 1 {
 		t.Errorf("fn ran %d times before the failover; want 1", n)
 	}
 	if r, bal := state(pair.PrimaryDSN()); r != 1 || bal != 90 {
@@ -236,7 +241,7 @@ INSERT INTO wallets VALUES ('alice', 100)`); err != nil {
 		}
 		return err == nil, nil
 	})
-	if res.Replayed || string(res.Body) != paid || (api != "Exec" && runs.Load() != 2) {
+	if res.Replayed || string(res.Body) != paid || (strings.HasPrefix(api, "Do") && runs.Load() != 2) {
 		t.Errorf("the retry on the new primary: result %q, replayed %v, fn ran %d times in all; want a first run (%q; Do: 2 runs in all)",
 			res.Body, res.Replayed, runs.Load(), paid)
 	}

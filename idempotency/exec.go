@@ -119,7 +119,7 @@ func runClaimed(stmt wrapped, args []any) finisher {
 	return func(ctx context.Context, s *Store, conn *pgx.Conn, tx pgx.Tx, release *func(), rec *Record) error {
 		wait, bound := s.bound(ctx)
 		b := &pgx.Batch{}
-		b.Queue(stmt.claimed, append(slices.Clip(args), bound, rec.Scope, rec.Key)...).QueryRow(func(row pgx.Row) error {
+		b.Queue(stmt.text, append(slices.Clip(args), bound, rec.Scope, rec.Key)...).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&rec.Body, &rec.Terminal)
 		})
 		err := s.commit(ctx, conn, tx, release, rec.Key, b)

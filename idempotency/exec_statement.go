@@ -108,7 +108,10 @@ func (s *Store) describe(ctx context.Context, sql string, args []any) (w wrapped
 		return wrapped{}, false, fmt.Errorf("idempotency: describe the statement: %w", err)
 	}
 	n := len(d.ParamOIDs)
-	w = s.wrap(sql, n)
+	w = s.wrap(sql, n, s.shared)
+	if !s.shared {
+		return w, true, nil
+	}
 	if s.isolation == "" {
 		_ = conn.QueryRow(ctx, `SELECT current_setting('default_transaction_isolation')`, s.over.Args()...).Scan(&s.isolation)
 	}
@@ -122,10 +125,9 @@ func (s *Store) describe(ctx context.Context, sql string, args []any) (w wrapped
 
 // wrapped is the caller's statement as Exec sends it.
 type wrapped struct {
-	text    string // in execSQL (WithSharedRoundTrip)
-	claimed string // in claimedSQL (the default)
-	params  int    // the caller's statement's parameters
-	name    string // text's prepared statement's, when it may share the read's round trip
+	text   string // in claimedSQL, or with WithSharedRoundTrip in execSQL
+	params int    // the caller's statement's parameters
+	name   string // its prepared statement's, when it may share the read's round trip
 }
 
 // maxShared bounds how many statement texts a Store prepares on each
@@ -134,9 +136,13 @@ type wrapped struct {
 // bounds are per Store.
 const maxShared, maxDescribed = 64, 4096
 
-// wrap returns sql, which uses n parameters, wrapped both ways.
-func (s *Store) wrap(sql string, n int) wrapped {
-	return wrapped{text: fmt.Sprintf(s.execSQL, sql, n+1, n+2, n+3, n+4, n+5), claimed: fmt.Sprintf(s.claimedSQL, sql, n+1, n+2, n+3), params: n}
+// wrap returns sql, which uses n parameters, wrapped in execSQL (shared)
+// or claimedSQL.
+func (s *Store) wrap(sql string, n int, shared bool) wrapped {
+	if shared {
+		return wrapped{text: fmt.Sprintf(s.execSQL, sql, n+1, n+2, n+3, n+4, n+5), params: n}
+	}
+	return wrapped{text: fmt.Sprintf(s.claimedSQL, sql, n+1, n+2, n+3), params: n}
 }
 
 // preparedName names readAndRun's prepared statement for sql. Not sql

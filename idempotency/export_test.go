@@ -2,13 +2,14 @@ package idempotency
 
 import "context"
 
-// ExecStatementOnly runs Exec's statement without the read before it, for
+// ExecStatementOnly runs Exec's shared statement (WithSharedRoundTrip)
+// without the read before it, for
 // BenchmarkDebit to show what that read costs. Not a usable Exec: a key
 // already used fails with a unique violation.
 func (s *Store) ExecStatementOnly(ctx context.Context, scope, key string, sql string, args ...any) (Record, error) {
 	rec := Record{Scope: scope, Key: key}
 	_, sargs := s.args(ctx, scope, key, []byte{}, args)
-	err := s.run(ctx, s.wrap(sql, len(args)).text, sargs, &rec)
+	err := s.run(ctx, s.wrap(sql, len(args), true).text, sargs, &rec)
 	return rec, err
 }
 
@@ -18,15 +19,14 @@ func (s *Store) ExecStatementOnly(ctx context.Context, scope, key string, sql st
 // statement in one round trip) or "readfirst" (WithSharedRoundTrip after
 // mostly replays: the read, then the statement alone).
 func (s *Store) PinPlan(how string) {
+	if shared := how != "claim"; shared != s.shared {
+		s.shared = shared
+		s.statements.Clear() // wrapped for the other way
+	}
 	switch how {
-	case "claim":
-		s.shared = false
-		s.execPlan.lean.Store(-planMemory)
-	case "shared":
-		s.shared = true
+	case "claim", "shared":
 		s.execPlan.lean.Store(-planMemory)
 	case "readfirst":
-		s.shared = true
 		s.execPlan.lean.Store(planMemory)
 	default:
 		panic("PinPlan: " + how)

@@ -52,9 +52,19 @@ import (
 //	           do to the record's index inserts
 //	ledger-v7  ledger with UUIDv7 payment keys against random UUIDs (v4): the
 //	           same for the ledger's primary key
+//
+// Each scenario also reports, per operation of its own, the ERROR lines
+// it made the server log (errors/op) and the transactions it rolled back
+// (rollbacks/op), counted on a database of the benchmark's own: its
+// baseline adds to neither.
 func BenchmarkDebit(b *testing.B) {
-	pool, _ := testenv.PostgresSchema(b, 80)
-	benchDebit(b, pool, []int{1, 4, 16, 64}, nil)
+	dsn := testenv.PostgresDatabase(b)
+	errorLines := testenv.ErrorLines(b, dsn)
+	pool := testenv.Pool(b, dsn, 80)
+	benchDebit(b, pool, []int{1, 4, 16, 64}, nil, func() (errors, rollbacks int64) {
+		pool.Reset() // every session ends, and so reports its counts
+		return int64(errorLines()), testenv.Rollbacks(b, dsn)
+	})
 }
 
 // BenchmarkDebitOverNetwork runs bare, do, exec, exec-shared, read,
@@ -67,11 +77,13 @@ func BenchmarkDebitOverNetwork(b *testing.B) {
 	_, schema := testenv.PostgresSchema(b, 1)
 	oneWay := testenv.Delay(time.Millisecond)
 	dsn := testenv.Proxy(b, testenv.PostgresDSNFor(b, schema), oneWay, oneWay)
-	benchDebit(b, testenv.Pool(b, dsn, 80), []int{1, 16, 64}, []string{"bare", "do", "exec", "exec-shared", "read", "replay", "replay-claim", "exec-replay", "exec-replay-shared"})
+	benchDebit(b, testenv.Pool(b, dsn, 80), []int{1, 16, 64}, []string{"bare", "do", "exec", "exec-shared", "read", "replay", "replay-claim", "exec-replay", "exec-replay-shared"}, nil)
 }
 
-// benchDebit runs the scenarios named in only (nil: all) on pool.
-func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []string) {
+// benchDebit runs the scenarios named in only (nil: all) on pool. When
+// counts is not nil, it gives the server's ERROR lines and rolled-back
+// transactions so far, and each scenario reports its own per operation.
+func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []string, counts func() (errors, rollbacks int64)) {
 	ctx := context.Background()
 	store, err := idempotency.New(pool)
 	if err != nil {
@@ -246,21 +258,29 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 		}
 		for _, clients := range clientCounts {
 			b.Run(fmt.Sprintf("%s/clients=%d", sc.name, clients), func(b *testing.B) {
-				runAgainst(b, clients, sc.op, sc.baseline)
+				if counts == nil {
+					runAgainst(b, clients, sc.op, sc.baseline)
+					return
+				}
+				errors, rollbacks := counts()
+				ops := runAgainst(b, clients, sc.op, sc.baseline)
+				errorsAfter, rollbacksAfter := counts()
+				b.ReportMetric(float64(errorsAfter-errors)/float64(ops), "errors/op")
+				b.ReportMetric(float64(rollbacksAfter-rollbacks)/float64(ops), "rollbacks/op")
 			})
 		}
 	}
 }
 
-// runAgainst runs b.N operations of op over clients goroutines and reports
-// units/s. With a baseline, it runs as many of the baseline too, in four
-// alternating rounds, and reports x-baseline: op's rate over the
-// baseline's.
-func runAgainst(b *testing.B, clients int, op, baseline func(ctx context.Context, client int) error) {
+// runAgainst runs b.N operations of op over clients goroutines, reports
+// units/s, and returns how many of op it ran. With a baseline, it runs as
+// many of the baseline too, in four alternating rounds, and reports
+// x-baseline: op's rate over the baseline's.
+func runAgainst(b *testing.B, clients int, op, baseline func(ctx context.Context, client int) error) int {
 	if baseline == nil {
 		d := runClients(b, clients, b.N, op)
 		b.ReportMetric(float64(b.N)/d.Seconds(), "units/s")
-		return
+		return b.N
 	}
 	const rounds = 4
 	per := b.N/rounds + 1
@@ -276,6 +296,7 @@ func runAgainst(b *testing.B, clients int, op, baseline func(ctx context.Context
 	}
 	b.ReportMetric(float64(per*rounds)/tOp.Seconds(), "units/s")
 	b.ReportMetric(tBase.Seconds()/tOp.Seconds(), "x-baseline")
+	return per * rounds
 }
 
 // runClients runs n operations spread over clients goroutines and returns

@@ -1,8 +1,11 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -169,4 +172,53 @@ func Rollbacks(t testing.TB, dsn string) int64 {
 		t.Fatalf("testenv: read pg_stat_database: %v", err)
 	}
 	return n
+}
+
+// ErrorLines starts counting the ERROR lines that the server of
+// EnvPostgres writes to its log (EnvPostgresLog) for the database of dsn,
+// one of PostgresDatabase's, and returns a function that gives the count
+// so far. It needs the log_line_prefix scripts/services sets, which names
+// each line's database; without it, or without the log, the test fails
+// when services are required and is skipped otherwise.
+func ErrorLines(t testing.TB, dsn string) func() int {
+	t.Helper()
+	path := need(t, EnvPostgresLog)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("testenv: parse dsn: %v", err)
+	}
+	var prefix string
+	conn, err := pgx.Connect(context.Background(), PostgresDSN(t))
+	if err == nil {
+		err = conn.QueryRow(context.Background(), `SHOW log_line_prefix`).Scan(&prefix)
+		conn.Close(context.Background())
+	}
+	if err != nil {
+		t.Fatalf("testenv: read log_line_prefix: %v", err)
+	}
+	if !strings.HasSuffix(prefix, " %qdb=%d ") {
+		missing(t, "the PostgreSQL log does not name each line's database (log_line_prefix "+prefix+"): run `scripts/services up`")
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("testenv: %s: %v", EnvPostgresLog, err)
+	}
+	from := st.Size()
+	marker := []byte(" db=" + strings.TrimPrefix(u.Path, "/") + " ERROR:  ")
+	return func() int {
+		t.Helper()
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatalf("testenv: %s: %v", EnvPostgresLog, err)
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.Size() < from {
+			from = 0 // cut short by scripts/services up
+		}
+		b, err := io.ReadAll(io.NewSectionReader(f, from, 1<<62))
+		if err != nil {
+			t.Fatalf("testenv: read %s: %v", EnvPostgresLog, err)
+		}
+		return bytes.Count(b, marker)
+	}
 }

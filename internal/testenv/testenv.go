@@ -25,6 +25,9 @@ const (
 	EnvKafka      = "NOLOCK_TEST_KAFKA"       // comma-separated brokers
 	EnvDynamoDB   = "NOLOCK_TEST_DYNAMODB"    // endpoint URL of the default server
 	EnvDynamoDBTx = "NOLOCK_TEST_DYNAMODB_TX" // endpoint URL of a server with transactions
+	// EnvPostgresLog is the log file of EnvPostgres's server, whose lines
+	// name their session's database ("db=NAME"; see ErrorLines).
+	EnvPostgresLog = "NOLOCK_TEST_POSTGRES_LOG"
 )
 
 // need returns the value of the environment variable name, or ends the test:
@@ -34,12 +37,18 @@ func need(t testing.TB, name string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
 	}
-	msg := name + " is not set: start the services with `scripts/services up` and load them with `eval \"$(scripts/services env)\"` (or run scripts/test)"
+	missing(t, name+" is not set: start the services with `scripts/services up` and load them with `eval \"$(scripts/services env)\"` (or run scripts/test)")
+	return ""
+}
+
+// missing ends the test for want of a service or its setup, described by
+// msg: with Fatal when services are required, with Skip otherwise.
+func missing(t testing.TB, msg string) {
+	t.Helper()
 	if Required() {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)
-	return ""
 }
 
 // Required reports whether a missing service must fail a test rather than

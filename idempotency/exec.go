@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
@@ -93,22 +92,12 @@ func (s *Store) exec(ctx context.Context, scope, key string, fingerprint []byte,
 	if fingerprint == nil {
 		fingerprint = []byte{}
 	}
-	var res Result
-	err = s.policy.Retry(ctx, func(ctx context.Context, _ int) error {
-		var err error
-		res, err = settled(ctx, func() (Result, error) {
-			if !s.shared {
-				return s.once(ctx, &s.execPlan, scope, key, fingerprint, runClaimed(stmt, args))
-			}
-			return s.execOnce(ctx, scope, key, fingerprint, stmt, args)
-		})
-		return err
-	}, retryable, idemrecord.RetryLogger(ctx, s.log, key))
-	var exhausted *backoff.ExhaustedError
-	if errors.As(err, &exhausted) {
-		return Result{}, fmt.Errorf("idempotency: key %q: %w", key, err)
-	}
-	return res, err
+	return s.retried(ctx, key, func(ctx context.Context) (Result, error) {
+		if !s.shared {
+			return s.once(ctx, &s.execPlan, scope, key, fingerprint, runClaimed(stmt, args))
+		}
+		return s.execOnce(ctx, scope, key, fingerprint, stmt, args)
+	})
 }
 
 // runClaimed is Exec's finisher by default: the statement and the record

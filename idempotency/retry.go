@@ -1,0 +1,62 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/idemrecord"
+	"github.com/nolock/nolock/internal/pgmode"
+)
+
+// retried makes attempt until it succeeds or fails for good: at once
+// again while it ends in errVanished (see settled), and after a backoff
+// while it fails retryably, within the Store's WithAttempts.
+func (s *Store) retried(ctx context.Context, key string, attempt func(context.Context) (Result, error)) (Result, error) {
+	var res Result
+	err := s.policy.Retry(ctx, func(ctx context.Context, _ int) error {
+		var err error
+		res, err = settled(ctx, func() (Result, error) { return attempt(ctx) })
+		return err
+	}, retryable, idemrecord.RetryLogger(ctx, s.log, key))
+	var exhausted *backoff.ExhaustedError
+	if errors.As(err, &exhausted) {
+		return Result{}, fmt.Errorf("idempotency: key %q: %w", key, err)
+	}
+	return res, err
+}
+
+// errVanished means the attempt was made in vain and is made again: the
+// record that stood in the way of a claim (Do, Exec) or an insert (Exec
+// with WithSharedRoundTrip) was gone or expired by the time it was read,
+// or the server connection did not keep a named prepared statement (see
+// pgmode.Learn).
+var errVanished = errors.New("idempotency: the key's record vanished while in the way")
+
+// settled runs attempt again (up to 10 times, while ctx lives) as long as
+// it ends in errVanished: fn did not run then (an Exec statement may have,
+// and rolled back, as its record was in the way or its prepared statement
+// stale), so these do not count against WithAttempts, which bounds runs of
+// the effect that rolled back.
+func settled(ctx context.Context, attempt func() (Result, error)) (Result, error) {
+	for i := 0; ; i++ {
+		res, err := attempt()
+		if !errors.Is(err, errVanished) || i == 9 || ctx.Err() != nil {
+			return res, err
+		}
+	}
+}
+
+// retryable reports whether Do may run the whole transaction again: it
+// rolled back for a reason a new attempt may not meet.
+func retryable(err error) bool {
+	if errors.Is(err, ErrAmbiguousCommit) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	return errors.Is(err, errVanished) || pgmode.MissingNamed(err) ||
+		errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}

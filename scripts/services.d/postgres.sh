@@ -26,7 +26,8 @@ postgres_up() {
   local bin; bin=$(pg_bin)
   if pg_as_owner "$bin/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
     log "postgres: already running on 127.0.0.1:$PG_PORT"
-    postgres_log_prefix || pg_as_owner "$bin/pg_ctl" -D "$PG_DATA" reload >/dev/null
+    postgres_log_prefix
+    pg_as_owner "$bin/pg_ctl" -D "$PG_DATA" reload >/dev/null
     return 0
   fi
   if [[ ! -s $PG_DATA/PG_VERSION ]]; then
@@ -45,7 +46,7 @@ fsync = on
 synchronous_commit = on
 CONF
   fi
-  postgres_log_prefix || true # read at the start below
+  postgres_log_prefix
   # Keep the log bounded across restarts: tests provoke server errors on
   # purpose, and each is logged with its statement.
   if [[ -f $PG_LOG ]] && (($(stat -c %s "$PG_LOG") > 64 << 20)); then
@@ -59,11 +60,11 @@ CONF
 
 # postgres_log_prefix makes each session's log lines name its database, so
 # that a test on a database of its own can count the ERROR lines it caused
-# (testenv.ErrorLines); it fails when it had to add the setting.
+# (testenv.ErrorLines), unless the cluster's configuration sets a prefix
+# of its own.
 postgres_log_prefix() {
-  grep -q '^log_line_prefix' "$PG_DATA/postgresql.conf" && return 0
-  echo "log_line_prefix = '%m [%p] %qdb=%d '" >>"$PG_DATA/postgresql.conf"
-  return 1
+  grep -q '^log_line_prefix' "$PG_DATA/postgresql.conf" ||
+    echo "log_line_prefix = '%m [%p] %qdb=%d '" >>"$PG_DATA/postgresql.conf"
 }
 
 postgres_down() {

@@ -66,3 +66,40 @@ func TestFailover(t *testing.T) {
 	grew(rounds, "the last acquirer", l.Token())
 	l.Close()
 }
+
+// A release does not wait for the synchronous standby (its commit is
+// asynchronous), and a release the standby never received is lost in a
+// failover without harm: the promoted server shows the row still held
+// with the same token until its lease runs out, and then hands out the
+// next token.
+func TestReleaseIsNotReplicatedFirst(t *testing.T) {
+	t.Parallel()
+	pair := testenv.PostgresPair(t)
+	pool := testenv.Pool(t, pair.DSNFor(pair.CreateSchema()), 4)
+	d := testenv.Scale(2 * time.Second)
+	a := newClient(t, pool, lease.WithLease(d))
+	b := newClient(t, pool, lease.WithLease(d))
+	const key = "leader"
+	l := mustAcquire(t, a, key)
+	pair.StallStandby()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := l.Release(ctx); err != nil {
+		pair.ResumeStandby() // so that the commits left waiting can end
+		t.Fatalf("Release with the standby stalled: %v (it waited for replication)", err)
+	}
+	if r := readRow(t, pool, key); !r.Released || r.Token != l.Token() {
+		t.Fatalf("row on the primary after the release: %+v", r)
+	}
+	pair.KillPrimary()
+	pair.Promote()
+	testenv.Until(t, "the new primary answers", func() (bool, error) { return pool.Ping(context.Background()) == nil, nil })
+	if r := readRow(t, pool, key); r.Released || r.Token != l.Token() {
+		t.Fatalf("row on the promoted standby: %+v; want the release lost and token %d", r, l.Token())
+	}
+	nl := mustAcquire(t, b, key)
+	defer nl.Close()
+	if nl.Token() != l.Token()+1 {
+		t.Fatalf("token after the lease ran out: %d, want %d", nl.Token(), l.Token()+1)
+	}
+}

@@ -190,6 +190,10 @@ func (l *Lock) event(name string, d time.Duration, err error) {
 // resolved by trying again until ctx ends (a try that finds the row
 // released with our token is success); each try waits at most a quarter of
 // the lease for its answer, and none is cancelled on the server once sent.
+// The release commits asynchronously: it is visible at once but not
+// flushed or replicated before Release returns, so a crash or failover
+// right after may undo it, leaving the row held until its lease and
+// lock-delay run out (the token is unchanged either way).
 //
 // It returns nil if the lock was held until the release; the *LostError if
 // it had been lost before (the release is still written after an expiry,

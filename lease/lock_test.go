@@ -149,6 +149,25 @@ func TestStatementCount(t *testing.T) {
 	}
 }
 
+// The release's asynchronous commit is its own: the session it ran on
+// commits synchronously again afterwards.
+func TestReleaseLeavesTheSessionAsItWas(t *testing.T) {
+	t.Parallel()
+	pool, _ := testenv.PostgresSchema(t, 1) // one connection: the release's
+	c := newClient(t, pool)
+	l := mustAcquire(t, c, "k")
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var setting string
+	if err := pool.QueryRow(context.Background(), "SHOW synchronous_commit").Scan(&setting); err != nil {
+		t.Fatal(err)
+	}
+	if setting != "on" {
+		t.Fatalf("synchronous_commit after a release: %q, want on", setting)
+	}
+}
+
 // A holder whose renewals cannot reach the database learns of its loss
 // (Expiring, then Lost, Cause Expired) before the database lets anyone
 // else take the lock; the next holder's token is higher.

@@ -18,6 +18,7 @@ import (
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/lease"
 )
 
 // bed is one schema's patterns on one pool.
@@ -31,6 +32,7 @@ type bed struct {
 	casB   *cas.PostgresBackend
 	cas    *cas.Store[int]
 	idem   *idempotency.Store
+	locks  *lease.Client
 }
 
 // newBed makes the patterns' tables in a fresh schema and opens a pool of
@@ -66,11 +68,16 @@ func newBed(t *testing.T, viaPgBouncer bool, mode pgx.QueryExecMode) *bed {
 	idem, err := idempotency.New(admin)
 	must(err)
 	must(idem.CreateSchema(ctx))
+	locks, err := lease.New(admin)
+	must(err)
+	must(locks.CreateSchema(ctx))
+	must(locks.Close())
 	_, err = admin.Exec(ctx, `CREATE TABLE accts (LIKE nolock_stock INCLUDING ALL);
 ALTER TABLE accts RENAME COLUMN qty TO balance;
 CREATE TABLE leases (k text PRIMARY KEY, fence bigint NOT NULL DEFAULT 0, owner text);
 CREATE TABLE wallets (account text PRIMARY KEY, balance bigint NOT NULL);
-CREATE TABLE docs (id text PRIMARY KEY, body text NOT NULL, version bigint NOT NULL)`)
+CREATE TABLE docs (id text PRIMARY KEY, body text NOT NULL, version bigint NOT NULL);
+CREATE TABLE reports (id text PRIMARY KEY, body text NOT NULL)`)
 	must(err)
 
 	if b.stock, err = conditional.NewStock(b.pool, conditional.WithBuckets(2)); err != nil {
@@ -97,6 +104,10 @@ CREATE TABLE docs (id text PRIMARY KEY, body text NOT NULL, version bigint NOT N
 	if b.idem, err = idempotency.New(b.pool); err != nil {
 		t.Fatal(err)
 	}
+	if b.locks, err = lease.New(b.pool, lease.WithLease(testenv.Scale(time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.locks.Close() })
 	return b
 }
 
@@ -245,6 +256,51 @@ var scenarios = []scenario{
 			return fmt.Errorf("the lease: %q at %d, %v; want \"tx\" at 3", owner, fence, err)
 		}
 		return nil
+	}},
+	{"lease.Client", func(ctx context.Context, b *bed, w string) error {
+		k := w + "-leader"
+		if _, err := b.admin.Exec(ctx, `INSERT INTO reports VALUES ($1, '')`, k); err != nil {
+			return err
+		}
+		// The user's fenced write, in a transaction: describe_exec sends a
+		// statement outside one in two round trips, which PgBouncer may
+		// give to two server connections.
+		write := func(token int64, body string) (n int64, err error) {
+			err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+				tag, err := tx.Exec(ctx, `UPDATE reports SET body = $3 WHERE id = $1 AND `+b.locks.FenceSQL(1, 2), k, token, body)
+				n = tag.RowsAffected()
+				return err
+			})
+			return n, err
+		}
+		l, err := b.locks.Acquire(ctx, k)
+		if err != nil {
+			return fmt.Errorf("Acquire: %w", err)
+		}
+		_, held := b.locks.TryAcquire(ctx, k)
+		n, werr := write(l.Token(), "holder")
+		if err := errors.Join(want("TryAcquire of a held lock", held, lease.ErrNotAcquired), want("fenced write", werr, nil),
+			want("Release", l.Release(ctx), nil)); err != nil {
+			return err
+		}
+		if n != 1 {
+			return fmt.Errorf("fenced write by the holder wrote %d rows, want 1", n)
+		}
+		if n, err = write(l.Token(), "stale"); err != nil || n != 0 {
+			return fmt.Errorf("fenced write after the release: %d rows, %v; want 0", n, err)
+		}
+		next, err := b.locks.TryAcquire(ctx, k)
+		if err != nil {
+			return fmt.Errorf("TryAcquire after the release: %w", err)
+		}
+		if next.Token() != l.Token()+1 {
+			return fmt.Errorf("token after the release: %d, want %d", next.Token(), l.Token()+1)
+		}
+		var body string
+		if err := b.admin.QueryRow(ctx, `SELECT body FROM reports WHERE id = $1`, k).Scan(&body); err != nil || body != "holder" {
+			return fmt.Errorf("the report: %q, %v; want \"holder\"", body, err)
+		}
+		return want("Release of the next lock", next.Release(ctx), nil)
 	}},
 	{"cas.Store", func(ctx context.Context, b *bed, w string) error {
 		k := w + "-counter"

@@ -17,19 +17,23 @@ const benchClients = 4
 
 // BenchmarkPairs measures acquire + release pairs per second, each client
 // on its own key (uncontended), in the same run for:
-//   - lease: Client.Acquire + Lock.Release (with renewals, Lost, token);
+//   - lease: Client.Acquire + Lock.Release (with renewals, Lost, token;
+//     the release commits asynchronously);
 //   - handwritten: the seed's lease SQL inline on the pool, with its token
 //     and a heartbeat: one INSERT … ON CONFLICT … RETURNING token, a
 //     goroutine that would renew the lease every third of it (it never
-//     gets to, here) stopped before one UPDATE releases;
-//   - bare: the same two statements without the heartbeat;
+//     gets to, here) stopped before one UPDATE releases (synchronously);
+//   - handwritten-async: the same, its release committed asynchronously
+//     as lease's is (equal durability);
+//   - bare: the same two statements as handwritten, without the heartbeat;
 //   - advisory: pg_advisory_lock + pg_advisory_unlock on a session of a
 //     dedicated connection per client (no TTL, no token, no commit).
 //
 // They run in alternating blocks of pairBlock pairs, so that what else the
 // machine does falls on all of them alike; b.N pairs each. It reports each
 // one's pairs/s and lease's rate over the hand-written lease's
-// (x-handwritten) and over the bare statements' (x-bare).
+// (x-handwritten), over the hand-written lease with an asynchronous
+// release (x-handwritten-async) and over the bare statements' (x-bare).
 func BenchmarkPairs(b *testing.B) {
 	pool, _ := testenv.PostgresSchema(b, 2*benchClients+2)
 	ctx := context.Background()
@@ -45,7 +49,12 @@ func BenchmarkPairs(b *testing.B) {
 token bigint NOT NULL, expires_at timestamptz NOT NULL)`); err != nil {
 		b.Fatal(err)
 	}
-	handOp := func(heartbeat bool) func(ctx context.Context, client int) error {
+	handOp := func(heartbeat, async bool) func(ctx context.Context, client int) error {
+		release := `UPDATE hand SET expires_at = now() - interval '1 microsecond' WHERE key = $1 AND token = $2`
+		if async {
+			release = `UPDATE hand SET expires_at = now() - interval '1 microsecond'
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async WHERE key = $1 AND token = $2`
+		}
 		return func(ctx context.Context, client int) error {
 			key := fmt.Sprintf("bench-%d", client)
 			var token int64
@@ -60,7 +69,7 @@ WHERE h.expires_at < now() RETURNING token`, key, handOwner).Scan(&token)
 				stop := handHeartbeat(pool, key, token)
 				defer stop()
 			}
-			_, err = pool.Exec(ctx, `UPDATE hand SET expires_at = now() - interval '1 microsecond' WHERE key = $1 AND token = $2`, key, token)
+			_, err = pool.Exec(ctx, release, key, token)
 			return err
 		}
 	}
@@ -80,9 +89,9 @@ WHERE h.expires_at < now() RETURNING token`, key, handOwner).Scan(&token)
 		_, err := conns[client].Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(client))
 		return err
 	}
-	names := []string{"lease", "handwritten", "bare", "advisory"}
-	ops := []func(context.Context, int) error{leaseOp, handOp(true), handOp(false), advisoryOp}
-	var took [4]time.Duration
+	names := []string{"lease", "handwritten", "bare", "advisory", "handwritten-async"}
+	ops := []func(context.Context, int) error{leaseOp, handOp(true, false), handOp(false, false), advisoryOp, handOp(true, true)}
+	var took [5]time.Duration
 	b.ResetTimer()
 	for done := 0; done < b.N; done += pairBlock {
 		n := min(pairBlock, b.N-done)
@@ -100,6 +109,7 @@ WHERE h.expires_at < now() RETURNING token`, key, handOwner).Scan(&token)
 	}
 	b.ReportMetric(took[1].Seconds()/took[0].Seconds(), "x-handwritten")
 	b.ReportMetric(took[2].Seconds()/took[0].Seconds(), "x-bare")
+	b.ReportMetric(took[4].Seconds()/took[0].Seconds(), "x-handwritten-async")
 }
 
 // handHeartbeat starts the hand-written lease's heartbeat: a goroutine

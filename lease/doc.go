@@ -60,6 +60,9 @@
 // holder's request delayed longer than it still lands, unless fenced.
 // Across a failover to an asynchronous standby, a renewal or acquisition
 // that was not replicated is lost; with a synchronous standby it is not.
+// A release can be lost either way (it commits asynchronously): stop
+// writing under a lock before releasing it, since until the lost
+// release's lease runs out FenceSQL still admits its token.
 //
 // Cost: an uncontended acquire and release are one statement each; a
 // renewal is one statement; a waiter tries with one statement per poll

@@ -77,14 +77,20 @@ func TestReleaseIsNotReplicatedFirst(t *testing.T) {
 	pair := testenv.PostgresPair(t)
 	pool := testenv.Pool(t, pair.DSNFor(pair.CreateSchema()), 4)
 	d := testenv.Scale(2 * time.Second)
-	a := newClient(t, pool, lease.WithLease(d))
+	// The holder sends no renewal: one waiting for the stalled standby
+	// would hold the row, and the release would wait for it.
+	adb := newFaultDB(pool)
+	adb.set(func(f *faultDB) { f.block["renew"] = true })
+	a := newClient(t, adb, lease.WithLease(d))
 	b := newClient(t, pool, lease.WithLease(d))
 	const key = "leader"
 	l := mustAcquire(t, a, key)
 	pair.StallStandby()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	if err := l.Release(ctx); err != nil {
+	// The lease may run out first on a busy machine (a LostError); the
+	// release is written all the same.
+	if err := l.Release(ctx); errors.Is(err, context.DeadlineExceeded) || err != nil && !errors.As(err, new(*lease.LostError)) {
 		pair.ResumeStandby() // so that the commits left waiting can end
 		t.Fatalf("Release with the standby stalled: %v (it waited for replication)", err)
 	}

@@ -9,7 +9,8 @@ import (
 // database that holds the lease table: true while the lock named by
 // parameter $keyParam is held with the token in parameter $tokenParam
 // (Key and Token of your Lock), its lease not run out on the database's
-// clock and not released. It locks the lease row FOR SHARE until your
+// clock and not released (a release lost to a crash or failover is no
+// release: stop writing before Release). It locks the lease row FOR SHARE until your
 // transaction ends, so no takeover (and no renewal) can commit between the
 // check and your commit: the write commits only while the lease is held.
 // It is etcd's IsOwner comparison for PostgreSQL:

@@ -220,8 +220,12 @@ func (l *Lock) writeRelease(ctx context.Context) error {
 		if err == nil {
 			r, rerr := c.read(ctx, l.ac.key)
 			switch {
-			case rerr == nil && r.exists && r.token == l.token:
+			case rerr == nil && r.exists && r.token == l.token && r.released:
 				return nil // released, by an earlier try of ours
+			case rerr == nil && r.exists && r.token == l.token:
+				// Ours and not released: the try met another server (a
+				// failover in between). Release again.
+				rerr = errors.New("the row is still held with our token")
 			case rerr == nil:
 				return &LostError{Key: l.ac.key, Cause: TakenOver, Owner: r.owner, Token: r.token}
 			}

@@ -186,14 +186,18 @@ func (l *Lock) event(name string, d time.Duration, err error) {
 // cannot undo the release), waits for the renewal goroutine, closes Lost,
 // and marks the row released if it still carries this lock's token. The
 // row and its token stay, so the token never restarts, and the next
-// acquirer needs no lock-delay. A release whose answer was lost is
+// acquirer needs no lock-delay (unless the release is lost, below). A
+// release whose answer was lost is
 // resolved by trying again until ctx ends (a try that finds the row
 // released with our token is success); each try waits at most a quarter of
 // the lease for its answer, and none is cancelled on the server once sent.
 // The release commits asynchronously: it is visible at once but not
 // flushed or replicated before Release returns, so a crash or failover
-// right after may undo it, leaving the row held until its lease and
-// lock-delay run out (the token is unchanged either way).
+// before the server's WAL writer flushes it (within 3 x wal_writer_delay)
+// or a later synchronous commit carries it may undo it, leaving the row
+// held until its lease and lock-delay run out (the token is unchanged
+// either way). It waits for the row only if another transaction holds it
+// (a FenceSQL write, a renewal still committing).
 //
 // It returns nil if the lock was held until the release; the *LostError if
 // it had been lost before (the release is still written after an expiry,

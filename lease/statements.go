@@ -50,10 +50,10 @@ WHERE key = $1::text AND token = $2::bigint AND NOT released AND expires_at > cl
 	// releaseSQL marks the row of token's holder released; the row and its
 	// token stay. Its commit is asynchronous (synchronous_commit off for
 	// this transaction only): it is visible at once but neither flushed
-	// nor replicated before the answer. A release lost to a crash or failover leaves
-	// the row as the holder's until its lease and lock-delay run out, so
-	// no durability is needed, and the next acquisition's commit flushes
-	// it anyway.
+	// nor replicated before the answer. A release lost to a crash or
+	// failover leaves the row as the holder's until its lease and
+	// lock-delay run out, so no durability is needed, and the next
+	// acquisition's commit flushes it anyway.
 	releaseSQL = `UPDATE {{table}} SET released = true FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async
 WHERE key = $1::text AND token = $2::bigint AND NOT released`
 

@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/idempotency"
@@ -52,6 +54,16 @@ import (
 //	           do to the record's index inserts
 //	ledger-v7  ledger with UUIDv7 payment keys against random UUIDs (v4): the
 //	           same for the ledger's primary key
+//	floor-do   no library and no lock, so an upper bound for any Do plan on
+//	           a first run: [BEGIN; read the key's record] (fn may run only
+//	           once that answer is back: it never runs on a replay), the
+//	           UPDATE (fn), [INSERT the record; COMMIT]: bare's three round
+//	           trips, one read and one insert more
+//	floor-exec the same for Exec: [BEGIN; read the key's record], [the
+//	           UPDATE and the record's INSERT in one statement; COMMIT]. The
+//	           statement may go only once the read is back (it never runs
+//	           on a replay, and without an error nothing in a pipeline can
+//	           stop it): two round trips, one read and one insert
 //
 // Each scenario also reports, per operation of its own, the ERROR lines
 // it made the server log (errors/op) and the transactions it rolled back
@@ -183,6 +195,58 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 		}
 	}
 	v7 := func() string { return uuid.Must(uuid.NewV7()).String() }
+	// begun begins a transaction on conn and reads whether key has a
+	// record, in one round trip: the least a plan must do before it may
+	// run the effect without ever running it on a replay.
+	begun := func(ctx context.Context, conn *pgx.Conn, key string) error {
+		var seen bool
+		b := &pgx.Batch{}
+		b.Queue(`BEGIN`)
+		b.Queue(`SELECT EXISTS (SELECT FROM nolock_idempotency WHERE scope = 'bench' AND key = $1)`, key).QueryRow(func(r pgx.Row) error { return r.Scan(&seen) })
+		if err := conn.SendBatch(ctx, b).Close(); err != nil || !seen {
+			return err
+		}
+		return fmt.Errorf("key %s has a record", key)
+	}
+	// committed sends sql with COMMIT, in one round trip.
+	committed := func(ctx context.Context, conn *pgx.Conn, sql string, args ...any) error {
+		b := &pgx.Batch{}
+		b.Queue(sql, args...).Exec(func(tag pgconn.CommandTag) error {
+			if tag.RowsAffected() != 1 {
+				return fmt.Errorf("%d rows, want 1", tag.RowsAffected())
+			}
+			return nil
+		})
+		b.Queue(`COMMIT`)
+		return conn.SendBatch(ctx, b).Close()
+	}
+	const insertRecord = `INSERT INTO nolock_idempotency (scope, key, fingerprint, result, expires_at) VALUES ('bench', $1, '', 'paid', now() + interval '1 day')`
+	floorDo := func(ctx context.Context, c int) error {
+		key := next("fd")
+		return onConn(ctx, pool, func(conn *pgx.Conn) error {
+			if err := begun(ctx, conn, key); err != nil {
+				return err
+			}
+			tag, err := conn.Exec(ctx, debit, wallet(c))
+			if err == nil && tag.RowsAffected() != 1 {
+				err = fmt.Errorf("not debited")
+			}
+			if err != nil {
+				return err
+			}
+			return committed(ctx, conn, insertRecord, key)
+		})
+	}
+	floorExec := func(ctx context.Context, c int) error {
+		key := next("fe")
+		return onConn(ctx, pool, func(conn *pgx.Conn) error {
+			if err := begun(ctx, conn, key); err != nil {
+				return err
+			}
+			return committed(ctx, conn, `WITH e AS (`+debitReturning+`) INSERT INTO nolock_idempotency (scope, key, fingerprint, result, expires_at)
+SELECT 'bench', $2, '', convert_to(balance::text, 'UTF8'), now() + interval '1 day' FROM e`, wallet(c), key)
+		})
+	}
 	scenarios := []struct {
 		name         string
 		op, baseline op
@@ -247,6 +311,8 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 			store.PinPlan("claim")
 			return execReplay(ctx, c)
 		}, read},
+		{"floor-do", floorDo, bare},
+		{"floor-exec", floorExec, bare},
 		{"exec-replay-shared", func(ctx context.Context, c int) error {
 			shared.PinPlan("shared")
 			return execReplayOn(shared)(ctx, c)
@@ -270,6 +336,21 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 			})
 		}
 	}
+}
+
+// onConn runs fn on a connection of pool, which fn leaves outside a
+// transaction; if it fails, the transaction is rolled back.
+func onConn(ctx context.Context, pool *pgxpool.Pool, fn func(*pgx.Conn) error) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if err := fn(conn.Conn()); err != nil {
+		_, rbErr := conn.Exec(ctx, `ROLLBACK`)
+		return errors.Join(err, rbErr)
+	}
+	return nil
 }
 
 // runAgainst runs b.N operations of op over clients goroutines, reports

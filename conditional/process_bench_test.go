@@ -23,6 +23,13 @@ var saleRounds atomic.Int64
 //	coalesced  Stock on one row: each process coalesces, the processes queue on the row
 //	buckets    Stock over 8 buckets, a random bucket per take, WithEndgame(1000)
 //	homes      Stock over 8 buckets, process i at home i, WithEndgame(1000)
+//	floor      no library: each process one client on a row of its own,
+//	           taking 8 units per bare UPDATE. The most any design can sell
+//	           here that answers each take after a commit and carries in
+//	           one statement only the takes waiting in its process (at most
+//	           its 8 clients), with one statement in flight per process
+//	floor2     the same with two clients per process, 4 units each: two
+//	           statements in flight per process
 //
 // It reports each scenario's median units/s and, as <scenario>-x-bare,
 // the median over the iterations of its rate over bare's in the same
@@ -50,6 +57,8 @@ func BenchmarkStockProcesses(b *testing.B) {
 		{"coalesced", 30_000, same(saleProc{clients: clients, buckets: 1, home: -1})},
 		{"buckets", 30_000, same(saleProc{clients: clients, buckets: procs, home: -1, endgame: 1000})},
 		{"homes", 200_000, homes(procs, clients, procs, 1000)},
+		{"floor", 200_000, same(saleProc{bare: true, ownRow: true, clients: 1, per: clients, buckets: 1, home: -1})},
+		{"floor2", 200_000, same(saleProc{bare: true, ownRow: true, clients: 2, per: clients / 2, buckets: 1, home: -1})},
 	}
 	rates := map[string][]float64{}
 	ratios := map[string][]float64{}

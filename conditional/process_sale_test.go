@@ -37,12 +37,14 @@ const (
 	envSaleBuckets = "NOLOCK_SALE_BUCKETS"
 	envSaleHome    = "NOLOCK_SALE_HOME" // -1: no home
 	envSaleEndgame = "NOLOCK_SALE_ENDGAME"
+	envSalePer     = "NOLOCK_SALE_PER"
 )
 
 // saleProc is what one process of a sale runs.
 type saleProc struct {
 	bare    bool // the bare conditional UPDATE, no library
 	ownRow  bool // bare, each client on its own row: no contention (the ceiling)
+	per     int  // units a bare take takes at once (0: 1)
 	clients int
 	buckets int
 	home    int // -1: no WithHome
@@ -69,12 +71,13 @@ func (p saleProc) env(dsn, key string, i int, units int64) []string {
 		envSaleUnits + "=" + strconv.FormatInt(units, 10), envSaleBare + "=" + flag[p.bare], envSaleOwnRow + "=" + flag[p.ownRow],
 		envSaleClients + "=" + strconv.Itoa(p.clients), envSaleBuckets + "=" + strconv.Itoa(p.buckets),
 		envSaleHome + "=" + strconv.Itoa(p.home), envSaleEndgame + "=" + strconv.FormatInt(p.endgame, 10),
+		envSalePer + "=" + strconv.Itoa(max(p.per, 1)),
 	}
 }
 
-// bareTake is the baseline: the bare conditional decrement of one row,
-// autocommit, no library (bench_test.go's take1).
-const bareTake = `UPDATE plain SET qty = qty - 1 WHERE key = $1 AND qty >= 1`
+// bareTake is the baseline: the bare conditional decrement of one row by
+// $2 units, autocommit, no library (bench_test.go's take1 for one unit).
+const bareTake = `UPDATE plain SET qty = qty - $2 WHERE key = $1 AND qty >= $2`
 
 // TestChildSale is a sale process's body: its own pool, its own Stock
 // (or the bare statement), and clients that each take one unit at a time
@@ -95,7 +98,7 @@ func TestChildSale(t *testing.T) {
 		return n
 	}
 	p := saleProc{bare: os.Getenv(envSaleBare) == "1", ownRow: os.Getenv(envSaleOwnRow) == "1", clients: atoi(envSaleClients),
-		buckets: atoi(envSaleBuckets), home: atoi(envSaleHome), endgame: int64(atoi(envSaleEndgame))}
+		buckets: atoi(envSaleBuckets), home: atoi(envSaleHome), endgame: int64(atoi(envSaleEndgame)), per: atoi(envSalePer)}
 	key, proc, units := os.Getenv(envSaleKey), atoi(envSaleProc), int64(atoi(envSaleUnits))
 	pool := testenv.Pool(t, os.Getenv(envSaleDSN), int32(p.clients+2))
 	take, left := saleOps(t, pool, p, key)
@@ -122,7 +125,7 @@ func TestChildSale(t *testing.T) {
 					return
 				}
 				if ok {
-					sold.Add(1)
+					sold.Add(int64(p.per))
 					continue
 				}
 				n, err := left(ctx, key)
@@ -153,7 +156,7 @@ func ownRow(key string, proc, c int) string { return fmt.Sprintf("%s/%d/%d", key
 func saleOps(t *testing.T, pool *pgxpool.Pool, p saleProc, key string) (take func(context.Context, string) (bool, error), left func(context.Context, string) (int64, error)) {
 	if p.bare {
 		return func(ctx context.Context, key string) (bool, error) {
-				tag, err := pool.Exec(ctx, bareTake, key)
+				tag, err := pool.Exec(ctx, bareTake, key, p.per)
 				return err == nil && tag.RowsAffected() == 1, err
 			}, func(ctx context.Context, key string) (int64, error) {
 				var n int64

@@ -13,7 +13,8 @@ import (
 var saleRounds atomic.Int64
 
 // BenchmarkStockProcesses sells one hot key from 8 processes of 8 clients
-// each (each process its own pool), one unit per take, until it is sold
+// each (each process its own pool), one unit per take (but in bound and
+// bound2), until it is sold
 // out, and measures units/s from the start signal to the last process's
 // report, the end of the sale included. Each iteration runs every
 // scenario, starting with the next one each time:
@@ -23,12 +24,12 @@ var saleRounds atomic.Int64
 //	coalesced  Stock on one row: each process coalesces, the processes queue on the row
 //	buckets    Stock over 8 buckets, a random bucket per take, WithEndgame(1000)
 //	homes      Stock over 8 buckets, process i at home i, WithEndgame(1000)
-//	floor      no library: each process one client on a row of its own,
-//	           taking 8 units per bare UPDATE. The most any design can sell
-//	           here that answers each take after a commit and carries in
-//	           one statement only the takes waiting in its process (at most
-//	           its 8 clients), with one statement in flight per process
-//	floor2     the same with two clients per process, 4 units each: two
+//	bound      no library: each process one client on a row of its own,
+//	           taking 8 units per bare UPDATE: the commits alone of a design
+//	           in which each process writes its own takes, answers each
+//	           after its commit, and batches all 8 of its clients into each
+//	           statement, one statement in flight per process
+//	bound2     the same with two clients per process, 4 units each: two
 //	           statements in flight per process
 //
 // It reports each scenario's median units/s and, as <scenario>-x-bare,
@@ -36,7 +37,7 @@ var saleRounds atomic.Int64
 // iteration, and fails unless every sale was exact: sold == stocked,
 // nothing left, no sold-out answer while units were left.
 //
-//	go test -count 3 -run '^$' -bench StockProcesses ./conditional
+//	go test -count 3 -run '^$' -bench StockProcesses -benchtime 1x ./conditional
 func BenchmarkStockProcesses(b *testing.B) {
 	const procs, clients = 8, 8
 	pool, schema := testenv.PostgresSchema(b, 8)
@@ -57,8 +58,8 @@ func BenchmarkStockProcesses(b *testing.B) {
 		{"coalesced", 30_000, same(saleProc{clients: clients, buckets: 1, home: -1})},
 		{"buckets", 30_000, same(saleProc{clients: clients, buckets: procs, home: -1, endgame: 1000})},
 		{"homes", 200_000, homes(procs, clients, procs, 1000)},
-		{"floor", 200_000, same(saleProc{bare: true, ownRow: true, clients: 1, per: clients, buckets: 1, home: -1})},
-		{"floor2", 200_000, same(saleProc{bare: true, ownRow: true, clients: 2, per: clients / 2, buckets: 1, home: -1})},
+		{"bound", 200_000, same(saleProc{bare: true, ownRow: true, clients: 1, per: clients, buckets: 1, home: -1})},
+		{"bound2", 200_000, same(saleProc{bare: true, ownRow: true, clients: 2, per: clients / 2, buckets: 1, home: -1})},
 	}
 	rates := map[string][]float64{}
 	ratios := map[string][]float64{}

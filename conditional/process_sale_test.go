@@ -20,10 +20,11 @@ import (
 	"github.com/nolock/nolock/internal/testenv"
 )
 
-// A sale: one hot key sold one unit per take by several processes, each
-// with its own pool and clients, until it is sold out. The parent stocks
-// the key, starts the processes (this test binary re-executed to run
-// TestChildSale), lets them all go at once, and counts.
+// A sale: one hot key sold by several processes, each with its own pool
+// and clients, one unit per take (saleProc.units for a bare process),
+// until it is sold out. The parent stocks the key, starts the processes
+// (this test binary re-executed to run TestChildSale), lets them all go
+// at once, and counts.
 
 // The environment a sale's process reads.
 const (
@@ -44,11 +45,20 @@ const (
 type saleProc struct {
 	bare    bool // the bare conditional UPDATE, no library
 	ownRow  bool // bare, each client on its own row: no contention (the ceiling)
-	per     int  // units a bare take takes at once (0: 1)
+	per     int  // units a bare take takes at once (0: 1; see units)
 	clients int
 	buckets int
 	home    int // -1: no WithHome
 	endgame int64
+}
+
+// units is how many units one take of the process takes: per for a bare
+// process, else 1.
+func (p saleProc) units() int {
+	if !p.bare {
+		return 1
+	}
+	return max(p.per, 1)
 }
 
 // stockOptions are the Stock options of a process.
@@ -71,7 +81,7 @@ func (p saleProc) env(dsn, key string, i int, units int64) []string {
 		envSaleUnits + "=" + strconv.FormatInt(units, 10), envSaleBare + "=" + flag[p.bare], envSaleOwnRow + "=" + flag[p.ownRow],
 		envSaleClients + "=" + strconv.Itoa(p.clients), envSaleBuckets + "=" + strconv.Itoa(p.buckets),
 		envSaleHome + "=" + strconv.Itoa(p.home), envSaleEndgame + "=" + strconv.FormatInt(p.endgame, 10),
-		envSalePer + "=" + strconv.Itoa(max(p.per, 1)),
+		envSalePer + "=" + strconv.Itoa(p.units()),
 	}
 }
 
@@ -80,7 +90,7 @@ func (p saleProc) env(dsn, key string, i int, units int64) []string {
 const bareTake = `UPDATE plain SET qty = qty - $2 WHERE key = $1 AND qty >= $2`
 
 // TestChildSale is a sale process's body: its own pool, its own Stock
-// (or the bare statement), and clients that each take one unit at a time
+// (or the bare statement), and clients that each take p.units() at a time
 // from the moment the parent sends SIGUSR1 until the key is sold out. A
 // client told "sold out" reads what is left: units left then were left
 // when it was told (nothing restocks during a sale), so it counts the
@@ -125,7 +135,7 @@ func TestChildSale(t *testing.T) {
 					return
 				}
 				if ok {
-					sold.Add(int64(p.per))
+					sold.Add(int64(p.units()))
 					continue
 				}
 				n, err := left(ctx, key)
@@ -150,13 +160,13 @@ func TestChildSale(t *testing.T) {
 // ownRow is the row of client c of process proc in an own-row sale of key.
 func ownRow(key string, proc, c int) string { return fmt.Sprintf("%s/%d/%d", key, proc, c) }
 
-// saleOps returns a process's take of one unit of a key (false: sold out)
+// saleOps returns a process's take of p.units() of a key (false: sold out)
 // and its read of the units left; key is the Stock's key (the bare
 // scenarios take the key they are given).
 func saleOps(t *testing.T, pool *pgxpool.Pool, p saleProc, key string) (take func(context.Context, string) (bool, error), left func(context.Context, string) (int64, error)) {
 	if p.bare {
 		return func(ctx context.Context, key string) (bool, error) {
-				tag, err := pool.Exec(ctx, bareTake, key, p.per)
+				tag, err := pool.Exec(ctx, bareTake, key, p.units())
 				return err == nil && tag.RowsAffected() == 1, err
 			}, func(ctx context.Context, key string) (int64, error) {
 				var n int64
@@ -253,8 +263,8 @@ func stockSale(tb testing.TB, pool *pgxpool.Pool, key string, units int64, procs
 				}
 			}
 			each = units / int64(len(rows))
-			if each*int64(len(rows)) != units {
-				tb.Fatalf("%d units do not split evenly over %d rows", units, len(rows))
+			if each*int64(len(rows)) != units || each%int64(procs[0].units()) != 0 {
+				tb.Fatalf("%d units do not split evenly over %d rows in takes of %d", units, len(rows), procs[0].units())
 			}
 		}
 		if _, err := pool.Exec(ctx, `INSERT INTO plain SELECT unnest($1::text[]), $2`, rows, each); err != nil {

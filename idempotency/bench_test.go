@@ -33,6 +33,7 @@ import (
 //	advisory   BEGIN; pg_advisory_xact_lock(key); SELECT the key; UPDATE; INSERT the key; COMMIT
 //	do         Store.Do with the UPDATE as fn, a new key each time
 //	exec       Store.Exec with the UPDATE … RETURNING, a new key each time
+//	           (one call of the statement's function)
 //	exec-shared  exec through a Store made WithSharedRoundTrip
 //	stmt       the UPDATE … RETURNING alone, autocommit, no key
 //	exec-stmt  exec against stmt as its baseline: the key's cost over one statement
@@ -45,8 +46,10 @@ import (
 //	exec-replay  Store.Exec on a key already used (after a few, Exec reads first)
 //	read-record  the read a replay needs: every column of the key's record, and whether it expired
 //	exec-replay-record  exec-replay against read-record: what Exec adds to that read
-//	exec-replay-claim  exec-replay with Exec kept claiming first, as a rare
-//	             replay among first runs finds it
+//	exec-replay-claim  exec-replay with Exec kept claiming first (where its
+//	             function cannot be made), as a rare replay among first runs finds it
+//	exec-replay-gate  exec-replay with Exec kept calling its function, as a
+//	             rare replay among first runs finds it
 //	exec-replay-shared  exec-replay through the WithSharedRoundTrip Store,
 //	             kept sharing the round trip
 //	exec-v7    exec with keys that are UUIDv7s (time-ordered), against exec
@@ -295,6 +298,10 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 		{"exec-v7", execKeyed(store, v7), execKeyed(store, uuid.NewString)},
 		{"exec-replay-claim", func(ctx context.Context, c int) error {
 			store.PinPlan("claim")
+			return execReplay(ctx, c)
+		}, read},
+		{"exec-replay-gate", func(ctx context.Context, c int) error {
+			store.PinPlan("gate")
 			return execReplay(ctx, c)
 		}, read},
 		{"bound-do", boundDo, bare},

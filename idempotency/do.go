@@ -86,14 +86,8 @@ func (s *Store) do(ctx context.Context, scope, key string, fingerprint []byte, f
 // synchronous standby, one more round trip to wait for it), and a first
 // run one round trip more.
 func (s *Store) once(ctx context.Context, p *plan, scope, key string, fp []byte, finish finisher) (Result, error) {
-	if p.readFirst() {
-		switch f, err := s.lookup(ctx, scope, key); {
-		case err == nil && !f.expired:
-			p.observe(true)
-			return s.replayFound(ctx, f, fp)
-		case err != nil && !errors.Is(err, ErrNotFound):
-			return Result{}, err
-		}
+	if res, done, err := s.replayFirst(ctx, p, scope, key, fp); done {
+		return res, err
 	}
 	c, err := s.db.Acquire(ctx)
 	if err != nil {
@@ -134,6 +128,24 @@ func (s *Store) once(ctx context.Context, p *plan, scope, key string, fp []byte,
 		return Result{}, err
 	}
 	return Result{Record: rec}, nil
+}
+
+// replayFirst reads the key's record first when p says most calls find
+// one: done is true when that answers the call (a live record, or a
+// failed read).
+func (s *Store) replayFirst(ctx context.Context, p *plan, scope, key string, fp []byte) (res Result, done bool, err error) {
+	if !p.readFirst() {
+		return Result{}, false, nil
+	}
+	switch f, err := s.lookup(ctx, scope, key); {
+	case err == nil && !f.expired:
+		p.observe(true)
+		res, err := s.replayFound(ctx, f, fp)
+		return res, true, err
+	case err != nil && !errors.Is(err, ErrNotFound):
+		return Result{}, true, err
+	}
+	return Result{}, false, nil
 }
 
 // finisher writes the effect of a call and its result in rec, in tx, the

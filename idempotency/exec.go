@@ -18,17 +18,22 @@ import (
 )
 
 // Exec is Do for an effect that is one SQL statement: an INSERT, UPDATE or
-// DELETE with a RETURNING clause (or a SELECT), with its arguments. Exec
-// claims the key as Do does, then sends the statement, written to store
-// its rows as the key's result too, with COMMIT: a first run costs two
-// round trips, a replay the claim's two. Once most recent calls were
-// replays, Exec reads the record first: a replay is then one read, a
-// first run three round trips (docs/idempotency.md). No normal outcome
-// raises an error on the server. WithSharedRoundTrip trades that for one
-// round trip. An expired record counts as none. Cancelling ctx before the
-// statement is sent rolls back; once it is sent with its COMMIT, Exec
-// stops waiting and returns ErrAmbiguousCommit, and the statement runs to
-// its end on the server's terms (as Do's commit does).
+// DELETE with a RETURNING clause (or a SELECT), with its arguments. By
+// default Exec runs the statement through a function of its own on the
+// server, made on the statement's first use (CREATE FUNCTION in the
+// connection's current schema, once per statement text and server): one
+// call takes the key, replays a live record or runs the statement and
+// stores its record, in one round trip. Where the function cannot be made
+// (no CREATE privilege there, transactions not Read Committed by default,
+// a statement whose parameter types the server cannot infer, or more than
+// 64 statement texts), Exec claims the key as Do does, then sends the
+// statement with COMMIT: two round trips. Once most recent calls were
+// replays, Exec reads the record first: a replay is then one read
+// (docs/idempotency.md). No normal outcome raises an error on the server.
+// An expired record counts as none. Cancelling ctx before the statement
+// is sent rolls back; once it is sent with its COMMIT (or as the one
+// call), Exec stops waiting and returns ErrAmbiguousCommit, and the
+// statement runs to its end on the server's terms (as Do's commit does).
 // The statement's RETURNING rows are stored as the result, a JSON array of
 // objects (column name to value, as json_agg writes them); a statement
 // that returns no row is stored as a terminal outcome (Terminal set, Body
@@ -40,8 +45,10 @@ import (
 //     statement does not run.
 //   - A concurrent request with the same key still in flight: Exec waits
 //     for it on the key; if it commits, Exec replays its record; if it
-//     rolls back, Exec runs. (With WithSharedRoundTrip the statement runs
-//     its effect first, which rolls back if the other commits.)
+//     rolls back, Exec runs. (With WithSharedRoundTrip, or when Exec's
+//     function meets a Do of the same key in flight, the statement runs
+//     its effect first, which rolls back if the other commits; the server
+//     then logs the record's unique violation.)
 //   - Every lock wait, for the key or for the effect's rows, is bounded by
 //     WithWait (shortened by ctx's deadline), each statement on its own;
 //     when it runs out, Exec returns ErrInProgress and nothing was
@@ -93,10 +100,16 @@ func (s *Store) exec(ctx context.Context, scope, key string, fingerprint []byte,
 		fingerprint = []byte{}
 	}
 	return s.retried(ctx, key, func(ctx context.Context) (Result, error) {
-		if !s.shared {
+		switch {
+		case s.shared:
+			return s.execOnce(ctx, scope, key, fingerprint, stmt, args)
+		case stmt.gate == nil || s.noGate || !s.ready(ctx, stmt.gate):
 			return s.once(ctx, &s.execPlan, scope, key, fingerprint, runClaimed(stmt, args))
 		}
-		return s.execOnce(ctx, scope, key, fingerprint, stmt, args)
+		if res, done, err := s.replayFirst(ctx, &s.execPlan, scope, key, fingerprint); done {
+			return res, err
+		}
+		return s.execGate(ctx, stmt.gate, scope, key, fingerprint, args)
 	})
 }
 
@@ -173,6 +186,14 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt
 	if err == nil {
 		return Result{Record: rec}, nil
 	}
+	return s.execFailed(ctx, scope, key, fp, wait, err)
+}
+
+// execFailed answers an Exec statement that failed on its own, in its
+// implicit transaction, having waited at most wait for a lock: a live
+// record in its way now is the answer; otherwise the error says what it
+// proves.
+func (s *Store) execFailed(ctx context.Context, scope, key string, fp []byte, wait time.Duration, err error) (Result, error) {
 	if pgerr.Ambiguous(err) {
 		return Result{}, commitError(key, err)
 	}

@@ -50,6 +50,11 @@ func (s *Store) statement(ctx context.Context, sql string, args []any) (wrapped,
 			}
 			if v = w; keep && s.describedTexts < maxDescribed {
 				s.describedTexts++
+				if !s.shared && w.typed && s.gateTexts < maxShared {
+					s.gateTexts++
+					w.gate = newGate(sql, w.oids)
+					v = w
+				}
 				s.statements.Store(sql, w)
 			}
 		}
@@ -90,7 +95,9 @@ func (s *Store) describe(ctx context.Context, sql string, args []any) (w wrapped
 	conn := c.Conn()
 	d, err := conn.Prepare(ctx, "", sql)
 	var pgErr *pgconn.PgError
+	typed := true // the server told every parameter's type
 	if errors.As(err, &pgErr) && pgErr.Code == "42P18" && !pgerr.Ambiguous(err) {
+		typed = false
 		oids := make([]uint32, len(args))
 		for i, a := range args {
 			if t, ok := conn.TypeMap().TypeForValue(a); ok && a != nil {
@@ -109,6 +116,7 @@ func (s *Store) describe(ctx context.Context, sql string, args []any) (w wrapped
 	}
 	n := len(d.ParamOIDs)
 	w = s.wrap(sql, n, s.shared)
+	w.oids, w.typed = d.ParamOIDs, typed
 	if !s.shared {
 		return w, true, nil
 	}
@@ -125,13 +133,17 @@ func (s *Store) describe(ctx context.Context, sql string, args []any) (w wrapped
 
 // wrapped is the caller's statement as Exec sends it.
 type wrapped struct {
-	text   string // in claimedSQL, or with WithSharedRoundTrip in execSQL
-	params int    // the caller's statement's parameters
-	name   string // its prepared statement's, when it may share the read's round trip
+	text   string   // in claimedSQL, or with WithSharedRoundTrip in execSQL
+	params int      // the caller's statement's parameters
+	name   string   // its prepared statement's, when it may share the read's round trip
+	oids   []uint32 // its parameters' types
+	typed  bool     // as the server inferred them from the statement alone
+	gate   *gate    // its function (see gateFnSQL), for the first maxShared typed texts without WithSharedRoundTrip
 }
 
 // maxShared bounds how many statement texts a Store prepares on each
-// connection, and maxDescribed how many it remembers (against SQL built
+// connection (or, without WithSharedRoundTrip, makes functions for), and
+// maxDescribed how many it remembers (against SQL built
 // afresh for each call, which is then described on every call). The
 // bounds are per Store.
 const maxShared, maxDescribed = 64, 4096

@@ -14,17 +14,19 @@ func (s *Store) ExecStatementOnly(ctx context.Context, scope, key string, sql st
 }
 
 // PinPlan sets how Exec sends its calls, for the next planMemory calls at
-// least: "claim" (the default: the key claimed in a transaction, then the
-// statement with COMMIT), "shared" (WithSharedRoundTrip: the read and the
+// least: "gate" (the default: one call of the statement's function),
+// "claim" (the key claimed in a transaction, then the statement with
+// COMMIT: what runs where the function cannot be made), "shared" (WithSharedRoundTrip: the read and the
 // statement in one round trip) or "readfirst" (WithSharedRoundTrip after
 // mostly replays: the read, then the statement alone).
 func (s *Store) PinPlan(how string) {
-	if shared := how != "claim"; shared != s.shared {
+	if shared := how == "shared" || how == "readfirst"; shared != s.shared {
 		s.shared = shared
 		s.statements.Clear() // wrapped for the other way
 	}
+	s.noGate = how == "claim"
 	switch how {
-	case "claim", "shared":
+	case "gate", "claim", "shared":
 		s.execPlan.lean.Store(-planMemory)
 	case "readfirst":
 		s.execPlan.lean.Store(planMemory)

@@ -66,13 +66,15 @@ type Store struct {
 
 	// execSQL and claimedSQL are formats: Exec puts the caller's
 	// statement and its parameters' count in.
-	execSQL, claimedSQL string
-	shared              bool // WithSharedRoundTrip
+	execSQL, claimedSQL, gateFnSQL string
+	shared                         bool // WithSharedRoundTrip
+	noGate                         bool // Exec never runs through a gate (tests)
 	// statements keeps each statement given to Exec, wrapped (see
 	// statement); plan chooses how Exec sends them.
 	statements                  sync.Map      // string → wrapped
 	describing                  chan struct{} // a semaphore: one describe at a time
 	sharedTexts, describedTexts int           // guarded by describing
+	gateTexts                   int           // statements with a gate, guarded by describing
 	isolation                   string        // default_transaction_isolation, guarded by describing
 	execPlan                    plan          // Exec's
 	doPlan                      plan          // Do's
@@ -219,12 +221,14 @@ func New(db DB, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	table := pgx.Identifier{cfg.table}.Sanitize()
-	sql := strings.NewReplacer("{{table}}", table,
+	literal := "'" + strings.ReplaceAll(table, "'", "''") + "'"
+	sql := strings.NewReplacer("{{table}}", table, "{{table_literal}}", literal,
 		"{{expires_index}}", pgx.Identifier{cfg.table + expiresSuffix}.Sanitize()).Replace
-	format := strings.NewReplacer("{{table}}", strings.ReplaceAll(table, "%", "%%")).Replace // for fmt.Sprintf
+	format := strings.NewReplacer("{{table}}", strings.ReplaceAll(table, "%", "%%"), // for fmt.Sprintf
+		"{{table_literal}}", strings.ReplaceAll(literal, "%", "%%")).Replace
 	return &Store{
 		db: db, over: pgmode.For(db), shared: cfg.shared,
-		execSQL: format(execSQL), claimedSQL: format(claimedSQL),
+		execSQL: format(execSQL), claimedSQL: format(claimedSQL), gateFnSQL: format(gateFnSQL),
 		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts}, obs: cfg.obs, log: idemrecord.Logger(cfg.log),
 		schemaSQL: sql(storeSQL), table: cfg.table, claimSQL: sql(claimSQL), readSQL: sql(readSQL), gateSQL: sql(gateSQL), gateName: preparedName(sql(gateSQL)), describing: make(chan struct{}, 1), expireSQL: sql(expireSQL),
 		takeoverSQL: sql(takeoverSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),

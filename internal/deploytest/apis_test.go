@@ -397,10 +397,9 @@ var apis = []api{{
 	},
 	rerun: true,
 }, {
-	// The claim's reply is the last before COMMIT leaves, with the
-	// statement.
+	// One call of the statement's function, which commits on its own.
 	name: "idempotency.Exec", amb: idempotency.ErrAmbiguousCommit,
-	tx: true, before: "INSERT 0 1", after: "COMMIT",
+	before: "FROM nolock_exec_", after: "SELECT 1",
 	schema: walletSchema, seed: walletSeed, applied: walletPaid,
 	open:  execDebit(),
 	rerun: true,

@@ -87,15 +87,23 @@ INSERT INTO wallets VALUES ('alice', 100)`); err != nil {
 	// pay debits alice 10 with key k1; the balance in the database counts
 	// its runs (and runs counts Do's).
 	var runs atomic.Int32
+	const debit = `UPDATE wallets SET balance = balance - $1 WHERE account = 'alice' RETURNING 'paid' AS paid`
 	pay := func(ctx context.Context) (idempotency.Result, error) {
 		if strings.HasPrefix(api, "Exec") {
-			return store.Exec(ctx, "pay", "k1", nil, `UPDATE wallets SET balance = balance - 10 WHERE account = 'alice' RETURNING 'paid' AS paid`)
+			return store.Exec(ctx, "pay", "k1", nil, debit, 10)
 		}
 		return store.Do(ctx, "pay", "k1", nil, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 			runs.Add(1)
 			_, err := tx.Exec(ctx, `UPDATE wallets SET balance = balance - 10 WHERE account = 'alice'`)
 			return []byte("paid"), err
 		})
+	}
+	// Exec: its statement's function made (a commit of its own) before the
+	// standby stalls, by a debit of nothing.
+	if strings.HasPrefix(api, "Exec") {
+		if _, err := store.Exec(ctx, "warm", "debit", nil, debit, 0); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// -readFirst: one first run, then enough replays to turn the plan.
 	for i := 0; strings.HasSuffix(api, "-readFirst") && i < 80; i++ {
@@ -197,8 +205,11 @@ INSERT INTO wallets VALUES ('alice', 100)`); err != nil {
 		rcancel()
 		o := <-second
 		t.Logf("the retry, cancelled while it waited for the standby: %v", o.err)
+		// Exec's one call could as well have been the statement's first
+		// run, for all its caller knows: not "nothing was run".
+		nothingRun := api != "Exec"
 		if !errors.Is(o.err, pgoutcome.ErrStoppedWaiting) || !errors.Is(o.err, context.Canceled) ||
-			!strings.Contains(o.err.Error(), "nothing was run") || pgoutcome.Of(o.err) != pgoutcome.Unknown {
+			nothingRun && !strings.Contains(o.err.Error(), "nothing was run") || pgoutcome.Of(o.err) != pgoutcome.Unknown {
 			t.Errorf("the retry returned %v; want the stopped-waiting error (ErrStoppedWaiting, context.Canceled, unknown)", o.err)
 		}
 		// A short deadline ends the same way.

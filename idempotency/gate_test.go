@@ -1,0 +1,189 @@
+package idempotency_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nolock/nolock/idempotency"
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// gateFunctions counts the functions Exec made in the bed's schema.
+func (b *bed) gateFunctions() int {
+	b.t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_proc
+WHERE proname LIKE 'nolock\_exec\_%' AND pronamespace = current_schema()::regnamespace`).Scan(&n); err != nil {
+		b.t.Fatal(err)
+	}
+	return n
+}
+
+// Exec's default: one function per statement text, made once by however
+// many Stores and processes meet the statement at once, each call one
+// transaction. Eight Stores make it together without an error; every
+// call then runs once, in one transaction, and a second statement text
+// gets a function of its own.
+func TestExecMakesOneFunctionPerStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		s, err := idempotency.New(b.pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.Exec(ctx, "alice", fmt.Sprint("pay-", i), nil, debitSQL, "alice", int64(1))
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a Store making the function at the same time as 7 others: %v", err)
+		}
+	}
+	if n := b.gateFunctions(); n != 1 {
+		t.Fatalf("%d functions after 8 Stores met one statement, want 1", n)
+	}
+	// Each call is one statement: count what a Store on a traced pool sends.
+	counter := &queryCounter{}
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSNFor(t, b.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = counter
+	traced, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(traced.Close)
+	s, err := idempotency.New(traced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Exec(ctx, "alice", "warm", nil, debitSQL, "alice", int64(1)); err != nil { // describes the statement
+		t.Fatal(err)
+	}
+	const calls = 20
+	before := counter.n.Load()
+	for i := range calls {
+		if _, err := s.Exec(ctx, "alice", fmt.Sprint("one-", i), nil, debitSQL, "alice", int64(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := counter.n.Load() - before; n != calls {
+		t.Fatalf("%d statements sent for %d first runs, want one each", n, calls)
+	}
+	if _, err := b.store.Exec(ctx, "alice", "other", nil, `SELECT $1::bigint AS n`, int64(7)); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.gateFunctions(); n != 2 {
+		t.Fatalf("%d functions after two statement texts, want 2", n)
+	}
+	if got := b.balance("alice"); got != initial-8-1-calls {
+		t.Fatalf("balance %d, want %d: each call debited once", got, initial-8-1-calls)
+	}
+}
+
+// queryCounter counts the statements a pool sends.
+type queryCounter struct{ n atomic.Int64 }
+
+func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// A function dropped since (by hand, or lost in a failover to a standby
+// that lacked it) is made again by the next call, which runs once.
+func TestExecRemakesADroppedFunction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	if _, err := b.execPay(ctx, "pay-1", 10); err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	if err := b.pool.QueryRow(ctx, `SELECT proname FROM pg_proc WHERE proname LIKE 'nolock\_exec\_%' AND pronamespace = current_schema()::regnamespace`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, b.pool, `DROP FUNCTION `+pgx.Identifier{name}.Sanitize())
+	res, err := b.execPay(ctx, "pay-2", 10)
+	if err != nil || res.Replayed {
+		t.Fatalf("Exec after its function was dropped: %+v, %v; want a first run", res, err)
+	}
+	if again, err := b.execPay(ctx, "pay-2", 10); err != nil || !again.Replayed {
+		t.Fatalf("retry: %+v, %v; want a replay", again, err)
+	}
+	if n := b.gateFunctions(); n != 1 {
+		t.Fatalf("%d functions, want the one made again", n)
+	}
+	if got := b.balance("alice"); got != initial-20 {
+		t.Fatalf("balance %d, want %d: two debits", got, initial-20)
+	}
+}
+
+// A role that may not create functions in its schema gets the claim plan:
+// the same outcomes, quiet on the server, no function made.
+func TestExecWithoutCreatePrivilegeClaims(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	role := "nolock_nocreate_" + b.schema
+	mustExec(t, b.pool, `CREATE ROLE `+pgx.Identifier{role}.Sanitize())
+	t.Cleanup(func() {
+		_, _ = b.pool.Exec(context.Background(), `DROP OWNED BY `+pgx.Identifier{role}.Sanitize()+`; DROP ROLE `+pgx.Identifier{role}.Sanitize())
+	})
+	for _, grant := range []string{
+		`GRANT USAGE ON SCHEMA %[1]s TO %[2]s`,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %[1]s TO %[2]s`,
+		`REVOKE CREATE ON SCHEMA %[1]s FROM PUBLIC`,
+	} {
+		mustExec(t, b.pool, fmt.Sprintf(grant, pgx.Identifier{b.schema}.Sanitize(), pgx.Identifier{role}.Sanitize()))
+	}
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSNFor(t, b.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `SET ROLE `+pgx.Identifier{role}.Sanitize())
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store, err := idempotency.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := fingerprint("alice", "pay-1", 10)
+	res, err := store.Exec(ctx, "alice", "pay-1", fp, debitSQL, "alice", int64(10))
+	if err != nil || res.Replayed {
+		t.Fatalf("first Exec without CREATE: %+v, %v; want a first run", res, err)
+	}
+	if again, err := store.Exec(ctx, "alice", "pay-1", fp, debitSQL, "alice", int64(10)); err != nil || !again.Replayed {
+		t.Fatalf("retry: %+v, %v; want a replay", again, err)
+	}
+	if n := b.gateFunctions(); n != 0 {
+		t.Fatalf("%d functions made by a role without CREATE, want 0", n)
+	}
+	if got := b.balance("alice"); got != initial-10 {
+		t.Fatalf("balance %d, want %d: one debit", got, initial-10)
+	}
+}

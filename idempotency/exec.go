@@ -21,12 +21,15 @@ import (
 // DELETE with a RETURNING clause (or a SELECT), with its arguments. By
 // default Exec runs the statement through a function of its own on the
 // server, made on the statement's first use (CREATE FUNCTION in the
-// connection's current schema, once per statement text and server): one
-// call takes the key, replays a live record or runs the statement and
-// stores its record, in one round trip. Where the function cannot be made
-// (no CREATE privilege there, transactions not Read Committed by default,
-// a statement whose parameter types the server cannot infer, or more than
-// 64 statement texts), Exec claims the key as Do does, then sends the
+// connection's current schema, once per statement text there; see
+// gateFnSQL): one call takes the key, replays a live record or runs the
+// statement and stores its record, in one round trip. Where the function
+// cannot be made or trusted (no CREATE privilege there, transactions not
+// Read Committed, a statement whose parameter types the server cannot
+// infer, more than 95 parameters or 64 statement texts, a function of the
+// same name that is not Exec's own), while another call of the Store is
+// making it, and for a call with no bound on its lock waits (WithWait(0)
+// and no deadline), Exec claims the key as Do does, then sends the
 // statement with COMMIT: two round trips. Once most recent calls were
 // replays, Exec reads the record first: a replay is then one read
 // (docs/idempotency.md). No normal outcome raises an error on the server.
@@ -53,10 +56,11 @@ import (
 //     WithWait (shortened by ctx's deadline), each statement on its own;
 //     when it runs out, Exec returns ErrInProgress and nothing was
 //     written. A deadlock or serialization failure is retried
-//     (WithAttempts). With WithSharedRoundTrip, Exec takes the effect's
-//     locks before the key's, Do the key's first: the two on one key with
-//     overlapping rows can deadlock, which the server breaks after its
-//     deadlock_timeout.
+//     (WithAttempts). With WithSharedRoundTrip, or through its function
+//     when a Do of the same key is in flight, Exec takes the effect's
+//     locks before it meets the key's claim, Do the key's first: the two
+//     on one key with overlapping rows can deadlock, which the server
+//     breaks after its deadlock_timeout.
 //   - An error of the statement itself rolls everything back and is
 //     returned (with WithSharedRoundTrip, unless it is a unique violation
 //     on a table named as the Store's, which Exec takes for its own record
@@ -103,13 +107,15 @@ func (s *Store) exec(ctx context.Context, scope, key string, fingerprint []byte,
 		switch {
 		case s.shared:
 			return s.execOnce(ctx, scope, key, fingerprint, stmt, args)
-		case stmt.gate == nil || s.noGate || !s.ready(ctx, stmt.gate):
+		case stmt.gate == nil || s.noGate || s.waitFor(ctx) <= 0 || !s.ready(ctx, stmt.gate):
+			// (Without a bound on its lock waits, the function's wait for
+			// the key could outlive ctx: ctx cannot cancel the one call.)
 			return s.once(ctx, &s.execPlan, scope, key, fingerprint, runClaimed(stmt, args))
 		}
 		if res, done, err := s.replayFirst(ctx, &s.execPlan, scope, key, fingerprint); done {
 			return res, err
 		}
-		return s.execGate(ctx, stmt.gate, scope, key, fingerprint, args)
+		return s.execGate(ctx, stmt, scope, key, fingerprint, args)
 	})
 }
 

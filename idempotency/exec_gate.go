@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/internal/pgerr"
@@ -20,22 +22,26 @@ import (
 
 // gateFnSQL is the function through which Exec runs a statement by
 // default: one call, one round trip, one implicit transaction, every lock
-// wait bounded by lock_timeout.
+// wait bounded by lock_timeout (Exec calls it only with a bound).
 //
-// The call takes the key's advisory lock (in the table's own lock space:
-// its OID seeds the hash) for the rest of its transaction, so that
-// concurrent calls with the key queue there, then reads the key's record
-// with a snapshot taken after that wait. A live record is the answer: the
-// statement does not run and the record is returned (replayed). On a
-// server with a synchronous standby, the call then writes WAL, so that its
-// commit returns once the standby holds the record; and it reads the
-// record once before the lock too, so that a replay never holds the key
-// while it waits for the standby. Only then does it delete
-// an expired record (unless a takeover through Do renewed it meanwhile),
-// run the statement and insert the record of its rows, as execSQL does. A
-// record inserted meanwhile through Do, which claims keys by inserting and
-// not by this lock, makes the insert fail with a unique violation, and the
-// statement rolls back with it.
+// The call takes the key's advisory lock for the rest of its transaction
+// (a hash of scope and key seeded with the table's OID: two keys share
+// one only on a 64-bit collision, which costs a wait, nothing else), so
+// that concurrent calls with the key queue there, then reads the key's
+// record with a snapshot taken after that wait. A live record is the
+// answer: the statement does not run and the record is returned
+// (replayed). On a server with a synchronous standby, the call then
+// writes WAL, so that its commit returns once the standby holds the
+// record; and it reads the record once before the lock too, so that a
+// replay of a record committed before the call does not hold the key
+// while it waits for the standby. Without a live record, it deletes an
+// expired one (unless a takeover through Do renewed it meanwhile), runs
+// the statement and inserts the record of its rows, as execSQL does. A
+// record inserted meanwhile through Do, which claims keys by inserting
+// and not by this lock, makes the insert fail with a unique violation,
+// and the statement rolls back with it. A call in a session that is not
+// Read Committed (the read after the wait needs a snapshot of its own)
+// does nothing and returns NULLs: Exec then claims the key instead.
 //
 // Format verbs: %[1]s the function's name, %[2]s the caller's parameter
 // types (each followed by a comma), %[3]s the dollar-quote tag, %[4]s the
@@ -50,6 +56,9 @@ LANGUAGE plpgsql AS %[3]s
 DECLARE nolock_expired boolean;
   nolock_standby boolean := current_setting('synchronous_standby_names') <> '';
 BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RETURN;
+  END IF;
   PERFORM set_config('lock_timeout', coalesce($%[5]d, current_setting('lock_timeout')), true);
   FOR nolock_i IN 1..2 LOOP
     IF nolock_i = 2 OR nolock_standby THEN
@@ -66,7 +75,7 @@ BEGIN
       END IF;
     END IF;
     IF nolock_i = 1 THEN
-      PERFORM pg_advisory_xact_lock(hashtextextended($%[6]d || E'\n' || $%[7]d, {{table_literal}}::regclass::oid::bigint));
+      PERFORM pg_advisory_xact_lock(hashtextextended(length($%[6]d) || ':' || $%[6]d || $%[7]d, {{table_literal}}::regclass::oid::bigint));
     END IF;
   END LOOP;
   IF nolock_took_over THEN
@@ -86,7 +95,7 @@ END
 
 // gateVersion changes whenever gateFnSQL does, so that a
 // Store never calls a function made from an older text.
-const gateVersion = "5"
+const gateVersion = "6"
 
 // The states of a gate.
 const (
@@ -98,24 +107,31 @@ const (
 // gate is the function of one statement text (see gateFnSQL).
 type gate struct {
 	state atomic.Int32
-	mu    sync.Mutex // held while making the function
-	oids  []uint32   // the statement's parameter types
-	sql   string     // the statement
-	name  string     // the function's
-	call  string     // the query that calls it
+	mu    sync.Mutex             // held while making the function
+	call  atomic.Pointer[string] // the query that calls it, schema-qualified
+	oids  []uint32               // the statement's parameter types
+	sql   string                 // the statement
+	name  string                 // the function's, unqualified
+	tag   string                 // its body's dollar-quote tag
 }
 
-func newGate(sql string, oids []uint32) *gate {
-	return &gate{sql: sql, oids: oids}
+// maxGateParams is PostgreSQL's limit on a function's arguments.
+const maxGateParams = 100
+
+func newGate(table, sql string, oids []uint32) *gate {
+	d := sha256.Sum256([]byte(gateVersion + "\x00" + table + "\x00" + fmt.Sprint(oids) + "\x00" + sql))
+	return &gate{sql: sql, oids: oids, name: "nolock_exec_" + hex.EncodeToString(d[:12]), tag: "$nolock_" + hex.EncodeToString(d[:6]) + "$"}
 }
 
 // ready makes g's function if it does not exist yet, and says whether
-// Exec may call it. It does not when the Store's calls cannot use it: the
-// connection may not create functions in its current schema, or
-// transactions are not Read Committed by default (the read after the
-// key's wait needs a snapshot of its own), or the statement contains the
-// function's dollar-quote tag. Those are final for the Store; a failure to
-// make it (a lost connection) only sends this call through the claim plan.
+// this call may use it. It may not while another call is making it (this
+// one claims the key instead), and never for the Store when the function
+// cannot be made or trusted: the role may not create functions in its
+// current schema (or run them), transactions are not Read Committed by
+// default, the statement contains the body's dollar-quote tag or has too
+// many parameters, a function of that name there is not this one, or the
+// server refused the CREATE. A failure that proves nothing (a lost
+// connection, a lock wait that ran out) leaves it to a later call.
 func (s *Store) ready(ctx context.Context, g *gate) bool {
 	switch g.state.Load() {
 	case gateReady:
@@ -123,68 +139,92 @@ func (s *Store) ready(ctx context.Context, g *gate) bool {
 	case gateNone:
 		return false
 	}
-	g.mu.Lock()
+	if !g.mu.TryLock() {
+		return false
+	}
 	defer g.mu.Unlock()
 	if st := g.state.Load(); st != gateUnknown {
 		return st == gateReady
 	}
 	st, err := s.makeGate(ctx, g)
-	if err != nil {
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+	case errors.As(err, &pgErr) && !pgerr.Ambiguous(err) && !slices.Contains([]string{"40001", "40P01", "55P03", "57014"}, pgErr.Code):
+		st = gateNone // refused for good
+	default:
 		return false
 	}
 	g.state.Store(st)
 	return st == gateReady
 }
 
-// makeGate creates g's function unless it exists, in one transaction that
-// holds nolock's lock for it, so that processes making the same function
-// at once do not fail each other.
+// makeGate makes g's function in the connection's current schema unless
+// it is there, in one transaction that holds nolock's lock for it (so
+// that processes making the same function at once do not fail each
+// other). A function of that name is used only if it is exactly this
+// one: the same body, language and arguments, not SECURITY DEFINER and
+// with no settings of its own.
 func (s *Store) makeGate(ctx context.Context, g *gate) (int32, error) {
-	d := sha256.Sum256([]byte(gateVersion + "\x00" + s.table + "\x00" + fmt.Sprint(g.oids) + "\x00" + g.sql))
-	tag := "$nolock_" + hex.EncodeToString(d[:6]) + "$"
-	if strings.Contains(g.sql, tag) {
+	n := len(g.oids)
+	if strings.Contains(g.sql, g.tag) || n+5 > maxGateParams {
 		return gateNone, nil
 	}
-	name := "nolock_exec_" + hex.EncodeToString(d[:12])
-	n := len(g.oids)
-	state := gateNone
 	c, err := s.db.Acquire(ctx)
 	if err != nil {
 		return gateUnknown, err
 	}
 	defer c.Release()
+	state := gateNone
 	err = pgx.BeginFunc(ctx, c.Conn(), func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('nolock gate ' || $1, 0))`, s.over.Args(name)...); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', '5000', true), pg_advisory_xact_lock(hashtextextended('nolock gate ' || $1, 0))`, s.over.Args(g.name)...); err != nil {
 			return err
 		}
 		var types []string
-		var exists, allowed bool
-		var isolation string
-		err := tx.QueryRow(ctx, `SELECT to_regproc($1) IS NOT NULL, coalesce(has_schema_privilege(current_schema(), 'CREATE'), false),
-  current_setting('default_transaction_isolation'),
-  ARRAY(SELECT format_type(o, NULL) FROM unnest($2::oid[]) WITH ORDINALITY AS p(o, i) ORDER BY i)`,
-			s.over.Args(name, g.oids)...).Scan(&exists, &allowed, &isolation, &types)
-		switch {
-		case err != nil:
+		var schema, isolation string
+		var allowed, found bool
+		err := tx.QueryRow(ctx, `SELECT current_schema(), current_setting('default_transaction_isolation'),
+  coalesce(has_schema_privilege(current_schema(), 'CREATE'), false),
+  ARRAY(SELECT format_type(o, NULL) FROM unnest($2::oid[]) WITH ORDINALITY AS p(o, i) ORDER BY i),
+  EXISTS (SELECT FROM pg_proc WHERE proname = $1 AND pronamespace = current_schema()::regnamespace)`,
+			s.over.Args(g.name, g.oids)...).Scan(&schema, &isolation, &allowed, &types, &found)
+		if err != nil || isolation != "read committed" {
 			return err
-		case isolation != "read committed" || !exists && !allowed:
-			return nil
-		case !exists:
-			var params strings.Builder
-			for _, t := range types {
-				params.WriteString(t + ", ")
-			}
-			create := fmt.Sprintf(s.gateFnSQL, name, params.String(), tag, g.sql, n+1, n+2, n+3, n+4, n+5)
-			if _, err := tx.Exec(ctx, create, s.over.Args()...); err != nil {
+		}
+		params := strings.Repeat("%s, ", n)
+		body := fmt.Sprintf(s.gateFnSQL, g.name, fmt.Sprintf(params, anys(types)...), g.tag, g.sql, n+1, n+2, n+3, n+4, n+5)
+		src := body[strings.Index(body, g.tag)+len(g.tag) : strings.LastIndex(body, g.tag)]
+		fn := pgx.Identifier{schema, g.name}.Sanitize()
+		if !found && allowed {
+			if _, err := tx.Exec(ctx, body, s.over.Args()...); err != nil {
 				return err
 			}
+		} else if !found {
+			return nil
 		}
-		g.name = name
-		g.call = fmt.Sprintf("SELECT * FROM %s(%s)", name, placeholders(n+5))
+		var ours bool
+		if err := tx.QueryRow(ctx, `SELECT count(*) = 1 AND bool_and(l.lanname = 'plpgsql' AND p.prosrc = $2 AND NOT p.prosecdef
+    AND p.proconfig IS NULL AND p.proargtypes::text = array_to_string($3::oid[], ' ') AND has_function_privilege(p.oid, 'EXECUTE'))
+FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+WHERE p.proname = $1 AND p.pronamespace = current_schema()::regnamespace`,
+			s.over.Args(g.name, src, append(slices.Clone(g.oids), pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.ByteaOID, pgtype.Int8OID))...).Scan(&ours); err != nil || !ours {
+			return err
+		}
+		call := fmt.Sprintf("SELECT * FROM %s(%s)", fn, placeholders(n+5))
+		g.call.Store(&call)
 		state = gateReady
 		return nil
 	})
 	return state, err
+}
+
+// anys returns ss as []any, for fmt.
+func anys(ss []string) []any {
+	a := make([]any, len(ss))
+	for i, s := range ss {
+		a[i] = s
+	}
+	return a
 }
 
 // placeholders returns "$1, $2, …, $n".
@@ -198,14 +238,19 @@ func placeholders(n int) string {
 
 // execGate is one attempt of Exec through g's function: one round trip
 // that replays a live record or runs the statement and stores its record.
-func (s *Store) execGate(ctx context.Context, g *gate, scope, key string, fp []byte, args []any) (Result, error) {
+func (s *Store) execGate(ctx context.Context, stmt wrapped, scope, key string, fp []byte, args []any) (Result, error) {
+	g := stmt.gate
 	wait, sargs := s.args(ctx, scope, key, fp, args)
 	f := found{Record: Record{Scope: scope, Key: key}}
-	var replayed, tookOver bool
-	err := pgerr.Row(ctx, s.db, g.call, s.over.Args(sargs...)...).Scan(&f.Fingerprint, &f.Terminal, &f.Body, &f.CreatedAt, &f.ExpiresAt, &replayed, &tookOver)
+	var replayed *bool
+	var tookOver bool
+	err := pgerr.Row(ctx, s.db, *g.call.Load(), s.over.Args(sargs...)...).Scan(&f.Fingerprint, &f.Terminal, &f.Body, &f.CreatedAt, &f.ExpiresAt, &replayed, &tookOver)
 	var pgErr *pgconn.PgError
 	switch {
-	case err == nil && replayed:
+	case err == nil && replayed == nil:
+		// Not Read Committed in this session: nothing was run; claim.
+		return s.once(ctx, &s.execPlan, scope, key, fp, runClaimed(stmt, args))
+	case err == nil && *replayed:
 		s.execPlan.observe(true)
 		return idemrecord.ReplayOf(f.Record, fp)
 	case err == nil:

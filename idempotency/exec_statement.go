@@ -52,7 +52,7 @@ func (s *Store) statement(ctx context.Context, sql string, args []any) (wrapped,
 				s.describedTexts++
 				if !s.shared && w.typed && s.gateTexts < maxShared {
 					s.gateTexts++
-					w.gate = newGate(sql, w.oids)
+					w.gate = newGate(s.table, sql, w.oids)
 					v = w
 				}
 				s.statements.Store(sql, w)

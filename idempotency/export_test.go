@@ -52,3 +52,9 @@ func (s *Store) PinDoPlan(readFirst bool) {
 		s.doPlan.lean.Store(-planMemory)
 	}
 }
+
+// GateName is the name of the function Exec makes for sql, whose
+// parameters have the types oids.
+func (s *Store) GateName(sql string, oids []uint32) string {
+	return newGate(s.table, sql, oids).name
+}

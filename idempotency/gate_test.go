@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/idempotency"
@@ -185,5 +186,27 @@ func TestExecWithoutCreatePrivilegeClaims(t *testing.T) {
 	}
 	if got := b.balance("alice"); got != initial-10 {
 		t.Fatalf("balance %d, want %d: one debit", got, initial-10)
+	}
+}
+
+// A function of the right name that is not Exec's own (planted by a role
+// that may create functions in the schema) is never called: Exec claims
+// the key instead, and the forged replay it would return never reaches
+// the caller.
+func TestExecRefusesAFunctionItDidNotMake(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t)
+	name := b.store.GateName(debitSQL, []uint32{pgtype.TextOID, pgtype.Int8OID})
+	mustExec(t, b.pool, `CREATE FUNCTION `+pgx.Identifier{name}.Sanitize()+`(text, bigint, text, text, text, bytea, bigint,
+  OUT nolock_fingerprint bytea, OUT nolock_terminal boolean, OUT nolock_result bytea, OUT nolock_created_at timestamptz,
+  OUT nolock_expires_at timestamptz, OUT nolock_replayed boolean, OUT nolock_took_over boolean)
+LANGUAGE sql AS $$ SELECT $6, false, '[{"forged":true}]'::bytea, now(), now(), true, false $$`)
+	res, err := b.execPay(ctx, "pay-1", 10)
+	if err != nil || res.Replayed || string(res.Body) != fmt.Sprintf(`[{"balance":%d}]`, initial-10) {
+		t.Fatalf("Exec beside a planted function: %+v, %v; want a first run of the debit", res, err)
+	}
+	if got := b.balance("alice"); got != initial-10 {
+		t.Fatalf("balance %d, want %d", got, initial-10)
 	}
 }

@@ -221,7 +221,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	table := pgx.Identifier{cfg.table}.Sanitize()
-	literal := "'" + strings.ReplaceAll(table, "'", "''") + "'"
+	literal := "E'" + strings.NewReplacer(`\`, `\\`, "'", "''").Replace(table) + "'"
 	sql := strings.NewReplacer("{{table}}", table, "{{table_literal}}", literal,
 		"{{expires_index}}", pgx.Identifier{cfg.table + expiresSuffix}.Sanitize()).Replace
 	format := strings.NewReplacer("{{table}}", strings.ReplaceAll(table, "%", "%%"), // for fmt.Sprintf

@@ -399,7 +399,7 @@ var apis = []api{{
 }, {
 	// One call of the statement's function, which commits on its own.
 	name: "idempotency.Exec", amb: idempotency.ErrAmbiguousCommit,
-	before: "FROM nolock_exec_", after: "SELECT 1",
+	before: `."nolock_exec_`, after: "SELECT 1",
 	schema: walletSchema, seed: walletSeed, applied: walletPaid,
 	open:  execDebit(),
 	rerun: true,

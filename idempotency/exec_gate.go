@@ -183,12 +183,12 @@ func (s *Store) makeGate(ctx context.Context, g *gate) (int32, error) {
 		var types []string
 		var schema, isolation string
 		var allowed, found bool
-		err := tx.QueryRow(ctx, `SELECT current_schema(), current_setting('default_transaction_isolation'),
+		err := tx.QueryRow(ctx, `SELECT coalesce(current_schema(), ''), current_setting('default_transaction_isolation'),
   coalesce(has_schema_privilege(current_schema(), 'CREATE'), false),
   ARRAY(SELECT format_type(o, NULL) FROM unnest($2::oid[]) WITH ORDINALITY AS p(o, i) ORDER BY i),
-  EXISTS (SELECT FROM pg_proc WHERE proname = $1 AND pronamespace = current_schema()::regnamespace)`,
+  EXISTS (SELECT FROM pg_proc WHERE proname = $1 AND pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()))`,
 			s.over.Args(g.name, g.oids)...).Scan(&schema, &isolation, &allowed, &types, &found)
-		if err != nil || isolation != "read committed" {
+		if err != nil || isolation != "read committed" || schema == "" {
 			return err
 		}
 		params := strings.Repeat("%s, ", n)
@@ -206,7 +206,7 @@ func (s *Store) makeGate(ctx context.Context, g *gate) (int32, error) {
 		if err := tx.QueryRow(ctx, `SELECT count(*) = 1 AND bool_and(l.lanname = 'plpgsql' AND p.prosrc = $2 AND NOT p.prosecdef
     AND p.proconfig IS NULL AND p.proargtypes::text = array_to_string($3::oid[], ' ') AND has_function_privilege(p.oid, 'EXECUTE'))
 FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
-WHERE p.proname = $1 AND p.pronamespace = current_schema()::regnamespace`,
+WHERE p.proname = $1 AND p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())`,
 			s.over.Args(g.name, src, append(slices.Clone(g.oids), pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.ByteaOID, pgtype.Int8OID))...).Scan(&ours); err != nil || !ours {
 			return err
 		}

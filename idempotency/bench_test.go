@@ -48,7 +48,7 @@ import (
 //	exec-replay-record  exec-replay against read-record: what Exec adds to that read
 //	exec-replay-claim  exec-replay with Exec kept claiming first (where its
 //	             function cannot be made), as a rare replay among first runs finds it
-//	exec-replay-gate  exec-replay with Exec kept calling its function, as a
+//	exec-replay-function  exec-replay with Exec kept calling its function, as a
 //	             rare replay among first runs finds it
 //	exec-replay-shared  exec-replay through the WithSharedRoundTrip Store,
 //	             kept sharing the round trip
@@ -300,8 +300,8 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 			store.PinPlan("claim")
 			return execReplay(ctx, c)
 		}, read},
-		{"exec-replay-gate", func(ctx context.Context, c int) error {
-			store.PinPlan("gate")
+		{"exec-replay-function", func(ctx context.Context, c int) error {
+			store.PinPlan("function")
 			return execReplay(ctx, c)
 		}, read},
 		{"bound-do", boundDo, bare},

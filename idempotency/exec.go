@@ -22,7 +22,7 @@ import (
 // default Exec runs the statement through a function of its own on the
 // server, made on the statement's first use (CREATE FUNCTION in the
 // connection's current schema, once per statement text there; see
-// gateFnSQL): one call takes the key, replays a live record or runs the
+// execFuncSQL): one call takes the key, replays a live record or runs the
 // statement and stores its record, in one round trip. Where the function
 // cannot be made or trusted (no CREATE privilege there, transactions not
 // Read Committed, a statement whose parameter types the server cannot
@@ -107,7 +107,7 @@ func (s *Store) exec(ctx context.Context, scope, key string, fingerprint []byte,
 		switch {
 		case s.shared:
 			return s.execOnce(ctx, scope, key, fingerprint, stmt, args)
-		case stmt.gate == nil || s.noGate || s.waitFor(ctx) <= 0 || !s.ready(ctx, stmt.gate):
+		case stmt.fn == nil || s.noFunc || s.waitFor(ctx) <= 0 || !s.funcUsable(ctx, stmt.fn):
 			// (Without a bound on its lock waits, the function's wait for
 			// the key could outlive ctx: ctx cannot cancel the one call.)
 			return s.once(ctx, &s.execPlan, scope, key, fingerprint, runClaimed(stmt, args))
@@ -115,7 +115,7 @@ func (s *Store) exec(ctx context.Context, scope, key string, fingerprint []byte,
 		if res, done, err := s.replayFirst(ctx, &s.execPlan, scope, key, fingerprint); done {
 			return res, err
 		}
-		return s.execGate(ctx, stmt, scope, key, fingerprint, args)
+		return s.execViaFunc(ctx, stmt, scope, key, fingerprint, args)
 	})
 }
 

@@ -50,9 +50,9 @@ func (s *Store) statement(ctx context.Context, sql string, args []any) (wrapped,
 			}
 			if v = w; keep && s.describedTexts < maxDescribed {
 				s.describedTexts++
-				if !s.shared && w.typed && s.gateTexts < maxShared {
-					s.gateTexts++
-					w.gate = newGate(s.table, sql, w.oids)
+				if !s.shared && w.typed && s.funcTexts < maxShared {
+					s.funcTexts++
+					w.fn = newExecFunc(s.table, sql, w.oids)
 					v = w
 				}
 				s.statements.Store(sql, w)
@@ -133,12 +133,12 @@ func (s *Store) describe(ctx context.Context, sql string, args []any) (w wrapped
 
 // wrapped is the caller's statement as Exec sends it.
 type wrapped struct {
-	text   string   // in claimedSQL, or with WithSharedRoundTrip in execSQL
-	params int      // the caller's statement's parameters
-	name   string   // its prepared statement's, when it may share the read's round trip
-	oids   []uint32 // its parameters' types
-	typed  bool     // as the server inferred them from the statement alone
-	gate   *gate    // its function (see gateFnSQL), for the first maxShared typed texts without WithSharedRoundTrip
+	text   string    // in claimedSQL, or with WithSharedRoundTrip in execSQL
+	params int       // the caller's statement's parameters
+	name   string    // its prepared statement's, when it may share the read's round trip
+	oids   []uint32  // its parameters' types
+	typed  bool      // as the server inferred them from the statement alone
+	fn     *execFunc // its function (see execFuncSQL), for the first maxShared typed texts without WithSharedRoundTrip
 }
 
 // maxShared bounds how many statement texts a Store prepares on each

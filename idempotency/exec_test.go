@@ -26,7 +26,7 @@ const debitSQL = `UPDATE wallets SET balance = balance - $2 WHERE account = $1 A
 // read and the statement in one round trip, or the read first (pin,
 // applied to each Store the test makes, chooses).
 func forEachPlan(t *testing.T, test func(t *testing.T, pin func(*idempotency.Store))) {
-	for _, how := range []string{"gate", "claim", "shared", "readfirst"} {
+	for _, how := range []string{"function", "claim", "shared", "readfirst"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
 			test(t, func(s *idempotency.Store) { s.PinPlan(how) })
@@ -262,7 +262,7 @@ func TestExecWaitsForTakeoverInFlight(t *testing.T) {
 		fp := fingerprint("alice", "pay-1", 500)
 		start := time.Now()
 		_, err := b.store.Exec(ctx, "alice", "pay-1", fp, debitSQL, "alice", 500)
-		named := strings.Contains(err.Error(), "takeover") || path.Base(t.Name()) == "claim" || path.Base(t.Name()) == "gate" // holding the key, Exec meets it as Do does
+		named := strings.Contains(err.Error(), "takeover") || path.Base(t.Name()) == "claim" || path.Base(t.Name()) == "function" // holding the key, Exec meets it as Do does
 		if took := time.Since(start); !errors.Is(err, idempotency.ErrInProgress) || !named || took < 150*time.Millisecond {
 			t.Fatalf("Exec during a takeover: %v after %v, want ErrInProgress (naming the takeover, when shared) after about 200ms", err, took)
 		}

@@ -14,7 +14,7 @@ func (s *Store) ExecStatementOnly(ctx context.Context, scope, key string, sql st
 }
 
 // PinPlan sets how Exec sends its calls, for the next planMemory calls at
-// least: "gate" (the default: one call of the statement's function),
+// least: "function" (the default: one call of the statement's function),
 // "claim" (the key claimed in a transaction, then the statement with
 // COMMIT: what runs where the function cannot be made), "shared" (WithSharedRoundTrip: the read and the
 // statement in one round trip) or "readfirst" (WithSharedRoundTrip after
@@ -24,9 +24,9 @@ func (s *Store) PinPlan(how string) {
 		s.shared = shared
 		s.statements.Clear() // wrapped for the other way
 	}
-	s.noGate = how == "claim"
+	s.noFunc = how == "claim"
 	switch how {
-	case "gate", "claim", "shared":
+	case "function", "claim", "shared":
 		s.execPlan.lean.Store(-planMemory)
 	case "readfirst":
 		s.execPlan.lean.Store(planMemory)
@@ -53,8 +53,8 @@ func (s *Store) PinDoPlan(readFirst bool) {
 	}
 }
 
-// GateName is the name of the function Exec makes for sql, whose
+// FuncName is the name of the function Exec makes for sql, whose
 // parameters have the types oids.
-func (s *Store) GateName(sql string, oids []uint32) string {
-	return newGate(s.table, sql, oids).name
+func (s *Store) FuncName(sql string, oids []uint32) string {
+	return newExecFunc(s.table, sql, oids).name
 }

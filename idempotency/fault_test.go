@@ -271,7 +271,7 @@ func TestExecLostReplyConvergesToOneEffect(t *testing.T) {
 		switch path.Base(t.Name()) {
 		case "claim":
 			tag = "COMMIT"
-		case "gate":
+		case "function":
 			tag = "SELECT 1" // the function's call, which commits on its own
 		}
 		workers := newLostReplyWorkers(t, b.schema, tag, trialWorkers/2, pin)

@@ -269,7 +269,7 @@ func TestLateRequestIsRefusedByTheKeysRecord(t *testing.T) {
 		forEachPlan(t, func(t *testing.T, pin func(*idempotency.Store)) {
 			b := newBed(t)
 			clients := newLateClients(t, b.schema, trialWorkers/4, pin)
-			shared := strings.HasSuffix(t.Name(), "/shared") || strings.HasSuffix(t.Name(), "/gate") // the read and the statement leave together
+			shared := strings.HasSuffix(t.Name(), "/shared") || strings.HasSuffix(t.Name(), "/function") // the read and the statement leave together
 			trials := lateRequestTrials(t, b, clients, shared, func(ctx context.Context, s *idempotency.Store, account, payment string, amount int64) (idempotency.Result, error) {
 				return s.Exec(ctx, account, payment, fingerprint(account, payment, amount), debitSQL, account, amount)
 			})

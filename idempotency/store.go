@@ -66,15 +66,15 @@ type Store struct {
 
 	// execSQL and claimedSQL are formats: Exec puts the caller's
 	// statement and its parameters' count in.
-	execSQL, claimedSQL, gateFnSQL string
-	shared                         bool // WithSharedRoundTrip
-	noGate                         bool // Exec never runs through a gate (tests)
+	execSQL, claimedSQL, execFuncSQL string
+	shared                           bool // WithSharedRoundTrip
+	noFunc                           bool // Exec never runs through its function (tests)
 	// statements keeps each statement given to Exec, wrapped (see
 	// statement); plan chooses how Exec sends them.
 	statements                  sync.Map      // string → wrapped
 	describing                  chan struct{} // a semaphore: one describe at a time
 	sharedTexts, describedTexts int           // guarded by describing
-	gateTexts                   int           // statements with a gate, guarded by describing
+	funcTexts                   int           // statements with a function, guarded by describing
 	isolation                   string        // default_transaction_isolation, guarded by describing
 	execPlan                    plan          // Exec's
 	doPlan                      plan          // Do's
@@ -222,13 +222,13 @@ func New(db DB, opts ...Option) (*Store, error) {
 	}
 	table := pgx.Identifier{cfg.table}.Sanitize()
 	literal := "E'" + strings.NewReplacer(`\`, `\\`, "'", "''").Replace(table) + "'"
-	sql := strings.NewReplacer("{{table}}", table, "{{table_literal}}", literal,
+	sql := strings.NewReplacer("{{table}}", table,
 		"{{expires_index}}", pgx.Identifier{cfg.table + expiresSuffix}.Sanitize()).Replace
 	format := strings.NewReplacer("{{table}}", strings.ReplaceAll(table, "%", "%%"), // for fmt.Sprintf
 		"{{table_literal}}", strings.ReplaceAll(literal, "%", "%%")).Replace
 	return &Store{
 		db: db, over: pgmode.For(db), shared: cfg.shared,
-		execSQL: format(execSQL), claimedSQL: format(claimedSQL), gateFnSQL: format(gateFnSQL),
+		execSQL: format(execSQL), claimedSQL: format(claimedSQL), execFuncSQL: format(execFuncSQL),
 		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts}, obs: cfg.obs, log: idemrecord.Logger(cfg.log),
 		schemaSQL: sql(storeSQL), table: cfg.table, claimSQL: sql(claimSQL), readSQL: sql(readSQL), gateSQL: sql(gateSQL), gateName: preparedName(sql(gateSQL)), describing: make(chan struct{}, 1), expireSQL: sql(expireSQL),
 		takeoverSQL: sql(takeoverSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),

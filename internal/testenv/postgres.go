@@ -67,13 +67,22 @@ func PostgresDSNFor(t testing.TB, schema string) string {
 // the test ends.
 func Pool(t testing.TB, dsn string, maxConns int32) *pgxpool.Pool {
 	t.Helper()
+	return PoolWith(t, dsn, func(cfg *pgxpool.Config) {
+		if maxConns > 0 {
+			cfg.MaxConns = maxConns
+		}
+	})
+}
+
+// PoolWith is Pool with its configuration, parsed from dsn, changed by
+// configure first (a tracer, a hook after connecting).
+func PoolWith(t testing.TB, dsn string, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatalf("testenv: parse dsn: %v", err)
 	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
-	}
+	configure(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

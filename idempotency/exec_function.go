@@ -20,7 +20,7 @@ import (
 	"github.com/nolock/nolock/observe"
 )
 
-// gateFnSQL is the function through which Exec runs a statement by
+// execFuncSQL is the function through which Exec runs a statement by
 // default: one call, one round trip, one implicit transaction, every lock
 // wait bounded by lock_timeout (Exec calls it only with a bound).
 //
@@ -48,7 +48,7 @@ import (
 // statement; $%[5]d to $%[9]d are Exec's own parameters (lock_timeout,
 // scope, key, fingerprint, retention in µs), after the caller's, so that
 // the statement's own $1..$n are the function's.
-const gateFnSQL = `CREATE FUNCTION %[1]s(%[2]s text, text, text, bytea, bigint,
+const execFuncSQL = `CREATE FUNCTION %[1]s(%[2]s text, text, text, bytea, bigint,
   OUT nolock_fingerprint bytea, OUT nolock_terminal boolean, OUT nolock_result bytea, OUT nolock_created_at timestamptz,
   OUT nolock_expires_at timestamptz, OUT nolock_replayed boolean, OUT nolock_took_over boolean)
 LANGUAGE plpgsql AS %[3]s
@@ -93,19 +93,19 @@ BEGIN
 END
 %[3]s`
 
-// gateVersion changes whenever gateFnSQL does, so that a
+// execFuncVersion changes whenever execFuncSQL does, so that a
 // Store never calls a function made from an older text.
-const gateVersion = "6"
+const execFuncVersion = "6"
 
-// The states of a gate.
+// The states of an execFunc.
 const (
-	gateUnknown int32 = iota // not made yet, or to be checked again
-	gateReady                // the function exists
-	gateNone                 // not for this Store: the claim plan runs instead
+	funcUnknown int32 = iota // not made yet, or to be checked again
+	funcReady                // the function exists
+	funcNone                 // not for this Store: the claim plan runs instead
 )
 
-// gate is the function of one statement text (see gateFnSQL).
-type gate struct {
+// execFunc is the function of one statement text (see execFuncSQL).
+type execFunc struct {
 	state atomic.Int32
 	mu    sync.Mutex             // held while making the function
 	call  atomic.Pointer[string] // the query that calls it, schema-qualified
@@ -115,15 +115,15 @@ type gate struct {
 	tag   string                 // its body's dollar-quote tag
 }
 
-// maxGateParams is PostgreSQL's limit on a function's arguments.
-const maxGateParams = 100
+// maxFuncParams is PostgreSQL's limit on a function's arguments.
+const maxFuncParams = 100
 
-func newGate(table, sql string, oids []uint32) *gate {
-	d := sha256.Sum256([]byte(gateVersion + "\x00" + table + "\x00" + fmt.Sprint(oids) + "\x00" + sql))
-	return &gate{sql: sql, oids: oids, name: "nolock_exec_" + hex.EncodeToString(d[:12]), tag: "$nolock_" + hex.EncodeToString(d[:6]) + "$"}
+func newExecFunc(table, sql string, oids []uint32) *execFunc {
+	d := sha256.Sum256([]byte(execFuncVersion + "\x00" + table + "\x00" + fmt.Sprint(oids) + "\x00" + sql))
+	return &execFunc{sql: sql, oids: oids, name: "nolock_exec_" + hex.EncodeToString(d[:12]), tag: "$nolock_" + hex.EncodeToString(d[:6]) + "$"}
 }
 
-// ready makes g's function if it does not exist yet, and says whether
+// funcUsable makes g's function if it does not exist yet, and says whether
 // this call may use it. It may not while another call is making it (this
 // one claims the key instead), and never for the Store when the function
 // cannot be made or trusted: the role may not create functions in its
@@ -132,52 +132,52 @@ func newGate(table, sql string, oids []uint32) *gate {
 // many parameters, a function of that name there is not this one, or the
 // server refused the CREATE. A failure that proves nothing (a lost
 // connection, a lock wait that ran out) leaves it to a later call.
-func (s *Store) ready(ctx context.Context, g *gate) bool {
+func (s *Store) funcUsable(ctx context.Context, g *execFunc) bool {
 	switch g.state.Load() {
-	case gateReady:
+	case funcReady:
 		return true
-	case gateNone:
+	case funcNone:
 		return false
 	}
 	if !g.mu.TryLock() {
 		return false
 	}
 	defer g.mu.Unlock()
-	if st := g.state.Load(); st != gateUnknown {
-		return st == gateReady
+	if st := g.state.Load(); st != funcUnknown {
+		return st == funcReady
 	}
-	st, err := s.makeGate(ctx, g)
+	st, err := s.makeFunc(ctx, g)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
 	case errors.As(err, &pgErr) && !pgerr.Ambiguous(err) && !slices.Contains([]string{"40001", "40P01", "55P03", "57014"}, pgErr.Code):
-		st = gateNone // refused for good
+		st = funcNone // refused for good
 	default:
 		return false
 	}
 	g.state.Store(st)
-	return st == gateReady
+	return st == funcReady
 }
 
-// makeGate makes g's function in the connection's current schema unless
+// makeFunc makes g's function in the connection's current schema unless
 // it is there, in one transaction that holds nolock's lock for it (so
 // that processes making the same function at once do not fail each
 // other). A function of that name is used only if it is exactly this
 // one: the same body, language and arguments, not SECURITY DEFINER and
 // with no settings of its own.
-func (s *Store) makeGate(ctx context.Context, g *gate) (int32, error) {
+func (s *Store) makeFunc(ctx context.Context, g *execFunc) (int32, error) {
 	n := len(g.oids)
-	if strings.Contains(g.sql, g.tag) || n+5 > maxGateParams {
-		return gateNone, nil
+	if strings.Contains(g.sql, g.tag) || n+5 > maxFuncParams {
+		return funcNone, nil
 	}
 	c, err := s.db.Acquire(ctx)
 	if err != nil {
-		return gateUnknown, err
+		return funcUnknown, err
 	}
 	defer c.Release()
-	state := gateNone
+	state := funcNone
 	err = pgx.BeginFunc(ctx, c.Conn(), func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', '5000', true), pg_advisory_xact_lock(hashtextextended('nolock gate ' || $1, 0))`, s.over.Args(g.name)...); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', '5000', true), pg_advisory_xact_lock(hashtextextended('nolock exec function ' || $1, 0))`, s.over.Args(g.name)...); err != nil {
 			return err
 		}
 		var types []string
@@ -191,8 +191,8 @@ func (s *Store) makeGate(ctx context.Context, g *gate) (int32, error) {
 		if err != nil || isolation != "read committed" || schema == "" {
 			return err
 		}
-		params := strings.Repeat("%s, ", n)
-		body := fmt.Sprintf(s.gateFnSQL, g.name, fmt.Sprintf(params, anys(types)...), g.tag, g.sql, n+1, n+2, n+3, n+4, n+5)
+		params := strings.Join(append(types, ""), ", ") // each followed by a comma ("" for none)
+		body := fmt.Sprintf(s.execFuncSQL, g.name, params, g.tag, g.sql, n+1, n+2, n+3, n+4, n+5)
 		src := body[strings.Index(body, g.tag)+len(g.tag) : strings.LastIndex(body, g.tag)]
 		fn := pgx.Identifier{schema, g.name}.Sanitize()
 		if !found && allowed {
@@ -212,19 +212,10 @@ WHERE p.proname = $1 AND p.pronamespace = (SELECT oid FROM pg_namespace WHERE ns
 		}
 		call := fmt.Sprintf("SELECT * FROM %s(%s)", fn, placeholders(n+5))
 		g.call.Store(&call)
-		state = gateReady
+		state = funcReady
 		return nil
 	})
 	return state, err
-}
-
-// anys returns ss as []any, for fmt.
-func anys(ss []string) []any {
-	a := make([]any, len(ss))
-	for i, s := range ss {
-		a[i] = s
-	}
-	return a
 }
 
 // placeholders returns "$1, $2, …, $n".
@@ -236,10 +227,10 @@ func placeholders(n int) string {
 	return strings.Join(p, ", ")
 }
 
-// execGate is one attempt of Exec through g's function: one round trip
+// execViaFunc is one attempt of Exec through g's function: one round trip
 // that replays a live record or runs the statement and stores its record.
-func (s *Store) execGate(ctx context.Context, stmt wrapped, scope, key string, fp []byte, args []any) (Result, error) {
-	g := stmt.gate
+func (s *Store) execViaFunc(ctx context.Context, stmt wrapped, scope, key string, fp []byte, args []any) (Result, error) {
+	g := stmt.fn
 	wait, sargs := s.args(ctx, scope, key, fp, args)
 	f := found{Record: Record{Scope: scope, Key: key}}
 	var replayed *bool
@@ -260,7 +251,7 @@ func (s *Store) execGate(ctx context.Context, stmt wrapped, scope, key string, f
 		}
 		return Result{Record: f.Record}, nil
 	case errors.As(err, &pgErr) && pgErr.Code == "42883" && pgErr.Where == "" && strings.Contains(pgErr.Message, g.name):
-		g.state.CompareAndSwap(gateReady, gateUnknown) // dropped since, or lost in a failover: made again
+		g.state.CompareAndSwap(funcReady, funcUnknown) // dropped since, or lost in a failover: made again
 		return Result{}, fmt.Errorf("%w: %w", errVanished, err)
 	}
 	return s.execFailed(ctx, scope, key, fp, wait, err)

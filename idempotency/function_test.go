@@ -15,12 +15,12 @@ import (
 	"github.com/nolock/nolock/internal/testenv"
 )
 
-// gateFunctions counts the functions Exec made in the bed's schema.
-func (b *bed) gateFunctions() int {
+// execFunctions counts the functions Exec made in the bed's schema.
+func (b *bed) execFunctions() int {
 	b.t.Helper()
 	var n int
 	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_proc
-WHERE proname LIKE 'nolock\_exec\_%' AND pronamespace = current_schema()::regnamespace`).Scan(&n); err != nil {
+WHERE proname LIKE 'nolock\_exec\_%' AND pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())`).Scan(&n); err != nil {
 		b.t.Fatal(err)
 	}
 	return n
@@ -56,21 +56,12 @@ func TestExecMakesOneFunctionPerStatement(t *testing.T) {
 			t.Fatalf("a Store making the function at the same time as 7 others: %v", err)
 		}
 	}
-	if n := b.gateFunctions(); n != 1 {
+	if n := b.execFunctions(); n != 1 {
 		t.Fatalf("%d functions after 8 Stores met one statement, want 1", n)
 	}
 	// Each call is one statement: count what a Store on a traced pool sends.
 	counter := &queryCounter{}
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSNFor(t, b.schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Tracer = counter
-	traced, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(traced.Close)
+	traced := testenv.PoolWith(t, testenv.PostgresDSNFor(t, b.schema), func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = counter })
 	s, err := idempotency.New(traced)
 	if err != nil {
 		t.Fatal(err)
@@ -91,11 +82,23 @@ func TestExecMakesOneFunctionPerStatement(t *testing.T) {
 	if _, err := b.store.Exec(ctx, "alice", "other", nil, `SELECT $1::bigint AS n`, int64(7)); err != nil {
 		t.Fatal(err)
 	}
-	if n := b.gateFunctions(); n != 2 {
+	if n := b.execFunctions(); n != 2 {
 		t.Fatalf("%d functions after two statement texts, want 2", n)
 	}
 	if got := b.balance("alice"); got != initial-8-1-calls {
 		t.Fatalf("balance %d, want %d: each call debited once", got, initial-8-1-calls)
+	}
+}
+
+// runsThenReplays fails t unless call's first run runs and a second call
+// replays it.
+func runsThenReplays(t *testing.T, what string, call func() (idempotency.Result, error)) {
+	t.Helper()
+	if res, err := call(); err != nil || res.Replayed {
+		t.Fatalf("%s: %+v, %v; want a first run", what, res, err)
+	}
+	if again, err := call(); err != nil || !again.Replayed {
+		t.Fatalf("%s, again: %+v, %v; want a replay", what, again, err)
 	}
 }
 
@@ -119,18 +122,12 @@ func TestExecRemakesADroppedFunction(t *testing.T) {
 		t.Fatal(err)
 	}
 	var name string
-	if err := b.pool.QueryRow(ctx, `SELECT proname FROM pg_proc WHERE proname LIKE 'nolock\_exec\_%' AND pronamespace = current_schema()::regnamespace`).Scan(&name); err != nil {
+	if err := b.pool.QueryRow(ctx, `SELECT proname FROM pg_proc WHERE proname LIKE 'nolock\_exec\_%' AND pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())`).Scan(&name); err != nil {
 		t.Fatal(err)
 	}
 	mustExec(t, b.pool, `DROP FUNCTION `+pgx.Identifier{name}.Sanitize())
-	res, err := b.execPay(ctx, "pay-2", 10)
-	if err != nil || res.Replayed {
-		t.Fatalf("Exec after its function was dropped: %+v, %v; want a first run", res, err)
-	}
-	if again, err := b.execPay(ctx, "pay-2", 10); err != nil || !again.Replayed {
-		t.Fatalf("retry: %+v, %v; want a replay", again, err)
-	}
-	if n := b.gateFunctions(); n != 1 {
+	runsThenReplays(t, "Exec after its function was dropped", func() (idempotency.Result, error) { return b.execPay(ctx, "pay-2", 10) })
+	if n := b.execFunctions(); n != 1 {
 		t.Fatalf("%d functions, want the one made again", n)
 	}
 	if got := b.balance("alice"); got != initial-20 {
@@ -156,32 +153,20 @@ func TestExecWithoutCreatePrivilegeClaims(t *testing.T) {
 	} {
 		mustExec(t, b.pool, fmt.Sprintf(grant, pgx.Identifier{b.schema}.Sanitize(), pgx.Identifier{role}.Sanitize()))
 	}
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSNFor(t, b.schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		_, err := c.Exec(ctx, `SET ROLE `+pgx.Identifier{role}.Sanitize())
-		return err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.PoolWith(t, testenv.PostgresDSNFor(t, b.schema), func(cfg *pgxpool.Config) {
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			_, err := c.Exec(ctx, `SET ROLE `+pgx.Identifier{role}.Sanitize())
+			return err
+		}
+	})
 	store, err := idempotency.New(pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fp := fingerprint("alice", "pay-1", 10)
-	res, err := store.Exec(ctx, "alice", "pay-1", fp, debitSQL, "alice", int64(10))
-	if err != nil || res.Replayed {
-		t.Fatalf("first Exec without CREATE: %+v, %v; want a first run", res, err)
-	}
-	if again, err := store.Exec(ctx, "alice", "pay-1", fp, debitSQL, "alice", int64(10)); err != nil || !again.Replayed {
-		t.Fatalf("retry: %+v, %v; want a replay", again, err)
-	}
-	if n := b.gateFunctions(); n != 0 {
+	runsThenReplays(t, "Exec without CREATE", func() (idempotency.Result, error) {
+		return store.Exec(ctx, "alice", "pay-1", fingerprint("alice", "pay-1", 10), debitSQL, "alice", int64(10))
+	})
+	if n := b.execFunctions(); n != 0 {
 		t.Fatalf("%d functions made by a role without CREATE, want 0", n)
 	}
 	if got := b.balance("alice"); got != initial-10 {
@@ -197,7 +182,7 @@ func TestExecRefusesAFunctionItDidNotMake(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := newBed(t)
-	name := b.store.GateName(debitSQL, []uint32{pgtype.TextOID, pgtype.Int8OID})
+	name := b.store.FuncName(debitSQL, []uint32{pgtype.TextOID, pgtype.Int8OID})
 	mustExec(t, b.pool, `CREATE FUNCTION `+pgx.Identifier{name}.Sanitize()+`(text, bigint, text, text, text, bytea, bigint,
   OUT nolock_fingerprint bytea, OUT nolock_terminal boolean, OUT nolock_result bytea, OUT nolock_created_at timestamptz,
   OUT nolock_expires_at timestamptz, OUT nolock_replayed boolean, OUT nolock_took_over boolean)

@@ -15,15 +15,16 @@ import (
 	"github.com/nolock/nolock/internal/testenv"
 )
 
-// execFunctions counts the functions Exec made in the bed's schema.
-func (b *bed) execFunctions() int {
+// execFunctions returns the names of the functions Exec made in the bed's
+// schema.
+func (b *bed) execFunctions() []string {
 	b.t.Helper()
-	var n int
-	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_proc
-WHERE proname LIKE 'nolock\_exec\_%' AND pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())`).Scan(&n); err != nil {
+	var names []string
+	if err := b.pool.QueryRow(context.Background(), `SELECT coalesce(array_agg(proname::text), '{}') FROM pg_proc
+WHERE proname LIKE 'nolock\_exec\_%' AND pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())`).Scan(&names); err != nil {
 		b.t.Fatal(err)
 	}
-	return n
+	return names
 }
 
 // Exec's default: one function per statement text, made once by however
@@ -56,7 +57,7 @@ func TestExecMakesOneFunctionPerStatement(t *testing.T) {
 			t.Fatalf("a Store making the function at the same time as 7 others: %v", err)
 		}
 	}
-	if n := b.execFunctions(); n != 1 {
+	if n := len(b.execFunctions()); n != 1 {
 		t.Fatalf("%d functions after 8 Stores met one statement, want 1", n)
 	}
 	// Each call is one statement: count what a Store on a traced pool sends.
@@ -82,7 +83,7 @@ func TestExecMakesOneFunctionPerStatement(t *testing.T) {
 	if _, err := b.store.Exec(ctx, "alice", "other", nil, `SELECT $1::bigint AS n`, int64(7)); err != nil {
 		t.Fatal(err)
 	}
-	if n := b.execFunctions(); n != 2 {
+	if n := len(b.execFunctions()); n != 2 {
 		t.Fatalf("%d functions after two statement texts, want 2", n)
 	}
 	if got := b.balance("alice"); got != initial-8-1-calls {
@@ -121,13 +122,14 @@ func TestExecRemakesADroppedFunction(t *testing.T) {
 	if _, err := b.execPay(ctx, "pay-1", 10); err != nil {
 		t.Fatal(err)
 	}
-	var name string
-	if err := b.pool.QueryRow(ctx, `SELECT proname FROM pg_proc WHERE proname LIKE 'nolock\_exec\_%' AND pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())`).Scan(&name); err != nil {
-		t.Fatal(err)
+	names := b.execFunctions()
+	if len(names) != 1 {
+		t.Fatalf("functions %q after one statement, want 1", names)
 	}
+	name := names[0]
 	mustExec(t, b.pool, `DROP FUNCTION `+pgx.Identifier{name}.Sanitize())
 	runsThenReplays(t, "Exec after its function was dropped", func() (idempotency.Result, error) { return b.execPay(ctx, "pay-2", 10) })
-	if n := b.execFunctions(); n != 1 {
+	if n := len(b.execFunctions()); n != 1 {
 		t.Fatalf("%d functions, want the one made again", n)
 	}
 	if got := b.balance("alice"); got != initial-20 {
@@ -166,7 +168,7 @@ func TestExecWithoutCreatePrivilegeClaims(t *testing.T) {
 	runsThenReplays(t, "Exec without CREATE", func() (idempotency.Result, error) {
 		return store.Exec(ctx, "alice", "pay-1", fingerprint("alice", "pay-1", 10), debitSQL, "alice", int64(10))
 	})
-	if n := b.execFunctions(); n != 0 {
+	if n := len(b.execFunctions()); n != 0 {
 		t.Fatalf("%d functions made by a role without CREATE, want 0", n)
 	}
 	if got := b.balance("alice"); got != initial-10 {

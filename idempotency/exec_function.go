@@ -27,7 +27,10 @@ import (
 // The call takes the key's advisory lock for the rest of its transaction
 // (a hash of scope and key seeded with the table's OID: two keys share
 // one only on a 64-bit collision, which costs a wait, nothing else), so
-// that concurrent calls with the key queue there, then reads the key's
+// that concurrent calls with the key queue there. It sets lock_timeout and
+// tries the lock in plain expressions, which PL/pgSQL evaluates without
+// running a query; only a lock held by another call costs a query that
+// waits. It then reads the key's
 // record with a snapshot taken after that wait. A live record is the
 // answer: the statement does not run and the record is returned
 // (replayed). On a server with a synchronous standby, the call then
@@ -55,11 +58,12 @@ LANGUAGE plpgsql AS %[3]s
 #variable_conflict use_column
 DECLARE nolock_expired boolean;
   nolock_standby boolean := current_setting('synchronous_standby_names') <> '';
+  nolock_lock_timeout text;
 BEGIN
   IF current_setting('transaction_isolation') <> 'read committed' THEN
     RETURN;
   END IF;
-  PERFORM set_config('lock_timeout', coalesce($%[5]d, current_setting('lock_timeout')), true);
+  nolock_lock_timeout := set_config('lock_timeout', coalesce($%[5]d, current_setting('lock_timeout')), true);
   FOR nolock_i IN 1..2 LOOP
     IF nolock_i = 2 OR nolock_standby THEN
       SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now()
@@ -74,7 +78,7 @@ BEGIN
         RETURN;
       END IF;
     END IF;
-    IF nolock_i = 1 THEN
+    IF nolock_i = 1 AND NOT pg_try_advisory_xact_lock(hashtextextended(length($%[6]d) || ':' || $%[6]d || $%[7]d, {{table_literal}}::regclass::oid::bigint)) THEN
       PERFORM pg_advisory_xact_lock(hashtextextended(length($%[6]d) || ':' || $%[6]d || $%[7]d, {{table_literal}}::regclass::oid::bigint));
     END IF;
   END LOOP;
@@ -95,7 +99,7 @@ END
 
 // execFuncVersion changes whenever execFuncSQL does, so that a
 // Store never calls a function made from an older text.
-const execFuncVersion = "6"
+const execFuncVersion = "7"
 
 // The states of an execFunc.
 const (

@@ -2,10 +2,12 @@ package idempotency_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -195,5 +197,63 @@ LANGUAGE sql AS $$ SELECT $6, false, '[{"forged":true}]'::bytea, now(), now(), t
 	}
 	if got := b.balance("alice"); got != initial-10 {
 		t.Fatalf("balance %d, want %d", got, initial-10)
+	}
+}
+
+// A duplicate of a call whose statement is still running holds the key's
+// lock in the function; the duplicate waits for it no longer than
+// WithWait, returns ErrInProgress having run nothing, and replays the
+// first's result once it commits. The first call's own wait (here for a
+// row the test holds) is bounded by its Store's WithWait too.
+func TestExecFunctionWaitForTheKeyIsBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bound := testenv.Scale(300 * time.Millisecond)
+	b := newBed(t, idempotency.WithWait(bound))
+	patient, err := idempotency.New(b.pool, idempotency.WithWait(testenv.Scale(30*time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Make the function first, so that both calls below go through it.
+	if _, err := patient.Exec(ctx, "alice", "pay-0", nil, debitSQL, "alice", int64(1)); err != nil {
+		t.Fatal(err)
+	}
+	hold, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hold.Rollback(ctx) }()
+	if _, err := hold.Exec(ctx, `SELECT FROM wallets WHERE account = 'alice' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	fp := fingerprint("alice", "pay-1", 500)
+	first := make(chan error, 1)
+	go func() {
+		res, err := patient.Exec(ctx, "alice", "pay-1", fp, debitSQL, "alice", int64(500))
+		if err == nil && res.Replayed {
+			err = fmt.Errorf("the first call replayed")
+		}
+		first <- err
+	}()
+	testenv.WaitLockWaiters(t, b.pool, 1) // the first call holds the key and waits for the row
+	start := time.Now()
+	dctx, cancel := context.WithTimeout(ctx, bound+testenv.Scale(10*time.Second)) // fails, not hangs, if the wait is unbounded
+	defer cancel()
+	_, err = b.store.Exec(dctx, "alice", "pay-1", fp, debitSQL, "alice", int64(500))
+	if took := time.Since(start); !errors.Is(err, idempotency.ErrInProgress) || took < bound*2/3 {
+		t.Fatalf("duplicate of a call in flight: %v after %v, want ErrInProgress after about %v", err, took, bound)
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.store.Exec(ctx, "alice", "pay-1", fp, debitSQL, "alice", int64(500))
+	if err != nil || !res.Replayed {
+		t.Fatalf("duplicate once the first committed: %+v, %v; want a replay", res, err)
+	}
+	if got := b.balance("alice"); got != initial-501 {
+		t.Fatalf("balance %d, want %d: one debit of 500 and one of 1", got, initial-501)
 	}
 }

@@ -38,11 +38,13 @@ import (
 // record; and it reads the record once before the lock too, so that a
 // replay of a record committed before the call does not hold the key
 // while it waits for the standby. Without a live record, it deletes an
-// expired one (unless a takeover through Do renewed it meanwhile), runs
-// the statement and inserts the record of its rows, as execSQL does. A
-// record inserted meanwhile through Do, which claims keys by inserting
-// and not by this lock, makes the insert fail with a unique violation,
-// and the statement rolls back with it. A call in a session that is not
+// expired one (unless a takeover renewed it meanwhile), runs the
+// statement and inserts the record of its rows, as execSQL does. Do's
+// claims take the same lock (see keyLock), so a Do in flight is waited
+// for like a call. A record inserted meanwhile by a claim that did not
+// take it (WithSharedRoundTrip's, or an older release's) makes the insert
+// fail with a unique violation, and the statement rolls back with it. A
+// call in a session that is not
 // Read Committed (the read after the wait needs a snapshot of its own)
 // does nothing and returns NULLs: Exec then claims the key instead.
 //

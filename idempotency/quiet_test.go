@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -45,6 +46,7 @@ func TestNormalOutcomesAreQuietOnTheServer(t *testing.T) {
 			mustExec(t, pool, `INSERT INTO wallets VALUES ('alice', 100)`)
 			quietDo(t, pool, store)
 			quietExec(t, pool, store)
+			quietMixed(t, pool, store)
 			quietMiddleware(t, store)
 			pool.Close()
 			if n := errorLines(); n != 0 {
@@ -105,11 +107,7 @@ func quietDo(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
 		}
 		second <- res
 	}()
-	testenv.Until(t, "the duplicate waiting on the key", func() (bool, error) {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
-		return n == 1, err
-	})
+	lockWaiters(t, pool, "the duplicate waiting on the key", 1)
 	close(hold)
 	if err := <-first; err != nil {
 		t.Fatal(err)
@@ -129,10 +127,9 @@ func quietDo(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
 // quietExec runs Exec's normal outcomes, checking each. Alice has 70.
 func quietExec(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
 	ctx := context.Background()
-	const debitSQL = `UPDATE wallets SET balance = balance - $1 WHERE account = 'alice' AND balance >= $1 RETURNING 'paid' AS paid`
 	exec := func(key, fp string, amount int64, wantBody string, wantReplayed bool) {
 		t.Helper()
-		res, err := store.Exec(ctx, "quiet-exec", key, []byte(fp), debitSQL, amount)
+		res, err := store.Exec(ctx, "quiet-exec", key, []byte(fp), quietDebitSQL, amount)
 		if err != nil || string(res.Body) != wantBody || res.Replayed != wantReplayed {
 			t.Fatalf("Exec(%s, %s): %q replayed %v, %v; want %q replayed %v", key, fp, res.Body, res.Replayed, err, wantBody, wantReplayed)
 		}
@@ -142,7 +139,7 @@ func quietExec(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
 	exec("first", "a", 10, paid, true)
 	exec("declined", "a", 1000, "[]", false)
 	exec("declined", "a", 1000, "[]", true)
-	if _, err := store.Exec(ctx, "quiet-exec", "first", []byte("other"), debitSQL, int64(10)); !errors.Is(err, idempotency.ErrMismatch) {
+	if _, err := store.Exec(ctx, "quiet-exec", "first", []byte("other"), quietDebitSQL, int64(10)); !errors.Is(err, idempotency.ErrMismatch) {
 		t.Fatalf("Exec with another fingerprint: %v, want ErrMismatch", err)
 	}
 
@@ -153,24 +150,21 @@ func quietExec(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() { _ = holder.Rollback(ctx) }() // once committed, a no-op
 	if _, err := holder.Exec(ctx, `SELECT 1 FROM wallets WHERE account = 'alice' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
 	results := make(chan idempotency.Result, 2)
 	for range 2 {
 		go func() {
-			res, err := store.Exec(ctx, "quiet-exec", "dup", []byte("a"), debitSQL, int64(10))
+			res, err := store.Exec(ctx, "quiet-exec", "dup", []byte("a"), quietDebitSQL, int64(10))
 			if err != nil {
 				t.Error(err)
 			}
 			results <- res
 		}()
 	}
-	testenv.Until(t, "the first waiting for alice's row, the second on the key", func() (bool, error) {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
-		return n == 2, err
-	})
+	lockWaiters(t, pool, "the first waiting for alice's row, the second on the key", 2)
 	if err := holder.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +177,101 @@ func quietExec(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
 	var balance int64
 	if err := pool.QueryRow(ctx, `SELECT balance FROM wallets`).Scan(&balance); err != nil || balance != 40 {
 		t.Fatalf("balance %d (%v), want 40: three more debits of 10", balance, err)
+	}
+}
+
+// quietDebitSQL debits alice $1 through Exec.
+const quietDebitSQL = `UPDATE wallets SET balance = balance - $1 WHERE account = 'alice' AND balance >= $1 RETURNING 'paid' AS paid`
+
+// lockWaiters waits until n sessions of the database wait for a lock.
+func lockWaiters(t *testing.T, pool *pgxpool.Pool, what string, n int) {
+	t.Helper()
+	testenv.Until(t, what, func() (bool, error) {
+		var waiting int
+		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
+		return waiting == n, err
+	})
+}
+
+// quietMixed runs duplicates of a key through Do and Exec, each arriving
+// while the other runs: the duplicate waits on the key, then replays the
+// first's result. Alice has 40.
+func quietMixed(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
+	ctx := context.Background()
+	type outcome struct {
+		res idempotency.Result
+		err error
+	}
+	notRun := func(context.Context, pgx.Tx) ([]byte, error) { return nil, errors.New("fn ran for a duplicate") }
+	// both returns the outcomes of the first call and of its duplicate.
+	both := func(first, second <-chan outcome) (outcome, outcome) {
+		t.Helper()
+		var o [2]outcome
+		for i, ch := range []<-chan outcome{first, second} {
+			select {
+			case o[i] = <-ch:
+			case <-time.After(testenv.Scale(time.Minute)):
+				t.Fatal("a call did not return within a minute")
+			}
+		}
+		return o[0], o[1]
+	}
+
+	// Do first: its fn holds the key; Exec waits, then replays Do's result.
+	started, hold := make(chan struct{}), make(chan struct{})
+	first, second := make(chan outcome, 1), make(chan outcome, 1)
+	go func() {
+		res, err := store.Do(ctx, "quiet-mixed", "do-first", []byte("a"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			close(started)
+			<-hold
+			return []byte("paid"), debit(ctx, tx, "alice", 10)
+		})
+		first <- outcome{res, err}
+	}()
+	<-started
+	go func() {
+		res, err := store.Exec(ctx, "quiet-mixed", "do-first", []byte("a"), quietDebitSQL, int64(10))
+		second <- outcome{res, err}
+	}()
+	lockWaiters(t, pool, "Exec waiting on the key Do holds", 1)
+	close(hold)
+	if o, d := both(first, second); o.err != nil || d.err != nil || o.res.Replayed || !d.res.Replayed || string(d.res.Body) != "paid" {
+		t.Fatalf("Do then Exec: %q replayed %v (%v), then %q replayed %v (%v); want Do's run, then its replay", o.res.Body, o.res.Replayed, o.err, d.res.Body, d.res.Replayed, d.err)
+	}
+
+	// Exec first: its statement waits for alice's row, which another
+	// transaction holds; Do waits on the key, then replays Exec's result.
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }() // once committed, a no-op
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM wallets WHERE account = 'alice' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		res, err := store.Exec(ctx, "quiet-mixed", "exec-first", []byte("a"), quietDebitSQL, int64(10))
+		first <- outcome{res, err}
+	}()
+	lockWaiters(t, pool, "Exec waiting for alice's row", 1)
+	go func() {
+		res, err := store.Do(ctx, "quiet-mixed", "exec-first", []byte("a"), notRun)
+		second <- outcome{res, err}
+	}()
+	testenv.Until(t, "Do waiting on the key, or returning", func() (bool, error) {
+		var waiting int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
+		return waiting == 2 || len(second) > 0, err
+	})
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if o, d := both(first, second); o.err != nil || d.err != nil || o.res.Replayed || !d.res.Replayed || string(d.res.Body) != `[{"paid":"paid"}]` {
+		t.Fatalf("Exec then Do: %q replayed %v (%v), then %q replayed %v (%v); want Exec's run, then its replay", o.res.Body, o.res.Replayed, o.err, d.res.Body, d.res.Replayed, d.err)
+	}
+	var balance int64
+	if err := pool.QueryRow(ctx, `SELECT balance FROM wallets`).Scan(&balance); err != nil || balance != 20 {
+		t.Fatalf("balance %d (%v), want 20: two debits of 10", balance, err)
 	}
 }
 

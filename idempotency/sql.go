@@ -7,7 +7,9 @@ var storeSQL string
 
 // The statements, with {{table}} replaced by the quoted table name.
 const (
-	// claimSQL claims a key. Under Read Committed an insert that meets
+	// claimSQL claims a key. It first takes the key's advisory lock, the
+	// one Exec's function waits on (see keyLock), so that the two queue for
+	// each other without an error. Under Read Committed an insert that meets
 	// another transaction's uncommitted row for the key waits for it: if it
 	// rolls back, the insert claims the key; if it commits, the insert does
 	// nothing. A committed row (live or expired) makes it do nothing at
@@ -23,7 +25,8 @@ const (
 	claimSQL = `INSERT INTO {{table}} (scope, key, fingerprint, expires_at)
 SELECT $1, $2, $3, now() + $4::bigint * interval '1 microsecond'
 FROM (SELECT set_config('nolock.lock_timeout', current_setting('lock_timeout'), true),
-             set_config('lock_timeout', coalesce($5, current_setting('lock_timeout')), true)) AS bound
+             set_config('lock_timeout', coalesce($5, current_setting('lock_timeout')), true),
+             ` + keyLock + `) AS bound
 ON CONFLICT (scope, key) DO NOTHING
 RETURNING created_at, expires_at, set_config('lock_timeout', current_setting('nolock.lock_timeout'), true)`
 	// readSQL reads a key's record, whether it has expired and whether the
@@ -40,13 +43,14 @@ FROM {{table}} WHERE scope = $1 AND key = $2`
 USING (SELECT set_config('lock_timeout', coalesce($3, current_setting('lock_timeout')), true)) AS bound
 WHERE scope = $1 AND key = $2 AND expires_at + interval '0 s' <= now()`
 	// takeoverSQL claims a key whose record has expired, in place, its wait
-	// bounded like the claim's. Two takers queue on the row lock; the second
-	// re-checks the row the first left and takes it only if the first
-	// rolled back.
+	// bounded like the claim's, under the key's advisory lock like the
+	// claim. Two takers queue on the row lock; the second re-checks the row
+	// the first left and takes it only if the first rolled back.
 	takeoverSQL = `UPDATE {{table}} SET fingerprint = $3, terminal = false, result = NULL, created_at = now(),
   expires_at = now() + $4::bigint * interval '1 microsecond'
 FROM (SELECT set_config('nolock.lock_timeout', current_setting('lock_timeout'), true),
-             set_config('lock_timeout', coalesce($5, current_setting('lock_timeout')), true)) AS bound
+             set_config('lock_timeout', coalesce($5, current_setting('lock_timeout')), true),
+             ` + keyLock + `) AS bound
 WHERE scope = $1 AND key = $2 AND expires_at + interval '0 s' <= now()
 RETURNING created_at, expires_at, set_config('lock_timeout', current_setting('nolock.lock_timeout'), true)`
 	// recordSQL stores fn's result in the claimed row. It is pipelined with
@@ -58,6 +62,16 @@ SELECT 1 / count(*) FROM r`
   SELECT scope, key FROM {{table}} WHERE expires_at <= now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
 ) e WHERE t.scope = e.scope AND t.key = e.key AND t.expires_at <= now()`
 )
+
+// keyLock, in a claim's source row, takes the key's transaction-level
+// advisory lock, the one Exec's function takes (a hash of scope and key
+// seeded with the table's OID), after lock_timeout is set and before the
+// claim's insert or update. On a server with a synchronous standby, a key
+// with a live record is not locked: the claim then fails at once and the
+// replay's wait for the standby holds nothing that others wait on.
+const keyLock = `CASE WHEN current_setting('synchronous_standby_names') <> ''
+  AND EXISTS (SELECT FROM {{table}} WHERE scope = $1 AND key = $2 AND expires_at + interval '0 s' > now()) THEN NULL
+  ELSE pg_advisory_xact_lock(hashtextextended(length($1) || ':' || $1 || $2, {{table_literal}}::regclass::oid::bigint))::text END`
 
 // syncMarkSQL writes a WAL record in its transaction (a transactional
 // logical message, ignored by logical decoding unless asked for) when the

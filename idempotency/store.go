@@ -222,7 +222,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	}
 	table := pgx.Identifier{cfg.table}.Sanitize()
 	literal := "E'" + strings.NewReplacer(`\`, `\\`, "'", "''").Replace(table) + "'"
-	sql := strings.NewReplacer("{{table}}", table,
+	sql := strings.NewReplacer("{{table}}", table, "{{table_literal}}", literal,
 		"{{expires_index}}", pgx.Identifier{cfg.table + expiresSuffix}.Sanitize()).Replace
 	format := strings.NewReplacer("{{table}}", strings.ReplaceAll(table, "%", "%%"), // for fmt.Sprintf
 		"{{table_literal}}", strings.ReplaceAll(literal, "%", "%%")).Replace

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -306,5 +308,70 @@ func quietMiddleware(t *testing.T, store *idempotency.Store) {
 		if resp.StatusCode != c.want || resp.Header.Get("Idempotent-Replayed") != c.replayed {
 			t.Fatalf("POST %q: %d, replayed %q; want %d, %q", c.body, resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), c.want, c.replayed)
 		}
+	}
+}
+
+// Do and Exec racing on the same keys from many goroutines: each key's
+// debit happens once, every call returns its run or a replay of it, and
+// the server logs no ERROR and rolls back nothing.
+func TestMixedDuplicatesAreQuiet(t *testing.T) {
+	t.Parallel()
+	const keys, callers = 24, 8
+	dsn := testenv.PostgresDatabase(t)
+	errorLines := testenv.ErrorLines(t, dsn)
+	pool := testenv.Pool(t, dsn, callers+2)
+	ctx := context.Background()
+	store, err := idempotency.New(pool, idempotency.WithWait(testenv.Scale(30*time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CreateSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, pool, `CREATE TABLE wallets (account text PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0))`)
+	mustExec(t, pool, `INSERT INTO wallets VALUES ('alice', 1000)`)
+	var wg sync.WaitGroup
+	runs := make([]atomic.Int32, keys) // first runs answered, per key
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range keys {
+				key := fmt.Sprint("k", k) // every caller in the same order: they meet
+				var res idempotency.Result
+				var err error
+				if (k+c)%2 == 0 {
+					res, err = store.Do(ctx, "mixed", key, nil, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+						return []byte(`[{"paid":"paid"}]`), debit(ctx, tx, "alice", 1)
+					})
+				} else {
+					res, err = store.Exec(ctx, "mixed", key, nil, quietDebitSQL, int64(1))
+				}
+				if err != nil || string(res.Body) != `[{"paid":"paid"}]` {
+					t.Errorf("%s: %q replayed %v, %v", key, res.Body, res.Replayed, err)
+					return
+				}
+				if !res.Replayed {
+					runs[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for k := range runs {
+		if n := runs[k].Load(); n != 1 {
+			t.Errorf("key k%d answered as a first run %d times, want 1", k, n)
+		}
+	}
+	var balance int64
+	if err := pool.QueryRow(ctx, `SELECT balance FROM wallets`).Scan(&balance); err != nil || balance != 1000-keys {
+		t.Errorf("balance %d (%v), want %d: one debit per key", balance, err, 1000-keys)
+	}
+	pool.Close()
+	if n := errorLines(); n != 0 {
+		t.Errorf("%d ERROR lines in the server's log, want 0", n)
+	}
+	if n := testenv.Rollbacks(t, dsn); n != 0 {
+		t.Errorf("%d transactions rolled back on the server, want 0", n)
 	}
 }

@@ -27,9 +27,11 @@ import (
 //     nothing and is returned as is: retrying with the same key is safe.
 //   - A key with a live record and the same fingerprint: fn does not run;
 //     Do returns the stored result with Replayed set. A replay writes
-//     nothing and takes no lock; on a server with a synchronous standby
-//     it returns once the standby holds the record (a record whose own
-//     wait for the standby was cancelled is never acknowledged before).
+//     nothing and takes no lock (unless the record committed while the
+//     claim began: then it holds the key's lock until it ends). On a
+//     server with a synchronous standby it returns once the standby holds
+//     the record (a record whose own wait for the standby was cancelled
+//     is never acknowledged before).
 //   - A key with a live record and another fingerprint: fn does not run;
 //     Do returns a *MismatchError holding the stored record (ErrMismatch).
 //   - A key claimed by a transaction still running (a concurrent

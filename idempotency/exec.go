@@ -46,19 +46,18 @@ import (
 //     with a synchronous standby, once the standby holds it, as in Do),
 //     one with another fingerprint is a *MismatchError; either way the
 //     statement does not run.
-//   - A concurrent request with the same key still in flight: Exec waits
-//     for it on the key; if it commits, Exec replays its record; if it
-//     rolls back, Exec runs. (With WithSharedRoundTrip, or when Exec's
-//     function meets a Do of the same key in flight, the statement runs
-//     its effect first, which rolls back if the other commits; the server
-//     then logs the record's unique violation.)
+//   - A concurrent request with the same key still in flight, through
+//     Exec or Do: Exec waits for it on the key; if it commits, Exec
+//     replays its record; if it rolls back, Exec runs. (With
+//     WithSharedRoundTrip the statement runs its effect first, which rolls
+//     back if the other commits; the server then logs the record's unique
+//     violation.)
 //   - Every lock wait, for the key or for the effect's rows, is bounded by
 //     WithWait (shortened by ctx's deadline), each statement on its own;
 //     when it runs out, Exec returns ErrInProgress and nothing was
 //     written. A deadlock or serialization failure is retried
-//     (WithAttempts). With WithSharedRoundTrip, or through its function
-//     when a Do of the same key is in flight, Exec takes the effect's
-//     locks before it meets the key's claim, Do the key's first: the two
+//     (WithAttempts). With WithSharedRoundTrip, Exec takes the effect's
+//     locks before it meets the key's record, Do the key's first: the two
 //     on one key with overlapping rows can deadlock, which the server
 //     breaks after its deadlock_timeout.
 //   - An error of the statement itself rolls everything back and is

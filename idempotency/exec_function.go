@@ -27,24 +27,22 @@ import (
 // The call takes the key's advisory lock for the rest of its transaction
 // (a hash of scope and key seeded with the table's OID: two keys share
 // one only on a 64-bit collision, which costs a wait, nothing else), so
-// that concurrent calls with the key queue there. It sets lock_timeout and
-// tries the lock in plain expressions, which PL/pgSQL evaluates without
-// running a query; only a lock held by another call costs a query that
-// waits. It then reads the key's
-// record with a snapshot taken after that wait. A live record is the
-// answer: the statement does not run and the record is returned
-// (replayed). On a server with a synchronous standby, the call then
-// writes WAL, so that its commit returns once the standby holds the
+// that concurrent calls with the key queue there; Do's claims take the
+// same lock (see keyLock). It sets lock_timeout and tries the lock in
+// plain expressions, which PL/pgSQL evaluates without running a query;
+// only a lock held by another call costs a query that waits. It then
+// reads the key's record with a snapshot taken after that wait. A live
+// record is the answer: the statement does not run and the record is
+// returned (replayed). On a server with a synchronous standby, the call
+// then writes WAL, so that its commit returns once the standby holds the
 // record; and it reads the record once before the lock too, so that a
 // replay of a record committed before the call does not hold the key
 // while it waits for the standby. Without a live record, it deletes an
-// expired one (unless a takeover renewed it meanwhile), runs the
-// statement and inserts the record of its rows, as execSQL does. Do's
-// claims take the same lock (see keyLock), so a Do in flight is waited
-// for like a call. A record inserted meanwhile by a claim that did not
-// take it (WithSharedRoundTrip's, or an older release's) makes the insert
-// fail with a unique violation, and the statement rolls back with it. A
-// call in a session that is not
+// expired one (unless it was renewed meanwhile), runs the statement and
+// inserts the record of its rows, as execSQL does. A record inserted
+// meanwhile without the lock (by WithSharedRoundTrip's Exec, or by a Do
+// that does not take it) makes the insert fail with a unique violation,
+// and the statement rolls back with it. A call in a session that is not
 // Read Committed (the read after the wait needs a snapshot of its own)
 // does nothing and returns NULLs: Exec then claims the key instead.
 //

@@ -200,11 +200,10 @@ LANGUAGE sql AS $$ SELECT $6, false, '[{"forged":true}]'::bytea, now(), now(), t
 	}
 }
 
-// A duplicate of a call whose statement is still running holds the key's
-// lock in the function; the duplicate waits for it no longer than
-// WithWait, returns ErrInProgress having run nothing, and replays the
-// first's result once it commits. The first call's own wait (here for a
-// row the test holds) is bounded by its Store's WithWait too.
+// A call whose statement is still running (here waiting for a row the
+// test holds) holds the key's lock in the function; a duplicate waits for
+// it no longer than WithWait, returns ErrInProgress having run nothing,
+// and replays the first's result once it commits.
 func TestExecFunctionWaitForTheKeyIsBounded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -214,6 +213,8 @@ func TestExecFunctionWaitForTheKeyIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.store.PinPlan("function")
+	patient.PinPlan("function")
 	// Make the function first, so that both calls below go through it.
 	if _, err := patient.Exec(ctx, "alice", "pay-0", nil, debitSQL, "alice", int64(1)); err != nil {
 		t.Fatal(err)

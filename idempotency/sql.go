@@ -66,11 +66,12 @@ SELECT 1 / count(*) FROM r`
 // keyLock, in a claim's source row, takes the key's transaction-level
 // advisory lock, the one Exec's function takes (a hash of scope and key
 // seeded with the table's OID), after lock_timeout is set and before the
-// claim's insert or update. On a server with a synchronous standby, a key
-// with a live record is not locked: the claim then fails at once and the
-// replay's wait for the standby holds nothing that others wait on.
-const keyLock = `CASE WHEN current_setting('synchronous_standby_names') <> ''
-  AND EXISTS (SELECT FROM {{table}} WHERE scope = $1 AND key = $2 AND expires_at + interval '0 s' > now()) THEN NULL
+// claim's insert or update. A key whose live record the statement's
+// snapshot sees is not locked: the claim then returns no row without
+// waiting, and the replay that follows (its read, its commit, on a server
+// with a synchronous standby its wait for the standby) holds nothing that
+// other calls of the key wait on.
+const keyLock = `CASE WHEN EXISTS (SELECT FROM {{table}} WHERE scope = $1 AND key = $2 AND expires_at + interval '0 s' > now()) THEN NULL
   ELSE pg_advisory_xact_lock(hashtextextended(length($1) || ':' || $1 || $2, {{table_literal}}::regclass::oid::bigint))::text END`
 
 // syncMarkSQL writes a WAL record in its transaction (a transactional

@@ -219,14 +219,7 @@ func TestExecFunctionWaitForTheKeyIsBounded(t *testing.T) {
 	if _, err := patient.Exec(ctx, "alice", "pay-0", nil, debitSQL, "alice", int64(1)); err != nil {
 		t.Fatal(err)
 	}
-	hold, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = hold.Rollback(ctx) }()
-	if _, err := hold.Exec(ctx, `SELECT FROM wallets WHERE account = 'alice' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	hold := holdAlice(t, b.pool)
 	fp := fingerprint("alice", "pay-1", 500)
 	first := make(chan error, 1)
 	go func() {

@@ -148,14 +148,7 @@ func quietExec(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
 	// The first of two duplicates waits for alice's row, which another
 	// transaction holds, with the key claimed; the second waits on the key,
 	// then replays the first's result. The holder commits, as it would.
-	holder, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(ctx) }() // once committed, a no-op
-	if _, err := holder.Exec(ctx, `SELECT 1 FROM wallets WHERE account = 'alice' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	holder := holdAlice(t, pool)
 	results := make(chan idempotency.Result, 2)
 	for range 2 {
 		go func() {
@@ -250,14 +243,7 @@ func quietMixed(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
 
 	// Exec first: its statement waits for alice's row, which another
 	// transaction holds; Do waits on the key, then replays Exec's result.
-	holder, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(ctx) }() // once committed, a no-op
-	if _, err := holder.Exec(ctx, `SELECT 1 FROM wallets WHERE account = 'alice' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	holder := holdAlice(t, pool)
 	go func() {
 		res, err := store.Exec(ctx, "quiet-mixed", "exec-first", []byte("a"), quietDebitSQL, int64(10))
 		first <- outcome{res, err}

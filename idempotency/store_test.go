@@ -110,6 +110,23 @@ func (b *bed) check(rows int64, balance int64) {
 	}
 }
 
+// holdAlice begins a transaction on pool that locks alice's wallet row,
+// for a test to commit or roll back; one still open when the test ends
+// (a failure) rolls back before the pool closes.
+func holdAlice(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) }) // after a commit, a no-op
+	if _, err := tx.Exec(ctx, `SELECT FROM wallets WHERE account = 'alice' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
 func mustExec(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
 	t.Helper()
 	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {

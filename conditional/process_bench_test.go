@@ -1,7 +1,9 @@
 package conditional_test
 
 import (
+	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -13,11 +15,12 @@ import (
 var saleRounds atomic.Int64
 
 // BenchmarkStockProcesses sells one hot key from 8 processes of 8 clients
-// each (each process its own pool), one unit per take (but in bound and
-// bound2), until it is sold
-// out, and measures units/s from the start signal to the last process's
-// report, the end of the sale included. Each iteration runs every
-// scenario, starting with the next one each time:
+// each (each process its own pool and its share of the machine's cores),
+// one unit per take (but in bound and bound2), until it is sold out, and
+// measures units/s from the start signal to the last process's report,
+// the end of the sale included. Each iteration runs every scenario (or
+// bare and those named in $NOLOCK_SALE_ONLY, comma-separated), starting
+// with the next one each time:
 //
 //	bare       the bare conditional UPDATE on one row, autocommit, no library
 //	ceiling    the bare UPDATE, each client on its own row: no contention
@@ -31,6 +34,14 @@ var saleRounds atomic.Int64
 //	           statement, one statement in flight per process
 //	bound2     the same with two clients per process, 4 units each: two
 //	           statements in flight per process
+//	forward    processes pass their takes to process 0 over a Unix socket;
+//	           its Stock coalesces them and its own clients' on one row (no
+//	           library for the passing: see process_forward_test.go)
+//	forward2   the same in two groups of 4 processes, each its writer and
+//	           its bucket, WithEndgame(1000)
+//	one        one process of all 64 clients, Stock on one row: the most a
+//	           design that passes every take to one writer can sell, the
+//	           passing free
 //
 // It reports each scenario's median units/s and, as <scenario>-x-bare,
 // the median over the iterations of its rate over bare's in the same
@@ -48,11 +59,12 @@ func BenchmarkStockProcesses(b *testing.B) {
 		}
 		return ps
 	}
-	scenarios := []struct {
+	type scenario struct {
 		name  string
 		units int64 // about two seconds' worth
 		procs []saleProc
-	}{
+	}
+	scenarios := []scenario{
 		{"bare", 5_000, same(saleProc{bare: true, clients: clients, buckets: 1, home: -1})},
 		{"ceiling", 12_800, same(saleProc{bare: true, ownRow: true, clients: clients, buckets: 1, home: -1})},
 		{"coalesced", 30_000, same(saleProc{clients: clients, buckets: 1, home: -1})},
@@ -60,6 +72,14 @@ func BenchmarkStockProcesses(b *testing.B) {
 		{"homes", 200_000, homes(procs, clients, procs, 1000)},
 		{"bound", 200_000, same(saleProc{bare: true, ownRow: true, clients: 1, per: clients, buckets: 1, home: -1})},
 		{"bound2", 200_000, same(saleProc{bare: true, ownRow: true, clients: 2, per: clients / 2, buckets: 1, home: -1})},
+		{"forward", 200_000, forwarded(procs, clients, 1)},
+		{"forward2", 200_000, forwarded(procs, clients, 2)},
+		{"one", 200_000, []saleProc{{clients: procs * clients, buckets: 1, home: -1}}},
+	}
+	if only := os.Getenv("NOLOCK_SALE_ONLY"); only != "" {
+		scenarios = slices.DeleteFunc(scenarios, func(sc scenario) bool {
+			return sc.name != "bare" && !slices.Contains(strings.Split(only, ","), sc.name)
+		})
 	}
 	rates := map[string][]float64{}
 	ratios := map[string][]float64{}
@@ -91,4 +111,22 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// forwarded returns procs processes of clients clients each in groups
+// over as many buckets, each group's first process the writer of all its
+// takes, at home on its group's bucket.
+func forwarded(procs, clients, groups int) []saleProc {
+	ps := homes(procs, clients, groups, 0)
+	per := procs / groups
+	for i := range ps {
+		ps[i].home = i / per
+		ps[i].forward, ps[i].writer = true, ps[i].home*per
+		if groups == 1 {
+			ps[i].home = -1
+		} else {
+			ps[i].endgame = 1000
+		}
+	}
+	return ps
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +42,9 @@ const (
 	envSaleHome    = "NOLOCK_SALE_HOME" // -1: no home
 	envSaleEndgame = "NOLOCK_SALE_ENDGAME"
 	envSalePer     = "NOLOCK_SALE_PER"
+	envSaleForward = "NOLOCK_SALE_FORWARD" // the socket of the process's writer in a forwarded sale, else ""
+	envSaleWriter  = "NOLOCK_SALE_WRITER"  // "1": the process is its group's writer
+	envSaleRemotes = "NOLOCK_SALE_REMOTES" // the writer's: the processes that pass it their takes
 )
 
 // saleProc is what one process of a sale runs.
@@ -50,6 +56,8 @@ type saleProc struct {
 	buckets int
 	home    int // -1: no WithHome
 	endgame int64
+	forward bool // pass the takes to process writer, which takes for its group (process_forward_test.go)
+	writer  int
 }
 
 // units is how many units one take of the process takes: per for a bare
@@ -73,15 +81,18 @@ func (p saleProc) stockOptions() []conditional.StockOption {
 	return opts
 }
 
-// env is the environment of process i of a sale of units of key on dsn.
-func (p saleProc) env(dsn, key string, i int, units int64) []string {
+// env is the environment of process i of a sale of units of key on dsn;
+// forward is its writer's socket in a forwarded sale, remotes the number
+// of processes that pass their takes to process i.
+func (p saleProc) env(dsn, key, forward string, i, remotes int, units int64) []string {
 	flag := map[bool]string{false: "0", true: "1"}
 	return []string{
 		envSaleDSN + "=" + dsn, envSaleKey + "=" + key, envSaleProc + "=" + strconv.Itoa(i),
 		envSaleUnits + "=" + strconv.FormatInt(units, 10), envSaleBare + "=" + flag[p.bare], envSaleOwnRow + "=" + flag[p.ownRow],
 		envSaleClients + "=" + strconv.Itoa(p.clients), envSaleBuckets + "=" + strconv.Itoa(p.buckets),
 		envSaleHome + "=" + strconv.Itoa(p.home), envSaleEndgame + "=" + strconv.FormatInt(p.endgame, 10),
-		envSalePer + "=" + strconv.Itoa(p.units()),
+		envSalePer + "=" + strconv.Itoa(p.units()), envSaleForward + "=" + forward,
+		envSaleWriter + "=" + flag[p.forward && p.writer == i], envSaleRemotes + "=" + strconv.Itoa(remotes),
 	}
 }
 
@@ -112,6 +123,19 @@ func TestChildSale(t *testing.T) {
 	key, proc, units := os.Getenv(envSaleKey), atoi(envSaleProc), int64(atoi(envSaleUnits))
 	pool := testenv.Pool(t, os.Getenv(envSaleDSN), int32(p.clients+2))
 	take, left := saleOps(t, pool, p, key)
+	served := func() {}
+	if path := os.Getenv(envSaleForward); path != "" && os.Getenv(envSaleWriter) == "1" {
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		served = serveForwarded(t, ln, atoi(envSaleRemotes), func(ctx context.Context) (bool, error) { return take(ctx, key) })
+	} else if path != "" {
+		forwarded, closeFn := forwardTo(t, path)
+		take = func(ctx context.Context, _ string) (bool, error) { return forwarded(ctx) }
+		defer closeFn()
+	}
 
 	start := make(chan os.Signal, 1)
 	signal.Notify(start, syscall.SIGUSR1)
@@ -154,6 +178,7 @@ func TestChildSale(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	served()
 	fmt.Printf("sold=%d early=%d\n", sold.Load(), early.Load())
 }
 
@@ -208,12 +233,35 @@ func sale(tb testing.TB, pool *pgxpool.Pool, schema string, units int64, procs [
 	ctx := context.Background()
 	key := testenv.Name("sale")
 	stockSale(tb, pool, key, units, procs)
-	kids := make([]*testenv.Child, len(procs))
+	dir := tb.TempDir()
+	socket := func(w int) string { return filepath.Join(dir, fmt.Sprintf("writer%d.sock", w)) }
+	remotes := make([]int, len(procs))
 	for i, p := range procs {
-		kids[i] = testenv.StartChild(tb, "TestChildSale", p.env(testenv.PostgresDSNFor(tb, schema), key, i, units)...)
+		if p.forward && p.writer != i {
+			remotes[p.writer]++
+		}
 	}
-	for _, k := range kids {
-		k.WaitFor("ready", time.Minute)
+	// Each process gets its share of the machine's cores, as replicas do.
+	cpus := fmt.Sprint("GOMAXPROCS=", max(1, runtime.NumCPU()/len(procs)))
+	kids := make([]*testenv.Child, len(procs))
+	// Writers first: each listens before it is ready.
+	for _, writers := range []bool{true, false} {
+		for i, p := range procs {
+			if (p.forward && p.writer == i) != writers {
+				continue
+			}
+			var forward string
+			if p.forward {
+				forward = socket(p.writer)
+			}
+			env := append(p.env(testenv.PostgresDSNFor(tb, schema), key, forward, i, remotes[i], units), cpus)
+			kids[i] = testenv.StartChild(tb, "TestChildSale", env...)
+		}
+		for i, k := range kids {
+			if k != nil && (procs[i].forward && procs[i].writer == i) == writers {
+				k.WaitFor("ready", time.Minute)
+			}
+		}
 	}
 	r := saleResult{units: units}
 	start := time.Now()

@@ -63,6 +63,10 @@ import (
 //	           answer is back, or it would run on a replay), the UPDATE (fn),
 //	           [INSERT the record; COMMIT]: bare's three round trips, one
 //	           read and one insert more
+//	bound-exec no library and no lock: what an Exec plan without a
+//	           function must do at least. [BEGIN; read the key's record]
+//	           (the statement may run only once that answer is back),
+//	           [the UPDATE; INSERT the record; COMMIT]: two round trips
 //
 // Each scenario also reports, per operation of its own, the ERROR lines
 // it made the server log (errors/op) and the transactions it rolled back
@@ -236,6 +240,22 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 			return committed(ctx, conn, insertRecord, key)
 		})
 	}
+	// boundExec is the least a quiet plan without a function does: the
+	// read with BEGIN, then the statement and the record's insert with
+	// COMMIT (the statement may run only once the read's answer is back).
+	boundExec := func(ctx context.Context, c int) error {
+		key := next("fe")
+		return onConn(ctx, pool, func(conn *pgx.Conn) error {
+			if err := begun(ctx, conn, key); err != nil {
+				return err
+			}
+			b := &pgx.Batch{}
+			b.Queue(debit, wallet(c))
+			b.Queue(insertRecord, key)
+			b.Queue(`COMMIT`)
+			return conn.SendBatch(ctx, b).Close()
+		})
+	}
 	scenarios := []struct {
 		name         string
 		op, baseline op
@@ -305,6 +325,7 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 			return execReplay(ctx, c)
 		}, read},
 		{"bound-do", boundDo, bare},
+		{"bound-exec", boundExec, bare},
 		{"exec-replay-shared", func(ctx context.Context, c int) error {
 			shared.PinPlan("shared")
 			return execReplayOn(shared)(ctx, c)

@@ -37,8 +37,8 @@ var saleRounds atomic.Int64
 //	forward    processes pass their takes to process 0 over a Unix socket;
 //	           its Stock coalesces them and its own clients' on one row (no
 //	           library for the passing: see process_forward_test.go)
-//	forward2   the same in two groups of 4 processes, each its writer and
-//	           its bucket, WithEndgame(1000)
+//	forward2   the same in two groups of 4 processes, each with its writer
+//	           and its bucket (WithHome), WithEndgame(1000)
 //	one        one process of all 64 clients, Stock on one row: the most a
 //	           design that passes every take to one writer can sell, the
 //	           passing free
@@ -48,7 +48,7 @@ var saleRounds atomic.Int64
 // iteration, and fails unless every sale was exact: sold == stocked,
 // nothing left, no sold-out answer while units were left.
 //
-//	go test -count 3 -run '^$' -bench StockProcesses -benchtime 1x ./conditional
+//	go test -count 3 -run '^$' -bench StockProcesses -benchtime 3x ./conditional
 func BenchmarkStockProcesses(b *testing.B) {
 	const procs, clients = 8, 8
 	pool, schema := testenv.PostgresSchema(b, 8)
@@ -76,9 +76,15 @@ func BenchmarkStockProcesses(b *testing.B) {
 		{"forward2", 200_000, forwarded(procs, clients, 2)},
 		{"one", 200_000, []saleProc{{clients: procs * clients, buckets: 1, home: -1}}},
 	}
-	if only := os.Getenv("NOLOCK_SALE_ONLY"); only != "" {
+	if only := os.Getenv(envSaleOnly); only != "" {
+		names := strings.Split(only, ",")
+		for _, n := range names {
+			if !slices.ContainsFunc(scenarios, func(sc scenario) bool { return sc.name == n }) {
+				b.Fatalf("%s: no scenario %q", envSaleOnly, n)
+			}
+		}
 		scenarios = slices.DeleteFunc(scenarios, func(sc scenario) bool {
-			return sc.name != "bare" && !slices.Contains(strings.Split(only, ","), sc.name)
+			return sc.name != "bare" && !slices.Contains(names, sc.name)
 		})
 	}
 	rates := map[string][]float64{}
@@ -113,9 +119,10 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// forwarded returns procs processes of clients clients each in groups
-// over as many buckets, each group's first process the writer of all its
-// takes, at home on its group's bucket.
+// forwarded returns procs processes of clients clients each in groups,
+// each group's first process the writer of all its takes: on one row for
+// one group, else over a bucket per group, each group's writer at home on
+// its own, WithEndgame(1000).
 func forwarded(procs, clients, groups int) []saleProc {
 	ps := homes(procs, clients, groups, 0)
 	per := procs / groups

@@ -23,7 +23,9 @@ import (
 // A process has one message in flight: a uint32 count n of takes, which
 // the writer answers once all n are answered, with n status bytes
 // (fwdTaken, fwdSoldOut, fwdFailed). The takes that queued meanwhile go
-// in the next message.
+// in the next message. (internal/combine does the same inside a process,
+// but runs an idle key's first request at once, which here would send
+// one take per message.)
 
 const (
 	fwdTaken byte = iota
@@ -31,7 +33,7 @@ const (
 	fwdFailed
 )
 
-// serveForwarded accepts remotes connections on ln and answers their
+// serveForwarded accepts the connections of remotes processes on ln and answers their
 // takes with take, each in a goroutine of its own so that the Stock
 // coalesces them. wait returns once every remote has closed its side and
 // been answered.
@@ -99,8 +101,11 @@ func forwardTo(t *testing.T, path string) (take func(context.Context) (bool, err
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := forward(conn, reqs); err != nil {
+		if err := sendTakes(conn, reqs); err != nil {
 			t.Error(err)
+			for answer := range reqs { // until closeFn
+				answer <- fwdFailed
+			}
 		}
 	}()
 	take = func(ctx context.Context) (bool, error) {
@@ -121,9 +126,10 @@ func forwardTo(t *testing.T, path string) (take func(context.Context) (bool, err
 	}
 }
 
-// forward sends the takes queued on reqs as one message, hands out the
-// answers and repeats, until reqs is closed.
-func forward(conn net.Conn, reqs chan chan byte) error {
+// sendTakes sends the takes queued on reqs as one message, hands out the
+// answers and repeats, until reqs is closed. A take it cannot send or
+// answer is answered fwdFailed.
+func sendTakes(conn net.Conn, reqs chan chan byte) error {
 	r := bufio.NewReader(conn)
 	for first := range reqs {
 		runtime.Gosched() // let the other clients queue: one message carries them all
@@ -139,11 +145,15 @@ func forward(conn net.Conn, reqs chan chan byte) error {
 				more = false
 			}
 		}
-		if _, err := conn.Write(binary.BigEndian.AppendUint32(nil, uint32(len(batch)))); err != nil {
-			return err
-		}
 		status := make([]byte, len(batch))
-		if _, err := io.ReadFull(r, status); err != nil {
+		_, err := conn.Write(binary.BigEndian.AppendUint32(nil, uint32(len(batch))))
+		if err == nil {
+			_, err = io.ReadFull(r, status)
+		}
+		if err != nil {
+			for _, answer := range batch {
+				answer <- fwdFailed
+			}
 			return err
 		}
 		for i, answer := range batch {

@@ -45,6 +45,7 @@ const (
 	envSaleForward = "NOLOCK_SALE_FORWARD" // the socket of the process's writer in a forwarded sale, else ""
 	envSaleWriter  = "NOLOCK_SALE_WRITER"  // "1": the process is its group's writer
 	envSaleRemotes = "NOLOCK_SALE_REMOTES" // the writer's: the processes that pass it their takes
+	envSaleOnly    = "NOLOCK_SALE_ONLY"    // BenchmarkStockProcesses: bare and these scenarios only
 )
 
 // saleProc is what one process of a sale runs.
@@ -56,8 +57,8 @@ type saleProc struct {
 	buckets int
 	home    int // -1: no WithHome
 	endgame int64
-	forward bool // pass the takes to process writer, which takes for its group (process_forward_test.go)
-	writer  int
+	forward bool // pass the takes to process writer (process_forward_test.go)
+	writer  int  // the index of the process that takes for this one's group when forward
 }
 
 // units is how many units one take of the process takes: per for a bare
@@ -82,16 +83,16 @@ func (p saleProc) stockOptions() []conditional.StockOption {
 }
 
 // env is the environment of process i of a sale of units of key on dsn;
-// forward is its writer's socket in a forwarded sale, remotes the number
-// of processes that pass their takes to process i.
-func (p saleProc) env(dsn, key, forward string, i, remotes int, units int64) []string {
+// socket is its writer's in a forwarded sale, remotes the number of
+// processes that pass their takes to process i.
+func (p saleProc) env(dsn, key, socket string, i, remotes int, units int64) []string {
 	flag := map[bool]string{false: "0", true: "1"}
 	return []string{
 		envSaleDSN + "=" + dsn, envSaleKey + "=" + key, envSaleProc + "=" + strconv.Itoa(i),
 		envSaleUnits + "=" + strconv.FormatInt(units, 10), envSaleBare + "=" + flag[p.bare], envSaleOwnRow + "=" + flag[p.ownRow],
 		envSaleClients + "=" + strconv.Itoa(p.clients), envSaleBuckets + "=" + strconv.Itoa(p.buckets),
 		envSaleHome + "=" + strconv.Itoa(p.home), envSaleEndgame + "=" + strconv.FormatInt(p.endgame, 10),
-		envSalePer + "=" + strconv.Itoa(p.units()), envSaleForward + "=" + forward,
+		envSalePer + "=" + strconv.Itoa(p.units()), envSaleForward + "=" + socket,
 		envSaleWriter + "=" + flag[p.forward && p.writer == i], envSaleRemotes + "=" + strconv.Itoa(remotes),
 	}
 }
@@ -130,10 +131,16 @@ func TestChildSale(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ln.Close()
-		served = serveForwarded(t, ln, atoi(envSaleRemotes), func(ctx context.Context) (bool, error) { return take(ctx, key) })
+		served = serveForwarded(t, ln, atoi(envSaleRemotes), func(ctx context.Context) (bool, error) {
+			ok, err := take(ctx, key)
+			if err != nil {
+				t.Error(err)
+			}
+			return ok, err
+		})
 	} else if path != "" {
-		forwarded, closeFn := forwardTo(t, path)
-		take = func(ctx context.Context, _ string) (bool, error) { return forwarded(ctx) }
+		remoteTake, closeFn := forwardTo(t, path)
+		take = func(ctx context.Context, _ string) (bool, error) { return remoteTake(ctx) }
 		defer closeFn()
 	}
 
@@ -226,22 +233,24 @@ func (r saleResult) rate() float64 { return float64(r.sold) / r.took.Seconds() }
 // sale stocks units of a fresh key in schema (the bare sale on table
 // plain, which it creates if needed; the others with procs[0]'s Stock
 // options), runs one process per procs entry until the key is sold out,
-// and returns what they reported and what is left. It fails tb if a
-// process fails; the caller checks the counts (see exact).
+// and returns what they reported and what is left. Each process runs
+// with GOMAXPROCS set to its share of the machine's cores. It fails tb if
+// a process fails; the caller checks the counts (see exact).
 func sale(tb testing.TB, pool *pgxpool.Pool, schema string, units int64, procs []saleProc) saleResult {
 	tb.Helper()
 	ctx := context.Background()
 	key := testenv.Name("sale")
 	stockSale(tb, pool, key, units, procs)
-	dir := tb.TempDir()
-	socket := func(w int) string { return filepath.Join(dir, fmt.Sprintf("writer%d.sock", w)) }
+	var dir string
 	remotes := make([]int, len(procs))
 	for i, p := range procs {
+		if p.forward && dir == "" {
+			dir = tb.TempDir()
+		}
 		if p.forward && p.writer != i {
 			remotes[p.writer]++
 		}
 	}
-	// Each process gets its share of the machine's cores, as replicas do.
 	cpus := fmt.Sprint("GOMAXPROCS=", max(1, runtime.NumCPU()/len(procs)))
 	kids := make([]*testenv.Child, len(procs))
 	// Writers first: each listens before it is ready.
@@ -250,11 +259,11 @@ func sale(tb testing.TB, pool *pgxpool.Pool, schema string, units int64, procs [
 			if (p.forward && p.writer == i) != writers {
 				continue
 			}
-			var forward string
+			var socket string
 			if p.forward {
-				forward = socket(p.writer)
+				socket = filepath.Join(dir, fmt.Sprintf("writer%d.sock", p.writer))
 			}
-			env := append(p.env(testenv.PostgresDSNFor(tb, schema), key, forward, i, remotes[i], units), cpus)
+			env := append(p.env(testenv.PostgresDSNFor(tb, schema), key, socket, i, remotes[i], units), cpus)
 			kids[i] = testenv.StartChild(tb, "TestChildSale", env...)
 		}
 		for i, k := range kids {

@@ -211,15 +211,22 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 		}
 		return fmt.Errorf("key %s has a record", key)
 	}
-	// committed sends sql with COMMIT, in one round trip.
-	committed := func(ctx context.Context, conn *pgx.Conn, sql string, args ...any) error {
+	// committed sends stmts, each of which must change one row, and
+	// COMMIT, in one round trip.
+	type batched struct {
+		sql  string
+		args []any
+	}
+	committed := func(ctx context.Context, conn *pgx.Conn, stmts ...batched) error {
 		b := &pgx.Batch{}
-		b.Queue(sql, args...).Exec(func(tag pgconn.CommandTag) error {
-			if tag.RowsAffected() != 1 {
-				return fmt.Errorf("%d rows, want 1", tag.RowsAffected())
-			}
-			return nil
-		})
+		for _, st := range stmts {
+			b.Queue(st.sql, st.args...).Exec(func(tag pgconn.CommandTag) error {
+				if tag.RowsAffected() != 1 {
+					return fmt.Errorf("%d rows, want 1: %s", tag.RowsAffected(), st.sql)
+				}
+				return nil
+			})
+		}
 		b.Queue(`COMMIT`)
 		return conn.SendBatch(ctx, b).Close()
 	}
@@ -237,7 +244,7 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 			if err != nil {
 				return err
 			}
-			return committed(ctx, conn, insertRecord, key)
+			return committed(ctx, conn, batched{insertRecord, []any{key}})
 		})
 	}
 	// boundExec is the least a quiet plan without a function does: the
@@ -249,11 +256,7 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 			if err := begun(ctx, conn, key); err != nil {
 				return err
 			}
-			b := &pgx.Batch{}
-			b.Queue(debit, wallet(c))
-			b.Queue(insertRecord, key)
-			b.Queue(`COMMIT`)
-			return conn.SendBatch(ctx, b).Close()
+			return committed(ctx, conn, batched{debit, []any{wallet(c)}}, batched{insertRecord, []any{key}})
 		})
 	}
 	scenarios := []struct {

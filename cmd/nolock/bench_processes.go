@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,10 +21,10 @@ import (
 )
 
 // A hot key across processes: the bench's clients spread over up to
-// benchProcesses processes of this binary, each with its own pool (and its
-// own Stock), as replicas of a service are. The parent starts them, waits
-// until each is connected, lets them all go at once, and adds up what they
-// report.
+// benchProcesses processes of this binary, each with its own pool, its own
+// Stock and its share of the cores (GOMAXPROCS, unless the caller set it),
+// as replicas of a service are. The parent starts them, waits until each
+// is connected, lets them all go at once, and adds up what they report.
 
 // benchProcesses is how many processes a multi-process scenario spreads
 // its clients over (fewer when there are fewer clients).
@@ -113,7 +114,7 @@ func runProcesses(ctx context.Context, dsn, mode, key string, clients int, d tim
 		if i < clients%procs {
 			n++
 		}
-		k, err := startBenchKid(ctx, exe, mode, dsn, key, i, n, d)
+		k, err := startBenchKid(ctx, exe, mode, dsn, key, i, procs, n, d)
 		if err != nil {
 			return services.Run{}, err
 		}
@@ -164,10 +165,13 @@ type benchKid struct {
 	err    error
 }
 
-func startBenchKid(ctx context.Context, exe, mode, dsn, key string, i, clients int, d time.Duration) (*benchKid, error) {
+func startBenchKid(ctx context.Context, exe, mode, dsn, key string, i, procs, clients int, d time.Duration) (*benchKid, error) {
 	cmd := exec.CommandContext(ctx, exe)
 	cmd.Env = append(os.Environ(), envBenchChild+"="+mode, envBenchDSN+"="+dsn, envBenchKey+"="+key,
 		envBenchClients+"="+strconv.Itoa(clients), envBenchHome+"="+strconv.Itoa(i), envBenchDuration+"="+d.String())
+	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(max(1, runtime.NumCPU()/procs)))
+	}
 	k := &benchKid{i: i, cmd: cmd, stderr: &strings.Builder{}}
 	cmd.Stderr = k.stderr
 	var err error

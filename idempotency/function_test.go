@@ -145,24 +145,7 @@ func TestExecWithoutCreatePrivilegeClaims(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := newBed(t)
-	role := "nolock_nocreate_" + b.schema
-	mustExec(t, b.pool, `CREATE ROLE `+pgx.Identifier{role}.Sanitize())
-	t.Cleanup(func() {
-		_, _ = b.pool.Exec(context.Background(), `DROP OWNED BY `+pgx.Identifier{role}.Sanitize()+`; DROP ROLE `+pgx.Identifier{role}.Sanitize())
-	})
-	for _, grant := range []string{
-		`GRANT USAGE ON SCHEMA %[1]s TO %[2]s`,
-		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %[1]s TO %[2]s`,
-		`REVOKE CREATE ON SCHEMA %[1]s FROM PUBLIC`,
-	} {
-		mustExec(t, b.pool, fmt.Sprintf(grant, pgx.Identifier{b.schema}.Sanitize(), pgx.Identifier{role}.Sanitize()))
-	}
-	pool := testenv.PoolWith(t, testenv.PostgresDSNFor(t, b.schema), func(cfg *pgxpool.Config) {
-		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-			_, err := c.Exec(ctx, `SET ROLE `+pgx.Identifier{role}.Sanitize())
-			return err
-		}
-	})
+	pool := testenv.Pool(t, testenv.AppRoleDSN(t, testenv.PostgresDSN(t), b.schema), 0)
 	store, err := idempotency.New(pool)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/inbox"
+	"github.com/nolock/nolock/internal/testenv"
 )
 
 // api is one public PostgreSQL write as the matrix drives it, on a key of
@@ -43,6 +44,9 @@ type api struct {
 	// a rerun of an applied write may answer instead of nil.
 	rerun bool
 	again error
+	// app says the write runs as a role that may create nothing
+	// (testenv.AppRoleDSN), not as the schema's owner.
+	app bool
 }
 
 func exec(ctx context.Context, db *pgxpool.Pool, sql string, args ...any) error {
@@ -404,6 +408,15 @@ var apis = []api{{
 	open:  execDebit(),
 	rerun: true,
 }, {
+	// A role that may not create Exec's function: Exec claims the key
+	// (sent with BEGIN), then sends the statement and the record with
+	// COMMIT.
+	name: "idempotency.Exec claiming", amb: idempotency.ErrAmbiguousCommit,
+	tx: true, before: "INSERT 0 1", after: "COMMIT", app: true,
+	schema: walletSchema, seed: walletSeed, applied: walletPaid,
+	open:  execClaiming,
+	rerun: true,
+}, {
 	name: "idempotency.Exec shared", amb: idempotency.ErrAmbiguousCommit,
 	before: `UPDATE wallets SET balance`, after: "INSERT 0 1",
 	schema: walletSchema, seed: walletSeed, applied: walletPaid,
@@ -456,4 +469,21 @@ func execDebit(opts ...idempotency.Option) func(t *testing.T, db *pgxpool.Pool) 
 			return err
 		}
 	}
+}
+
+// execClaiming is execDebit after one call with a key of its own, which
+// finds that the role may not make the statement's function (a check in
+// a transaction that commits): the cell's COMMIT is then the write's.
+func execClaiming(t *testing.T, db *pgxpool.Pool) func(context.Context, string) error {
+	call := execDebit()(t, db)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Scale(30*time.Second))
+	defer cancel()
+	if err := call(ctx, testenv.Name("warm")); err != nil {
+		t.Fatalf("the first call: %v", err)
+	}
+	var made int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE proname LIKE 'nolock\_exec\_%' AND pronamespace = current_schema()::regnamespace`).Scan(&made); err != nil || made != 0 {
+		t.Fatalf("%d functions made (%v): the role may create them, Exec would not claim", made, err)
+	}
+	return call
 }

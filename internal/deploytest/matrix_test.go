@@ -73,6 +73,9 @@ func lostReplyGroup(t *testing.T, dep string, a api) {
 	if err := a.schema(ctx, w.admin); err != nil {
 		t.Fatal(err)
 	}
+	if a.app {
+		w.dsn = testenv.AppRoleDSN(t, w.dsn, w.schema)
+	}
 	for _, mode := range testenv.QueryExecModes {
 		for _, point := range []string{"before", "after"} {
 			t.Run(mode.String()+"/"+point, func(t *testing.T) { lostReply(t, w, a, mode, point) })

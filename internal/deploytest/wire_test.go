@@ -30,6 +30,7 @@ import (
 // another.
 type wire struct {
 	admin   *pgxpool.Pool // straight to the server, no fault
+	schema  string        // the group's
 	dsn     string        // what clients dial
 	bouncer *pgx.Conn     // the PgBouncer's admin console, or nil
 	drops   atomic.Pointer[map[string]*testenv.ReplyDropper]
@@ -48,7 +49,7 @@ type trigger struct {
 func newWire(t *testing.T, dep string) *wire {
 	t.Helper()
 	admin, schema := testenv.PostgresSchema(t, 4)
-	w := &wire{admin: admin}
+	w := &wire{admin: admin, schema: schema}
 	w.drops.Store(&map[string]*testenv.ReplyDropper{})
 	switch dep {
 	case "direct":

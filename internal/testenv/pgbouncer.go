@@ -297,39 +297,64 @@ func upstreamOf(t testing.TB, dsn string) string {
 	return fmt.Sprintf("host=%s port=%d", cfg.Host, cfg.Port)
 }
 
-// schemaRole creates, on the server adminDSN names, a login role named
-// like schema whose sessions start with schema as their search_path, and
-// drops it, on the server dropDSN names then, when the test ends.
+// schemaRole creates, on the server adminDSN names, a login superuser
+// named like schema whose sessions start with schema as their search_path,
+// and drops it, on the server dropDSN names then, when the test ends.
 func schemaRole(t testing.TB, adminDSN, schema string, dropDSN func() string) {
 	t.Helper()
-	role := pgx.Identifier{schema}.Sanitize()
+	makeRole(t, adminDSN, schema, schema, dropDSN, "ALTER ROLE %[1]s SUPERUSER")
+}
+
+// AppRoleDSN returns dsn (a postgres:// URL to the test server, directly
+// or through a pooler or proxy in front of it) as a login role of the
+// test's own that may read and write the tables schema holds now but
+// create nothing: no superuser, no CREATE on the schema, as an
+// application's role in production often is. Its sessions start with
+// schema as their search_path. The role is dropped when the test ends.
+func AppRoleDSN(t testing.TB, dsn, schema string) string {
+	t.Helper()
+	role := schema + "_app"
+	admin := PostgresDSN(t)
+	makeRole(t, admin, role, schema, func() string { return admin },
+		"GRANT USAGE ON SCHEMA %[2]s TO %[1]s",
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %[2]s TO %[1]s")
+	return roleDSN(t, dsn, role)
+}
+
+// makeRole creates, on the server adminDSN names, a login role whose
+// sessions start with schema as their search_path, runs then each of
+// grants (formatted with the role and the schema, quoted), and drops the
+// role, on the server dropDSN names then, when the test ends.
+func makeRole(t testing.TB, adminDSN, role, schema string, dropDSN func() string, grants ...string) {
+	t.Helper()
+	r, sc := pgx.Identifier{role}.Sanitize(), pgx.Identifier{schema}.Sanitize()
 	ctx, cancel := context.WithTimeout(context.Background(), Scale(30*time.Second))
 	defer cancel()
 	conn, err := pgx.Connect(ctx, adminDSN)
 	if err != nil {
-		t.Fatalf("testenv: connect to create role %s: %v", schema, err)
+		t.Fatalf("testenv: connect to create role %s: %v", role, err)
 	}
 	defer conn.Close(ctx)
-	for _, q := range []string{
-		"CREATE ROLE " + role + " LOGIN SUPERUSER",
-		"ALTER ROLE " + role + " SET search_path = " + role,
-	} {
+	for i, q := range append([]string{"CREATE ROLE %[1]s LOGIN", "ALTER ROLE %[1]s SET search_path = %[2]s"}, grants...) {
+		q = fmt.Sprintf(q, r, sc)
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatalf("testenv: %s: %v", q, err)
 		}
+		if i == 0 {
+			t.Cleanup(func() { dropRole(t, dropDSN(), role) })
+		}
 	}
-	t.Cleanup(func() { dropRole(t, dropDSN(), schema) })
 }
 
 // dropRole ends the role's sessions (a pooler's idle server connections),
 // gives what it owns to the current user, and drops it.
-func dropRole(t testing.TB, adminDSN, schema string) {
-	role := pgx.Identifier{schema}.Sanitize()
+func dropRole(t testing.TB, adminDSN, name string) {
+	role := pgx.Identifier{name}.Sanitize()
 	ctx, cancel := context.WithTimeout(context.Background(), Scale(30*time.Second))
 	defer cancel()
 	conn, err := pgx.Connect(ctx, adminDSN)
 	if err != nil {
-		t.Logf("testenv: drop role %s: %v (the server may be gone)", schema, err)
+		t.Logf("testenv: drop role %s: %v (the server may be gone)", name, err)
 		return
 	}
 	defer conn.Close(ctx)
@@ -342,7 +367,7 @@ func dropRole(t testing.TB, adminDSN, schema string) {
 	} {
 		var args []any
 		if strings.Contains(q, "$1") {
-			args = append(args, schema)
+			args = append(args, name)
 		}
 		if _, err := conn.Exec(ctx, q, args...); err != nil {
 			t.Errorf("testenv: %s: %v", q, err)
@@ -351,16 +376,16 @@ func dropRole(t testing.TB, adminDSN, schema string) {
 	}
 }
 
-// roleDSN returns dsn with user and application_name set to schema.
-func roleDSN(t testing.TB, dsn, schema string) string {
+// roleDSN returns dsn with user and application_name set to role.
+func roleDSN(t testing.TB, dsn, role string) string {
 	t.Helper()
 	u, err := url.Parse(dsn)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		t.Fatalf("testenv: want a postgres:// URL, got %q (%v)", redact(dsn), err)
 	}
-	u.User = url.User(schema)
+	u.User = url.User(role)
 	q := u.Query()
-	q.Set("application_name", schema)
+	q.Set("application_name", role)
 	u.RawQuery = q.Encode()
 	return u.String()
 }

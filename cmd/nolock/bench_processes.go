@@ -169,7 +169,7 @@ func startBenchKid(ctx context.Context, exe, mode, dsn, key string, i, procs, cl
 	cmd := exec.CommandContext(ctx, exe)
 	cmd.Env = append(os.Environ(), envBenchChild+"="+mode, envBenchDSN+"="+dsn, envBenchKey+"="+key,
 		envBenchClients+"="+strconv.Itoa(clients), envBenchHome+"="+strconv.Itoa(i), envBenchDuration+"="+d.String())
-	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
+	if os.Getenv("GOMAXPROCS") == "" {
 		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(max(1, runtime.NumCPU()/procs)))
 	}
 	k := &benchKid{i: i, cmd: cmd, stderr: &strings.Builder{}}

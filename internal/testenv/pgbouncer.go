@@ -307,10 +307,11 @@ func schemaRole(t testing.TB, adminDSN, schema string, dropDSN func() string) {
 
 // AppRoleDSN returns dsn (a postgres:// URL to the test server, directly
 // or through a pooler or proxy in front of it) as a login role of the
-// test's own that may read and write the tables schema holds now but
-// create nothing: no superuser, no CREATE on the schema, as an
+// test's own that may read and write the tables schema holds now but may
+// not create objects in it (no superuser, no CREATE on the schema), as an
 // application's role in production often is. Its sessions start with
-// schema as their search_path. The role is dropped when the test ends.
+// schema as their search_path. Call it once per schema; the role is
+// dropped when the test ends.
 func AppRoleDSN(t testing.TB, dsn, schema string) string {
 	t.Helper()
 	role := schema + "_app"
@@ -322,11 +323,15 @@ func AppRoleDSN(t testing.TB, dsn, schema string) string {
 }
 
 // makeRole creates, on the server adminDSN names, a login role whose
-// sessions start with schema as their search_path, runs then each of
-// grants (formatted with the role and the schema, quoted), and drops the
-// role, on the server dropDSN names then, when the test ends.
-func makeRole(t testing.TB, adminDSN, role, schema string, dropDSN func() string, grants ...string) {
+// sessions start with schema as their search_path, then runs each of stmts
+// (formatted with the role and the schema, quoted). Once created, the role
+// is dropped when the test ends, on the server dropDSN names then, even if
+// a later statement fails.
+func makeRole(t testing.TB, adminDSN, role, schema string, dropDSN func() string, stmts ...string) {
 	t.Helper()
+	if len(role) > 63 {
+		t.Fatalf("testenv: role name %q is longer than PostgreSQL's 63 bytes", role)
+	}
 	r, sc := pgx.Identifier{role}.Sanitize(), pgx.Identifier{schema}.Sanitize()
 	ctx, cancel := context.WithTimeout(context.Background(), Scale(30*time.Second))
 	defer cancel()
@@ -335,14 +340,17 @@ func makeRole(t testing.TB, adminDSN, role, schema string, dropDSN func() string
 		t.Fatalf("testenv: connect to create role %s: %v", role, err)
 	}
 	defer conn.Close(ctx)
-	for i, q := range append([]string{"CREATE ROLE %[1]s LOGIN", "ALTER ROLE %[1]s SET search_path = %[2]s"}, grants...) {
+	run := func(q string) {
 		q = fmt.Sprintf(q, r, sc)
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatalf("testenv: %s: %v", q, err)
 		}
-		if i == 0 {
-			t.Cleanup(func() { dropRole(t, dropDSN(), role) })
-		}
+	}
+	run("CREATE ROLE %[1]s LOGIN")
+	t.Cleanup(func() { dropRole(t, dropDSN(), role) })
+	run("ALTER ROLE %[1]s SET search_path = %[2]s")
+	for _, q := range stmts {
+		run(q)
 	}
 }
 

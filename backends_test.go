@@ -22,7 +22,7 @@ const (
 var (
 	// postgresSide compiles no AWS SDK package.
 	postgresSide = []string{
-		"cas", "conditional", "idempotency", "inbox", "partition", "lease", "pgoutcome",
+		"cas/pgcas", "conditional", "idempotency", "inbox", "partition", "lease", "pgoutcome",
 		"internal/pgarg", "internal/pgerr", "internal/pgmode", "internal/pgschema",
 	}
 	// dynamoSide compiles no pgx package.
@@ -33,7 +33,7 @@ var (
 	// neitherSide is what both sides share: it compiles neither client.
 	// "" is the root package, which holds only the overview.
 	neitherSide = []string{
-		"", "internal/casstore", "internal/condcore", "internal/idemrecord",
+		"", "cas", "internal/casstore", "internal/condcore", "internal/idemrecord",
 		"internal/backoff", "internal/combine", "internal/outcome", "observe", "internal/notify",
 	}
 )

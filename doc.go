@@ -25,11 +25,12 @@
 //   - observe: one event shape that every package reports through its
 //     WithObserver option.
 //
-// cas, conditional and idempotency work on PostgreSQL; each has a DynamoDB
-// twin in a subpackage (cas/dynamocas, conditional/dynamoconditional,
-// idempotency/dynamoidempotency) with the same errors and result types, so
-// a program compiles only the client it uses: no AWS SDK for PostgreSQL,
-// no pgx for DynamoDB.
+// conditional and idempotency work on PostgreSQL; each has a DynamoDB twin
+// in a subpackage (conditional/dynamoconditional,
+// idempotency/dynamoidempotency) with the same errors and result types.
+// cas itself is backend-neutral; its backends are cas/pgcas and
+// cas/dynamocas. A program compiles only the client it uses: no AWS SDK for
+// PostgreSQL, no pgx for DynamoDB.
 //
 // Which to use: if the data sits in one database, skip the lock and let the
 // row decide (conditional, cas). If running twice must be harmless, record a

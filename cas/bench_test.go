@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
@@ -28,7 +29,7 @@ func BenchmarkUpdate(b *testing.B) {
 INSERT INTO counters VALUES ('hot', 0)`); err != nil {
 		b.Fatal(err)
 	}
-	backend, err := cas.NewPostgresBackend(pool)
+	backend, err := pgcas.NewBackend(pool)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/cas/dynamocas"
+	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
@@ -17,7 +18,7 @@ import (
 func backends() map[string]func(t *testing.T) cas.Backend {
 	return map[string]func(t *testing.T) cas.Backend{
 		"postgres": func(t *testing.T) cas.Backend {
-			b, err := cas.NewPostgresBackend(testenv.Postgres(t))
+			b, err := pgcas.NewBackend(testenv.Postgres(t))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
@@ -25,7 +26,7 @@ func TestStoreServerCrash(t *testing.T) {
 	defer cancel()
 	srv := testenv.PostgresServer(t)
 	pool := testenv.Pool(t, srv.DSN(), 8)
-	backend, err := cas.NewPostgresBackend(pool)
+	backend, err := pgcas.NewBackend(pool)
 	if err != nil {
 		t.Fatal(err)
 	}

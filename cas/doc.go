@@ -11,15 +11,19 @@
 // and never retries.
 //
 // Two ways in:
-//   - Retry and Exec wrap your own tables: Retry runs your function in a
-//     fresh transaction per attempt and retries conflicts (0 rows from Exec,
-//     or SQLSTATE 40001/40P01).
-//   - Store is a ready typed (key, value, version) store on PostgreSQL
-//     (PostgresBackend) or DynamoDB (package dynamocas, whose Store is this
-//     one, for programs that import no pgx). Concurrent Updates of one key in one process are combined:
-//     one leader reads once, applies each caller's function in turn, writes
-//     once and answers each caller with its own result, so a hot key costs
-//     one conditional write per batch instead of a storm of conflicts.
+//   - Retry runs a read-decide-write of your own again on a conflict;
+//     pgcas.Retry runs each attempt as a PostgreSQL transaction on your own
+//     tables (0 rows from pgcas.Exec, or SQLSTATE 40001/40P01, is a
+//     conflict).
+//   - Store is a ready typed (key, value, version) store over a Backend:
+//     pgcas.Backend on PostgreSQL, dynamocas.Backend on DynamoDB. Concurrent
+//     Updates of one key in one process are combined: one leader reads
+//     once, applies each caller's function in turn, writes once and answers
+//     each caller with its own result, so a hot key costs one conditional
+//     write per batch instead of a storm of conflicts.
+//
+// This package imports neither pgx nor the AWS SDK: a program compiles
+// only the backend it imports.
 //
 // What it does not promise: a function may run more than once (once per
 // attempt), so it must have no side effects beyond computing the new value;

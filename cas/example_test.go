@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/pgcas"
 )
 
 type Counter struct{ Views int }
@@ -30,7 +31,7 @@ func ExampleStore_Update() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	backend, _ := cas.NewPostgresBackend(pool)
+	backend, _ := pgcas.NewBackend(pool)
 	if err := backend.CreateSchema(ctx); err != nil {
 		log.Fatal(err)
 	}
@@ -71,8 +72,8 @@ func ExampleExec() {
 		log.Fatal(err)
 	}
 	const update = `UPDATE docs SET body = $1, version = version + 1 WHERE id = 1 AND version = $2`
-	fmt.Println("alice:", cas.Exec(ctx, pool, update, "alice's edit", 1))
-	err = cas.Exec(ctx, pool, update, "bob's edit", 1) // bob read version 1 too
+	fmt.Println("alice:", pgcas.Exec(ctx, pool, update, "alice's edit", 1))
+	err = pgcas.Exec(ctx, pool, update, "bob's edit", 1) // bob read version 1 too
 	fmt.Println("bob conflicts:", errors.Is(err, cas.ErrConflict))
 	// Output:
 	// alice: <nil>
@@ -97,7 +98,7 @@ func ExampleRetry() {
 		if err := tx.QueryRow(ctx, `SELECT cents, version FROM wallets WHERE id = 'a'`).Scan(&cents, &version); err != nil {
 			return err
 		}
-		if err := cas.Exec(ctx, tx, `UPDATE wallets SET cents = $1, version = version + 1 WHERE id = 'a' AND version = $2`, cents-100, version); err != nil {
+		if err := pgcas.Exec(ctx, tx, `UPDATE wallets SET cents = $1, version = version + 1 WHERE id = 'a' AND version = $2`, cents-100, version); err != nil {
 			return err // ErrConflict: Retry runs move again
 		}
 		_, err := tx.Exec(ctx, `UPDATE wallets SET cents = cents + 100 WHERE id = 'b'`)
@@ -108,7 +109,7 @@ func ExampleRetry() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := cas.Retry(ctx, pool, move, cas.WithAttempts(100)); err != nil {
+			if err := pgcas.Retry(ctx, pool, move, cas.WithAttempts(100)); err != nil {
 				log.Fatal(err)
 			}
 		}()

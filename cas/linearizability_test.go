@@ -18,6 +18,7 @@ import (
 
 	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/cas/dynamocas"
+	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
@@ -160,7 +161,7 @@ func TestStoreLinearizable(t *testing.T) {
 func TestStoreLinearizableUnderConnectionKills(t *testing.T) {
 	t.Parallel()
 	pool, schema := testenv.PostgresSchema(t, 16)
-	b, err := cas.NewPostgresBackend(pool)
+	b, err := pgcas.NewBackend(pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +217,7 @@ func (b broken) Put(ctx context.Context, key string, v []byte, _ int64) (int64, 
 
 func TestCheckerRejectsABrokenStore(t *testing.T) {
 	t.Parallel()
-	b, err := cas.NewPostgresBackend(testenv.Postgres(t))
+	b, err := pgcas.NewBackend(testenv.Postgres(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
@@ -34,26 +35,26 @@ func TestLogger(t *testing.T) {
 				first = false
 				mustExec(t, pool, `UPDATE docs SET version = version + 1 WHERE id = 1`)
 			}
-			return cas.Exec(ctx, tx, `UPDATE docs SET version = version + 1 WHERE id = 1 AND version = $1`, version)
+			return pgcas.Exec(ctx, tx, `UPDATE docs SET version = version + 1 WHERE id = 1 AND version = $1`, version)
 		}
 	}
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	if err := cas.Retry(ctx, pool, lose(), cas.WithLogger(log)); err != nil {
+	if err := pgcas.Retry(ctx, pool, lose(), cas.WithLogger(log)); err != nil {
 		t.Fatal(err)
 	}
 	if out := buf.String(); !strings.Contains(out, `level=DEBUG msg="cas: conflict; retrying" key="" attempt=1 delay=0s err="cas: version conflict"`) {
 		t.Errorf("a Retry that lost once logged %q", out)
 	}
 	buf.Reset()
-	if err := cas.Retry(ctx, pool, lose(), cas.WithAttempts(1), cas.WithLogger(log)); !errors.Is(err, cas.ErrConflict) {
+	if err := pgcas.Retry(ctx, pool, lose(), cas.WithAttempts(1), cas.WithLogger(log)); !errors.Is(err, cas.ErrConflict) {
 		t.Fatalf("Retry with one attempt that lost: %v, want ErrConflict", err)
 	}
 	if out := buf.String(); !strings.Contains(out, `level=WARN msg="cas: gave up" key="" attempts=1 err="cas: version conflict"`) {
 		t.Errorf("a Retry out of attempts logged %q", out)
 	}
 
-	b, err := cas.NewPostgresBackend(pool)
+	b, err := pgcas.NewBackend(pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,10 +99,10 @@ func TestLoggerNil(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
-	if err := cas.Retry(ctx, pool, func(context.Context, pgx.Tx) error { return nil }, cas.WithLogger(nil)); err != nil {
+	if err := pgcas.Retry(ctx, pool, func(context.Context, pgx.Tx) error { return nil }, cas.WithLogger(nil)); err != nil {
 		t.Fatal(err)
 	}
-	b, err := cas.NewPostgresBackend(pool)
+	b, err := pgcas.NewBackend(pool)
 	if err != nil {
 		t.Fatal(err)
 	}

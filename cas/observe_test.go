@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
@@ -32,18 +33,18 @@ func TestObserver(t *testing.T) {
 				mustExec(t, pool, `UPDATE docs SET version = version + 1 WHERE id = 1`)
 			}
 			first = false
-			return cas.Exec(ctx, tx, `UPDATE docs SET body = 'x', version = version + 1 WHERE id = 1 AND version = $1`, version)
+			return pgcas.Exec(ctx, tx, `UPDATE docs SET body = 'x', version = version + 1 WHERE id = 1 AND version = $1`, version)
 		}
 	}
 	events := &testenv.Events{}
-	if err := cas.Retry(ctx, pool, edit(true), cas.WithObserver(events.Observe)); err != nil {
+	if err := pgcas.Retry(ctx, pool, edit(true), cas.WithObserver(events.Observe)); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := events.Names(""), []string{"cas.conflict", "cas.retry", "cas.committed"}; !slices.Equal(got, want) {
 		t.Errorf("a Retry that lost once: %v, want %v", got, want)
 	}
 	gaveUp := &testenv.Events{}
-	err := cas.Retry(ctx, pool, edit(true), cas.WithAttempts(1), cas.WithObserver(gaveUp.Observe))
+	err := pgcas.Retry(ctx, pool, edit(true), cas.WithAttempts(1), cas.WithObserver(gaveUp.Observe))
 	if !errors.Is(err, cas.ErrConflict) {
 		t.Fatalf("Retry with one attempt that lost: %v, want ErrConflict", err)
 	}
@@ -54,7 +55,7 @@ func TestObserver(t *testing.T) {
 		t.Errorf("gave_up's error: %v, want ErrConflict", errs)
 	}
 
-	b, err := cas.NewPostgresBackend(pool)
+	b, err := pgcas.NewBackend(pool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
@@ -34,13 +35,13 @@ func TestRetryOwnTableLosesNoEdit(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < edits; i++ {
-				err := cas.Retry(ctx, pool, func(ctx context.Context, tx pgx.Tx) error {
+				err := pgcas.Retry(ctx, pool, func(ctx context.Context, tx pgx.Tx) error {
 					var body string
 					var version int64
 					if err := tx.QueryRow(ctx, `SELECT body, version FROM docs WHERE id = 1`).Scan(&body, &version); err != nil {
 						return err
 					}
-					return cas.Exec(ctx, tx, `UPDATE docs SET body = $1, version = version + 1 WHERE id = 1 AND version = $2`, body+"x", version)
+					return pgcas.Exec(ctx, tx, `UPDATE docs SET body = $1, version = version + 1 WHERE id = 1 AND version = $2`, body+"x", version)
 				}, cas.WithAttempts(1000), cas.WithStats(&stats), cas.WithOnRetry(func(string, int, error, time.Duration) { retries.Add(1) }))
 				if err != nil {
 					t.Error(err)
@@ -79,7 +80,7 @@ func TestRetrySerializationFailures(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 10; i++ {
-				err := cas.Retry(ctx, pool, func(ctx context.Context, tx pgx.Tx) error {
+				err := pgcas.Retry(ctx, pool, func(ctx context.Context, tx pgx.Tx) error {
 					if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL SERIALIZABLE`); err != nil {
 						return err
 					}
@@ -133,7 +134,7 @@ func TestRetryResolvesDeadlocks(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			first := true
-			err := cas.Retry(ctx, pool, func(ctx context.Context, tx pgx.Tx) error {
+			err := pgcas.Retry(ctx, pool, func(ctx context.Context, tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance - 10 WHERE id = $1`, pair[0]); err != nil {
 					return err
 				}
@@ -170,7 +171,7 @@ func TestRetryResolvesDeadlocks(t *testing.T) {
 func TestRetryGivesUpSayingHowManyAttempts(t *testing.T) {
 	t.Parallel()
 	calls := 0
-	err := cas.Retry(context.Background(), testenv.Postgres(t), func(context.Context, pgx.Tx) error {
+	err := pgcas.Retry(context.Background(), testenv.Postgres(t), func(context.Context, pgx.Tx) error {
 		calls++
 		return cas.ErrConflict
 	}, cas.WithAttempts(4), cas.WithBackoff(time.Microsecond, time.Millisecond))
@@ -179,17 +180,70 @@ func TestRetryGivesUpSayingHowManyAttempts(t *testing.T) {
 	}
 	permanent := errors.New("bad request")
 	calls = 0
-	err = cas.Retry(context.Background(), testenv.Postgres(t), func(context.Context, pgx.Tx) error { calls++; return permanent })
+	err = pgcas.Retry(context.Background(), testenv.Postgres(t), func(context.Context, pgx.Tx) error { calls++; return permanent })
 	if !errors.Is(err, permanent) || calls != 1 {
 		t.Fatalf("err = %v after %d calls; want the permanent error at once", err, calls)
 	}
 	for _, bad := range []error{
-		cas.Retry(context.Background(), nil, func(context.Context, pgx.Tx) error { return nil }),
-		cas.Retry(context.Background(), testenv.Postgres(t), nil),
-		cas.Retry(context.Background(), testenv.Postgres(t), func(context.Context, pgx.Tx) error { return nil }, cas.WithBackoff(-1, 0)),
+		pgcas.Retry(context.Background(), nil, func(context.Context, pgx.Tx) error { return nil }),
+		pgcas.Retry(context.Background(), testenv.Postgres(t), nil),
+		pgcas.Retry(context.Background(), testenv.Postgres(t), func(context.Context, pgx.Tx) error { return nil }, cas.WithBackoff(-1, 0)),
 	} {
 		if !errors.Is(bad, cas.ErrInvalid) {
 			t.Errorf("bad input: %v, want ErrInvalid", bad)
 		}
 	}
+}
+
+// cas.Retry, with no database: conflicts (ErrConflict, or a SQLState of
+// 40001/40P01) run op again, any other error ends it at once, an
+// ambiguous commit is never retried, and bad input is refused before op
+// runs.
+func TestRetryAnyOp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fast := cas.WithBackoff(time.Microsecond, time.Microsecond)
+	other := errors.New("other")
+	for _, tc := range []struct {
+		name     string
+		errs     []error // op's answers, in order; nil after them
+		attempts int
+		want     error
+	}{
+		{"conflicts then success", []error{cas.ErrConflict, &pgconn.PgError{Code: "40001"}, &pgconn.PgError{Code: "40P01"}}, 4, nil},
+		{"other error ends it", []error{cas.ErrConflict, other}, 2, other},
+		{"ambiguous is not retried", []error{cas.ErrAmbiguousCommit}, 1, cas.ErrAmbiguousCommit},
+		{"attempts run out", []error{cas.ErrConflict, cas.ErrConflict, cas.ErrConflict}, 3, cas.ErrConflict},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stats cas.Stats
+			n := 0
+			err := cas.Retry(ctx, func(context.Context) error {
+				n++
+				if n <= len(tc.errs) {
+					return tc.errs[n-1]
+				}
+				return nil
+			}, fast, cas.WithAttempts(3+boolInt(tc.want == nil)), cas.WithStats(&stats))
+			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+				t.Fatalf("Retry = %v, want %v", err, tc.want)
+			}
+			if n != tc.attempts {
+				t.Fatalf("op ran %d times, want %d", n, tc.attempts)
+			}
+			if s := stats.Load(); s.Commits != uint64(boolInt(tc.want == nil)) {
+				t.Fatalf("stats %+v: want %d commits", s, boolInt(tc.want == nil))
+			}
+		})
+	}
+	if err := cas.Retry(ctx, nil); !errors.Is(err, cas.ErrInvalid) {
+		t.Fatalf("nil op: %v, want ErrInvalid", err)
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
@@ -320,7 +321,7 @@ func (a *ambiguousPuts) Put(ctx context.Context, key string, v []byte, version i
 // fns that were in the write are told ErrAmbiguousCommit.
 func TestStoreFailedBatchKeepsEachFnsOwnFailure(t *testing.T) {
 	t.Parallel()
-	b, err := cas.NewPostgresBackend(testenv.Postgres(t))
+	b, err := pgcas.NewBackend(testenv.Postgres(t))
 	if err != nil {
 		t.Fatal(err)
 	}

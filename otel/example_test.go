@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/idempotency"
 	nolockotel "github.com/nolock/nolock/otel"
 )
@@ -36,8 +37,8 @@ func Example() {
 	ctx, span := otel.Tracer("shop").Start(ctx, "checkout")
 	defer span.End()
 	_, err = store.Do(ctx, "orders", "order-1", []byte("cart-7"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-		return []byte("ok"), cas.Retry(ctx, tx, func(ctx context.Context, tx pgx.Tx) error {
-			return cas.Exec(ctx, tx, `UPDATE stock SET n = n - 1, version = version + 1 WHERE sku = 'a' AND n > 0`)
+		return []byte("ok"), pgcas.Retry(ctx, tx, func(ctx context.Context, tx pgx.Tx) error {
+			return pgcas.Exec(ctx, tx, `UPDATE stock SET n = n - 1, version = version + 1 WHERE sku = 'a' AND n > 0`)
 		}, cas.WithObserver(a.Observe))
 	})
 	if err != nil {

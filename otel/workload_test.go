@@ -18,6 +18,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/internal/testenv"
 	"github.com/nolock/nolock/partition"
@@ -54,13 +55,13 @@ func TestWorkloadPostgres(t *testing.T) {
 				lose--
 				exec(t, pool, `UPDATE docs SET version = version + 1 WHERE id = 1`)
 			}
-			return cas.Exec(ctx, tx, `UPDATE docs SET body = 'x', version = version + 1 WHERE id = 1 AND version = $1`, version)
+			return pgcas.Exec(ctx, tx, `UPDATE docs SET body = 'x', version = version + 1 WHERE id = 1 AND version = $1`, version)
 		}
 	}
 	opts := []cas.RetryOption{cas.WithObserver(b.a.Observe), cas.WithBackoff(time.Millisecond, 2*time.Millisecond)}
 	conflicts, commits := 0, 0
 	for _, lose := range []int{1, 2, 0, 3} {
-		if err := cas.Retry(ctx, pool, edit(lose), opts...); err != nil {
+		if err := pgcas.Retry(ctx, pool, edit(lose), opts...); err != nil {
 			t.Fatal(err)
 		}
 		conflicts += lose
@@ -68,7 +69,7 @@ func TestWorkloadPostgres(t *testing.T) {
 	}
 	retries := conflicts
 	// Out of attempts: two conflicts, one retry between them, a give-up.
-	if err := cas.Retry(ctx, pool, edit(1000), append(opts, cas.WithAttempts(2))...); !errors.Is(err, cas.ErrConflict) {
+	if err := pgcas.Retry(ctx, pool, edit(1000), append(opts, cas.WithAttempts(2))...); !errors.Is(err, cas.ErrConflict) {
 		t.Fatalf("Retry that always loses: %v, want ErrConflict", err)
 	}
 	conflicts += 2

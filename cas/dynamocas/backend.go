@@ -8,6 +8,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/internal/casstore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
@@ -37,7 +39,7 @@ const (
 // ddberr.NoBlindRetries), never blindly: a retried write that had in fact
 // applied would fail its own condition and look like a conflict, and the
 // Store would apply the caller's function twice. A write whose response is
-// lost is reported as ErrAmbiguousCommit instead.
+// lost is reported as cas.ErrAmbiguousCommit instead.
 type Backend struct {
 	client       DynamoDBAPI
 	table, keyAt string
@@ -50,10 +52,10 @@ func NewBackend(client DynamoDBAPI, table, keyAttr string) (*Backend, error) {
 		return nil, casstore.Invalid("client is nil")
 	}
 	if err := ddbarg.Table("table", table); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", cas.ErrInvalid, err)
 	}
 	if err := ddbarg.Attr("key attribute", keyAttr, ddbarg.MaxKeyAttrLen); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", cas.ErrInvalid, err)
 	}
 	switch keyAttr {
 	case ValueAttr, VersionAttr:
@@ -63,7 +65,7 @@ func NewBackend(client DynamoDBAPI, table, keyAttr string) (*Backend, error) {
 }
 
 // MaxValue leaves room for the key and version in DynamoDB's 400 KB item.
-func (d *Backend) MaxValue() int { return 400*1024 - MaxKeyLen - 64 }
+func (d *Backend) MaxValue() int { return 400*1024 - cas.MaxKeyLen - 64 }
 
 func (d *Backend) key(key string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{d.keyAt: &types.AttributeValueMemberS{Value: key}}
@@ -83,7 +85,7 @@ func (d *Backend) Get(ctx context.Context, key string) ([]byte, int64, error) {
 		return nil, 0, fmt.Errorf("cas: get %q: %w", key, err)
 	}
 	if out.Item == nil {
-		return nil, 0, ErrNotFound
+		return nil, 0, cas.ErrNotFound
 	}
 	val, ok1 := out.Item[ValueAttr].(*types.AttributeValueMemberB)
 	ver, ok2 := out.Item[VersionAttr].(*types.AttributeValueMemberN)
@@ -111,7 +113,7 @@ func (d *Backend) Create(ctx context.Context, key string, value []byte) error {
 		ExpressionAttributeNames: map[string]string{"#k": d.keyAt},
 	}, ddberr.NoBlindRetries)
 	if _, failed := ddberr.ConditionFailed(err); failed {
-		return ErrExists
+		return cas.ErrExists
 	}
 	if err != nil {
 		return fmt.Errorf("cas: create %q: %w", key, ambiguous(err))
@@ -170,17 +172,17 @@ func (d *Backend) Delete(ctx context.Context, key string, version int64) error {
 func (d *Backend) whyRefused(ctx context.Context, key string) error {
 	_, _, err := d.Get(ctx, key)
 	if err == nil {
-		return ErrConflict
+		return cas.ErrConflict
 	}
 	return err
 }
 
-// ambiguous wraps err with ErrAmbiguousCommit unless it proves the
+// ambiguous wraps err with cas.ErrAmbiguousCommit unless it proves the
 // write was not applied (ddberr.NotApplied): a lost response, a timeout or
 // a server fault may follow an applied write.
 func ambiguous(err error) error {
 	if ddberr.NotApplied(err) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
+	return fmt.Errorf("%w: %w", cas.ErrAmbiguousCommit, err)
 }

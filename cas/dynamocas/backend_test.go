@@ -6,6 +6,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/cas/dynamocas"
 	"github.com/nolock/nolock/internal/services"
 	"github.com/nolock/nolock/internal/testenv"
@@ -28,7 +29,7 @@ func TestRefusedConnectionIsNotAmbiguous(t *testing.T) {
 	} {
 		err := write()
 		var op *net.OpError
-		if errors.Is(err, dynamocas.ErrAmbiguousCommit) || !errors.As(err, &op) || op.Op != "dial" {
+		if errors.Is(err, cas.ErrAmbiguousCommit) || !errors.As(err, &op) || op.Op != "dial" {
 			t.Errorf("%s with the connection refused: %v; want the dial error, not ErrAmbiguousCommit", name, err)
 		}
 	}
@@ -38,7 +39,7 @@ func TestRefusedConnectionIsNotAmbiguous(t *testing.T) {
 // does: a nil *Backend is not a usable one.
 func TestNewStoreRefusesNilBackend(t *testing.T) {
 	t.Parallel()
-	if _, err := dynamocas.NewStore[int](nil, nil); !errors.Is(err, dynamocas.ErrInvalid) {
+	if _, err := cas.NewStore[int](nil, nil); !errors.Is(err, cas.ErrInvalid) {
 		t.Fatalf("NewStore(nil): %v, want ErrInvalid", err)
 	}
 }

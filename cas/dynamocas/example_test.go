@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/cas/dynamocas"
 )
 
@@ -33,7 +34,7 @@ func ExampleNewBackend() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	store, _ := dynamocas.NewStore(backend, dynamocas.JSON[Counter]{})
+	store, _ := cas.NewStore(backend, cas.JSON[Counter]{})
 	defer store.Close()
 	if err := store.Create(ctx, "page/home", Counter{}); err != nil {
 		log.Fatal(err)
@@ -44,7 +45,7 @@ func ExampleNewBackend() {
 	}
 	fmt.Println("views:", v.Value.Views, "version:", v.Version)
 	err = backend.Delete(ctx, "page/home", v.Version-1) // a stale version
-	fmt.Println("stale delete refused:", errors.Is(err, dynamocas.ErrConflict))
+	fmt.Println("stale delete refused:", errors.Is(err, cas.ErrConflict))
 	// Output:
 	// views: 1 version: 2
 	// stale delete refused: true

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/cas/dynamocas"
 	"github.com/nolock/nolock/internal/testenv"
 )
@@ -23,12 +24,12 @@ func TestLogger(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	s, err := dynamocas.NewStore[int](b, nil, dynamocas.WithLogger(log))
+	s, err := cas.NewStore[int](b, nil, cas.WithLogger(log))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	other, err := dynamocas.NewStore[int](b, nil, dynamocas.WithLogger(nil))
+	other, err := cas.NewStore[int](b, nil, cas.WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/internal/services"
@@ -219,7 +220,7 @@ var benchScenarios = []benchScenario{
 	{name: benchBareProcesses, setup: processTrial("bare")},
 	{name: benchHomesProcesses, setup: processTrial("homes")},
 	{name: "cas.Store.Update (combined)", setup: func(ctx context.Context, env *benchEnv) (trial, error) {
-		backend, err := cas.NewPostgresBackend(env.pool)
+		backend, err := pgcas.NewBackend(env.pool)
 		if err != nil {
 			return trial{}, err
 		}
@@ -404,7 +405,7 @@ func benchSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
-	backend, err := cas.NewPostgresBackend(pool)
+	backend, err := pgcas.NewBackend(pool)
 	if err != nil {
 		return err
 	}

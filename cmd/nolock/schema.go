@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/idempotency"
@@ -51,7 +51,7 @@ func postgresSchema(out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	store, err := cas.NewPostgresBackend(db)
+	store, err := pgcas.NewBackend(db)
 	if err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func postgresSchema(out io.Writer) error {
 		{"conditional.Stock", stock.Schema()},
 		{"conditional.Accounts", accounts.Schema()},
 		{"conditional.Holds", holds.Schema()},
-		{"cas.PostgresBackend", store.Schema()},
+		{"pgcas.Backend", store.Schema()},
 		{"idempotency.Store", keys.Schema()},
 		{"inbox.Inbox", in.Schema()},
 		{"partition.Consumer", partitions},

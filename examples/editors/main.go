@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/pgcas"
 )
 
 // Doc is the shared document.
@@ -46,7 +47,7 @@ func run(ctx context.Context, dsn string, editors, edits int) error {
 		return err
 	}
 	defer pool.Close()
-	backend, err := cas.NewPostgresBackend(pool)
+	backend, err := pgcas.NewBackend(pool)
 	if err != nil {
 		return err
 	}

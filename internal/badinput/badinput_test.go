@@ -19,6 +19,7 @@ import (
 
 	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/cas/dynamocas"
+	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/dynamolock"
@@ -133,9 +134,9 @@ func TestPostgresIdentifiersRefused(t *testing.T) {
 			cases = append(cases, refusal{pkg + " " + param + " " + b.label, want, param + " " + b.says, func() error { return make(b.name) }})
 		}
 	}
-	// "" means DefaultTable for cas.NewPostgresBackend and the default
+	// "" means DefaultTable for pgcas.NewBackend and the default
 	// Table for partition.Config.
-	add("cas", cas.ErrInvalid, "WithTable", 63, true, func(n string) error { _, err := cas.NewPostgresBackend(db, cas.WithTable(n)); return err })
+	add("cas", cas.ErrInvalid, "WithTable", 63, true, func(n string) error { _, err := pgcas.NewBackend(db, pgcas.WithTable(n)); return err })
 	add("stock", conditional.ErrInvalid, "table", 63, false, func(n string) error {
 		_, err := conditional.NewStock(db, conditional.WithStockTable(n))
 		return err
@@ -213,20 +214,20 @@ func TestNilDatabaseRefused(t *testing.T) {
 			}
 			return nilDB.pool
 		}
-		casDB, _ := pick().(cas.DB)
+		casDB, _ := pick().(pgcas.DB)
 		condDB, _ := pick().(conditional.DB)
 		idemDB, _ := pick().(idempotency.DB)
 		inboxDB, _ := pick().(inbox.DB)
 		partDB, _ := pick().(partition.DB)
-		begin, _ := pick().(cas.Beginner)
-		execer, _ := pick().(cas.Execer)
+		begin, _ := pick().(pgcas.Beginner)
+		execer, _ := pick().(pgcas.Execer)
 		l := nilDB.label + " "
 		cases = append(cases,
-			refusal{l + "cas.NewPostgresBackend", cas.ErrInvalid, "db is nil", func() error { _, err := cas.NewPostgresBackend(casDB); return err }},
-			refusal{l + "cas.Retry", cas.ErrInvalid, "db is nil", func() error {
-				return cas.Retry(ctx, begin, func(context.Context, pgx.Tx) error { return nil })
+			refusal{l + "pgcas.NewBackend", cas.ErrInvalid, "db is nil", func() error { _, err := pgcas.NewBackend(casDB); return err }},
+			refusal{l + "pgcas.Retry", cas.ErrInvalid, "db is nil", func() error {
+				return pgcas.Retry(ctx, begin, func(context.Context, pgx.Tx) error { return nil })
 			}},
-			refusal{l + "cas.Exec", cas.ErrInvalid, "db is nil", func() error { return cas.Exec(ctx, execer, "SELECT 1") }},
+			refusal{l + "pgcas.Exec", cas.ErrInvalid, "db is nil", func() error { return pgcas.Exec(ctx, execer, "SELECT 1") }},
 			refusal{l + "conditional.NewStock", conditional.ErrInvalid, "db is nil", func() error { _, err := conditional.NewStock(condDB); return err }},
 			refusal{l + "conditional.NewAccounts", conditional.ErrInvalid, "db is nil", func() error { _, err := conditional.NewAccounts(condDB); return err }},
 			refusal{l + "conditional.NewHolds", conditional.ErrInvalid, "db is nil", func() error { _, err := conditional.NewHolds(condDB); return err }},
@@ -252,9 +253,9 @@ func must(t *testing.T, err error) {
 
 // casFixtures returns a cas backend on each fake, and a Store on the
 // PostgreSQL one that is closed when the test ends.
-func casFixtures(t *testing.T, db noDB, ddb noDynamo) (*cas.PostgresBackend, *dynamocas.Backend, *cas.Store[int]) {
+func casFixtures(t *testing.T, db noDB, ddb noDynamo) (*pgcas.Backend, *dynamocas.Backend, *cas.Store[int]) {
 	t.Helper()
-	pgBackend, err := cas.NewPostgresBackend(db)
+	pgBackend, err := pgcas.NewBackend(db)
 	must(t, err)
 	ddbBackend, err := dynamocas.NewBackend(ddb, "table", "pk")
 	must(t, err)
@@ -302,13 +303,13 @@ func TestNilContextRefused(t *testing.T) {
 	c := nilCtx
 	e := func(pkg error, name string, call func() error) refusal { return refusal{name, pkg, "ctx is nil", call} }
 	cases := []refusal{
-		e(cas.ErrInvalid, "cas.Retry", func() error { return cas.Retry(c, db, func(context.Context, pgx.Tx) error { return nil }) }),
-		e(cas.ErrInvalid, "cas.Exec", func() error { return cas.Exec(c, db, "SELECT 1") }),
-		e(cas.ErrInvalid, "PostgresBackend.CreateSchema", func() error { return pgBackend.CreateSchema(c) }),
-		e(cas.ErrInvalid, "PostgresBackend.Get", func() error { _, _, err := pgBackend.Get(c, "k"); return err }),
-		e(cas.ErrInvalid, "PostgresBackend.Create", func() error { return pgBackend.Create(c, "k", nil) }),
-		e(cas.ErrInvalid, "PostgresBackend.Put", func() error { _, err := pgBackend.Put(c, "k", nil, 1); return err }),
-		e(cas.ErrInvalid, "PostgresBackend.Delete", func() error { return pgBackend.Delete(c, "k", 1) }),
+		e(cas.ErrInvalid, "pgcas.Retry", func() error { return pgcas.Retry(c, db, func(context.Context, pgx.Tx) error { return nil }) }),
+		e(cas.ErrInvalid, "pgcas.Exec", func() error { return pgcas.Exec(c, db, "SELECT 1") }),
+		e(cas.ErrInvalid, "pgcas.Backend.CreateSchema", func() error { return pgBackend.CreateSchema(c) }),
+		e(cas.ErrInvalid, "pgcas.Backend.Get", func() error { _, _, err := pgBackend.Get(c, "k"); return err }),
+		e(cas.ErrInvalid, "pgcas.Backend.Create", func() error { return pgBackend.Create(c, "k", nil) }),
+		e(cas.ErrInvalid, "pgcas.Backend.Put", func() error { _, err := pgBackend.Put(c, "k", nil, 1); return err }),
+		e(cas.ErrInvalid, "pgcas.Backend.Delete", func() error { return pgBackend.Delete(c, "k", 1) }),
 		e(cas.ErrInvalid, "dynamocas.Backend.Get", func() error { _, _, err := ddbBackend.Get(c, "k"); return err }),
 		e(cas.ErrInvalid, "dynamocas.Backend.Create", func() error { return ddbBackend.Create(c, "k", nil) }),
 		e(cas.ErrInvalid, "dynamocas.Backend.Put", func() error { _, err := ddbBackend.Put(c, "k", nil, 1); return err }),
@@ -560,7 +561,7 @@ func TestCollidingTablesRefusedNothingWritten(t *testing.T) {
 			_, err := conditional.NewHolds(pool, conditional.WithHoldsTable(long+"y"))
 			return err
 		}},
-		{"cas truncated twin", cas.ErrInvalid, "WithTable is 64 bytes", func() error { _, err := cas.NewPostgresBackend(pool, cas.WithTable(long+"z")); return err }},
+		{"cas truncated twin", cas.ErrInvalid, "WithTable is 64 bytes", func() error { _, err := pgcas.NewBackend(pool, pgcas.WithTable(long+"z")); return err }},
 		{"idempotency NUL twin", idempotency.ErrInvalid, "table contains a NUL", func() error {
 			_, err := idempotency.New(pool, idempotency.WithTable("idem\x00_a"))
 			return err
@@ -647,8 +648,8 @@ func TestNilAndEmptyOptionsRefused(t *testing.T) {
 	}
 	cases := []refusal{
 		// A nil option, second in the list (the first is valid).
-		r("cas.NewPostgresBackend", cas.ErrInvalid, nilOpt, func() error {
-			_, err := cas.NewPostgresBackend(db, cas.WithTable("t"), nil)
+		r("pgcas.NewBackend", cas.ErrInvalid, nilOpt, func() error {
+			_, err := pgcas.NewBackend(db, pgcas.WithTable("t"), nil)
 			return err
 		}),
 		r("cas.NewStore", cas.ErrInvalid, nilOpt, func() error {
@@ -659,16 +660,16 @@ func TestNilAndEmptyOptionsRefused(t *testing.T) {
 			_, err := cas.NewStore[int](pgBackend, nil, cas.WithMaxBatch(2), cas.Option(nil))
 			return err
 		}),
-		r("cas.Retry", cas.ErrInvalid, nilOpt, func() error { return cas.Retry(ctx, db, txFn, cas.WithAttempts(2), nil) }),
-		r("cas.Retry typed nil", cas.ErrInvalid, nilOpt, func() error {
-			return cas.Retry(ctx, db, txFn, cas.WithAttempts(2), cas.Option(nil))
+		r("pgcas.Retry", cas.ErrInvalid, nilOpt, func() error { return pgcas.Retry(ctx, db, txFn, cas.WithAttempts(2), nil) }),
+		r("pgcas.Retry typed nil", cas.ErrInvalid, nilOpt, func() error {
+			return pgcas.Retry(ctx, db, txFn, cas.WithAttempts(2), cas.Option(nil))
 		}),
 		r("cas.Store.Update", cas.ErrInvalid, nilOpt, func() error {
 			_, err := store.Update(ctx, "k", inc, cas.NoCoalescing(), nil)
 			return err
 		}),
-		r("dynamocas.NewStore", cas.ErrInvalid, nilOpt, func() error {
-			_, err := dynamocas.NewStore[int](ddbBackend, nil, dynamocas.WithAttempts(2), nil)
+		r("cas.NewStore", cas.ErrInvalid, nilOpt, func() error {
+			_, err := cas.NewStore[int](ddbBackend, nil, cas.WithAttempts(2), nil)
 			return err
 		}),
 		r("conditional.NewStock", conditional.ErrInvalid, nilOpt, func() error {
@@ -811,11 +812,11 @@ func TestNilAndEmptyOptionsRefused(t *testing.T) {
 			_, err := cas.NewStore[int](pgBackend, nil, cas.WithBackoff(0, time.Second))
 			return err
 		}),
-		r("cas.Retry WithBackoff cap 0", cas.ErrInvalid, "cap 0s must be positive", func() error {
-			return cas.Retry(ctx, db, txFn, cas.WithBackoff(0, 0))
+		r("pgcas.Retry WithBackoff cap 0", cas.ErrInvalid, "cap 0s must be positive", func() error {
+			return pgcas.Retry(ctx, db, txFn, cas.WithBackoff(0, 0))
 		}),
-		r("dynamocas.NewStore WithBackoff base 0", cas.ErrInvalid, "WithBackoff base 0s", func() error {
-			_, err := dynamocas.NewStore[int](ddbBackend, nil, dynamocas.WithBackoff(0, time.Second))
+		r("cas.NewStore WithBackoff base 0", cas.ErrInvalid, "WithBackoff base 0s", func() error {
+			_, err := cas.NewStore[int](ddbBackend, nil, cas.WithBackoff(0, time.Second))
 			return err
 		}),
 	}

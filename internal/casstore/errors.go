@@ -1,9 +1,7 @@
-// Package casstore holds what package cas and its DynamoDB twin, package
-// dynamocas, share: the typed versioned Store over a Backend, its options
-// and counters, and the sentinel errors. It imports neither pgx nor the AWS
-// SDK, so each public package re-exports it without pulling in the other
-// backend; the re-exported values are these very ones, so errors.Is and
-// type identity hold across backends.
+// Package casstore holds what package cas and its backends (packages
+// pgcas and dynamocas) share below cas's public face: the sentinel errors,
+// which cas exports as its own, and the checks every backend makes before
+// it sends anything. It imports neither pgx nor the AWS SDK.
 package casstore
 
 import (
@@ -63,11 +61,11 @@ func NotSent(ctx context.Context, op, key string) error {
 	return nil
 }
 
-// conflict reports whether err is worth a fresh attempt: a lost
+// Conflict reports whether err is worth a fresh attempt: a lost
 // compare-and-set, or a PostgreSQL serialization failure (40001) or
 // deadlock (40P01). PostgreSQL's errors are recognised by the SQLState
 // method *pgconn.PgError has, so that this package needs no pgx.
-func conflict(err error) bool {
+func Conflict(err error) bool {
 	if errors.Is(err, ErrConflict) {
 		return true
 	}
@@ -79,18 +77,7 @@ func conflict(err error) bool {
 	return code == "40001" || code == "40P01"
 }
 
-// lostRace reports a lost compare-and-set: the winner has committed, so a
+// LostRace reports a lost compare-and-set: the winner has committed, so a
 // fresh read at once sees its write. A serialization failure or deadlock is
 // not one: retried at once, it meets the transaction it lost to again.
-func lostRace(err error) bool { return errors.Is(err, ErrConflict) }
-
-// panicError carries a panic out of an Update's fn, which may run on
-// another caller's goroutine, to its own caller.
-type panicError struct {
-	value any
-	stack []byte
-}
-
-func (e *panicError) Error() string {
-	return fmt.Sprintf("cas: fn panicked: %v\n\n%s", e.value, e.stack)
-}
+func LostRace(err error) bool { return errors.Is(err, ErrConflict) }

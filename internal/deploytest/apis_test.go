@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/inbox"
@@ -105,7 +106,7 @@ func holdsSchema(ctx context.Context, admin *pgxpool.Pool) error {
 }
 
 func casSchema(ctx context.Context, admin *pgxpool.Pool) error {
-	b, err := cas.NewPostgresBackend(admin)
+	b, err := pgcas.NewBackend(admin)
 	if err != nil {
 		return err
 	}
@@ -113,7 +114,7 @@ func casSchema(ctx context.Context, admin *pgxpool.Pool) error {
 }
 
 func casStore(t *testing.T, db *pgxpool.Pool) *cas.Store[int] {
-	b := must(cas.NewPostgresBackend(db))(t)
+	b := must(pgcas.NewBackend(db))(t)
 	s := must(cas.NewStore(b, cas.JSON[int]{}))(t)
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -363,7 +364,7 @@ var apis = []api{{
 	},
 	rerun: true, again: cas.ErrNotFound,
 }, {
-	name: "cas.Retry", amb: cas.ErrAmbiguousCommit,
+	name: "pgcas.Retry", amb: cas.ErrAmbiguousCommit,
 	tx: true, before: "UPDATE 1", after: "COMMIT",
 	schema: func(ctx context.Context, admin *pgxpool.Pool) error {
 		return exec(ctx, admin, `CREATE TABLE docs (id text PRIMARY KEY, n int NOT NULL, version bigint NOT NULL)`)
@@ -373,12 +374,12 @@ var apis = []api{{
 	},
 	open: func(t *testing.T, db *pgxpool.Pool) func(context.Context, string) error {
 		return func(ctx context.Context, key string) error {
-			return cas.Retry(ctx, db, func(ctx context.Context, tx pgx.Tx) error {
+			return pgcas.Retry(ctx, db, func(ctx context.Context, tx pgx.Tx) error {
 				var ver int64
 				if err := tx.QueryRow(ctx, `SELECT version FROM docs WHERE id = $1`, key).Scan(&ver); err != nil {
 					return err
 				}
-				return cas.Exec(ctx, tx, `UPDATE docs SET n = n + 1, version = version + 1 WHERE id = $1 AND version = $2`, key, ver)
+				return pgcas.Exec(ctx, tx, `UPDATE docs SET n = n + 1, version = version + 1 WHERE id = $1 AND version = $2`, key, ver)
 			})
 		}
 	},

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/internal/pgmode"
@@ -29,7 +30,7 @@ type bed struct {
 	acc    *conditional.Accounts
 	holds  *conditional.Holds
 	fenced *conditional.Fenced
-	casB   *cas.PostgresBackend
+	casB   *pgcas.Backend
 	cas    *cas.Store[int]
 	idem   *idempotency.Store
 	locks  *lease.Client
@@ -69,7 +70,7 @@ func newBed(t *testing.T, viaPgBouncer bool, mode pgx.QueryExecMode) *bed {
 	holds, err := conditional.NewHolds(admin)
 	must(err)
 	must(holds.CreateSchema(ctx))
-	be, err := cas.NewPostgresBackend(admin)
+	be, err := pgcas.NewBackend(admin)
 	must(err)
 	must(be.CreateSchema(ctx))
 	idem, err := idempotency.New(admin)
@@ -101,7 +102,7 @@ CREATE TABLE reports (id text PRIMARY KEY, body text NOT NULL)`)
 	if b.fenced, err = conditional.NewFenced("leases", "k", "fence"); err != nil {
 		t.Fatal(err)
 	}
-	if b.casB, err = cas.NewPostgresBackend(b.pool); err != nil {
+	if b.casB, err = pgcas.NewBackend(b.pool); err != nil {
 		t.Fatal(err)
 	}
 	if b.cas, err = cas.NewStore[int](b.casB, nil); err != nil {
@@ -302,13 +303,13 @@ var scenarios = []scenario{
 			want("Delete", b.cas.Delete(ctx, k, 3), nil),
 		)
 	}},
-	{"cas.Retry", func(ctx context.Context, b *bed, w string) error {
+	{"pgcas.Retry", func(ctx context.Context, b *bed, w string) error {
 		id := w + "-doc"
 		if _, err := b.admin.Exec(ctx, `INSERT INTO docs VALUES ($1, '', 1)`, id); err != nil {
 			return err
 		}
 		attempts := 0
-		err := cas.Retry(ctx, b.pool, func(ctx context.Context, tx pgx.Tx) error {
+		err := pgcas.Retry(ctx, b.pool, func(ctx context.Context, tx pgx.Tx) error {
 			attempts++
 			var body string
 			var version int64
@@ -320,7 +321,7 @@ var scenarios = []scenario{
 					return err
 				}
 			}
-			return cas.Exec(ctx, tx, `UPDATE docs SET body = $1, version = version + 1 WHERE id = $2 AND version = $3`, body+"+mine", id, version)
+			return pgcas.Exec(ctx, tx, `UPDATE docs SET body = $1, version = version + 1 WHERE id = $2 AND version = $3`, body+"+mine", id, version)
 		}, cas.WithBackoff(time.Millisecond, 5*time.Millisecond))
 		var body string
 		if qerr := b.admin.QueryRow(ctx, `SELECT body FROM docs WHERE id = $1`, id).Scan(&body); err != nil || qerr != nil || body != "other+mine" || attempts != 2 {

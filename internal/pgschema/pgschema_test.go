@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/inbox"
@@ -34,7 +34,7 @@ func TestConcurrentCreateSchema(t *testing.T) {
 		setup func(t *testing.T, pool *pgxpool.Pool) func(context.Context) error
 	}{
 		{"cas", func(t *testing.T, pool *pgxpool.Pool) func(context.Context) error {
-			b, err := cas.NewPostgresBackend(pool)
+			b, err := pgcas.NewBackend(pool)
 			must(t, err)
 			return b.CreateSchema
 		}},

@@ -1,4 +1,4 @@
-package casstore
+package cas
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/nolock/nolock/internal/casstore"
 	"github.com/nolock/nolock/internal/combine"
 	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/option"
@@ -16,7 +17,7 @@ import (
 
 // Backend stores (key, value, version) records for a Store. Versions start
 // at 1 and grow by one per successful Put. Implementations:
-// cas.PostgresBackend, dynamocas.Backend. Every method is one conditional operation; a failed write
+// pgcas.Backend, dynamocas.Backend. Every method is one conditional operation; a failed write
 // changes nothing, except that a write whose outcome is unknown must be
 // reported wrapping ErrAmbiguousCommit. A write whose ctx has already ended
 // is not sent: its error wraps ctx.Err(), not ErrAmbiguousCommit.
@@ -66,7 +67,7 @@ type Versioned[T any] struct {
 type Store[T any] struct {
 	b      Backend
 	codec  Codec[T]
-	cfg    Config
+	cfg    config
 	comb   *combine.Combiner[string, request[T], Versioned[T]]
 	events *notify.Queue // the observer's, if any: coalesced writes report from a key's drainer
 }
@@ -82,13 +83,13 @@ const MaxKeyLen = 512
 func validKey(key string) error {
 	switch {
 	case key == "":
-		return Invalid("key is empty")
+		return casstore.Invalid("key is empty")
 	case len(key) > MaxKeyLen:
-		return Invalid("key is %d bytes, more than %d", len(key), MaxKeyLen)
+		return casstore.Invalid("key is %d bytes, more than %d", len(key), MaxKeyLen)
 	case !utf8.ValidString(key):
-		return Invalid("key %q is not valid UTF-8", key)
+		return casstore.Invalid("key %q is not valid UTF-8", key)
 	case strings.IndexByte(key, 0) >= 0:
-		return Invalid("key %q contains a NUL byte", key)
+		return casstore.Invalid("key %q contains a NUL byte", key)
 	}
 	return nil
 }
@@ -97,9 +98,9 @@ func validKey(key string) error {
 // JSON).
 func NewStore[T any](b Backend, codec Codec[T], opts ...StoreOption) (*Store[T], error) {
 	if b == nil {
-		return nil, Invalid("backend is nil")
+		return nil, casstore.Invalid("backend is nil")
 	}
-	cfg, err := NewStoreConfig(opts)
+	cfg, err := newStoreConfig(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +123,7 @@ func NewStore[T any](b Backend, codec Codec[T], opts ...StoreOption) (*Store[T],
 
 // Get returns the value stored under key with its version, or ErrNotFound.
 func (s *Store[T]) Get(ctx context.Context, key string) (Versioned[T], error) {
-	if err := CheckCtx(ctx); err != nil {
+	if err := casstore.CheckCtx(ctx); err != nil {
 		return Versioned[T]{}, err
 	}
 	if err := validKey(key); err != nil {
@@ -141,7 +142,7 @@ func (s *Store[T]) Get(ctx context.Context, key string) (Versioned[T], error) {
 
 // Create stores v under key at version 1, or returns ErrExists.
 func (s *Store[T]) Create(ctx context.Context, key string, v T) error {
-	if err := CheckCtx(ctx); err != nil {
+	if err := casstore.CheckCtx(ctx); err != nil {
 		return err
 	}
 	if err := validKey(key); err != nil {
@@ -157,14 +158,14 @@ func (s *Store[T]) Create(ctx context.Context, key string, v T) error {
 // Delete removes key's value if it is still at version; otherwise
 // ErrConflict (or ErrNotFound).
 func (s *Store[T]) Delete(ctx context.Context, key string, version int64) error {
-	if err := CheckCtx(ctx); err != nil {
+	if err := casstore.CheckCtx(ctx); err != nil {
 		return err
 	}
 	if err := validKey(key); err != nil {
 		return err
 	}
 	if version < 1 {
-		return Invalid("version %d is below 1", version)
+		return casstore.Invalid("version %d is below 1", version)
 	}
 	return s.b.Delete(ctx, key, version)
 }
@@ -204,14 +205,14 @@ func NoCoalescing() UpdateOption { return func(c *updateConfig) { c.alone = true
 // gives up on a write that then succeeds; under NoCoalescing ctx also bounds
 // the round trips, and ending it mid-write gives ErrAmbiguousCommit.
 func (s *Store[T]) Update(ctx context.Context, key string, fn func(cur T) (T, error), opts ...UpdateOption) (Versioned[T], error) {
-	if err := CheckCtx(ctx); err != nil {
+	if err := casstore.CheckCtx(ctx); err != nil {
 		return Versioned[T]{}, err
 	}
 	if err := validKey(key); err != nil {
 		return Versioned[T]{}, err
 	}
 	if fn == nil {
-		return Versioned[T]{}, Invalid("fn is nil")
+		return Versioned[T]{}, casstore.Invalid("fn is nil")
 	}
 	var uc updateConfig
 	if err := option.Apply(opts, func(o UpdateOption) { o(&uc) }); err != nil {
@@ -275,7 +276,7 @@ func (s *Store[T]) update(ctx context.Context, key string, reqs []request[T]) ([
 	}
 	var res []Versioned[T]
 	var errs []error
-	err := s.cfg.Retry(retryCtx, key, func(context.Context) (err error) {
+	err := s.cfg.retry(retryCtx, key, func(context.Context) (err error) {
 		res, errs, err = s.attempt(ctx, key, reqs)
 		return err
 	})
@@ -333,7 +334,7 @@ func (s *Store[T]) attempt(ctx context.Context, key string, reqs []request[T]) (
 	if err != nil {
 		return nil, errs, err // errs: the fns that failed on their own
 	}
-	s.cfg.Committed(ctx, key, len(reqs)-countErrs(errs))
+	s.cfg.committed(ctx, key, len(reqs)-countErrs(errs))
 	for i := range res {
 		if errs[i] == nil {
 			res[i].Version = ver
@@ -391,4 +392,15 @@ func countErrs(errs []error) int {
 		}
 	}
 	return n
+}
+
+// panicError carries a panic out of an Update's fn, which may run on
+// another caller's goroutine, to its own caller.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string {
+	return fmt.Sprintf("cas: fn panicked: %v\n\n%s", e.value, e.stack)
 }

@@ -1,4 +1,4 @@
-package cas
+package pgcas
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/internal/casstore"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
@@ -17,16 +18,17 @@ type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Retry runs fn in a fresh transaction and commits; when fn or the commit
-// fails with a conflict (ErrConflict, e.g. from Exec, or SQLSTATE 40001 or
-// 40P01), it runs again in a new transaction after a backoff, until it
-// succeeds, fails otherwise, the attempts run out (the error says how many
-// were made and wraps the last conflict) or ctx ends.
+// Retry is cas.Retry with each attempt a fresh transaction: it runs fn in
+// a transaction and commits; when fn or the commit fails with a conflict
+// (cas.ErrConflict, e.g. from Exec, or SQLSTATE 40001 or 40P01), it runs
+// again in a new transaction, until it succeeds, fails otherwise, the
+// attempts run out (the error says how many were made and wraps the last
+// conflict) or ctx ends.
 //
 // fn must read what it decides on inside tx, so each attempt decides on a
 // fresh read, and must have no side effects outside tx. A commit whose
-// outcome is unknown is returned as ErrAmbiguousCommit and not retried.
-func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) error, opts ...RetryOption) error {
+// outcome is unknown is returned as cas.ErrAmbiguousCommit and not retried.
+func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) error, opts ...cas.RetryOption) error {
 	switch {
 	case ctx == nil:
 		return casstore.Invalid("ctx is nil")
@@ -35,11 +37,7 @@ func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx
 	case fn == nil:
 		return casstore.Invalid("fn is nil")
 	}
-	cfg, err := casstore.NewRetryConfig(opts)
-	if err != nil {
-		return err
-	}
-	return cfg.Retry(ctx, "", func(ctx context.Context) error {
+	return cas.Retry(ctx, func(ctx context.Context) error {
 		tx, err := pgerr.Begin(ctx, db)
 		if err != nil {
 			return err
@@ -50,13 +48,12 @@ func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx
 		}
 		if err := tx.Commit(ctx); err != nil {
 			if pgerr.Ambiguous(err) {
-				return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
+				return fmt.Errorf("%w: %w", cas.ErrAmbiguousCommit, err)
 			}
 			return err
 		}
-		cfg.Committed(ctx, "", 1)
 		return nil
-	})
+	}, opts...)
 }
 
 // Execer is what Exec needs: a pgx.Tx, a *pgxpool.Pool or a *pgx.Conn.
@@ -68,7 +65,7 @@ type Execer interface {
 //
 //	UPDATE docs SET body = $1, version = version + 1 WHERE id = $2 AND version = $3
 //
-// and returns ErrConflict when it changed no row: the version moved on (or
+// and returns cas.ErrConflict when it changed no row: the version moved on (or
 // the row is gone; read it again to tell). Use it inside Retry.
 func Exec(ctx context.Context, db Execer, sql string, args ...any) error {
 	switch {
@@ -82,7 +79,7 @@ func Exec(ctx context.Context, db Execer, sql string, args ...any) error {
 		return err
 	}
 	if tag.RowsAffected() == 0 {
-		return ErrConflict
+		return cas.ErrConflict
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package cas
+package pgcas
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/internal/casstore"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
@@ -18,7 +19,7 @@ import (
 	"github.com/nolock/nolock/internal/pgschema"
 )
 
-// DB is what PostgresBackend needs from pgx: a *pgxpool.Pool or a
+// DB is what Backend needs from pgx: a *pgxpool.Pool or a
 // *pgx.Conn. It may grow in later versions.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -28,45 +29,45 @@ type DB interface {
 //go:embed postgres.sql
 var postgresSQL string
 
-// DefaultTable is PostgresBackend's table unless NewPostgresBackend is given
+// DefaultTable is Backend's table unless NewBackend is given
 // another name.
 const DefaultTable = "nolock_cas"
 
-// PostgresBackend stores records in one table (key text, version bigint,
+// Backend stores records in one table (key text, version bigint,
 // value bytea), every operation one autocommitted statement.
-type PostgresBackend struct {
+type Backend struct {
 	db                                           DB
 	over                                         pgmode.Override // for db's statements
 	schema, getSQL, createSQL, putSQL, deleteSQL string
 }
 
-// BackendOption changes a PostgresBackend's setting from its default.
-type BackendOption func(*backendConfig)
+// Option changes a Backend's setting from its default.
+type Option func(*backendConfig)
 
 type backendConfig struct{ table string }
 
 // WithTable names the backend's table (default DefaultTable): one
 // identifier of at most 63 bytes, found through the search_path, always
 // quoted, never interpolated raw.
-func WithTable(name string) BackendOption { return func(c *backendConfig) { c.table = name } }
+func WithTable(name string) Option { return func(c *backendConfig) { c.table = name } }
 
-// NewPostgresBackend returns a Backend on db. Run its CreateSchema (or put
+// NewBackend returns a Backend on db. Run its CreateSchema (or put
 // its Schema in your migrations) first. A nil db, a nil option or a table
-// name WithTable cannot use is ErrInvalid, naming it.
-func NewPostgresBackend(db DB, opts ...BackendOption) (*PostgresBackend, error) {
+// name WithTable cannot use is cas.ErrInvalid, naming it.
+func NewBackend(db DB, opts ...Option) (*Backend, error) {
 	if pgarg.NilDB(db) {
 		return nil, casstore.Invalid("db is nil")
 	}
 	cfg := backendConfig{table: DefaultTable}
-	if err := option.Apply(opts, func(o BackendOption) { o(&cfg) }); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	if err := option.Apply(opts, func(o Option) { o(&cfg) }); err != nil {
+		return nil, fmt.Errorf("%w: %w", cas.ErrInvalid, err)
 	}
 	table := cfg.table
 	if err := pgarg.Ident("WithTable", table, 0); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", cas.ErrInvalid, err)
 	}
 	t := pgx.Identifier{table}.Sanitize()
-	return &PostgresBackend{
+	return &Backend{
 		db:        db,
 		over:      pgmode.For(db),
 		schema:    strings.ReplaceAll(postgresSQL, "{{table}}", t),
@@ -84,12 +85,12 @@ SELECT EXISTS (SELECT 1 FROM del), EXISTS (SELECT 1 FROM cur)`,
 }
 
 // Schema returns the table's DDL, for migration tools.
-func (p *PostgresBackend) Schema() string { return p.schema }
+func (p *Backend) Schema() string { return p.schema }
 
 // CreateSchema creates the table if it does not exist.
 // It is safe to call from many processes at once: the DDL runs in one
 // transaction that first takes nolock's schema advisory lock.
-func (p *PostgresBackend) CreateSchema(ctx context.Context) error {
+func (p *Backend) CreateSchema(ctx context.Context) error {
 	if err := casstore.CheckCtx(ctx); err != nil {
 		return err
 	}
@@ -101,10 +102,10 @@ func (p *PostgresBackend) CreateSchema(ctx context.Context) error {
 
 // MaxValue is 64 MiB: bytea takes up to 1 GiB, but a CAS value that large
 // would make every retry expensive.
-func (p *PostgresBackend) MaxValue() int { return 64 << 20 }
+func (p *Backend) MaxValue() int { return 64 << 20 }
 
-// Get implements Backend.
-func (p *PostgresBackend) Get(ctx context.Context, key string) ([]byte, int64, error) {
+// Get implements cas.Backend.
+func (p *Backend) Get(ctx context.Context, key string) ([]byte, int64, error) {
 	if err := casstore.CheckCtx(ctx); err != nil {
 		return nil, 0, err
 	}
@@ -112,7 +113,7 @@ func (p *PostgresBackend) Get(ctx context.Context, key string) ([]byte, int64, e
 	var ver int64
 	err := p.over.QueryRow(ctx, p.db, p.getSQL, key).Scan(&b, &ver)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, 0, ErrNotFound
+		return nil, 0, cas.ErrNotFound
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("cas: get %q: %w", key, pgmode.Explain(err))
@@ -120,8 +121,8 @@ func (p *PostgresBackend) Get(ctx context.Context, key string) ([]byte, int64, e
 	return b, ver, nil
 }
 
-// Create implements Backend.
-func (p *PostgresBackend) Create(ctx context.Context, key string, value []byte) error {
+// Create implements cas.Backend.
+func (p *Backend) Create(ctx context.Context, key string, value []byte) error {
 	if err := casstore.NotSent(ctx, "create", key); err != nil {
 		return err
 	}
@@ -130,13 +131,13 @@ func (p *PostgresBackend) Create(ctx context.Context, key string, value []byte) 
 		return fmt.Errorf("cas: create %q: %w", key, ambiguous(err))
 	}
 	if tag.RowsAffected() == 0 {
-		return ErrExists
+		return cas.ErrExists
 	}
 	return nil
 }
 
-// Put implements Backend.
-func (p *PostgresBackend) Put(ctx context.Context, key string, value []byte, version int64) (int64, error) {
+// Put implements cas.Backend.
+func (p *Backend) Put(ctx context.Context, key string, value []byte, version int64) (int64, error) {
 	if err := casstore.NotSent(ctx, "put", key); err != nil {
 		return 0, err
 	}
@@ -149,13 +150,13 @@ func (p *PostgresBackend) Put(ctx context.Context, key string, value []byte, ver
 	case ver != nil:
 		return *ver, nil
 	case !existed:
-		return 0, ErrNotFound
+		return 0, cas.ErrNotFound
 	}
-	return 0, ErrConflict
+	return 0, cas.ErrConflict
 }
 
-// Delete implements Backend.
-func (p *PostgresBackend) Delete(ctx context.Context, key string, version int64) error {
+// Delete implements cas.Backend.
+func (p *Backend) Delete(ctx context.Context, key string, version int64) error {
 	if err := casstore.NotSent(ctx, "delete", key); err != nil {
 		return err
 	}
@@ -167,16 +168,16 @@ func (p *PostgresBackend) Delete(ctx context.Context, key string, version int64)
 	case deleted:
 		return nil
 	case !existed:
-		return ErrNotFound
+		return cas.ErrNotFound
 	}
-	return ErrConflict
+	return cas.ErrConflict
 }
 
-// ambiguous wraps err with ErrAmbiguousCommit when the statement may have
+// ambiguous wraps err with cas.ErrAmbiguousCommit when the statement may have
 // committed before the connection failed.
 func ambiguous(err error) error {
 	if pgerr.Ambiguous(err) {
-		return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
+		return fmt.Errorf("%w: %w", cas.ErrAmbiguousCommit, err)
 	}
 	return pgmode.Explain(err)
 }

@@ -1,4 +1,4 @@
-package casstore
+package cas
 
 import (
 	"context"
@@ -9,33 +9,34 @@ import (
 	"time"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/casstore"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/observe"
 )
 
-// Option configures both NewStore and cas.Retry: the retry policy and its
+// Option configures both NewStore and Retry (and pgcas.Retry): the retry policy and its
 // observers.
-type Option func(*Config)
+type Option func(*config)
 
 // StoreOption configures NewStore: an Option, or one for Stores only
 // (WithCoalescing, WithMaxBatch).
-type StoreOption interface{ applyStore(*Config) }
+type StoreOption interface{ applyStore(*config) }
 
-// RetryOption configures cas.Retry: an Option. A Store-only option is not
+// RetryOption configures Retry and pgcas.Retry: an Option. A Store-only option is not
 // one, so passing it to Retry does not compile.
-type RetryOption interface{ applyRetry(*Config) }
+type RetryOption interface{ applyRetry(*config) }
 
-func (o Option) applyStore(c *Config) { o(c) }
-func (o Option) applyRetry(c *Config) { o(c) }
+func (o Option) applyStore(c *config) { o(c) }
+func (o Option) applyRetry(c *config) { o(c) }
 
-// storeOnly is a StoreOption that cas.Retry does not take.
-type storeOnly func(*Config)
+// storeOnly is a StoreOption that Retry does not take.
+type storeOnly func(*config)
 
-func (o storeOnly) applyStore(c *Config) { o(c) }
+func (o storeOnly) applyStore(c *config) { o(c) }
 
-// Config is the settings Options make: the retry policy, the observers and
-// the Store's combining. cas.Retry runs its attempts through it.
-type Config struct {
+// config is the settings Options make: the retry policy, the observers and
+// the Store's combining. Retry runs its attempts through it.
+type config struct {
 	policy  backoff.Policy
 	onRetry func(key string, attempt int, err error, delay time.Duration)
 	combine bool
@@ -49,9 +50,9 @@ type Config struct {
 // DefaultAttempts bounds the attempts unless WithAttempts says otherwise.
 const DefaultAttempts = backoff.DefaultAttempts
 
-// NewRetryConfig applies opts to the defaults and validates the result;
+// newRetryConfig applies opts to the defaults and validates the result;
 // an invalid setting, or a nil option, is an ErrInvalid naming it.
-func NewRetryConfig(opts []RetryOption) (Config, error) {
+func newRetryConfig(opts []RetryOption) (config, error) {
 	c := defaults()
 	if err := option.Apply(opts, func(o RetryOption) { o.applyRetry(&c) }); err != nil {
 		return c, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -59,8 +60,8 @@ func NewRetryConfig(opts []RetryOption) (Config, error) {
 	return c.validate()
 }
 
-// NewStoreConfig is NewRetryConfig for NewStore's options.
-func NewStoreConfig(opts []StoreOption) (Config, error) {
+// newStoreConfig is newRetryConfig for NewStore's options.
+func newStoreConfig(opts []StoreOption) (config, error) {
 	c := defaults()
 	if err := option.Apply(opts, func(o StoreOption) { o.applyStore(&c) }); err != nil {
 		return c, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -68,26 +69,26 @@ func NewStoreConfig(opts []StoreOption) (Config, error) {
 	return c.validate()
 }
 
-func defaults() Config {
-	return Config{
-		policy:  backoff.Policy{Base: backoff.DefaultBase, Cap: backoff.DefaultCap, Attempts: DefaultAttempts, Immediate: lostRace},
+func defaults() config {
+	return config{
+		policy:  backoff.Policy{Base: backoff.DefaultBase, Cap: backoff.DefaultCap, Attempts: DefaultAttempts, Immediate: casstore.LostRace},
 		combine: true, max: 128, timeout: 30 * time.Second, log: discard,
 	}
 }
 
-func (c Config) validate() (Config, error) {
+func (c config) validate() (config, error) {
 	if err := c.policy.Validate(); err != nil {
 		return c, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	switch {
 	case c.policy.Base <= 0 || c.policy.Cap <= 0:
-		return c, Invalid("WithBackoff base %v and cap %v must be positive", c.policy.Base, c.policy.Cap)
+		return c, casstore.Invalid("WithBackoff base %v and cap %v must be positive", c.policy.Base, c.policy.Cap)
 	case c.policy.Attempts < 1:
-		return c, Invalid("WithAttempts(%d): below 1", c.policy.Attempts)
+		return c, casstore.Invalid("WithAttempts(%d): below 1", c.policy.Attempts)
 	case c.max < 1:
-		return c, Invalid("WithMaxBatch(%d): below 1", c.max)
+		return c, casstore.Invalid("WithMaxBatch(%d): below 1", c.max)
 	case c.timeout <= 0:
-		return c, Invalid("timeout %v is not positive", c.timeout)
+		return c, casstore.Invalid("timeout %v is not positive", c.timeout)
 	}
 	return c, nil
 }
@@ -99,22 +100,22 @@ func (c Config) validate() (Config, error) {
 // serialization failure or deadlock, waits a uniform random time in
 // [0, min(cap, base·2^k)] (full jitter), k counting from 0.
 func WithBackoff(base, cap time.Duration) Option {
-	return func(c *Config) { c.policy.Base, c.policy.Cap = base, cap }
+	return func(c *config) { c.policy.Base, c.policy.Cap = base, cap }
 }
 
 // WithAttempts bounds the attempts, the first included: at least 1,
 // default DefaultAttempts (10).
-func WithAttempts(n int) Option { return func(c *Config) { c.policy.Attempts = n } }
+func WithAttempts(n int) Option { return func(c *config) { c.policy.Attempts = n } }
 
 // WithOnRetry calls f before each retry's wait with the key (empty for
 // Retry), the attempt that just failed, its error and the delay. Use it to
 // find hot keys. f must be fast and safe for concurrent use.
 func WithOnRetry(f func(key string, attempt int, err error, delay time.Duration)) Option {
-	return func(c *Config) { c.onRetry = f }
+	return func(c *config) { c.onRetry = f }
 }
 
 // WithStats counts attempts, conflicts and commits into s.
-func WithStats(s *Stats) Option { return func(c *Config) { c.stats = s } }
+func WithStats(s *Stats) Option { return func(c *config) { c.stats = s } }
 
 // WithObserver reports "cas.conflict" (an attempt lost to another writer,
 // or a serialization failure or deadlock: Key, Attempt, Err), "cas.retry"
@@ -125,7 +126,7 @@ func WithStats(s *Stats) Option { return func(c *Config) { c.stats = s } }
 // events go to o from a goroutine of the Store's own, in order (a key's
 // coalesced writes run on its drainer, which o must never hold up), and
 // Close returns once o has had them all (see package observe).
-func WithObserver(o observe.Observer) Option { return func(c *Config) { c.obs = o } }
+func WithObserver(o observe.Observer) Option { return func(c *config) { c.obs = o } }
 
 // WithLogger logs to l (nil, the default, discards): each retry at Debug
 // ("cas: conflict; retrying": key, attempt, delay, err), giving up at
@@ -137,15 +138,15 @@ func WithLogger(l *slog.Logger) Option {
 	if l == nil {
 		l = discard
 	}
-	return func(c *Config) { c.log = l }
+	return func(c *config) { c.log = l }
 }
 
-// discard is the logger of a Config without WithLogger: its Enabled is
+// discard is the logger of a config without WithLogger: its Enabled is
 // false, so nothing is formatted.
 var discard = slog.New(slog.DiscardHandler)
 
 // logRetry logs a retry at Debug, building nothing when Debug is off.
-func (c *Config) logRetry(ctx context.Context, key string, attempt int, d time.Duration, err error) {
+func (c *config) logRetry(ctx context.Context, key string, attempt int, d time.Duration, err error) {
 	if c.log.Enabled(ctx, slog.LevelDebug) {
 		c.log.LogAttrs(ctx, slog.LevelDebug, "cas: conflict; retrying",
 			slog.String("key", key), slog.Int("attempt", attempt), slog.Duration("delay", d), slog.Any("err", err))
@@ -155,7 +156,7 @@ func (c *Config) logRetry(ctx context.Context, key string, attempt int, d time.D
 // gaveUp reports (cas.gave_up) and logs at Warn that the attempts on key
 // ran out, err the last one's error: a Retry's or an Update's attempts,
 // or a Store's batches stopped by callers that left.
-func (c *Config) gaveUp(ctx context.Context, key string, attempts int, err error) {
+func (c *config) gaveUp(ctx context.Context, key string, attempts int, err error) {
 	c.obs.Notify(ctx, observe.Event{Name: "cas.gave_up", Key: key, Attempt: attempts, Err: err})
 	c.log.LogAttrs(ctx, slog.LevelWarn, "cas: gave up", slog.String("key", key), slog.Int("attempts", attempts), slog.Any("err", err))
 }
@@ -165,10 +166,10 @@ func (c *Config) gaveUp(ctx context.Context, key string, attempts int, err error
 // read-modify-write per key at a time in this process (the others wait
 // their turn instead of conflicting); conflicts then come only from other
 // processes. NoCoalescing takes one call out of both.
-func WithCoalescing(on bool) StoreOption { return storeOnly(func(c *Config) { c.combine = on }) }
+func WithCoalescing(on bool) StoreOption { return storeOnly(func(c *config) { c.combine = on }) }
 
 // WithMaxBatch bounds how many Updates one combined write applies (default 128).
-func WithMaxBatch(n int) StoreOption { return storeOnly(func(c *Config) { c.max = n }) }
+func WithMaxBatch(n int) StoreOption { return storeOnly(func(c *config) { c.max = n }) }
 
 // Stats counts what a Store or Retry did. It is safe for concurrent use;
 // read it with Load.
@@ -189,35 +190,35 @@ func (s *Stats) Load() StatsSnapshot {
 }
 
 // count records one attempt and whether it hit a conflict.
-func (c *Config) count(err error) {
+func (c *config) count(err error) {
 	if c.stats == nil {
 		return
 	}
 	c.stats.attempts.Add(1)
-	if conflict(err) {
+	if casstore.Conflict(err) {
 		c.stats.conflicts.Add(1)
 	}
 }
 
-// Committed records one successful write of n updates of key.
-func (c *Config) Committed(ctx context.Context, key string, n int) {
+// committed records one successful write of n updates of key.
+func (c *config) committed(ctx context.Context, key string, n int) {
 	if c.stats != nil {
 		c.stats.commits.Add(1)
 	}
 	c.obs.Notify(ctx, observe.Event{Name: "cas.committed", Key: key, N: int64(n)})
 }
 
-// Retry runs op with the configured policy, retrying conflicts (see
-// conflict); key names the record for WithOnRetry, empty for cas.Retry.
-func (c *Config) Retry(ctx context.Context, key string, op func(ctx context.Context) error) error {
+// retry runs op with the configured policy, retrying conflicts (see
+// casstore.Conflict); key names the record for WithOnRetry, empty for Retry.
+func (c *config) retry(ctx context.Context, key string, op func(ctx context.Context) error) error {
 	err := c.policy.Retry(ctx, func(ctx context.Context, attempt int) error {
 		err := op(ctx)
 		c.count(err)
-		if conflict(err) {
+		if casstore.Conflict(err) {
 			c.obs.Notify(ctx, observe.Event{Name: "cas.conflict", Key: key, Attempt: attempt, Err: err})
 		}
 		return err
-	}, conflict, func(attempt int, err error, d time.Duration) {
+	}, casstore.Conflict, func(attempt int, err error, d time.Duration) {
 		if c.onRetry != nil {
 			c.onRetry(key, attempt, err, d)
 		}

@@ -69,6 +69,9 @@ func wantHoldErr(t *testing.T, what string, err error, resource string, want err
 	if !errors.Is(err, want) || !errors.As(err, &he) || he.Resource != resource {
 		t.Fatalf("%s: err = %v, want a HoldError for %q wrapping %v", what, err, resource, want)
 	}
+	if msg := err.Error(); strings.Count(msg, "conditional:") != 1 || strings.Contains(msg, "\n") {
+		t.Fatalf("%s: message %q: want one line with one package prefix", what, msg)
+	}
 }
 
 // waitDBPast waits until the database's clock is past until.

@@ -210,7 +210,7 @@ func (s *Store) replay(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *
 		return Result{}, false, errVanished
 	case !stored.expired:
 		stored.Scope, stored.Key = scope, key
-		res, err := idemrecord.ReplayOf(stored.Record, fp)
+		res, err := replayOf(stored.Record, fp)
 		return res, false, err
 	}
 	return Result{}, true, nil

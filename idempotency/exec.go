@@ -261,5 +261,5 @@ func (s *Store) replayFound(ctx context.Context, f found, fp []byte) (Result, er
 			return Result{}, fmt.Errorf("idempotency: key %q: replay: waiting for its record to reach the synchronous standby: %w; nothing was run", f.Key, err)
 		}
 	}
-	return idemrecord.ReplayOf(f.Record, fp)
+	return replayOf(f.Record, fp)
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/observe"
 )
@@ -247,7 +246,7 @@ func (s *Store) execViaFunc(ctx context.Context, stmt wrapped, scope, key string
 		return s.once(ctx, &s.execPlan, scope, key, fp, runClaimed(stmt, args))
 	case err == nil && *replayed:
 		s.execPlan.observe(true)
-		return idemrecord.ReplayOf(f.Record, fp)
+		return replayOf(f.Record, fp)
 	case err == nil:
 		s.execPlan.observe(false)
 		if tookOver {

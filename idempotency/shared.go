@@ -20,17 +20,6 @@ const (
 	MaxFingerprintLen = idemrecord.MaxFingerprintLen // bytes of a fingerprint (64)
 )
 
-// Record is what the store keeps for a key: the request's fingerprint and
-// the outcome of the function that ran for it.
-type Record = idemrecord.Record
-
-// Result is the outcome of Do: the record, and whether it was replayed.
-type Result = idemrecord.Result
-
-// MismatchError is returned when a key is reused with a different
-// fingerprint; Stored is the key's existing record.
-type MismatchError = idemrecord.MismatchError
-
 // Terminal marks the error a function returns as a terminal outcome,
 // stored and replayed like a success.
 func Terminal(err error) error { return idemrecord.Terminal(err) }

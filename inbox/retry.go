@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
@@ -13,16 +14,25 @@ import (
 )
 
 // PanicError is a handler's panic that Run recovered: the message counts
-// as failed (and is parked after the attempts), the process lives on. It is
-// partition.PanicError too.
-type PanicError = handlerpanic.Error
+// as failed (and is parked after the attempts), the process lives on.
+type PanicError struct {
+	Value any    // what the handler panicked with
+	Stack []byte // the handler's goroutine's stack at the panic
+}
+
+// Error gives the panic's value, then the stack.
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("inbox: handler panicked: %v\n%s", e.Value, e.Stack)
+}
+
+func newPanicError(value any, stack []byte) error { return &PanicError{value, stack} }
 
 // recovering turns a panic of h into a *PanicError, so that one poison
 // message makes Run park it rather than crash the process on every
 // redelivery.
 func recovering(h Handler) Handler {
 	return func(ctx context.Context, tx pgx.Tx, m kafka.Message) (err error) {
-		defer handlerpanic.Recover("inbox", &err)
+		defer handlerpanic.Recover(&err, newPanicError)
 		return h(ctx, tx, m)
 	}
 }

@@ -159,14 +159,23 @@ func commitTransient(err error) bool {
 }
 
 // PanicError is a handler's panic that Run recovered: the message counts
-// as failed (and is parked after the attempts), the process lives on. It is
-// inbox.PanicError too.
-type PanicError = handlerpanic.Error
+// as failed (and is parked after the attempts), the process lives on.
+type PanicError struct {
+	Value any    // what the handler panicked with
+	Stack []byte // the handler's goroutine's stack at the panic
+}
+
+// Error gives the panic's value, then the stack.
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("partition: handler panicked: %v\n%s", e.Value, e.Stack)
+}
+
+func newPanicError(value any, stack []byte) error { return &PanicError{value, stack} }
 
 // callHandler runs h, turning a panic into a *PanicError: the handler runs
 // on a kafka-go goroutine, where an unrecovered panic ends the process.
 func callHandler(ctx context.Context, h Handler, tx pgx.Tx, msgs []kafka.Message) (err error) {
-	defer handlerpanic.Recover("partition", &err)
+	defer handlerpanic.Recover(&err, newPanicError)
 	return h(ctx, tx, msgs)
 }
 

@@ -30,19 +30,24 @@ package pgoutcome
 import (
 	"context"
 
+	"github.com/nolock/nolock/internal/outcome"
 	"github.com/nolock/nolock/internal/pgerr"
 )
 
 // Outcome is what an error proves about a write that commits.
-type Outcome = pgerr.Outcome
+type Outcome int
 
 // The outcomes.
 const (
-	Committed = pgerr.Committed // the write committed (a nil error)
-	NotSent   = pgerr.NotSent   // nothing reached the server
-	Refused   = pgerr.Refused   // rolled back: nothing changed
-	Unknown   = pgerr.Unknown   // it may have committed
+	Committed = Outcome(outcome.Committed) // the write committed (a nil error)
+	NotSent   = Outcome(outcome.NotSent)   // nothing reached the server: safe to send again
+	Refused   = Outcome(outcome.Refused)   // rolled back: nothing changed
+	Unknown   = Outcome(outcome.Unknown)   // it may have committed: send again only if idempotent by its key or condition
 )
+
+// String names the outcome in words: "committed", "not sent", "refused"
+// or "unknown".
+func (o Outcome) String() string { return outcome.Outcome(o).String() }
 
 // ErrStoppedWaiting is part of the error Commit returns when the caller's
 // context ended while the commit was in flight.
@@ -50,7 +55,7 @@ var ErrStoppedWaiting = pgerr.ErrStoppedWaiting
 
 // Of classifies err, returned by a statement that commits: a COMMIT, or a
 // statement outside an explicit transaction.
-func Of(err error) Outcome { return pgerr.Of(err) }
+func Of(err error) Outcome { return Outcome(pgerr.Of(err)) }
 
 // Commit runs commit (typically tx.Commit, or one statement outside a
 // transaction on a connection you hold) under a context that keeps ctx's

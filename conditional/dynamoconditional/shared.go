@@ -18,9 +18,19 @@ var (
 	ErrClosed          = condcore.ErrClosed          // the Stock was closed before the take was sent: nothing taken
 )
 
-// HoldError says which resource could not be held and why (Err: ErrHeld,
-// ErrConfirmed or ErrNotFound); Hold and HoldAll return it.
-type HoldError = condcore.HoldError
+// HoldError says which resource could not be held and why: Err is ErrHeld,
+// ErrConfirmed or ErrNotFound, and errors.Is sees through to it. Hold and
+// HoldAll return it; nothing was held.
+type HoldError struct {
+	Resource string
+	Err      error
+}
+
+// Error names the resource and the reason.
+func (e *HoldError) Error() string { return condcore.HoldMessage(e.Resource, e.Err) }
+
+// Unwrap returns the reason, ErrHeld, ErrConfirmed or ErrNotFound.
+func (e *HoldError) Unwrap() error { return e.Err }
 
 // MaxKeyLen bounds a key's length in bytes.
 const MaxKeyLen = condcore.MaxKeyLen

@@ -201,7 +201,7 @@ func (d *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func)
 		return Result{}, err
 	}
 	if found && stored.ExpiresAt.After(now) {
-		return idemrecord.ReplayOf(stored, fp)
+		return replayOf(stored, fp)
 	}
 	writes, body, ferr := fn(ctx)
 	terminal := ferr != nil && idemrecord.IsTerminal(ferr)

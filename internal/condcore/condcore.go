@@ -1,5 +1,5 @@
 // Package condcore holds what package conditional and its DynamoDB twin,
-// package dynamoconditional, share: the sentinel errors, HoldError and the
+// package dynamoconditional, share: the sentinel errors, HoldError's text and the
 // checks every call makes before any I/O. It imports neither pgx nor the
 // AWS SDK, so each public package re-exports it without pulling in the
 // other backend; the re-exported values are these very ones, so errors.Is,
@@ -98,18 +98,7 @@ func Unsent(ctx context.Context, op string) error {
 	return nil
 }
 
-// HoldError says which resource could not be held and why: Err is ErrHeld,
-// ErrConfirmed or ErrNotFound, and errors.Is sees through to it. Hold and
-// HoldAll return it; nothing was held.
-type HoldError struct {
-	Resource string
-	Err      error
+// HoldMessage is a HoldError's text: one line, one package prefix.
+func HoldMessage(resource string, err error) string {
+	return fmt.Sprintf("conditional: hold %q: %s", resource, strings.TrimPrefix(err.Error(), "conditional: "))
 }
-
-// Error names the resource and the reason.
-func (e *HoldError) Error() string {
-	return fmt.Sprintf("conditional: hold %q: %v", e.Resource, e.Err)
-}
-
-// Unwrap returns the reason, ErrHeld, ErrConfirmed or ErrNotFound.
-func (e *HoldError) Unwrap() error { return e.Err }

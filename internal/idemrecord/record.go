@@ -8,20 +8,18 @@
 package idemrecord
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 	"unicode/utf8"
 )
 
 var (
 	// ErrMismatch means the key was already used with a different request
-	// fingerprint: nothing ran. The error is a *MismatchError carrying the
+	// fingerprint: nothing ran. The error is the package's *MismatchError carrying the
 	// stored record. HTTP: 422.
 	ErrMismatch = errors.New("idempotency: key reused with a different request")
 	// ErrInProgress means another request with the same key was still
@@ -52,50 +50,6 @@ const (
 	// MaxFingerprintLen bounds a fingerprint's length: a SHA-512 fits.
 	MaxFingerprintLen = 64
 )
-
-// Record is what the store keeps for a key: the request's fingerprint and
-// the outcome of the function that ran for it. Times are the database's
-// (or, for DynamoDB, the writer's) clock.
-type Record struct {
-	Scope, Key string
-	// Fingerprint identifies the request that stored the record.
-	Fingerprint []byte
-	// Body is the result the function returned, in the caller's encoding.
-	Body []byte
-	// Terminal is true when the function marked its outcome terminal (see
-	// Terminal): a failure stored and replayed like a success.
-	Terminal bool
-	// CreatedAt is when the key was claimed; ExpiresAt is when the record
-	// stops counting (it is then treated as absent and may be reaped).
-	CreatedAt, ExpiresAt time.Time
-}
-
-// Result is the outcome of Do: the record, and whether it was replayed
-// (stored by an earlier call) rather than produced by this call's function.
-type Result struct {
-	Record
-	// Replayed is true when the function did not run in this call: the
-	// result is the one stored by the call that ran it.
-	Replayed bool
-}
-
-// MismatchError is returned when a key is reused with a different
-// fingerprint. errors.Is(err, ErrMismatch) holds. Stored is the record the
-// key already has, so the caller can show what the key was used for.
-type MismatchError struct {
-	// Fingerprint is the fingerprint this call passed.
-	Fingerprint []byte
-	// Stored is the key's existing record.
-	Stored Record
-}
-
-func (e *MismatchError) Error() string {
-	return fmt.Sprintf("idempotency: key %q reused with a different request (stored fingerprint %x, this one %x)",
-		e.Stored.Key, e.Stored.Fingerprint, e.Fingerprint)
-}
-
-// Unwrap returns ErrMismatch.
-func (e *MismatchError) Unwrap() error { return ErrMismatch }
 
 // Terminal marks the error a function returns as a terminal outcome (for
 // example insufficient funds): Do then commits the transaction with
@@ -177,16 +131,6 @@ func ValidKey(scope, key string) error {
 		return err
 	}
 	return ValidText("key", key, MaxKeyLen, false)
-}
-
-// ReplayOf answers a request with fingerprint fp from a live record: a
-// replay, or a *MismatchError if the fingerprints differ. Every backend
-// answers this way.
-func ReplayOf(rec Record, fp []byte) (Result, error) {
-	if !bytes.Equal(rec.Fingerprint, fp) {
-		return Result{}, &MismatchError{Fingerprint: fp, Stored: rec}
-	}
-	return Result{Record: rec, Replayed: true}, nil
 }
 
 // ValidRequest checks the arguments every backend's Do takes.

@@ -36,8 +36,8 @@ INSERT INTO counters VALUES ('hot', 0)`); err != nil {
 	if err := backend.CreateSchema(ctx); err != nil {
 		b.Fatal(err)
 	}
-	store := func(b *testing.B, stats *cas.Stats, opts ...cas.StoreOption) *cas.Store[int64] {
-		s, err := cas.NewStore[int64](backend, nil, append(opts, cas.WithStats(stats), cas.WithAttempts(100000))...)
+	store := func(b *testing.B, ev *events, opts ...cas.StoreOption) *cas.Store[int64] {
+		s, err := cas.NewStore[int64](backend, nil, append(opts, ev.observer(), cas.WithAttempts(100000))...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -64,8 +64,8 @@ INSERT INTO counters VALUES ('hot', 0)`); err != nil {
 	}
 	casScenario := func(name string, opts []cas.StoreOption, per []cas.UpdateOption, perClientKey bool) scenario {
 		return scenario{name, func(b *testing.B, clients int) {
-			var stats cas.Stats
-			s := store(b, &stats, opts...)
+			var ev events
+			s := store(b, &ev, opts...)
 			keys := fresh(b, s, clients)
 			testenv.RunClients(b, clients, "updates", func(ctx context.Context, c int) error {
 				k := keys[0]
@@ -75,8 +75,9 @@ INSERT INTO counters VALUES ('hot', 0)`); err != nil {
 				_, err := s.Update(ctx, k, incr, per...)
 				return err
 			})
-			st := stats.Load()
-			b.ReportMetric(float64(st.Attempts)/float64(max(st.Commits, 1)), "attempts/op")
+			s.Close() // the observer has every event
+			commits := ev.count(cas.EventCommitted)
+			b.ReportMetric(float64(commits+ev.count(cas.EventConflict))/float64(max(commits, 1)), "attempts/op")
 		}}
 	}
 	scenarios := []scenario{

@@ -231,8 +231,8 @@ func TestStoreConcurrentUpdatesLoseNothing(t *testing.T) {
 		for _, mode := range []string{"combined", "admission", "raw"} {
 			t.Run(mode, func(t *testing.T) {
 				ctx := context.Background()
-				var stats cas.Stats
-				s := newStore(t, b, cas.WithCoalescing(mode == "combined"), cas.WithStats(&stats), cas.WithAttempts(200))
+				var ev events
+				s := newStore(t, b, cas.WithCoalescing(mode == "combined"), ev.observer(), cas.WithAttempts(200))
 				var perCall []cas.UpdateOption
 				if mode == "raw" {
 					perCall = append(perCall, cas.NoCoalescing()) // every caller on its own: real conflicts
@@ -281,17 +281,18 @@ func TestStoreConcurrentUpdatesLoseNothing(t *testing.T) {
 				if got.Value.N != applied || applied+refused != workers*each {
 					t.Fatalf("N = %d after %d applied and %d refused updates of %d", got.Value.N, applied, refused, workers*each)
 				}
-				st := stats.Load()
-				if st.Commits != uint64(got.Version-1) {
-					t.Errorf("%d commits counted, but the version rose by %d", st.Commits, got.Version-1)
+				s.Close() // the observer has every event
+				commits, conflicts := ev.count(cas.EventCommitted), ev.count(cas.EventConflict)
+				if commits != int(got.Version-1) {
+					t.Errorf("%d commits reported, but the version rose by %d", commits, got.Version-1)
 				}
-				if mode == "combined" && st.Commits >= uint64(applied) {
-					t.Errorf("%d commits for %d updates: nothing was combined", st.Commits, applied)
+				if mode == "combined" && commits >= applied {
+					t.Errorf("%d commits for %d updates: nothing was combined", commits, applied)
 				}
-				if mode == "raw" && st.Conflicts == 0 {
+				if mode == "raw" && conflicts == 0 {
 					t.Errorf("no conflict among %d concurrent raw updates: the retry path did not run", applied)
 				}
-				t.Logf("%d updates: %d attempts, %d conflicts, %d commits, version %d", applied, st.Attempts, st.Conflicts, st.Commits, got.Version)
+				t.Logf("%d updates: %d conflicts, %d commits, version %d", applied, conflicts, commits, got.Version)
 			})
 		}
 	})

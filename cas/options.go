@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/nolock/nolock/internal/backoff"
@@ -38,11 +37,9 @@ func (o storeOnly) applyStore(c *config) { o(c) }
 // the Store's combining. Retry runs its attempts through it.
 type config struct {
 	policy  backoff.Policy
-	onRetry func(key string, attempt int, err error, delay time.Duration)
 	combine bool
 	max     int
 	timeout time.Duration
-	stats   *Stats
 	obs     observe.Observer
 	log     *slog.Logger // never nil: discard unless WithLogger
 }
@@ -107,22 +104,10 @@ func WithBackoff(base, cap time.Duration) Option {
 // default DefaultAttempts (10).
 func WithAttempts(n int) Option { return func(c *config) { c.policy.Attempts = n } }
 
-// WithOnRetry calls f before each retry's wait with the key (empty for
-// Retry), the attempt that just failed, its error and the delay. Use it to
-// find hot keys. f must be fast and safe for concurrent use.
-func WithOnRetry(f func(key string, attempt int, err error, delay time.Duration)) Option {
-	return func(c *config) { c.onRetry = f }
-}
-
-// WithStats counts attempts, conflicts and commits into s.
-func WithStats(s *Stats) Option { return func(c *config) { c.stats = s } }
-
-// WithObserver reports "cas.conflict" (an attempt lost to another writer,
-// or a serialization failure or deadlock: Key, Attempt, Err), "cas.retry"
-// (before a retry's wait: Key, Attempt, Duration, Err), "cas.committed"
-// (a write: Key, N the updates it applied, 1 for Retry) and "cas.gave_up"
-// (the attempts ran out: Key, Attempt, Err) to o (nil: none). Key is
-// empty for Retry. For Retry o runs on the calling goroutine; a Store's
+// WithObserver reports the package's events (EventConflict, EventRetry,
+// EventCommitted, EventGaveUp: their fields are in their docs) to o (nil:
+// none): count them to find hot keys and measure contention. For Retry o
+// runs on the calling goroutine; a Store's
 // events go to o from a goroutine of the Store's own, in order (a key's
 // coalesced writes run on its drainer, which o must never hold up), and
 // Close returns once o has had them all (see package observe).
@@ -153,11 +138,11 @@ func (c *config) logRetry(ctx context.Context, key string, attempt int, d time.D
 	}
 }
 
-// gaveUp reports (cas.gave_up) and logs at Warn that the attempts on key
+// gaveUp reports (EventGaveUp) and logs at Warn that the attempts on key
 // ran out, err the last one's error: a Retry's or an Update's attempts,
 // or a Store's batches stopped by callers that left.
 func (c *config) gaveUp(ctx context.Context, key string, attempts int, err error) {
-	c.obs.Notify(ctx, observe.Event{Name: "cas.gave_up", Key: key, Attempt: attempts, Err: err})
+	c.obs.Notify(ctx, observe.Event{Name: EventGaveUp, Key: key, Attempt: attempts, Err: err})
 	c.log.LogAttrs(ctx, slog.LevelWarn, "cas: gave up", slog.String("key", key), slog.Int("attempts", attempts), slog.Any("err", err))
 }
 
@@ -171,58 +156,23 @@ func WithCoalescing(on bool) StoreOption { return storeOnly(func(c *config) { c.
 // WithMaxBatch bounds how many Updates one combined write applies (default 128).
 func WithMaxBatch(n int) StoreOption { return storeOnly(func(c *config) { c.max = n }) }
 
-// Stats counts what a Store or Retry did. It is safe for concurrent use;
-// read it with Load.
-type Stats struct {
-	attempts, conflicts, commits atomic.Uint64
-}
-
-// StatsSnapshot is a copy of the counters at one moment.
-type StatsSnapshot struct {
-	Attempts  uint64 // read-decide-write attempts
-	Conflicts uint64 // attempts refused because another writer got there first
-	Commits   uint64 // successful writes (a combined batch counts once)
-}
-
-// Load returns the counters.
-func (s *Stats) Load() StatsSnapshot {
-	return StatsSnapshot{s.attempts.Load(), s.conflicts.Load(), s.commits.Load()}
-}
-
-// count records one attempt and whether it hit a conflict.
-func (c *config) count(err error) {
-	if c.stats == nil {
-		return
-	}
-	c.stats.attempts.Add(1)
-	if casstore.Conflict(err) {
-		c.stats.conflicts.Add(1)
-	}
-}
-
 // committed records one successful write of n updates of key.
 func (c *config) committed(ctx context.Context, key string, n int) {
-	if c.stats != nil {
-		c.stats.commits.Add(1)
-	}
-	c.obs.Notify(ctx, observe.Event{Name: "cas.committed", Key: key, N: int64(n)})
+	c.obs.Notify(ctx, observe.Event{Name: EventCommitted, Key: key, N: int64(n)})
 }
 
 // retry runs op with the configured policy, retrying conflicts (see
-// casstore.Conflict); key names the record for WithOnRetry, empty for Retry.
+// casstore.Conflict); key names the record in events and logs, empty for
+// Retry.
 func (c *config) retry(ctx context.Context, key string, op func(ctx context.Context) error) error {
 	err := c.policy.Retry(ctx, func(ctx context.Context, attempt int) error {
 		err := op(ctx)
-		c.count(err)
 		if casstore.Conflict(err) {
-			c.obs.Notify(ctx, observe.Event{Name: "cas.conflict", Key: key, Attempt: attempt, Err: err})
+			c.obs.Notify(ctx, observe.Event{Name: EventConflict, Key: key, Attempt: attempt, Err: err})
 		}
 		return err
 	}, casstore.Conflict, func(attempt int, err error, d time.Duration) {
-		if c.onRetry != nil {
-			c.onRetry(key, attempt, err, d)
-		}
-		c.obs.Notify(ctx, observe.Event{Name: "cas.retry", Key: key, Attempt: attempt, Duration: d, Err: err})
+		c.obs.Notify(ctx, observe.Event{Name: EventRetry, Key: key, Attempt: attempt, Duration: d, Err: err})
 		c.logRetry(ctx, key, attempt, d, err)
 	})
 	if err == nil {

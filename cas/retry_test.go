@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,8 +25,7 @@ func TestRetryOwnTableLosesNoEdit(t *testing.T) {
 	pool := testenv.Postgres(t)
 	mustExec(t, pool, `CREATE TABLE docs (id int PRIMARY KEY, body text NOT NULL, version bigint NOT NULL)`)
 	mustExec(t, pool, `INSERT INTO docs VALUES (1, '', 1)`)
-	var stats cas.Stats
-	var retries atomic.Int64
+	var ev events
 	const editors, edits = 8, 10
 	var wg sync.WaitGroup
 	for e := 0; e < editors; e++ {
@@ -42,7 +40,7 @@ func TestRetryOwnTableLosesNoEdit(t *testing.T) {
 						return err
 					}
 					return pgcas.Exec(ctx, tx, `UPDATE docs SET body = $1, version = version + 1 WHERE id = 1 AND version = $2`, body+"x", version)
-				}, cas.WithAttempts(1000), cas.WithStats(&stats), cas.WithOnRetry(func(string, int, error, time.Duration) { retries.Add(1) }))
+				}, cas.WithAttempts(1000), ev.observer())
 				if err != nil {
 					t.Error(err)
 					return
@@ -56,12 +54,12 @@ func TestRetryOwnTableLosesNoEdit(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT body, version FROM docs WHERE id = 1`).Scan(&body, &version); err != nil {
 		t.Fatal(err)
 	}
-	st := stats.Load()
-	if len(body) != editors*edits || version != editors*edits+1 || st.Commits != editors*edits {
-		t.Fatalf("body has %d edits, version %d, %d commits; want %d edits", len(body), version, st.Commits, editors*edits)
+	commits, conflicts, retries := ev.count(cas.EventCommitted), ev.count(cas.EventConflict), ev.count(cas.EventRetry)
+	if len(body) != editors*edits || version != editors*edits+1 || commits != editors*edits {
+		t.Fatalf("body has %d edits, version %d, %d commits; want %d edits", len(body), version, commits, editors*edits)
 	}
-	if st.Conflicts == 0 || int64(st.Conflicts) != retries.Load() {
-		t.Fatalf("%d conflicts counted, %d retries hooked: want equal and above 0", st.Conflicts, retries.Load())
+	if conflicts == 0 || conflicts != retries {
+		t.Fatalf("%d conflicts, %d retries reported: want equal and above 0", conflicts, retries)
 	}
 }
 
@@ -73,7 +71,7 @@ func TestRetrySerializationFailures(t *testing.T) {
 	pool := testenv.Postgres(t)
 	mustExec(t, pool, `CREATE TABLE counter (id int PRIMARY KEY, n int NOT NULL)`)
 	mustExec(t, pool, `INSERT INTO counter VALUES (1, 0)`)
-	var stats cas.Stats
+	var ev events
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
@@ -90,7 +88,7 @@ func TestRetrySerializationFailures(t *testing.T) {
 					}
 					_, err := tx.Exec(ctx, `UPDATE counter SET n = $1 WHERE id = 1`, n+1)
 					return err
-				}, cas.WithAttempts(1000), cas.WithStats(&stats))
+				}, cas.WithAttempts(1000), ev.observer())
 				if err != nil {
 					t.Error(err)
 					return
@@ -103,7 +101,7 @@ func TestRetrySerializationFailures(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT n FROM counter`).Scan(&n); err != nil || n != 80 {
 		t.Fatalf("n = %d (%v), want 80", n, err)
 	}
-	if stats.Load().Conflicts == 0 {
+	if ev.count(cas.EventConflict) == 0 {
 		t.Fatal("no serialization failure was retried: the test did not exercise 40001")
 	}
 }
@@ -119,13 +117,7 @@ func TestRetryResolvesDeadlocks(t *testing.T) {
 	pool := testenv.Postgres(t)
 	mustExec(t, pool, `CREATE TABLE accounts (id text PRIMARY KEY, balance bigint NOT NULL)`)
 	mustExec(t, pool, `INSERT INTO accounts VALUES ('a', 100), ('b', 100)`)
-	var stats cas.Stats
-	var deadlocks atomic.Int64
-	onRetry := cas.WithOnRetry(func(_ string, _ int, err error, _ time.Duration) {
-		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "40P01" {
-			deadlocks.Add(1)
-		}
-	})
+	var ev events
 	var arrived sync.WaitGroup
 	arrived.Add(2)
 	var wg sync.WaitGroup
@@ -145,7 +137,7 @@ func TestRetryResolvesDeadlocks(t *testing.T) {
 				}
 				_, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance + 10 WHERE id = $1`, pair[1])
 				return err
-			}, cas.WithStats(&stats), onRetry)
+			}, ev.observer())
 			if err != nil {
 				t.Errorf("transfer %s to %s: %v", pair[0], pair[1], err)
 			}
@@ -156,15 +148,19 @@ func TestRetryResolvesDeadlocks(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT (SELECT balance FROM accounts WHERE id = 'a'), (SELECT balance FROM accounts WHERE id = 'b')`).Scan(&a, &b); err != nil {
 		t.Fatal(err)
 	}
-	st := stats.Load()
-	if a != 100 || b != 100 || st.Commits != 2 {
-		t.Fatalf("balances %d and %d after %d commits; want 100 and 100 after 2 (two opposite transfers of 10)", a, b, st.Commits)
+	deadlocks := 0
+	for _, err := range ev.retried() {
+		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "40P01" {
+			deadlocks++
+		}
 	}
-	if deadlocks.Load() == 0 || st.Conflicts != uint64(deadlocks.Load()) {
-		t.Fatalf("%d deadlocks retried, %d conflicts counted: want the deadlock retried, and counted", deadlocks.Load(), st.Conflicts)
+	if commits, conflicts := ev.count(cas.EventCommitted), ev.count(cas.EventConflict); a != 100 || b != 100 || commits != 2 {
+		t.Fatalf("balances %d and %d after %d commits; want 100 and 100 after 2 (two opposite transfers of 10)", a, b, commits)
+	} else if deadlocks == 0 || conflicts != deadlocks {
+		t.Fatalf("%d deadlocks retried, %d conflicts reported: want the deadlock retried, and reported", deadlocks, conflicts)
 	}
-	if deadlocks.Load() > 1 {
-		t.Logf("%d deadlocks: a retry deadlocked again", deadlocks.Load())
+	if deadlocks > 1 {
+		t.Logf("%d deadlocks: a retry deadlocked again", deadlocks)
 	}
 }
 
@@ -216,7 +212,7 @@ func TestRetryAnyOp(t *testing.T) {
 		{"attempts run out", []error{cas.ErrConflict, cas.ErrConflict, cas.ErrConflict}, 3, cas.ErrConflict},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var stats cas.Stats
+			var ev events
 			n := 0
 			err := cas.Retry(ctx, func(context.Context) error {
 				n++
@@ -224,15 +220,15 @@ func TestRetryAnyOp(t *testing.T) {
 					return tc.errs[n-1]
 				}
 				return nil
-			}, fast, cas.WithAttempts(3+boolInt(tc.want == nil)), cas.WithStats(&stats))
+			}, fast, cas.WithAttempts(3+boolInt(tc.want == nil)), ev.observer())
 			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 				t.Fatalf("Retry = %v, want %v", err, tc.want)
 			}
 			if n != tc.attempts {
 				t.Fatalf("op ran %d times, want %d", n, tc.attempts)
 			}
-			if s := stats.Load(); s.Commits != uint64(boolInt(tc.want == nil)) {
-				t.Fatalf("stats %+v: want %d commits", s, boolInt(tc.want == nil))
+			if c := ev.count(cas.EventCommitted); c != boolInt(tc.want == nil) {
+				t.Fatalf("%d commits reported, want %d", c, boolInt(tc.want == nil))
 			}
 		})
 	}

@@ -15,12 +15,14 @@ import (
 	"log"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/cas/pgcas"
+	"github.com/nolock/nolock/observe"
 )
 
 // Doc is the shared document.
@@ -54,8 +56,12 @@ func run(ctx context.Context, dsn string, editors, edits int) error {
 	if err := backend.CreateSchema(ctx); err != nil {
 		return err
 	}
-	var stats cas.Stats
-	store, err := cas.NewStore[Doc](backend, nil, cas.WithStats(&stats))
+	var conflicts atomic.Int64
+	store, err := cas.NewStore[Doc](backend, nil, cas.WithObserver(func(_ context.Context, e observe.Event) {
+		if e.Name == cas.EventConflict {
+			conflicts.Add(1)
+		}
+	}))
 	if err != nil {
 		return err
 	}
@@ -114,9 +120,9 @@ func run(ctx context.Context, dsn string, editors, edits int) error {
 	if err != nil {
 		return err
 	}
-	st := stats.Load()
+	store.Close() // the observer has had every event
 	fmt.Printf("compare-and-set: %d of %d lines survived in %v (%d writes, %d conflicts)\n",
-		len(got.Value.Lines), want, time.Since(start).Round(time.Millisecond), st.Commits, st.Conflicts)
+		len(got.Value.Lines), want, time.Since(start).Round(time.Millisecond), got.Version-1, conflicts.Load())
 	if len(got.Value.Lines) != want {
 		return fmt.Errorf("compare-and-set lost %d lines", want-len(got.Value.Lines))
 	}

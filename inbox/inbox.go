@@ -65,6 +65,17 @@ func IsPermanent(err error) bool { return errors.As(err, new(permanentError)) }
 // through tx: that is what makes the effect and the inbox record commit
 // together. It may run more than once for a message whose earlier attempt
 // failed (and rolled back), never after one that committed.
+//
+// tx is the pgx.Tx that the DB's Begin returned, as is: a Handler may
+// type-assert its own Tx type (a DB of yours that wraps transactions for
+// metrics or tracing). One exception keeps a Handler's statements working
+// behind PgBouncer before 1.21: once nolock has learnt that the
+// connection's endpoint does not keep named prepared statements (pgx's
+// default cache_statement mode there, see docs/deploying.md), tx is
+// nolock's wrapper of that transaction, which sends the Handler's
+// statements unnamed. With any other query exec mode tx is always the
+// DB's own. Return a statement's error wrapped (%w), so nolock can learn
+// from it.
 type Handler func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error
 
 // DB is what an Inbox needs: a *pgxpool.Pool (or a *pgx.Conn, used by one

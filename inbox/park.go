@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/nolock/nolock/internal/kafkapark"
-	"github.com/nolock/nolock/observe"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/nolock/nolock/internal/kafkapark"
+	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/observe"
 )
 
 // fail counts a failed attempt at msg outside any transaction and, when it
@@ -36,7 +37,7 @@ func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error) (park
 	}
 	var fresh []bool
 	reason := kafkapark.Text(cause.Error())
-	err = in.inTx(ctx, func(tx pgx.Tx) error {
+	err = in.inTx(ctx, func(tx *pgerr.Tx) error {
 		var err error
 		if fresh, err = in.claim(ctx, tx, []kafka.Message{msg}, []string{id}); err != nil {
 			return err

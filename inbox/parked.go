@@ -116,7 +116,7 @@ func (in *Inbox) ReplayParked(ctx context.Context, id string, h Handler) error {
 		return err
 	}
 	run := recovering(h)
-	err := in.inTx(ctx, func(tx pgx.Tx) error {
+	err := in.inTx(ctx, func(tx *pgerr.Tx) error {
 		rows, err := tx.Query(ctx, in.parked.take, in.consumer, id)
 		if err != nil {
 			return fmt.Errorf("inbox: replay %q: %w", id, err)
@@ -133,7 +133,8 @@ func (in *Inbox) ReplayParked(ctx context.Context, id string, h Handler) error {
 				return fmt.Errorf("inbox: replay %q: record: %w", id, err)
 			}
 		}
-		if err := run(ctx, tx, p.Msg); err != nil {
+		if err := run(ctx, tx.Handed(), p.Msg); err != nil {
+			tx.Learn(err)
 			return &HandlerError{Msg: p.Msg, Err: err}
 		}
 		return nil

@@ -52,7 +52,7 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 	}
 	var out Outcome
 	start := time.Now()
-	err := in.inTx(ctx, func(tx pgx.Tx) error {
+	err := in.inTx(ctx, func(tx *pgerr.Tx) error {
 		out = Outcome{}
 		fresh, err := in.claim(ctx, tx, msgs, ids)
 		if err != nil {
@@ -63,7 +63,8 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 				out.Duplicates++
 				continue
 			}
-			if err := h(ctx, tx, m); err != nil {
+			if err := h(ctx, tx.Handed(), m); err != nil {
+				tx.Learn(err)
 				if tx.Conn().IsClosed() && !ownDeadline(ctx, err) {
 					// The connection died under the handler: the
 					// database's trouble, not the message's.
@@ -174,7 +175,7 @@ func (in *Inbox) claimWatermarks(ctx context.Context, tx pgx.Tx, msgs []kafka.Me
 // inTx runs f in a transaction and commits, reporting an unknown commit
 // outcome as ErrAmbiguousCommit. The commit is never cancelled by ctx (see
 // pgerr.Commit).
-func (in *Inbox) inTx(ctx context.Context, f func(pgx.Tx) error) error {
+func (in *Inbox) inTx(ctx context.Context, f func(*pgerr.Tx) error) error {
 	tx, err := pgerr.Begin(ctx, in.db)
 	if err != nil {
 		return fmt.Errorf("inbox: begin: %w", err)

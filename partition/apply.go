@@ -122,7 +122,8 @@ func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int
 	if outcome == fenceApplied {
 		return false, nil
 	}
-	if err := callHandler(ctx, c.handler, tx, msgs); err != nil {
+	if err := callHandler(ctx, c.handler, tx.Handed(), msgs); err != nil {
+		tx.Learn(err)
 		err = fmt.Errorf("partition: handler on %s at offset %d: %w", cl, msgs[0].Offset, err)
 		if tx.Conn().IsClosed() && ctx.Err() == nil {
 			err = fmt.Errorf("%w: %w", errConnLostInHandler, err)

@@ -76,6 +76,7 @@ func throughput(b *testing.B, batch, perPartition int) {
 		var err error
 		select {
 		case <-m.done:
+			err = m.failed
 		case <-time.After(2 * time.Minute):
 			err = fmt.Errorf("the backlog of %d messages was not applied within 2 minutes", total)
 		}
@@ -118,17 +119,32 @@ type meter struct {
 	total       int64
 	mu          sync.Mutex
 	applied     int64
-	first, last time.Time // when applied left 0, and when it reached total
-	done        chan struct{}
+	first, last time.Time     // when applied left 0, and when it reached total
+	done        chan struct{} // closed when applied reaches total, or on failed
+	failed      error         // set before done is closed: the handler got another Tx
 }
 
-// handler tells the metered transaction how many messages it carries.
+// handler tells the metered transaction how many messages it carries. A
+// handler given any other transaction than the meteredTx its DB began
+// ends the run at once: its commits would never be counted.
 func (m *meter) handler(h partition.Handler) partition.Handler {
 	return func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
-		if mt, ok := tx.(*meteredTx); ok {
-			mt.n = len(msgs)
+		mt, ok := tx.(*meteredTx)
+		if !ok {
+			m.fail(fmt.Errorf("the handler got a %T, not the *meteredTx its DB began", tx))
+			return nil
 		}
+		mt.n = len(msgs)
 		return h(ctx, tx, msgs)
+	}
+}
+
+func (m *meter) fail(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failed == nil && m.last.IsZero() {
+		m.failed = err
+		close(m.done)
 	}
 }
 
@@ -140,7 +156,7 @@ func (m *meter) committed(n int) {
 		m.first = now
 	}
 	m.applied += int64(n)
-	if m.applied >= m.total && m.last.IsZero() {
+	if m.applied >= m.total && m.last.IsZero() && m.failed == nil {
 		m.last = now
 		close(m.done)
 	}

@@ -29,6 +29,17 @@ import (
 // commit or roll back tx, and must not write through other connections
 // what it wants fenced.
 //
+// tx is the pgx.Tx that the DB's Begin returned, as is: a Handler may
+// type-assert its own Tx type (a DB of yours that wraps transactions for
+// metrics or tracing). One exception keeps a Handler's statements working
+// behind PgBouncer before 1.21: once nolock has learnt that the
+// connection's endpoint does not keep named prepared statements (pgx's
+// default cache_statement mode there, see docs/deploying.md), tx is
+// nolock's wrapper of that transaction, which sends the Handler's
+// statements unnamed. With any other query exec mode tx is always the
+// DB's own. Return a statement's error wrapped (%w), so nolock can learn
+// from it.
+//
 // ctx carries the Claim (FromContext) and ends after the batch timeout
 // (WithBatchTimeout). A returned error rolls the batch back; a batch of
 // several messages is then tried again one message at a time, and a

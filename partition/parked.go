@@ -179,7 +179,8 @@ func (c *Consumer) replay(ctx context.Context, id ParkedID, h Handler) (*Parked,
 	case err != nil:
 		return nil, fmt.Errorf("partition: replay %s: %w", id, err)
 	}
-	if err := callHandler(tctx, h, tx, []kafka.Message{p.Msg}); err != nil {
+	if err := callHandler(tctx, h, tx.Handed(), []kafka.Message{p.Msg}); err != nil {
+		tx.Learn(err)
 		return &p, fmt.Errorf("partition: replay %s: handler: %w", id, err)
 	}
 	if err := tx.Commit(tctx); err != nil {

@@ -161,6 +161,26 @@ func (r learningRow) Scan(dest ...any) error {
 	return err
 }
 
+// Handed returns the transaction to hand a caller's function (an inbox or
+// partition handler): the pgx.Tx the caller's DB began, as is, so the
+// function can type-assert its own Tx type; t itself only where the
+// transaction's connection is in cache_statement mode on an endpoint
+// learnt not to keep named prepared statements (pgmode.Unnamed: PgBouncer
+// before 1.21, or a DISCARD ALL), where t sends the function's statements
+// unnamed so that they do not fail at random. Pass the function's error to
+// Learn, which learns what t's own statements would have.
+func (t *Tx) Handed() pgx.Tx {
+	if pgmode.Unnamed(t.Tx) {
+		return t
+	}
+	return t.Tx
+}
+
+// Learn learns from err, the error of a function handed Handed(): a
+// statement it sent named that the server connection did not keep (see
+// pgmode.Learn). The next transaction's Handed then returns the wrapper.
+func (t *Tx) Learn(err error) { pgmode.Learn(t.Tx, err) }
+
 // Rollback rolls the transaction back unless Commit was called.
 func (t *Tx) Rollback(ctx context.Context) error {
 	if t.committing {

@@ -105,7 +105,7 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler, opts ...RunOption
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	switch {
-	case r == nil:
+	case nilReader(r):
 		return invalid("reader is nil")
 	case h == nil:
 		return invalid("handler is nil")
@@ -159,4 +159,11 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler, opts ...RunOption
 	stopRun()
 	p.wg.Wait()
 	return err
+}
+
+// nilReader reports whether r is nil or a nil *kafka.Reader, whose methods
+// would panic.
+func nilReader(r Reader) bool {
+	kr, ok := r.(*kafka.Reader)
+	return r == nil || ok && kr == nil
 }

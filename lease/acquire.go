@@ -84,6 +84,9 @@ type acquisition struct {
 // for it and makes it return ErrClosed), runs the tries, and reports the
 // outcome to the observer.
 func (c *Client) acquire(ctx context.Context, key string, opts []AcquireOption, try bool) (*Lock, error) {
+	if ctx == nil {
+		return nil, invalid("ctx is nil")
+	}
 	ac, err := c.acquireConfig(key, opts)
 	if err != nil {
 		return nil, err

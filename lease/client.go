@@ -16,6 +16,7 @@ import (
 	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/owner"
+	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
 	"github.com/nolock/nolock/observe"
@@ -180,7 +181,7 @@ func New(db DB, opts ...Option) (*Client, error) {
 }
 
 func (c *config) validate(db DB) error {
-	if db == nil {
+	if pgarg.NilDB(db) {
 		return invalid("db is nil")
 	}
 	if _, ok := db.(pgx.Tx); ok {
@@ -246,6 +247,9 @@ func (c *Client) Schema() string { return c.sql.schema }
 // to call from many processes at once: the DDL runs in one transaction
 // that first takes nolock's schema advisory lock.
 func (c *Client) CreateSchema(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("ctx is nil")
+	}
 	if err := pgschema.Create(ctx, c.db, c.sql.schema); err != nil {
 		return errors.Join(errors.New("lease: create schema"), err)
 	}

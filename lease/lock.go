@@ -204,8 +204,13 @@ func (l *Lock) event(name string, d time.Duration, err error) {
 // if nobody took the lock over, to spare the next holder the lock-delay);
 // or the error that kept the release from being written (then the row is
 // freed by its lease and the lock-delay running out). Release is
-// idempotent: later calls (and Close) return the first one's result.
+// idempotent: later calls (and Close) return the first one's result. A
+// nil ctx is refused with ErrInvalid before anything: the Lock is still
+// held, and renewed.
 func (l *Lock) Release(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("ctx is nil")
+	}
 	l.halt()
 	<-l.done
 	l.lose(ErrReleased)

@@ -24,6 +24,13 @@ func TestAcquireRelease(t *testing.T) {
 	if l.Token() != 1 || l.Key() != "job" || string(l.Data()) != "v1" || l.Err() != nil {
 		t.Fatalf("first lock: token %d key %q data %q err %v", l.Token(), l.Key(), l.Data(), l.Err())
 	}
+	var nilCtx context.Context
+	if err := l.Release(nilCtx); !errors.Is(err, lease.ErrInvalid) || !strings.Contains(err.Error(), "ctx is nil") {
+		t.Fatalf("Release(nil): %v; want ErrInvalid naming ctx", err)
+	}
+	if l.Err() != nil || closed(l.Lost()) {
+		t.Fatalf("after a refused Release(nil): err %v, lost %v; want the lock still held", l.Err(), closed(l.Lost()))
+	}
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,8 @@ package pgoutcome
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/nolock/nolock/internal/outcome"
 	"github.com/nolock/nolock/internal/pgerr"
@@ -53,6 +55,10 @@ func (o Outcome) String() string { return outcome.Outcome(o).String() }
 // context ended while the commit was in flight.
 var ErrStoppedWaiting = pgerr.ErrStoppedWaiting
 
+// ErrInvalid is wrapped by the error Commit returns for a nil argument,
+// which it names; nothing was run.
+var ErrInvalid = errors.New("pgoutcome: invalid argument")
+
 // Of classifies err, returned by a statement that commits: a COMMIT, or a
 // statement outside an explicit transaction.
 func Of(err error) Outcome { return Outcome(pgerr.Of(err)) }
@@ -63,8 +69,15 @@ func Of(err error) Outcome { return Outcome(pgerr.Of(err)) }
 // CancelRequest for it. If ctx ends first, Commit returns at once with an
 // error wrapping ErrStoppedWaiting and ctx.Err() (Of: Unknown), and commit
 // runs on to its end; commit must then not touch anything the caller uses
-// afterwards (release its connection itself).
+// afterwards (release its connection itself). A nil ctx or commit is
+// refused with an error wrapping ErrInvalid (Of: NotSent).
 func Commit(ctx context.Context, commit func(context.Context) error) error {
+	switch {
+	case ctx == nil:
+		return pgerr.MarkUnsent(fmt.Errorf("%w: ctx is nil", ErrInvalid))
+	case commit == nil:
+		return pgerr.MarkUnsent(fmt.Errorf("%w: commit is nil", ErrInvalid))
+	}
 	return pgerr.Commit(ctx, commit)
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/nolock/nolock/internal/testenv"
 	"github.com/nolock/nolock/lease"
 	"github.com/nolock/nolock/partition"
+	"github.com/nolock/nolock/pgoutcome"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -219,6 +220,7 @@ func TestNilDatabaseRefused(t *testing.T) {
 		idemDB, _ := pick().(idempotency.DB)
 		inboxDB, _ := pick().(inbox.DB)
 		partDB, _ := pick().(partition.DB)
+		leaseDB, _ := pick().(lease.DB)
 		begin, _ := pick().(pgcas.Beginner)
 		execer, _ := pick().(pgcas.Execer)
 		l := nilDB.label + " "
@@ -238,9 +240,30 @@ func TestNilDatabaseRefused(t *testing.T) {
 			refusal{l + "idempotency.New", idempotency.ErrInvalid, "db is nil", func() error { _, err := idempotency.New(idemDB); return err }},
 			refusal{l + "inbox.New", inbox.ErrInvalid, "db is nil", func() error { _, err := inbox.New(inboxDB, "c"); return err }},
 			refusal{l + "partition.New", partition.ErrInvalid, "db is nil", func() error { _, err := newPartition(partDB); return err }},
+			refusal{l + "lease.New", lease.ErrInvalid, "db is nil", func() error {
+				c, err := lease.New(leaseDB)
+				if err == nil {
+					c.Close()
+				}
+				return err
+			}},
 		)
 	}
+	// The other handles a call takes: a nil *kafka.Reader (whose methods
+	// would panic), a nil commit.
+	in, err := inbox.New(noDB{t}, "c")
+	must(t, err)
+	var nilReader *kafka.Reader
+	cases = append(cases,
+		refusal{"nil *kafka.Reader inbox.Run", inbox.ErrInvalid, "reader is nil", func() error {
+			return in.Run(ctx, nilReader, func(context.Context, pgx.Tx, kafka.Message) error { return nil })
+		}},
+		refusal{"nil commit pgoutcome.Commit", pgoutcome.ErrInvalid, "commit is nil", func() error { return pgoutcome.Commit(ctx, nil) }},
+	)
 	check(t, cases)
+	if o := pgoutcome.Of(pgoutcome.Commit(ctx, nil)); o != pgoutcome.NotSent {
+		t.Errorf("pgoutcome.Commit(ctx, nil) is %v; want NotSent", o)
+	}
 }
 
 // must stops the test on an error of its setup.
@@ -298,6 +321,9 @@ func TestNilContextRefused(t *testing.T) {
 	locks, err := dynamolock.New(ddb, "table")
 	must(t, err)
 	defer locks.Close()
+	leases, err := lease.New(db)
+	must(t, err)
+	defer leases.Close()
 
 	fn := func(context.Context, pgx.Tx) ([]byte, error) { return nil, nil }
 	c := nilCtx
@@ -375,10 +401,30 @@ func TestNilContextRefused(t *testing.T) {
 		}),
 		e(inbox.ErrInvalid, "Inbox.Reap", func() error { _, err := in.Reap(c, time.Hour, 10); return err }),
 		e(inbox.ErrInvalid, "Inbox.Run", func() error { return in.Run(c, nil, nil) }),
+		e(inbox.ErrInvalid, "Inbox.ListParked", func() error { _, err := in.ListParked(c, "", 10); return err }),
+		e(inbox.ErrInvalid, "Inbox.ReplayParked", func() error {
+			return in.ReplayParked(c, "t/0/1", func(context.Context, pgx.Tx, kafka.Message) error { return nil })
+		}),
+		e(inbox.ErrInvalid, "Inbox.PurgeParked", func() error { return in.PurgeParked(c, "t/0/1") }),
+		e(inbox.ErrInvalid, "Inbox.PurgeParkedOlderThan", func() error { _, err := in.PurgeParkedOlderThan(c, time.Hour); return err }),
 
 		e(partition.ErrInvalid, "Consumer.CreateSchema", func() error { return consumer.CreateSchema(c) }),
 		e(partition.ErrInvalid, "Consumer.Run", func() error {
 			return consumer.Run(c, func(context.Context, pgx.Tx, []kafka.Message) error { return nil })
+		}),
+		e(partition.ErrInvalid, "Consumer.ListParked", func() error { _, err := consumer.ListParked(c, partition.ParkedID{}, 10); return err }),
+		e(partition.ErrInvalid, "Consumer.ReplayParked", func() error {
+			return consumer.ReplayParked(c, partition.ParkedID{Topic: "t", Offset: 1}, func(context.Context, pgx.Tx, []kafka.Message) error { return nil })
+		}),
+		e(partition.ErrInvalid, "Consumer.PurgeParked", func() error { return consumer.PurgeParked(c, partition.ParkedID{Topic: "t", Offset: 1}) }),
+		e(partition.ErrInvalid, "Consumer.PurgeParkedOlderThan", func() error { _, err := consumer.PurgeParkedOlderThan(c, time.Hour); return err }),
+
+		e(lease.ErrInvalid, "lease.Client.Acquire", func() error { _, err := leases.Acquire(c, "k"); return err }),
+		e(lease.ErrInvalid, "lease.Client.TryAcquire", func() error { _, err := leases.TryAcquire(c, "k"); return err }),
+		e(lease.ErrInvalid, "lease.Client.CreateSchema", func() error { return leases.CreateSchema(c) }),
+
+		e(pgoutcome.ErrInvalid, "pgoutcome.Commit", func() error {
+			return pgoutcome.Commit(c, func(context.Context) error { t.Error("commit ran"); return nil })
 		}),
 
 		e(dynamolock.ErrInvalid, "Client.Acquire", func() error { _, err := locks.Acquire(c, "k"); return err }),

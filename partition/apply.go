@@ -102,8 +102,8 @@ func (c *Consumer) isolate(runCtx, genCtx context.Context, cl Claim, prev *int64
 // and lasts BatchTimeout; it does not end with the generation or with Run,
 // so a batch in flight finishes instead of being cut off.
 func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int64, msgs []kafka.Message) (retry bool, err error) {
-	if c.cfg.BeforeBatch != nil {
-		c.cfg.BeforeBatch(cl, msgs)
+	if c.beforeBatch != nil {
+		c.beforeBatch(cl, msgs)
 	}
 	ctx, cancel := context.WithTimeout(context.WithValue(context.WithoutCancel(runCtx), claimKey{}, cl), c.cfg.BatchTimeout)
 	defer cancel()

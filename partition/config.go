@@ -76,10 +76,9 @@ type config struct {
 	Logger   *slog.Logger
 	Observer observe.Observer
 
-	OnClaim     func(Claim)
-	OnRelease   func(Claim, error)
-	OnPark      func(msg kafka.Message, err error)
-	BeforeBatch func(Claim, []kafka.Message)
+	OnClaim   func(Claim)
+	OnRelease func(Claim, error)
+	OnPark    func(msg kafka.Message, err error)
 
 	nilOption bool
 }
@@ -286,19 +285,6 @@ func WithOnRelease(f func(Claim, error)) Option { return func(c *config) { c.OnR
 // across partitions, and must return quickly.
 func WithOnPark(f func(msg kafka.Message, err error)) Option {
 	return func(c *config) { c.OnPark = f }
-}
-
-// WithBeforeBatch has f called by a worker with each batch it is about to
-// apply, before each attempt's transaction begins: the worker then holds
-// no transaction and no lock. It runs on the worker's goroutine,
-// concurrently across partitions. Blocking in it plays an owner that
-// stalls between reading a batch and writing it (a GC pause, a frozen
-// VM): when it returns, the attempt begins with a fresh batch timeout,
-// and if a newer owner claimed the partition meanwhile, the fence refuses
-// the attempt with ErrFenced and the worker stops. Meant for tests,
-// demonstrations and tracing; a production Handler needs none.
-func WithBeforeBatch(f func(Claim, []kafka.Message)) Option {
-	return func(c *config) { c.BeforeBatch = f }
 }
 
 // newConfig applies the defaults, then opts, then the defaults that

@@ -20,6 +20,7 @@ import (
 	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgschema"
+	"github.com/nolock/nolock/internal/seam"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -90,8 +91,12 @@ type Consumer struct {
 		err  error
 	}
 
-	// Test hooks, set only by export_test.go.
-	unfenced bool
+	// beforeBatch is called with each batch before each attempt's
+	// transaction begins, holding nothing: a test (export_test.go) or
+	// nolock's demo (internal/seam, through Run's ctx) blocks in it to
+	// play an owner paused between reading a batch and writing it. No
+	// user can set it.
+	beforeBatch func(Claim, []kafka.Message)
 }
 
 // New returns a Consumer of topics for the consumer group group, through
@@ -189,6 +194,9 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 		return ErrRunTwice
 	}
 	c.handler = h
+	if f := seam.BeforeBatch(ctx); f != nil && c.beforeBatch == nil {
+		c.beforeBatch = func(cl Claim, msgs []kafka.Message) { f(context.WithValue(ctx, claimKey{}, cl), msgs) }
+	}
 	c.events = notify.New(c.cfg.Observer, 1024)
 	defer c.events.Close() // after every worker has stopped
 	defer c.transport.CloseIdleConnections()

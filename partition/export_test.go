@@ -3,16 +3,26 @@ package partition
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 )
 
 // SetBeforeFence makes every batch attempt call f before its transaction
-// begins: a place for a test to pause the worker (a zombie in the making).
-func SetBeforeFence(c *Consumer, f func(Claim, []kafka.Message)) { c.cfg.BeforeBatch = f }
+// begins, holding no transaction and no lock: a place for a test to pause
+// the worker (a zombie in the making). When f returns, the attempt begins
+// with a fresh batch timeout, and the fence refuses it (ErrFenced) if a
+// newer owner claimed the partition meanwhile. Set it before Run.
+func SetBeforeFence(c *Consumer, f func(Claim, []kafka.Message)) { c.beforeBatch = f }
 
 // SetUnfenced turns the fence off: batches store their offset without
-// checking the epoch. Only for the tests that show what the fence prevents.
-func SetUnfenced(c *Consumer) { c.unfenced = true }
+// checking the epoch, with the fence's parameters and its frozen-owner
+// timeout. Only for the tests that show what the fence prevents. Set it
+// before Run.
+func SetUnfenced(c *Consumer) {
+	t := pgx.Identifier{c.cfg.Table}.Sanitize()
+	c.sql.fence = idle + `UPDATE ` + t + ` SET next_offset = $7 FROM idle
+WHERE group_id = $1 AND topic = $2 AND partition_id = $3 AND $5::bigint IS NOT NULL AND ($6::bigint IS NULL OR true)`
+}
 
 // ClaimAs runs one claim attempt for the given generation and member, as a
 // worker would (possibly a delayed one from an old member).

@@ -134,7 +134,7 @@ var schemaSQL string
 
 // statements holds the package's SQL for one table, quoted once.
 type statements struct {
-	schema, lock, bump, fence, unfenced, read, park, isParked string
+	schema, lock, bump, fence, read, park, isParked string
 }
 
 // idle sets the transaction's idle_in_transaction_session_timeout (the
@@ -162,10 +162,6 @@ WHERE ` + key + ` RETURNING epoch, next_offset`,
 		fence: `UPDATE ` + t + ` SET next_offset = $7
 WHERE ` + key + ` AND epoch = $5 AND next_offset IS NOT DISTINCT FROM $6
   AND set_config('idle_in_transaction_session_timeout', $4::text, true) IS NOT NULL`,
-		// unfenced is the same write without the fence, for the tests that
-		// prove the fence is what keeps a zombie out.
-		unfenced: idle + `UPDATE ` + t + ` SET next_offset = $7 FROM idle
-WHERE ` + key + ` AND $5::bigint IS NOT NULL AND ($6::bigint IS NULL OR true)`,
 		read: `SELECT epoch, next_offset FROM ` + t + ` WHERE ` + key,
 		park: `INSERT INTO ` + parked + ` (group_id, topic, partition_id, "offset", key, value, headers, error, attempts, epoch)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING`,
@@ -283,11 +279,7 @@ const (
 // already at next, an earlier attempt whose commit was reported lost did
 // commit: the batch must not run again. Anything else wraps ErrFenced.
 func (c *Consumer) checkFence(ctx context.Context, tx pgx.Tx, cl Claim, prev *int64, next int64) (fenceOutcome, error) {
-	stmt := c.sql.fence
-	if c.unfenced {
-		stmt = c.sql.unfenced
-	}
-	tag, err := tx.Exec(ctx, stmt, cl.GroupID, cl.Topic, cl.Partition, c.idleTimeout, cl.Epoch, prev, next)
+	tag, err := tx.Exec(ctx, c.sql.fence, cl.GroupID, cl.Topic, cl.Partition, c.idleTimeout, cl.Epoch, prev, next)
 	if err != nil {
 		return 0, fmt.Errorf("partition: fence %s: %w", cl, err)
 	}

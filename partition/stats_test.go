@@ -26,8 +26,12 @@ func TestStatsLagFallsToZero(t *testing.T) {
 	var release sync.Once
 	defer release.Do(func() { close(hold) })
 	cfg := b.config("m", nil)
-	cfg.with(partition.WithBeforeBatch(func(partition.Claim, []kafka.Message) { <-hold }))
-	m := startMember(t, b.pool, cfg)
+	c, err := newConsumer(b.pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partition.SetBeforeFence(c, func(partition.Claim, []kafka.Message) { <-hold })
+	m := runMember(t, c, cfg.handler)
 
 	waitStats(t, m.c, "both partitions fetched, nothing applied", func(s partition.PartitionStats) bool {
 		return s.HighWaterMark == first && s.Lag == first && s.NextOffset == 0 && s.Messages == 0 && s.LastApplied == -1

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/nolock/nolock/internal/seam"
 	"github.com/nolock/nolock/internal/services"
 	"github.com/nolock/nolock/partition"
 )
@@ -118,8 +119,12 @@ func (sc *zombieScene) member(ctx context.Context, env *demoEnv, name, group, to
 		}
 		return nil
 	}
+	// member-a's stall, called before each attempt's transaction begins
+	// (internal/seam: the public API has no such hook).
+	var beforeBatch func(context.Context, []kafka.Message)
 	if name == "member-a" {
-		opts = append(opts, partition.WithBeforeBatch(func(c partition.Claim, batch []kafka.Message) {
+		beforeBatch = func(ctx context.Context, batch []kafka.Message) {
+			c, _ := partition.FromContext(ctx)
 			if batch[0].Offset < stallAt || !sc.stalled.CompareAndSwap(false, true) {
 				return
 			}
@@ -128,7 +133,7 @@ func (sc *zombieScene) member(ctx context.Context, env *demoEnv, name, group, to
 			close(sc.paused)
 			<-sc.wake // a GC pause, a frozen VM
 			fmt.Fprintf(sc.out, "   member-a wakes and begins the transaction for offsets %d..%d, with a fresh batch timeout\n", first, last)
-		}))
+		}
 	}
 	opts = append(opts, partition.WithOnClaim(func(c partition.Claim) {
 		sc.mu.Lock()
@@ -149,7 +154,12 @@ func (sc *zombieScene) member(ctx context.Context, env *demoEnv, name, group, to
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) error { return c.Run(ctx, apply) }, c.CreateSchema(ctx)
+	return func(ctx context.Context) error {
+		if beforeBatch != nil {
+			ctx = seam.WithBeforeBatch(ctx, beforeBatch)
+		}
+		return c.Run(ctx, apply)
+	}, c.CreateSchema(ctx)
 }
 
 // note records a write of a stalled or fenced owner that was refused.

@@ -2,9 +2,11 @@ package inbox_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
@@ -52,6 +54,54 @@ func TestHandlerGetsTheDBsTx(t *testing.T) {
 	}
 	if calls != 2 || own != 2 {
 		t.Fatalf("%d handler calls, %d with the DB's own Tx; want 2, 2", calls, own)
+	}
+	if got := effects(t, pool); got["a"] != 1 || got["b"] != 1 {
+		t.Fatalf("effects %v; want a and b once each", got)
+	}
+}
+
+// Where the server connection does not keep pgx's named prepared
+// statements (PgBouncer before 1.21; here the handler's statement
+// deallocated), the handler's statement that fails so is learnt from, and
+// from then on the handler gets nolock's wrapper of the DB's transaction,
+// which sends its statements unnamed: they work.
+func TestHandlerStatementsUnnamedOnceLearnt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := testenv.PostgresSchema(t, 1) // one connection; its search_path makes it an endpoint of its own
+	if mode := pool.Config().ConnConfig.DefaultQueryExecMode; mode != pgx.QueryExecModeCacheStatement {
+		t.Skipf("the pool is in %v mode; the fallback is for cache_statement", mode)
+	}
+	newInbox(t, pool)
+	in, err := inbox.New(ownDB{pool}, "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own bool
+	h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+		_, own = tx.(*ownTx)
+		return record(ctx, tx, m)
+	}
+	if _, err := in.Process(ctx, []kafka.Message{msg("a", 0, 0)}, h); err != nil || !own {
+		t.Fatalf("first message: %v, the DB's own Tx %v; want nil, true", err, own)
+	}
+	// The handler's statement is now a named prepared statement on the
+	// connection: drop it, as a server connection that never had it.
+	var name string
+	if err := pool.QueryRow(ctx, `SELECT name FROM pg_prepared_statements WHERE statement LIKE 'INSERT INTO effects%'`,
+		pgx.QueryExecModeSimpleProtocol).Scan(&name); err != nil {
+		t.Fatalf("the handler's prepared statement: %v", err)
+	}
+	if _, err := pool.Exec(ctx, `DEALLOCATE `+pgx.Identifier{name}.Sanitize(), pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	_, err = in.Process(ctx, []kafka.Message{msg("b", 0, 1)}, h)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "26000" || !own {
+		t.Fatalf("second message: %v (the DB's own Tx %v); want the handler's 26000, prepared statement missing", err, own)
+	}
+	if _, err := in.Process(ctx, []kafka.Message{msg("b", 0, 1)}, h); err != nil || own {
+		t.Fatalf("second message again: %v, the DB's own Tx %v; want nil, nolock's wrapper (statements sent unnamed)", err, own)
 	}
 	if got := effects(t, pool); got["a"] != 1 || got["b"] != 1 {
 		t.Fatalf("effects %v; want a and b once each", got)

@@ -216,7 +216,7 @@ func (a *acquisition) write(ctx context.Context) (*Lock, error) {
 	}
 	out, err := a.c.writeAcquire(ctx, a.ac, s.rvn, a.takeover)
 	if err == nil {
-		tok, _ := strconv.ParseInt(numAttr(out.Attributes, AttrToken), 10, 64)
+		tok, _ := strconv.ParseInt(numAttr(out.Attributes, TokenAttr), 10, 64)
 		return a.c.newLock(a.caller, a.ac, s, tok)
 	}
 	a.failed++

@@ -41,7 +41,7 @@ func WithMaxHold(d time.Duration) AcquireOption {
 }
 
 // WithSortKey sets the lock's sort key value, required when the Client has
-// a sort key name (WithSortKeyName), refused otherwise (even empty).
+// a sort key attribute (WithKeyAttributes), refused otherwise (even empty).
 func WithSortKey(value string) AcquireOption {
 	return func(a *acquireConfig) { a.sortKey, a.set.sortKey = value, true }
 }
@@ -72,8 +72,8 @@ func (c *Client) acquireConfig(key string, opts []AcquireOption) (acquireConfig,
 		return ac, invalid("sort key %q is not valid UTF-8 (DynamoDB would store U+FFFD for the bad bytes, merging distinct keys)", ac.sortKey)
 	case c.cfg.skName != "" && ac.sortKey == "":
 		return ac, invalid("sort key is empty; the table's sort key %q needs a value (WithSortKey)", c.cfg.skName)
-	case !c.cfg.set.skName && ac.set.sortKey:
-		return ac, invalid("sort key %q given, but the Client has no sort key name (WithSortKeyName)", ac.sortKey)
+	case c.cfg.skName == "" && ac.set.sortKey:
+		return ac, invalid("sort key %q given, but the Client has no sort key attribute (WithKeyAttributes)", ac.sortKey)
 	case len(ac.sortKey) > MaxSortKeyLen:
 		return ac, invalid("sort key is %d bytes, more than %d", len(ac.sortKey), MaxSortKeyLen)
 	case ac.set.wait && ac.wait <= 0:

@@ -52,7 +52,7 @@ func BenchmarkLock(b *testing.B) {
 	var keyN atomic.Int64
 	freshKey := func() string { return fmt.Sprint("bench-", keyN.Add(1)) }
 	newBenchClient := func(b *testing.B, api dynamolock.DynamoDBAPI) *dynamolock.Client {
-		c, err := dynamolock.New(api, table, dynamolock.WithPartitionKeyName("pk"),
+		c, err := dynamolock.New(api, table, dynamolock.WithKeyAttributes("pk", ""),
 			dynamolock.WithLease(benchLease), dynamolock.WithHeartbeat(benchHeartbeat), dynamolock.WithPoll(benchPoll))
 		if err != nil {
 			b.Fatal(err)

@@ -54,10 +54,10 @@ const (
 type config struct {
 	pkName, skName string
 	lease          time.Duration
-	heartbeat      time.Duration                                          // unset: lease/4
-	poll           time.Duration                                          // unset: min(DefaultPollMax, lease/4)
-	warning        time.Duration                                          // unset: lease/4
-	set            struct{ heartbeat, poll, warning, skName, owner bool } // which of these an option gave
+	heartbeat      time.Duration                                  // unset: lease/4
+	poll           time.Duration                                  // unset: min(DefaultPollMax, lease/4)
+	warning        time.Duration                                  // unset: lease/4
+	set            struct{ heartbeat, poll, warning, owner bool } // which of these an option gave
 	owner          string
 	logger         *slog.Logger
 	observer       observe.Observer
@@ -69,17 +69,13 @@ type config struct {
 // together by New.
 type Option func(*config)
 
-// WithPartitionKeyName names the table's partition key attribute (a
-// string); the default is "key", as in the Java lock client.
-func WithPartitionKeyName(attr string) Option { return func(c *config) { c.pkName = attr } }
-
-// WithSortKeyName says the table has a sort key attribute (a string) named
-// attr. Every acquisition must then give the sort key value (WithSortKey);
-// locks with the same partition key and different sort keys are
-// independent. Without it the table has no sort key; an explicit name
-// must not be empty.
-func WithSortKeyName(attr string) Option {
-	return func(c *config) { c.skName, c.set.skName = attr, true }
+// WithKeyAttributes names the table's partition key attribute (a string;
+// default "key", as in the Java lock client) and its sort key attribute
+// (a string; "" for none, the default). With a sort key every acquisition
+// must give the sort key value (WithSortKey); locks with the same
+// partition key and different sort keys are independent.
+func WithKeyAttributes(partition, sort string) Option {
+	return func(c *config) { c.pkName, c.skName = partition, sort }
 }
 
 // WithLease sets the lease: how long a lock stays valid on the holder's
@@ -143,8 +139,8 @@ func WithoutFencing() Option { return func(c *config) { c.fencing = false } }
 
 // Client acquires locks stored as items of one DynamoDB table and keeps
 // them alive with heartbeats. The table needs a string partition key
-// (named "key" unless WithPartitionKeyName says otherwise) and, optionally,
-// a string sort key (WithSortKeyName); the Client does not create it.
+// (named "key" unless WithKeyAttributes says otherwise) and, optionally,
+// a string sort key (WithKeyAttributes); the Client does not create it.
 //
 // A Client is safe for concurrent use. Several goroutines may contend for
 // the same key through one Client or through several; locks are not
@@ -203,7 +199,7 @@ func (c *config) validate(client DynamoDBAPI, table string) error {
 	if err := ddbarg.Attr("partition key name", c.pkName, maxNameLen); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if c.set.skName {
+	if c.skName != "" {
 		if err := ddbarg.Attr("sort key name", c.skName, maxNameLen); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
@@ -218,7 +214,7 @@ func (c *config) validate(client DynamoDBAPI, table string) error {
 	}
 	for _, name := range []string{c.pkName, c.skName} {
 		switch name {
-		case AttrOwner, AttrRVN, AttrLease, AttrReleased, AttrData, AttrToken:
+		case OwnerAttr, RVNAttr, LeaseAttr, ReleasedAttr, DataAttr, TokenAttr:
 			return invalid("key attribute name %q is one of the lock's own attributes", name)
 		}
 	}

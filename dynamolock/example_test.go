@@ -43,7 +43,7 @@ func ExampleClient_Acquire() {
 		INSERT INTO manifest VALUES ('events', 'seg-0001', NULL)`); err != nil {
 		log.Fatal(err)
 	}
-	locks, err := dynamolock.New(ddb, table, dynamolock.WithPartitionKeyName("pk"), dynamolock.WithLease(20*time.Second))
+	locks, err := dynamolock.New(ddb, table, dynamolock.WithKeyAttributes("pk", ""), dynamolock.WithLease(20*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func ExampleClient_TryAcquire() {
 	}
 	ddb, table := dynamodb.NewFromConfig(cfg), os.Getenv("DYNAMODB_TABLE")
 	for _, replica := range []string{"replica-a", "replica-b"} {
-		locks, _ := dynamolock.New(ddb, table, dynamolock.WithPartitionKeyName("pk"), dynamolock.WithOwner(replica))
+		locks, _ := dynamolock.New(ddb, table, dynamolock.WithKeyAttributes("pk", ""), dynamolock.WithOwner(replica))
 		defer locks.Close()
 		lock, err := locks.TryAcquire(ctx, "nightly-report/2026-10-27")
 		var held *dynamolock.HeldError
@@ -97,7 +97,7 @@ func ExampleLock_Fence() {
 		log.Fatal(err)
 	}
 	ddb, table := dynamodb.NewFromConfig(cfg), os.Getenv("DYNAMODB_TABLE") // locks and documents
-	locks, _ := dynamolock.New(ddb, table, dynamolock.WithPartitionKeyName("pk"))
+	locks, _ := dynamolock.New(ddb, table, dynamolock.WithKeyAttributes("pk", ""))
 	defer locks.Close()
 	lock, err := locks.Acquire(ctx, "lock/doc-1")
 	if err != nil {
@@ -141,7 +141,7 @@ func ExampleLock_Transact() {
 		TableName: aws.String(table),
 		Item:      map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "doc-2"}},
 	}}
-	locks, _ := dynamolock.New(ddb, table, dynamolock.WithPartitionKeyName("pk"))
+	locks, _ := dynamolock.New(ddb, table, dynamolock.WithKeyAttributes("pk", ""))
 	defer locks.Close()
 	old, err := locks.Acquire(ctx, "lock/doc-2")
 	if err != nil {

@@ -56,7 +56,7 @@ func TestLostResponses(t *testing.T) {
 				if tc.op != "release" && api.injected.Load() < int64(tc.n) {
 					return false, nil
 				}
-				if r := attrS(readItem(t, server, table, key), dynamolock.AttrRVN); r != rvn {
+				if r := attrS(readItem(t, server, table, key), dynamolock.RVNAttr); r != rvn {
 					rvn, changes = r, changes+1
 				}
 				return changes >= 3, nil
@@ -68,7 +68,7 @@ func TestLostResponses(t *testing.T) {
 				t.Fatalf("%d faults injected; want %d", n, tc.n)
 			}
 			item := readItem(t, server, table, key)
-			if attrS(item, dynamolock.AttrReleased) != "1" || attrN(item, dynamolock.AttrToken) != "1" {
+			if attrS(item, dynamolock.ReleasedAttr) != "1" || attrN(item, dynamolock.TokenAttr) != "1" {
 				t.Fatalf("item after release: %v", item)
 			}
 		})
@@ -130,7 +130,7 @@ func TestThrottledWritesChangedNothing(t *testing.T) {
 		if err := l.Release(ctx); !errors.Is(err, errThrottled) {
 			t.Fatalf("release: %v; want the throttle", err)
 		}
-		if item := readItem(t, server, table, "release"); attrS(item, dynamolock.AttrReleased) != "" || attrS(item, dynamolock.AttrOwner) != c.Owner() {
+		if item := readItem(t, server, table, "release"); attrS(item, dynamolock.ReleasedAttr) != "" || attrS(item, dynamolock.OwnerAttr) != c.Owner() {
 			t.Fatalf("item after a throttled release: %v; want still held", item)
 		}
 	})
@@ -174,7 +174,7 @@ func TestHeartbeatRacingRelease(t *testing.T) {
 	if !errors.As(err, &ccf) {
 		t.Fatalf("the late heartbeat after the release: %v; want a failed condition", err)
 	}
-	if item := readItem(t, server, table, "k"); attrS(item, dynamolock.AttrReleased) != "1" {
+	if item := readItem(t, server, table, "k"); attrS(item, dynamolock.ReleasedAttr) != "1" {
 		t.Fatalf("item after the late heartbeat: %v; want it released", item)
 	}
 	other := newClient(t, server, table)

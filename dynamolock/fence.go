@@ -193,7 +193,7 @@ func (l *Lock) ConditionCheck() (types.TransactWriteItem, error) {
 		TableName:                 aws.String(l.c.table),
 		Key:                       l.c.itemKey(l.ac),
 		ConditionExpression:       aws.String(lockTok + " = " + lockTokV + " AND attribute_not_exists(" + lockRel + ")"),
-		ExpressionAttributeNames:  map[string]string{lockTok: AttrToken, lockRel: AttrReleased},
+		ExpressionAttributeNames:  map[string]string{lockTok: TokenAttr, lockRel: ReleasedAttr},
 		ExpressionAttributeValues: map[string]types.AttributeValue{lockTokV: num(l.token)},
 	}}, nil
 }

@@ -67,7 +67,7 @@ func TestHungHeartbeatKeepsLock(t *testing.T) {
 			}}
 			c := newClient(t, api, table, dynamolock.WithLease(lease), dynamolock.WithHeartbeat(hb))
 			l := mustAcquire(t, c, "k")
-			before := attrS(readItem(t, server, table, "k"), dynamolock.AttrRVN)
+			before := attrS(readItem(t, server, table, "k"), dynamolock.RVNAttr)
 			testenv.Until(t, "a heartbeat after the hung one confirmed", func() (bool, error) {
 				if closed(l.Lost()) {
 					return false, fmt.Errorf("one hung heartbeat lost the lock: %w", l.Err())
@@ -87,7 +87,7 @@ func TestHungHeartbeatKeepsLock(t *testing.T) {
 			if dropNext.Load() {
 				t.Fatal("no answer was swallowed: the test tested nothing")
 			}
-			if after := attrS(readItem(t, server, table, "k"), dynamolock.AttrRVN); after == before {
+			if after := attrS(readItem(t, server, table, "k"), dynamolock.RVNAttr); after == before {
 				t.Fatalf("record version unchanged (%s): heartbeats stalled", after)
 			}
 			if err := l.Close(); err != nil {
@@ -118,7 +118,7 @@ func TestHungReleaseRetried(t *testing.T) {
 	if dropNext.Load() || !armed.Load() {
 		t.Fatal("no answer was swallowed: the test tested nothing")
 	}
-	if item := readItem(t, server, table, "k"); attrS(item, dynamolock.AttrReleased) != "1" {
+	if item := readItem(t, server, table, "k"); attrS(item, dynamolock.ReleasedAttr) != "1" {
 		t.Fatalf("item after Close: %v; want it released", item)
 	}
 	if err != nil {

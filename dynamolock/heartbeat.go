@@ -246,7 +246,7 @@ func (l *Lock) heartbeat(ctx context.Context, valid time.Time) (sent, error) {
 		TableName: aws.String(c.table), Key: c.itemKey(l.ac),
 		UpdateExpression:                    aws.String("SET #rvn = :new, #lease = :lease"),
 		ConditionExpression:                 aws.String(rvnIn(cond, values) + " AND attribute_not_exists(#rel)"),
-		ExpressionAttributeNames:            map[string]string{"#rvn": AttrRVN, "#lease": AttrLease, "#rel": AttrReleased},
+		ExpressionAttributeNames:            map[string]string{"#rvn": RVNAttr, "#lease": LeaseAttr, "#rel": ReleasedAttr},
 		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, ddberr.NoBlindRetries)

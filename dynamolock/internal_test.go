@@ -38,8 +38,8 @@ func TestSightingsBounded(t *testing.T) {
 
 func TestParseItem(t *testing.T) {
 	r := parseItem(map[string]types.AttributeValue{
-		AttrOwner: str("o"), AttrRVN: str("r"), AttrLease: str("1500"), AttrReleased: str("1"),
-		AttrData: &types.AttributeValueMemberB{Value: []byte("d")}, AttrToken: num(7),
+		OwnerAttr: str("o"), RVNAttr: str("r"), LeaseAttr: str("1500"), ReleasedAttr: str("1"),
+		DataAttr: &types.AttributeValueMemberB{Value: []byte("d")}, TokenAttr: num(7),
 	})
 	if !r.exists || r.owner != "o" || r.rvn != "r" || r.lease != 1500*time.Millisecond || !r.released || string(r.data) != "d" || r.token != 7 {
 		t.Fatalf("%+v", r)
@@ -48,7 +48,7 @@ func TestParseItem(t *testing.T) {
 		t.Fatal("nil item exists")
 	}
 	// Attributes of unexpected types are ignored: a held lock of unknown owner.
-	r = parseItem(map[string]types.AttributeValue{AttrRVN: num(1), AttrReleased: &types.AttributeValueMemberBOOL{Value: true}})
+	r = parseItem(map[string]types.AttributeValue{RVNAttr: num(1), ReleasedAttr: &types.AttributeValueMemberBOOL{Value: true}})
 	if !r.exists || r.rvn != "" || r.released {
 		t.Fatalf("%+v", r)
 	}

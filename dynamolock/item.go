@@ -13,23 +13,23 @@ import (
 // read each other's items; the fencing token is ours. See docs/dynamolock.md
 // for the differences.
 const (
-	// AttrOwner is the holder's owner name (string).
-	AttrOwner = "ownerName"
-	// AttrRVN is the record version number (string): random, new at every
+	// OwnerAttr is the holder's owner name (string).
+	OwnerAttr = "ownerName"
+	// RVNAttr is the record version number (string): random, new at every
 	// acquisition, heartbeat and release. A waiter that sees it unchanged
 	// for a full lease of its own clock may take the lock over.
-	AttrRVN = "recordVersionNumber"
-	// AttrLease is the holder's lease duration in milliseconds (a string of
+	RVNAttr = "recordVersionNumber"
+	// LeaseAttr is the holder's lease duration in milliseconds (a string of
 	// digits, as the Java client writes it).
-	AttrLease = "leaseDuration"
-	// AttrReleased is "1" (a string) once the lock is released, absent
+	LeaseAttr = "leaseDuration"
+	// ReleasedAttr is "1" (a string) once the lock is released, absent
 	// while it is held, as the Java client does.
-	AttrReleased = "isReleased"
-	// AttrData is the holder's data payload (binary), absent if none.
-	AttrData = "data"
-	// AttrToken is the fencing token (number): incremented by every
+	ReleasedAttr = "isReleased"
+	// DataAttr is the holder's data payload (binary), absent if none.
+	DataAttr = "data"
+	// TokenAttr is the fencing token (number): incremented by every
 	// acquisition, never by a heartbeat or a release.
-	AttrToken = "fencingToken"
+	TokenAttr = "fencingToken"
 )
 
 // releasedValue is the Java client's value of isReleased.
@@ -54,25 +54,25 @@ func parseItem(item map[string]types.AttributeValue) record {
 		return record{}
 	}
 	r := record{exists: true}
-	if v, ok := item[AttrOwner].(*types.AttributeValueMemberS); ok {
+	if v, ok := item[OwnerAttr].(*types.AttributeValueMemberS); ok {
 		r.owner = v.Value
 	}
-	if v, ok := item[AttrRVN].(*types.AttributeValueMemberS); ok {
+	if v, ok := item[RVNAttr].(*types.AttributeValueMemberS); ok {
 		r.rvn = v.Value
 	}
-	if v, ok := item[AttrLease].(*types.AttributeValueMemberS); ok {
+	if v, ok := item[LeaseAttr].(*types.AttributeValueMemberS); ok {
 		r.lease, _ = parseLease(v.Value)
 	}
 	// Only the Java client's "1": the acquiring write's condition tests
 	// exactly that, and parsing must agree with it (a BOOL true would read
 	// as released, fail the condition, and be read again forever).
-	if v, ok := item[AttrReleased].(*types.AttributeValueMemberS); ok {
+	if v, ok := item[ReleasedAttr].(*types.AttributeValueMemberS); ok {
 		r.released = v.Value == releasedValue
 	}
-	if v, ok := item[AttrData].(*types.AttributeValueMemberB); ok {
+	if v, ok := item[DataAttr].(*types.AttributeValueMemberB); ok {
 		r.data = v.Value
 	}
-	if v, ok := item[AttrToken].(*types.AttributeValueMemberN); ok {
+	if v, ok := item[TokenAttr].(*types.AttributeValueMemberN); ok {
 		r.token, _ = strconv.ParseInt(v.Value, 10, 64)
 	}
 	return r

@@ -30,9 +30,9 @@ func TestNewValidates(t *testing.T) {
 		{"lease above a day", []dynamolock.Option{dynamolock.WithLease(25 * time.Hour)}, "lease"},
 		{"poll above the lease", []dynamolock.Option{dynamolock.WithLease(time.Second), dynamolock.WithPoll(2 * time.Second)}, "poll"},
 		{"warning too wide", []dynamolock.Option{dynamolock.WithLease(time.Second), dynamolock.WithExpiryWarning(800 * time.Millisecond)}, "expiry warning"},
-		{"empty partition key name", []dynamolock.Option{dynamolock.WithPartitionKeyName("")}, "partition key name"},
-		{"sort key name equals partition key name", []dynamolock.Option{dynamolock.WithSortKeyName("key")}, "sort key name"},
-		{"key name clashes with an attribute", []dynamolock.Option{dynamolock.WithPartitionKeyName(dynamolock.AttrRVN)}, "key attribute name"},
+		{"empty partition key name", []dynamolock.Option{dynamolock.WithKeyAttributes("", "")}, "partition key name"},
+		{"sort key name equals partition key name", []dynamolock.Option{dynamolock.WithKeyAttributes("key", "key")}, "sort key name"},
+		{"key name clashes with an attribute", []dynamolock.Option{dynamolock.WithKeyAttributes(dynamolock.RVNAttr, "")}, "key attribute name"},
 		{"nil clock", []dynamolock.Option{dynamolock.WithClock(nil)}, "clock"},
 		{"zero heartbeat", []dynamolock.Option{dynamolock.WithHeartbeat(0)}, "heartbeat"},
 		{"zero poll", []dynamolock.Option{dynamolock.WithPoll(0)}, "poll"},
@@ -40,7 +40,7 @@ func TestNewValidates(t *testing.T) {
 		{"warning of -1ns", []dynamolock.Option{dynamolock.WithExpiryWarning(-1)}, "expiry warning"},
 		{"warning of -2ns", []dynamolock.Option{dynamolock.WithExpiryWarning(-2)}, "expiry warning"},
 		{"owner not UTF-8", []dynamolock.Option{dynamolock.WithOwner("me-\xff")}, "owner"},
-		{"key name not UTF-8", []dynamolock.Option{dynamolock.WithPartitionKeyName("k\xff")}, "UTF-8"},
+		{"key name not UTF-8", []dynamolock.Option{dynamolock.WithKeyAttributes("k\xff", "")}, "UTF-8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := dynamolock.New(api, "locks", tc.opts...)
@@ -99,20 +99,20 @@ func TestAcquireReleaseItemAndToken(t *testing.T) {
 		t.Fatalf("token %d, data %q, key %q; want 1, payload, job", l.Token(), l.Data(), l.Key())
 	}
 	item := readItem(t, api, table, "job")
-	rvn := attrS(item, dynamolock.AttrRVN)
-	if attrS(item, dynamolock.AttrOwner) != "worker-1" || rvn == "" || attrS(item, dynamolock.AttrLease) != strconv.Itoa(int(testLease.Milliseconds())) ||
-		attrN(item, dynamolock.AttrToken) != "1" || item[dynamolock.AttrReleased] != nil {
+	rvn := attrS(item, dynamolock.RVNAttr)
+	if attrS(item, dynamolock.OwnerAttr) != "worker-1" || rvn == "" || attrS(item, dynamolock.LeaseAttr) != strconv.Itoa(int(testLease.Milliseconds())) ||
+		attrN(item, dynamolock.TokenAttr) != "1" || item[dynamolock.ReleasedAttr] != nil {
 		t.Fatalf("held item %v", item)
 	}
-	if b, ok := item[dynamolock.AttrData].(*types.AttributeValueMemberB); !ok || string(b.Value) != "payload" {
-		t.Fatalf("data attribute %v", item[dynamolock.AttrData])
+	if b, ok := item[dynamolock.DataAttr].(*types.AttributeValueMemberB); !ok || string(b.Value) != "payload" {
+		t.Fatalf("data attribute %v", item[dynamolock.DataAttr])
 	}
 	testenv.Until(t, "a heartbeat wrote a new record version", func() (bool, error) {
 		item = readItem(t, api, table, "job")
-		return attrS(item, dynamolock.AttrRVN) != rvn, nil
+		return attrS(item, dynamolock.RVNAttr) != rvn, nil
 	})
-	if attrN(item, dynamolock.AttrToken) != "1" {
-		t.Fatalf("after a heartbeat: token %s; want 1", attrN(item, dynamolock.AttrToken))
+	if attrN(item, dynamolock.TokenAttr) != "1" {
+		t.Fatalf("after a heartbeat: token %s; want 1", attrN(item, dynamolock.TokenAttr))
 	}
 	if closed(l.Lost()) || l.Err() != nil || l.Context().Err() != nil {
 		t.Fatal("a held lock reports an end")
@@ -127,7 +127,7 @@ func TestAcquireReleaseItemAndToken(t *testing.T) {
 		t.Fatalf("second release: %v", err)
 	}
 	item = readItem(t, api, table, "job")
-	if attrS(item, dynamolock.AttrReleased) != "1" || attrN(item, dynamolock.AttrToken) != "1" {
+	if attrS(item, dynamolock.ReleasedAttr) != "1" || attrN(item, dynamolock.TokenAttr) != "1" {
 		t.Fatalf("released item %v; want isReleased 1 and the token kept", item)
 	}
 	for want := int64(2); want <= 4; want++ {
@@ -135,8 +135,8 @@ func TestAcquireReleaseItemAndToken(t *testing.T) {
 		if l.Token() != want {
 			t.Fatalf("token %d, want %d", l.Token(), want)
 		}
-		if item := readItem(t, api, table, "job"); item[dynamolock.AttrData] != nil {
-			t.Fatalf("an acquisition without data left the old payload: %v", item[dynamolock.AttrData])
+		if item := readItem(t, api, table, "job"); item[dynamolock.DataAttr] != nil {
+			t.Fatalf("an acquisition without data left the old payload: %v", item[dynamolock.DataAttr])
 		}
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
@@ -179,9 +179,9 @@ func TestLockContextCarriesValues(t *testing.T) {
 			if err := l.Context().Err(); err != nil {
 				t.Fatalf("cancelling the acquiring context cancelled Lock.Context: %v", err)
 			}
-			rvn := attrS(readItem(t, api, table, tc.name), dynamolock.AttrRVN)
+			rvn := attrS(readItem(t, api, table, tc.name), dynamolock.RVNAttr)
 			testenv.Until(t, "a heartbeat after the acquiring context ended", func() (bool, error) {
-				return attrS(readItem(t, api, table, tc.name), dynamolock.AttrRVN) != rvn, nil
+				return attrS(readItem(t, api, table, tc.name), dynamolock.RVNAttr) != rvn, nil
 			})
 			if l.Err() != nil || l.Context().Err() != nil {
 				t.Fatalf("lock ended with its acquiring context: %v, %v", l.Err(), l.Context().Err())
@@ -491,7 +491,7 @@ func TestSortKey(t *testing.T) {
 	ctx := context.Background()
 	api := testenv.DynamoDB(t)
 	table := testenv.Table(t, api, true)
-	c := newClient(t, api, table, dynamolock.WithSortKeyName("sk"))
+	c := newClient(t, api, table, dynamolock.WithKeyAttributes("pk", "sk"))
 	if _, err := c.TryAcquire(ctx, "k"); !errors.Is(err, dynamolock.ErrInvalid) {
 		t.Fatalf("no sort key value: %v", err)
 	}
@@ -582,7 +582,7 @@ func TestCloseReleasesAndWaits(t *testing.T) {
 	ctx := context.Background()
 	server, table := newTable(t)
 	api := &counting{DynamoDBAPI: server}
-	a, err := dynamolock.New(api, table, dynamolock.WithPartitionKeyName("pk"), dynamolock.WithLease(testLease))
+	a, err := dynamolock.New(api, table, dynamolock.WithKeyAttributes("pk", ""), dynamolock.WithLease(testLease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -619,7 +619,7 @@ func TestCloseReleasesAndWaits(t *testing.T) {
 		if !closed(l.Lost()) || !errors.Is(l.Err(), dynamolock.ErrReleased) {
 			t.Fatalf("lock %s after Close: %v", l.Key(), l.Err())
 		}
-		if attrS(readItem(t, server, table, l.Key()), dynamolock.AttrReleased) != "1" {
+		if attrS(readItem(t, server, table, l.Key()), dynamolock.ReleasedAttr) != "1" {
 			t.Fatalf("lock %s not released by Close", l.Key())
 		}
 	}

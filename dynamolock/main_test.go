@@ -57,7 +57,7 @@ func clientFor(t testing.TB, endpoint string) *dynamodb.Client {
 // when the test ends.
 func newClient(t testing.TB, api dynamolock.DynamoDBAPI, table string, opts ...dynamolock.Option) *dynamolock.Client {
 	t.Helper()
-	base := []dynamolock.Option{dynamolock.WithPartitionKeyName("pk"), dynamolock.WithLease(testLease), dynamolock.WithPoll(testPoll)}
+	base := []dynamolock.Option{dynamolock.WithKeyAttributes("pk", ""), dynamolock.WithLease(testLease), dynamolock.WithPoll(testPoll)}
 	c, err := dynamolock.New(api, table, append(base, opts...)...)
 	if err != nil {
 		t.Fatal(err)

@@ -132,7 +132,7 @@ func TestRefusedConnectionNotSent(t *testing.T) {
 		t.Fatalf("Close while connections were refused took %v; want under %v", took, bound)
 	}
 	api.down.Store(false)
-	if item := readItem(t, server, table, "k"); attrS(item, dynamolock.AttrReleased) != "" || attrS(item, dynamolock.AttrOwner) != c.Owner() {
+	if item := readItem(t, server, table, "k"); attrS(item, dynamolock.ReleasedAttr) != "" || attrS(item, dynamolock.OwnerAttr) != c.Owner() {
 		t.Fatalf("item after a release that was not sent: %v; want still held", item)
 	}
 }
@@ -148,7 +148,7 @@ func TestInvalidUTF8Refused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	cs, err := dynamolock.New(api, "locks", dynamolock.WithSortKeyName("sk"))
+	cs, err := dynamolock.New(api, "locks", dynamolock.WithKeyAttributes("key", "sk"))
 	if err != nil {
 		t.Fatal(err)
 	}

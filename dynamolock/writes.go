@@ -73,8 +73,8 @@ func (c *Client) itemKey(ac acquireConfig) map[string]types.AttributeValue {
 // sets our owner, rvn, lease and data, and adds 1 to the fencing token,
 // returning the new token. It waits at most a lease for the answer.
 func (c *Client) writeAcquire(ctx context.Context, ac acquireConfig, rvn string, takeover *string) (*dynamodb.UpdateItemOutput, error) {
-	names := map[string]string{"#pk": c.cfg.pkName, "#own": AttrOwner, "#rvn": AttrRVN, "#lease": AttrLease,
-		"#rel": AttrReleased, "#tok": AttrToken, "#data": AttrData}
+	names := map[string]string{"#pk": c.cfg.pkName, "#own": OwnerAttr, "#rvn": RVNAttr, "#lease": LeaseAttr,
+		"#rel": ReleasedAttr, "#tok": TokenAttr, "#data": DataAttr}
 	values := map[string]types.AttributeValue{":own": str(c.cfg.owner), ":rvn": str(rvn),
 		":lease": str(formatLease(c.cfg.lease)), ":relv": str(releasedValue), ":one": num(1)}
 	update := "SET #own = :own, #rvn = :rvn, #lease = :lease"
@@ -195,7 +195,7 @@ func (c *Client) writeRelease(ctx context.Context, ac acquireConfig, rvns []stri
 // sendRelease sends one release attempt, conditional on the item carrying
 // one of rvns (or, with fencing, rel, the RVN the release writes).
 func (c *Client) sendRelease(ctx context.Context, ac acquireConfig, rvns []string, rel string) error {
-	names := map[string]string{"#rvn": AttrRVN}
+	names := map[string]string{"#rvn": RVNAttr}
 	values := map[string]types.AttributeValue{}
 	if !c.cfg.fencing {
 		_, err := c.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
@@ -206,7 +206,7 @@ func (c *Client) sendRelease(ctx context.Context, ac acquireConfig, rvns []strin
 		}, ddberr.NoBlindRetries)
 		return err
 	}
-	names["#rel"] = AttrReleased
+	names["#rel"] = ReleasedAttr
 	values[":relv"] = str(releasedValue)
 	values[":new"] = str(rel)
 	_, err := c.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{

@@ -102,7 +102,7 @@ type dynamoTable struct {
 func dynamoTables() []dynamoTable {
 	return []dynamoTable{
 		{typ: "dynamolock.Client", table: "nolock_locks", hashKey: "key",
-			use: `dynamolock.New(client, "nolock_locks"); "key" is the default partition key name (WithPartitionKeyName); WithSortKeyName needs a sort key too`},
+			use: `dynamolock.New(client, "nolock_locks"); "key" is the default partition key attribute; WithKeyAttributes names others, and a sort key`},
 		{typ: "dynamoconditional.Stock", table: "nolock_stock", hashKey: dynamoconditional.KeyAttr,
 			use: `dynamoconditional.NewStock(client, "nolock_stock")`},
 		{typ: "dynamoconditional.Accounts", table: "nolock_accounts", hashKey: dynamoconditional.KeyAttr,

@@ -32,7 +32,7 @@ import (
 //
 // The clock. DynamoDB has no clock a condition can read, so a hold's end
 // is an absolute instant, Unix milliseconds on the clock of the caller
-// that held it (WithHoldsClock, default time.Now), and each call
+// that held it (WithClock, default time.Now), and each call
 // judges ends by its own caller's clock, sent as ":now". What this
 // guarantees, however far apart the callers' clocks are: every write is
 // conditioned on the item's holder, so the item names one holder at a
@@ -90,10 +90,10 @@ type holdsConfig struct {
 	clock func() time.Time
 }
 
-// WithHoldsClock sets the clock that holds' ends are set from and
+// WithClock sets the clock that holds' ends are set from and
 // judged by (default time.Now). Every Holds on a table should read a
 // synchronised clock: see Holds.
-func WithHoldsClock(now func() time.Time) HoldsOption {
+func WithClock(now func() time.Time) HoldsOption {
 	return holdsOnly(func(c *holdsConfig) { c.clock = now })
 }
 

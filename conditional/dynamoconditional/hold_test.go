@@ -48,7 +48,7 @@ func (c *holdClock) skewed(d time.Duration) func() time.Time {
 
 func newDynamoHolds(t *testing.T, client dynamoconditional.DynamoDBAPI, table string, clock func() time.Time) *dynamoconditional.Holds {
 	t.Helper()
-	h, err := dynamoconditional.NewHolds(client, table, dynamoconditional.WithHoldsClock(clock))
+	h, err := dynamoconditional.NewHolds(client, table, dynamoconditional.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -551,7 +551,7 @@ func TestDynamoHoldsBadInput(t *testing.T) {
 	}{
 		{"nil client", nil, table, nil, "client is nil"},
 		{"empty table", client, "", nil, "table is empty"},
-		{"nil clock", client, table, []dynamoconditional.HoldsOption{dynamoconditional.WithHoldsClock(nil)}, "clock is nil"},
+		{"nil clock", client, table, []dynamoconditional.HoldsOption{dynamoconditional.WithClock(nil)}, "clock is nil"},
 	} {
 		if _, err := dynamoconditional.NewHolds(tc.client, tc.table, tc.opts...); !errors.Is(err, dynamoconditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("NewHolds with %s: %v, want ErrInvalid naming %q", tc.name, err, tc.want)

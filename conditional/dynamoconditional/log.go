@@ -28,7 +28,7 @@ func (o Option) applyHolds(c *holdsConfig) { o(&c.shared) }
 type StockOption interface{ applyStock(*stockConfig) }
 
 // HoldsOption configures NewHolds: an Option, WithObserver, or
-// WithHoldsClock.
+// WithClock.
 type HoldsOption interface{ applyHolds(*holdsConfig) }
 
 // AccountsOption configures NewAccounts: WithObserver.

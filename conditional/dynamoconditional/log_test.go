@@ -65,7 +65,7 @@ func TestLoggerNil(t *testing.T) {
 	if _, err := dynamoconditional.NewStock(client, "tbl", dynamoconditional.WithLogger(nil), dynamoconditional.WithBuckets(2)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dynamoconditional.NewHolds(client, "tbl", dynamoconditional.WithLogger(nil), dynamoconditional.WithHoldsClock(time.Now)); err != nil {
+	if _, err := dynamoconditional.NewHolds(client, "tbl", dynamoconditional.WithLogger(nil), dynamoconditional.WithClock(time.Now)); err != nil {
 		t.Fatal(err)
 	}
 }

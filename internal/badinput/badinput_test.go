@@ -479,7 +479,7 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 				return err
 			}},
 			refusal{"dynamolock partition key " + b.label, dynamolock.ErrInvalid, "partition key name " + b.says, func() error {
-				_, err := dynamolock.New(ddb, "table", dynamolock.WithPartitionKeyName(n))
+				_, err := dynamolock.New(ddb, "table", dynamolock.WithKeyAttributes(n, ""))
 				return err
 			}},
 		)
@@ -490,7 +490,7 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 					return err
 				}},
 				refusal{"dynamolock sort key " + b.label, dynamolock.ErrInvalid, "sort key name " + b.says, func() error {
-					_, err := dynamolock.New(ddb, "table", dynamolock.WithSortKeyName(n))
+					_, err := dynamolock.New(ddb, "table", dynamolock.WithKeyAttributes("key", n))
 					return err
 				}},
 			)
@@ -759,7 +759,7 @@ func TestNilAndEmptyOptionsRefused(t *testing.T) {
 			return err
 		}),
 		r("dynamoconditional.NewHolds", conditional.ErrInvalid, nilOpt, func() error {
-			_, err := dynamoconditional.NewHolds(ddb, "table", dynamoconditional.WithHoldsClock(time.Now), nil)
+			_, err := dynamoconditional.NewHolds(ddb, "table", dynamoconditional.WithClock(time.Now), nil)
 			return err
 		}),
 		r("idempotency.New", idempotency.ErrInvalid, nilOpt, func() error {
@@ -826,10 +826,6 @@ func TestNilAndEmptyOptionsRefused(t *testing.T) {
 		}),
 		r("dynamolock WithOwner empty", dynamolock.ErrInvalid, `WithOwner("")`, func() error {
 			_, err := dynamolock.New(ddb, "table", dynamolock.WithOwner(""))
-			return err
-		}),
-		r("dynamolock WithSortKeyName empty", dynamolock.ErrInvalid, "sort key name is empty", func() error {
-			_, err := dynamolock.New(ddb, "table", dynamolock.WithSortKeyName(""))
 			return err
 		}),
 		r("dynamolock WithWait 0", dynamolock.ErrInvalid, "wait 0s must be positive", func() error {

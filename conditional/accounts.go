@@ -11,8 +11,9 @@ import (
 )
 
 // Accounts holds balances in a PostgreSQL table and debits them only when
-// they cover the amount: "UPDATE … SET balance = balance - $a WHERE
-// account = $k AND balance >= $a". No lock service, no read-modify-write;
+// they cover the amount: "UPDATE … SET balance = balance - $a WHERE key =
+// $k AND bucket = $b AND balance >= $a" (one row per account and bucket;
+// bucket 0 unless WithBuckets). No lock service, no read-modify-write;
 // the row decides, and under Read Committed a debit blocked on the row
 // re-checks the balance it finally sees.
 //

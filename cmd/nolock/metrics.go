@@ -24,7 +24,7 @@ func metricsFlag(fs *flag.FlagSet, p *string) {
 
 // metrics counts the events nolock's packages report, by name, with the
 // count and total of their durations, under the names the OpenTelemetry
-// adapter (github.com/nolock/nolock/otel) has once Prometheus translates
+// adapter (github.com/nolock/nolock/nolockotel) has once Prometheus translates
 // them: nolock_events_total and nolock_operation_duration_seconds.
 type metrics struct {
 	mu     sync.Mutex

@@ -1,6 +1,6 @@
 // Package nolockotel turns the events of nolock's packages (package
 // observe) into OpenTelemetry metrics and spans. It is a Go module of its
-// own, github.com/nolock/nolock/otel, so the library's module does not
+// own, github.com/nolock/nolock/nolockotel, so the library's module does not
 // depend on OpenTelemetry.
 //
 // Create one Adapter with New and pass its Observe method to every

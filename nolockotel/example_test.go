@@ -12,7 +12,7 @@ import (
 	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/idempotency"
-	nolockotel "github.com/nolock/nolock/otel"
+	"github.com/nolock/nolock/nolockotel"
 )
 
 // One Adapter, on the global providers, observes every package; a span

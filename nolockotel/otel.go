@@ -20,7 +20,7 @@ import (
 
 // ScopeName is the instrumentation scope of the Adapter's meter and
 // tracer: this module's path.
-const ScopeName = "github.com/nolock/nolock/otel"
+const ScopeName = "github.com/nolock/nolock/nolockotel"
 
 // The instruments' names (see docs/observability.md).
 const (

@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
+	"github.com/nolock/nolock/nolockotel"
 	"github.com/nolock/nolock/observe"
-	nolockotel "github.com/nolock/nolock/otel"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

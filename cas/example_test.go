@@ -121,3 +121,49 @@ func ExampleRetry() {
 	// Output:
 	// a: 0 b: 800
 }
+
+// The README's quickstart: a row of your own table edited at the version
+// read, retried on a fresh read if another writer got there first.
+func ExampleRetry_quickstart() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS docs (id int PRIMARY KEY, body text, version bigint);
+		INSERT INTO docs VALUES (7, 'draft', 1)`); err != nil {
+		log.Fatal(err)
+	}
+	edit := func(body string) string { return body + ", edited" }
+	save := func(ctx context.Context, id int) error {
+		return cas.Retry(ctx, pool, func(ctx context.Context, tx pgx.Tx) error {
+			var body string
+			var version int64
+			err := tx.QueryRow(ctx, `SELECT body, version FROM docs WHERE id = $1`, id).Scan(&body, &version)
+			if err != nil {
+				return err
+			}
+			// No row changed (someone wrote first): ErrConflict, and Retry runs this again.
+			return cas.Exec(ctx, tx, `UPDATE docs SET body = $1, version = version + 1
+				WHERE id = $2 AND version = $3`, edit(body), id, version)
+		})
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := save(ctx, 7); err != nil {
+				log.Fatal(err)
+			}
+		}()
+	}
+	wg.Wait()
+	var body string
+	var version int64
+	_ = pool.QueryRow(ctx, `SELECT body, version FROM docs WHERE id = 7`).Scan(&body, &version)
+	fmt.Println(body, "- version", version)
+	// Output:
+	// draft, edited, edited, edited, edited - version 5
+}

@@ -161,3 +161,41 @@ func ExampleFenced_Update() {
 	// old leader (token 7) fenced: true
 	// files: seg-0102
 }
+
+// The README's quickstart: one unit of stock taken, never below zero, with
+// no lock; the second take finds none left.
+func ExampleStock_Take_quickstart() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	setup, _ := conditional.NewStock(pool)
+	if err := setup.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := setup.Put(ctx, "sku-42", 1); err != nil {
+		log.Fatal(err)
+	}
+	setup.Close()
+	errSoldOut := errors.New("sold out")
+	take := func(ctx context.Context) error {
+		stock, err := conditional.NewStock(pool) // pool: your *pgxpool.Pool
+		if err != nil {
+			return err
+		}
+		defer stock.Close()
+		// Once: stock.CreateSchema(ctx) (or `nolock schema`), stock.Put(ctx, "sku-42", 300).
+		err = stock.Take(ctx, "sku-42", 1) // UPDATE … SET qty = qty - 1 WHERE … AND qty >= 1
+		if errors.Is(err, conditional.ErrSoldOut) {
+			return errSoldOut // nothing was taken
+		}
+		return err // nil: the unit is yours
+	}
+	fmt.Println("first:", take(ctx))
+	fmt.Println("second:", take(ctx))
+	// Output:
+	// first: <nil>
+	// second: sold out
+}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/dynamolock"
+	"github.com/nolock/nolock/internal/services"
 )
 
 // A leader-only job: the commit to the manifest row is fenced by the
@@ -159,4 +160,54 @@ func ExampleLock_Transact() {
 	// Output:
 	// holder writes: <nil>
 	// old holder fenced: true
+}
+
+// The README's quickstart: one replica of several runs tonight's report;
+// while another holds the lock, TryAcquire returns at once and the report
+// is not run twice.
+func ExampleClient_TryAcquire_quickstart() {
+	ctx := context.Background()
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ddb := dynamodb.NewFromConfig(cfg)
+	// A lock table as dynamolock expects it by default: string partition key "key".
+	table := os.Getenv("DYNAMODB_TABLE") + "-locks"
+	if err := services.CreateTableKeyed(ctx, ddb, table, "key"); err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = services.DeleteTable(ctx, ddb, table) }()
+	runReport := func(ctx context.Context, token int64) error {
+		fmt.Println("report runs, token", token)
+		return nil
+	}
+	tonight := func(ctx context.Context, day string) error {
+		locks, err := dynamolock.New(ddb, table) // ddb: your *dynamodb.Client
+		if err != nil {
+			return err
+		}
+		defer locks.Close()
+		lock, err := locks.TryAcquire(ctx, "report-"+day)
+		if errors.Is(err, dynamolock.ErrNotAcquired) {
+			return nil // another replica has it
+		} else if err != nil {
+			return err
+		}
+		defer lock.Release(ctx)
+		return runReport(lock.Context(), lock.Token()) // the token fences the writes it protects
+	}
+	fmt.Println(tonight(ctx, "2026-10-27"))
+	other, _ := dynamolock.New(ddb, table, dynamolock.WithOwner("replica-b"))
+	defer other.Close()
+	held, err := other.TryAcquire(ctx, "report-2026-10-28")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer held.Close()
+	fmt.Println(tonight(ctx, "2026-10-28")) // replica-b has it: nothing runs
+	// Output:
+	// report runs, token 1
+	// <nil>
+	// <nil>
 }

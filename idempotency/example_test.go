@@ -7,6 +7,7 @@ package idempotency_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"net/http"
@@ -73,11 +74,11 @@ func ExampleStore_Exec() {
 	if err := store.CreateSchema(ctx); err != nil {
 		log.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE wallets (id text PRIMARY KEY, cents int);
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS wallets (id text PRIMARY KEY, balance bigint);
 		INSERT INTO wallets VALUES ('w1', 5000)`); err != nil {
 		log.Fatal(err)
 	}
-	const debit = `UPDATE wallets SET cents = cents - $1 WHERE id = $2 AND cents >= $1 RETURNING cents`
+	const debit = `UPDATE wallets SET balance = balance - $1 WHERE id = $2 AND balance >= $1 RETURNING balance`
 	key := uuid.NewString()
 	fp := idempotency.Fingerprint([]byte("w1"), []byte("2000"))
 	for range 2 { // the request, then its retry
@@ -88,8 +89,8 @@ func ExampleStore_Exec() {
 		fmt.Printf("%s, replayed: %v\n", res.Body, res.Replayed)
 	}
 	// Output:
-	// [{"cents":3000}], replayed: false
-	// [{"cents":3000}], replayed: true
+	// [{"balance":3000}], replayed: false
+	// [{"balance":3000}], replayed: true
 }
 
 // HTTP POSTs with an Idempotency-Key header: the handler runs inside the
@@ -133,4 +134,66 @@ func ExampleMiddleware() {
 	// Output:
 	// 201 order 1 replayed: false
 	// 201 order 1 replayed: true
+}
+
+// The README's quickstart: a payment debits once, however often it is
+// retried, and a debit the balance cannot cover is declined: the wallet
+// keeps its balance and the key stores "declined", never "paid".
+func ExampleStore_Do_quickstart() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	setup, _ := idempotency.New(pool)
+	if err := setup.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS wallets (id text PRIMARY KEY, balance bigint);
+		INSERT INTO wallets VALUES ('w7', 10)`); err != nil {
+		log.Fatal(err)
+	}
+	errDeclined := errors.New("declined: insufficient funds")
+	pay := func(ctx context.Context, key, wallet string, amount int64, request []byte) ([]byte, error) {
+		keys, err := idempotency.New(pool) // once: keys.CreateSchema(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res, err := keys.Do(ctx, "payments", key, idempotency.Fingerprint(request),
+			func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+				tag, err := tx.Exec(ctx, `UPDATE wallets SET balance = balance - $1
+					WHERE id = $2 AND balance >= $1`, amount, wallet)
+				if err != nil {
+					return nil, err // rolled back, nothing stored: a retry runs this again
+				}
+				if tag.RowsAffected() == 0 { // the balance does not cover it: nothing debited
+					return []byte("declined"), idempotency.Terminal(errDeclined) // stored: a retry gets "declined"
+				}
+				return []byte("paid"), nil // stored with the key, in this transaction
+			})
+		if err != nil {
+			return nil, err
+		}
+		return res.Body, nil // a retry with the same key gets the same body (res.Replayed)
+	}
+	for _, p := range []struct {
+		key    string
+		amount int64
+	}{{"pay-1", 100}, {"pay-1", 100}, {"pay-2", 4}, {"pay-2", 4}} { // each sent, then retried
+		body, err := pay(ctx, p.key, "w7", p.amount, fmt.Appendf(nil, "w7 %d", p.amount))
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s %d: %s\n", p.key, p.amount, body)
+	}
+	var balance int64
+	_ = pool.QueryRow(ctx, `SELECT balance FROM wallets WHERE id = 'w7'`).Scan(&balance)
+	fmt.Println("balance:", balance)
+	// Output:
+	// pay-1 100: declined
+	// pay-1 100: declined
+	// pay-2 4: paid
+	// pay-2 4: paid
+	// balance: 6
 }

@@ -219,3 +219,69 @@ invoices: 1
 		})
 	}
 }
+
+// The README's quickstart: a consumer whose effects apply once per message
+// id, reading committed records only. The producer sent payment p-1 twice
+// (a retry after a lost acknowledgement): the wallet is credited once.
+func ExampleInbox_Run_quickstart() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE wallets (id text PRIMARY KEY, balance bigint);
+		INSERT INTO wallets VALUES ('w7', 0), ('w8', 0)`); err != nil {
+		log.Fatal(err)
+	}
+	brokers, topic := strings.Split(os.Getenv("KAFKA_BROKERS"), ","), os.Getenv("KAFKA_TOPIC")
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Transport: tr}
+	payment := func(id, wallet string) kafka.Message {
+		return kafka.Message{Key: []byte(wallet), Headers: []kafka.Header{{Key: "id", Value: []byte(id)}}}
+	}
+	if err := w.WriteMessages(ctx, payment("p-1", "w7"), payment("p-2", "w7"), payment("p-1", "w7"), payment("p-3", "w8")); err != nil {
+		log.Fatal(err)
+	}
+	_ = w.Close()
+	setup, _ := inbox.New(pool, "payments")
+	if err := setup.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	consume := func(ctx context.Context, brokers []string, topic string) error {
+		in, err := inbox.New(pool, "payments") // once: in.CreateSchema(ctx)
+		if err != nil {
+			return err
+		}
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: "payments", Topic: topic,
+			IsolationLevel: kafka.ReadCommitted}) // committed records only: Run's doc asks for it
+		defer r.Close()
+		// Each message's id (its "id" header) commits with its effect: a redelivery is skipped.
+		return in.Run(ctx, r, func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+			_, err := tx.Exec(ctx, `UPDATE wallets SET balance = balance + 1 WHERE id = $1`, string(m.Key))
+			return err
+		})
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- consume(runCtx, brokers, topic) }()
+	for last := int64(0); last == 0; { // until p-3, written last, is applied
+		select {
+		case err := <-done:
+			log.Fatal("Run returned early: ", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		_ = pool.QueryRow(ctx, `SELECT balance FROM wallets WHERE id = 'w8'`).Scan(&last)
+	}
+	stop()
+	if err := <-done; err != nil {
+		log.Fatal(err)
+	}
+	var balance int64
+	_ = pool.QueryRow(ctx, `SELECT balance FROM wallets WHERE id = 'w7'`).Scan(&balance)
+	fmt.Println("w7:", balance)
+	// Output:
+	// w7: 2
+}

@@ -208,3 +208,66 @@ acct-1 balance: 125
 		})
 	}
 }
+
+// The README's quickstart: one writer per partition, each batch applied
+// in a transaction fenced by the worker's epoch, with the partition's
+// next offset.
+func ExampleConsumer_Run_quickstart() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE wallets (id text PRIMARY KEY, balance bigint);
+		INSERT INTO wallets VALUES ('w7', 0), ('w8', 0)`); err != nil {
+		log.Fatal(err)
+	}
+	brokers, topic := strings.Split(os.Getenv("KAFKA_BROKERS"), ","), os.Getenv("KAFKA_TOPIC")
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Transport: tr}
+	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte("w7")}, kafka.Message{Key: []byte("w7")}, kafka.Message{Key: []byte("w8")}); err != nil {
+		log.Fatal(err)
+	}
+	_ = w.Close()
+	setup, _ := partition.New(pool, brokers, "wallets", []string{topic})
+	if err := setup.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	consume := func(ctx context.Context, brokers []string, topic string) error {
+		c, err := partition.New(pool, brokers, "wallets", []string{topic}) // once: c.CreateSchema(ctx)
+		if err != nil {
+			return err
+		}
+		return c.Run(ctx, func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
+			for _, m := range msgs { // runs only while this worker's epoch is the partition's
+				if _, err := tx.Exec(ctx, `UPDATE wallets SET balance = balance + 1 WHERE id = $1`, string(m.Key)); err != nil {
+					return err
+				}
+			}
+			return nil // commits with the partition's next offset
+		})
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- consume(runCtx, brokers, topic) }()
+	for last := int64(0); last == 0; { // until the message written last is applied
+		select {
+		case err := <-done:
+			log.Fatal("Run returned early: ", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		_ = pool.QueryRow(ctx, `SELECT balance FROM wallets WHERE id = 'w8'`).Scan(&last)
+	}
+	stop()
+	if err := <-done; err != nil {
+		log.Fatal(err)
+	}
+	var balance int64
+	_ = pool.QueryRow(ctx, `SELECT balance FROM wallets WHERE id = 'w7'`).Scan(&balance)
+	fmt.Println("w7:", balance)
+	// Output:
+	// w7: 2
+}

@@ -12,6 +12,7 @@ import (
 	"log"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -166,4 +167,102 @@ func ExampleRetry_quickstart() {
 	fmt.Println(body, "- version", version)
 	// Output:
 	// draft, edited, edited, edited, edited - version 5
+}
+
+// Retry with a bound on its attempts and a hook that sees each retry
+// (a Store's names its key): another writer moves the row between this
+// transaction's read and its write, so the first attempt conflicts and the
+// second, on a fresh read, commits.
+func ExampleWithOnRetry() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS docs (id int PRIMARY KEY, body text, version bigint);
+		INSERT INTO docs VALUES (8, 'draft', 1)`); err != nil {
+		log.Fatal(err)
+	}
+	interfere := true
+	edit := func(body string) string {
+		if interfere { // another writer commits between the read and the write
+			interfere = false
+			if _, err := pool.Exec(ctx, `UPDATE docs SET body = 'theirs', version = version + 1 WHERE id = 8`); err != nil {
+				log.Fatal(err)
+			}
+		}
+		return body + ", mine"
+	}
+	logRetry := func(key string, attempt int, err error, delay time.Duration) {
+		fmt.Println("retry after attempt", attempt, "conflict:", errors.Is(err, cas.ErrConflict))
+	}
+	save := func(ctx context.Context, id int) error {
+		err := cas.Retry(ctx, pool, func(ctx context.Context, tx pgx.Tx) error {
+			var body string
+			var version int64
+			if err := tx.QueryRow(ctx, `SELECT body, version FROM docs WHERE id = $1`, id).Scan(&body, &version); err != nil {
+				return err
+			}
+			return cas.Exec(ctx, tx, `UPDATE docs SET body = $1, version = version + 1 WHERE id = $2 AND version = $3`,
+				edit(body), id, version) // 0 rows → cas.ErrConflict → retried on a fresh read
+		}, cas.WithAttempts(10), cas.WithOnRetry(logRetry))
+		return err
+	}
+	fmt.Println("saved:", save(ctx, 8))
+	var body string
+	_ = pool.QueryRow(ctx, `SELECT body FROM docs WHERE id = 8`).Scan(&body)
+	fmt.Println(body)
+	// Output:
+	// retry after attempt 1 conflict: true
+	// saved: <nil>
+	// theirs, mine
+}
+
+type Doc struct{ Lines []string }
+
+// A typed store of versioned records: Create, Update (read, apply, write
+// at the version read, retried on a conflict), Get and a Delete at a
+// version.
+func ExampleNewStore() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	run := func(ctx context.Context) error {
+		backend, err := cas.NewPostgresBackend(pool) // cas.WithTable(name) for another table; or dynamocas.NewBackend(client, table, "pk")
+		if err != nil {
+			return err
+		}
+		if err := backend.CreateSchema(ctx); err != nil {
+			return err
+		}
+		docs, err := cas.NewStore[Doc](backend, nil) // nil codec: JSON
+		if err != nil {
+			return err
+		}
+		defer docs.Close()
+		if err := docs.Create(ctx, "doc-1", Doc{}); err != nil { // ErrExists if taken
+			return err
+		}
+		v, err := docs.Update(ctx, "doc-1", func(d Doc) (Doc, error) {
+			d.Lines = append(d.Lines, "hello")
+			return d, nil
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Println(v.Value.Lines, "at version", v.Version)
+		cur, err := docs.Get(ctx, "doc-1")
+		if err != nil {
+			return err
+		}
+		return docs.Delete(ctx, "doc-1", cur.Version) // ErrConflict if it moved on
+	}
+	fmt.Println(run(ctx))
+	// Output:
+	// [hello] at version 2
+	// <nil>
 }

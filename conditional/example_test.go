@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/conditional"
@@ -198,4 +199,200 @@ func ExampleStock_Take_quickstart() {
 	// Output:
 	// first: <nil>
 	// second: sold out
+}
+
+// A Stock's life: the schema, a restock, a take, what is left.
+func ExampleNewStock() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	sell := func(ctx context.Context) error {
+		stock, err := conditional.NewStock(pool) // *pgxpool.Pool
+		if err != nil {
+			return err
+		}
+		defer stock.Close()
+		if err := stock.CreateSchema(ctx); err != nil { // or put stock.Schema() in your migrations
+			return err
+		}
+		if err := stock.Put(ctx, "sku-9", 500); err != nil { // restock / return, creates the key
+			return err
+		}
+		if err := stock.Take(ctx, "sku-9", 2); err != nil { // nil: both units are yours
+			return err
+		}
+		n, err := stock.Available(ctx, "sku-9")
+		fmt.Println("available:", n)
+		return err
+	}
+	if err := sell(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output: available: 498
+}
+
+// A replica of eight selling one hot SKU from a row of its own.
+func ExampleWithHome() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	setup, _ := conditional.NewStock(pool)
+	if err := setup.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+	setup.Close()
+	replica := 3
+	sell := func(ctx context.Context) error {
+		stock, err := conditional.NewStock(pool,
+			conditional.WithBuckets(8),                // as many buckets as replicas (every Stock on the table: the same)
+			conditional.WithHome(replica%8),           // this replica's row: its StatefulSet ordinal, say
+			conditional.WithEndgame(1000),             // the last 1,000 units: gathered into bucket 0
+			conditional.WithSoldOutCache(time.Second), // optional: answer the end of the sale without a query
+		)
+		if err != nil {
+			return err
+		}
+		defer stock.Close()
+		if err := stock.Put(ctx, "sku-43", 200_000); err != nil { // spread evenly: 25,000 per bucket
+			return err
+		}
+		if err := stock.Take(ctx, "sku-43", 1); err != nil {
+			return err
+		}
+		n, err := stock.Available(ctx, "sku-43")
+		fmt.Println("available:", n)
+		return err
+	}
+	if err := sell(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output: available: 199999
+}
+
+// Seats held by one passenger, confirmed or released by that passenger
+// only.
+func ExampleNewHolds() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	book := func(ctx context.Context) error {
+		holds, err := conditional.NewHolds(pool)
+		if err != nil {
+			return err
+		}
+		if err := holds.CreateSchema(ctx); err != nil {
+			return err
+		}
+		if err := holds.Add(ctx, "train-12/seat-4A", "train-12/seat-4B"); err != nil {
+			return err
+		}
+		// Hold returns when the hold ends; ErrHeld: someone else has it.
+		if _, err := holds.Hold(ctx, "train-12/seat-4A", "alice", 10*time.Minute); err != nil {
+			return err
+		}
+		_, err = holds.HoldAll(ctx, []string{"train-12/seat-4A", "train-12/seat-4B"}, "bob", 10*time.Minute)
+		fmt.Println("bob refused:", errors.Is(err, conditional.ErrHeld)) // all or nothing: 4B stays free
+		if _, err := holds.HoldAll(ctx, []string{"train-12/seat-4A", "train-12/seat-4B"}, "alice", 10*time.Minute); err != nil {
+			return err
+		}
+		if err := holds.Confirm(ctx, "train-12/seat-4A", "alice"); err != nil { // ErrNotHolder once expired
+			return err
+		}
+		return holds.Release(ctx, "train-12/seat-4B", "alice")
+	}
+	fmt.Println(book(ctx))
+	// Output:
+	// bob refused: true
+	// <nil>
+}
+
+// Balances debited only when they cover the amount, and a debit that
+// commits with the caller's own row.
+func ExampleNewAccounts() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE ledger (payment text PRIMARY KEY, amount bigint)`); err != nil {
+		log.Fatal(err)
+	}
+	paymentKey := "pay-81"
+	pay := func(ctx context.Context) error {
+		accounts, err := conditional.NewAccounts(pool) // table nolock_accounts (key, bucket, balance)
+		if err != nil {
+			return err
+		}
+		defer accounts.Close()
+		if err := accounts.CreateSchema(ctx); err != nil {
+			return err
+		}
+		if err := accounts.Open(ctx, "alice", 100_000); err != nil { // minor units; creates if absent, else leaves it (retry-safe)
+			return err
+		}
+		if err := accounts.Open(ctx, "merchant-7", 0); err != nil {
+			return err
+		}
+		if err := accounts.Debit(ctx, "alice", 500); err != nil { // ErrInsufficient: nothing taken
+			return err
+		}
+		if err := accounts.Credit(ctx, "merchant-7", 500); err != nil { // ErrNotFound for an account never opened
+			return err
+		}
+		// A payment: the debit and its ledger row in ONE transaction.
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, `INSERT INTO ledger VALUES ($1, $2) ON CONFLICT DO NOTHING`, paymentKey, 500)
+			if err != nil || tag.RowsAffected() == 0 {
+				return err // a retry of a payment already made
+			}
+			return accounts.DebitIn(ctx, tx, "alice", 500)
+		})
+	}
+	if err := pay(ctx); err != nil {
+		log.Fatal(err)
+	}
+	accounts, _ := conditional.NewAccounts(pool)
+	defer accounts.Close()
+	alice, _ := accounts.Balance(ctx, "alice")
+	merchant, _ := accounts.Balance(ctx, "merchant-7")
+	fmt.Println("alice:", alice, "merchant-7:", merchant)
+	// Output: alice: 99000 merchant-7: 500
+}
+
+// Writes to your own table fenced by a token: a lower token than the one
+// that last wrote is refused and changes nothing.
+func ExampleNewFenced() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE documents (id text PRIMARY KEY, body text, fence bigint);
+		INSERT INTO documents VALUES ('doc-1', '', NULL)`); err != nil {
+		log.Fatal(err)
+	}
+	write := func(ctx context.Context, docID string, token int64, body string) error {
+		f, err := conditional.NewFenced("documents", "id", "fence")
+		if err != nil {
+			return err
+		}
+		return f.Update(ctx, pool, docID, token, map[string]any{"body": body}) // ErrFenced: a newer holder wrote
+	}
+	fmt.Println("token 5:", write(ctx, "doc-1", 5, "v2"))
+	err = write(ctx, "doc-1", 4, "v1") // an earlier holder, paused until now
+	fmt.Println("token 4 fenced:", errors.Is(err, conditional.ErrFenced))
+	// Output:
+	// token 5: <nil>
+	// token 4 fenced: true
 }

@@ -133,3 +133,157 @@ func ExampleFenced_Update() {
 	// new leader (token 8): <nil>
 	// old leader (token 7) fenced: true
 }
+
+// A Stock spread over four items, and Accounts whose debit can join your
+// own transaction.
+func ExampleNewAccounts() {
+	ctx := context.Background()
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	client, table := dynamodb.NewFromConfig(cfg), os.Getenv("DYNAMODB_TABLE")
+	sell := func(ctx context.Context) error {
+		stock, err := dynamoconditional.NewStock(client, table, dynamoconditional.WithBuckets(4))
+		if err != nil {
+			return err
+		}
+		defer stock.Close()
+		if err := stock.Put(ctx, "sku-9", 500); err != nil {
+			return err
+		}
+		if err := stock.Take(ctx, "sku-9", 2); err != nil { // SET qty = qty - :n IF qty >= :n
+			return err
+		}
+		n, err := stock.Available(ctx, "sku-9")
+		fmt.Println("available:", n)
+		return err
+	}
+	pay := func(ctx context.Context) error {
+		accounts, err := dynamoconditional.NewAccounts(client, table)
+		if err != nil {
+			return err
+		}
+		if err := accounts.Open(ctx, "alice", 100); err != nil { // creates if absent, else leaves it
+			return err
+		}
+		if err := accounts.Debit(ctx, "alice", 30); err != nil { // ErrInsufficient, ErrNotFound
+			return err
+		}
+		err = accounts.Credit(ctx, "shop", 30) // Credit never creates
+		fmt.Println("shop never opened:", errors.Is(err, dynamoconditional.ErrNotFound))
+		// A debit in your own transaction, all or nothing with your order:
+		debit, err := accounts.DebitItem("alice", 30)
+		if err != nil {
+			return err
+		}
+		order := types.TransactWriteItem{Put: &types.Put{TableName: aws.String(table),
+			Item: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "order-1"}}}}
+		_, err = client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+			TransactItems: []types.TransactWriteItem{debit, order}})
+		if err != nil {
+			return err
+		}
+		b, err := accounts.Balance(ctx, "alice") // strongly consistent read
+		fmt.Println("alice:", b)
+		return err
+	}
+	if err := errors.Join(sell(ctx), pay(ctx)); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// available: 498
+	// shop never opened: true
+	// alice: 40
+}
+
+// A fenced write, and the same fence as actions of your own transaction.
+func ExampleFenced_UpdateItem() {
+	ctx := context.Background()
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	client, table := dynamodb.NewFromConfig(cfg), os.Getenv("DYNAMODB_TABLE")
+	key := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "doc-5"}}
+	if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: key}); err != nil {
+		log.Fatal(err)
+	}
+	token := int64(12) // the writer's fencing token: a lock's, an epoch
+	write := func(ctx context.Context) error {
+		docs, err := dynamoconditional.NewFenced(table, "pk", "fence")
+		if err != nil {
+			return err
+		}
+		body := map[string]types.AttributeValue{"body": &types.AttributeValueMemberS{Value: "v2"}}
+		if err := docs.Update(ctx, client, key, token, body); err != nil { // ErrFenced: a newer holder wrote
+			return err
+		}
+		// In your own transaction: the fence's check beside your writes, or the fenced write itself.
+		check, err := docs.CheckItem(key, token)
+		if err != nil {
+			return err
+		}
+		order := types.TransactWriteItem{Put: &types.Put{TableName: aws.String(table),
+			Item: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "order-3"}}}}
+		_, err = client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+			TransactItems: []types.TransactWriteItem{check, order}})
+		if err != nil {
+			return err
+		}
+		stale, err := docs.UpdateItem(key, token-1, body) // an earlier holder's write
+		if err != nil {
+			return err
+		}
+		_, err = client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+			TransactItems: []types.TransactWriteItem{stale}})
+		fmt.Println("earlier holder refused:", dynamoconditional.ConditionFailedAt(err, 0)) // did action 0's condition cancel it?
+		return nil
+	}
+	if err := write(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output: earlier holder refused: true
+}
+
+// Seats held, released, and confirmed in the same transaction as the
+// order.
+func ExampleHolds_ConfirmItem() {
+	ctx := context.Background()
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	client, table := dynamodb.NewFromConfig(cfg), os.Getenv("DYNAMODB_TABLE")
+	book := func(ctx context.Context) error {
+		holds, err := dynamoconditional.NewHolds(client, table) // WithHoldsClock(now) for tests
+		if err != nil {
+			return err
+		}
+		if err := holds.Add(ctx, "train-12/seat-4A", "train-12/seat-4B"); err != nil {
+			return err
+		}
+		// Hold returns when the hold ends, or a *HoldError: ErrHeld, ErrConfirmed, ErrNotFound.
+		if _, err := holds.Hold(ctx, "train-12/seat-4A", "alice", 10*time.Minute); err != nil {
+			return err
+		}
+		if _, err := holds.HoldAll(ctx, []string{"train-12/seat-4A", "train-12/seat-4B"}, "alice", 10*time.Minute); err != nil {
+			return err
+		}
+		if err := holds.Release(ctx, "train-12/seat-4B", "alice"); err != nil {
+			return err
+		}
+		// holds.Confirm alone, or with your order in your transaction (ErrNotHolder once expired or taken):
+		confirm, err := holds.ConfirmItem("train-12/seat-4A", "alice")
+		if err != nil {
+			return err
+		}
+		order := types.TransactWriteItem{Put: &types.Put{TableName: aws.String(table),
+			Item: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "order-2"}}}}
+		_, err = client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+			TransactItems: []types.TransactWriteItem{confirm, order}})
+		return err
+	}
+	fmt.Println(book(ctx))
+	// Output: <nil>
+}

@@ -8,4 +8,4 @@ import (
 	"github.com/nolock/nolock/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(testenv.ExampleMain(m, testenv.EnvDynamoDB)) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testenv.ExampleMain(m, testenv.EnvDynamoDBTx)) }

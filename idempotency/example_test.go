@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
@@ -196,4 +197,170 @@ func ExampleStore_Do_quickstart() {
 	// pay-2 4: paid
 	// pay-2 4: paid
 	// balance: 6
+}
+
+// A payment with its ledger row, keyed by the payment's idempotency key:
+// the debit, the ledger row and the stored answer commit together; a
+// debit the balance cannot cover is a terminal outcome, stored and
+// replayed like a success.
+func ExampleTerminal() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS wallets (id text PRIMARY KEY, balance bigint);
+		INSERT INTO wallets VALUES ('alice', 1000);
+		CREATE TABLE ledger (payment text PRIMARY KEY, payer text, amount bigint)`); err != nil {
+		log.Fatal(err)
+	}
+	errInsufficient := errors.New("insufficient funds")
+	pay := func(ctx context.Context, paymentKey, payer, payee string, amount int64) error {
+		store, err := idempotency.New(pool) // *pgxpool.Pool; table nolock_idempotency
+		if err != nil {
+			return err
+		}
+		if err := store.CreateSchema(ctx); err != nil { // or put store.Schema() in your migrations
+			return err
+		}
+
+		fp := idempotency.Fingerprint([]byte(payer), []byte(payee), []byte(strconv.FormatInt(amount, 10)))
+		res, err := store.Do(ctx, payer, paymentKey, fp, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			tag, err := tx.Exec(ctx, `UPDATE wallets SET balance = balance - $2 WHERE id = $1 AND balance >= $2`, payer, amount)
+			if err != nil {
+				return nil, err // rolls back; nothing stored; safe to retry
+			}
+			if tag.RowsAffected() == 0 {
+				return []byte("declined"), idempotency.Terminal(errInsufficient) // stored and replayed
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO ledger VALUES ($1, $2, $3)`, paymentKey, payer, amount); err != nil {
+				return nil, err
+			}
+			return []byte("paid"), nil
+		})
+		if err != nil {
+			return err
+		}
+		// res.Body: "paid" or "declined"; res.Replayed: true when fn did not run in this call
+		fmt.Printf("%s: %s, replayed: %v\n", paymentKey, res.Body, res.Replayed)
+		return nil
+	}
+	for _, key := range []string{"pay-1", "pay-1"} { // a payment and its retry
+		if err := pay(ctx, key, "alice", "shop", 600); err != nil {
+			log.Fatal(err)
+		}
+	}
+	for _, key := range []string{"pay-2", "pay-2"} {
+		if err := pay(ctx, key, "alice", "shop", 600); err != nil {
+			log.Fatal(err)
+		}
+	}
+	var balance, rows int64
+	_ = pool.QueryRow(ctx, `SELECT (SELECT balance FROM wallets WHERE id = 'alice'), (SELECT count(*) FROM ledger)`).Scan(&balance, &rows)
+	fmt.Println("balance:", balance, "ledger rows:", rows)
+	// Output:
+	// pay-1: paid, replayed: false
+	// pay-1: paid, replayed: true
+	// pay-2: declined, replayed: false
+	// pay-2: declined, replayed: true
+	// balance: 400 ledger rows: 1
+}
+
+// Exec: a one-statement effect whose RETURNING rows are the stored
+// answer; no row returned is a terminal outcome, replayed as such.
+func ExampleStore_Exec_declined() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	store, _ := idempotency.New(pool)
+	if err := store.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS wallets (id text PRIMARY KEY, balance bigint);
+		INSERT INTO wallets VALUES ('bob', 10000)`); err != nil {
+		log.Fatal(err)
+	}
+	debit := func(ctx context.Context, paymentKey, payer string, amount int64) error {
+		fp := idempotency.Fingerprint([]byte(payer), []byte(strconv.FormatInt(amount, 10)))
+		res, err := store.Exec(ctx, payer, paymentKey, fp,
+			`UPDATE wallets SET balance = balance - $2 WHERE id = $1 AND balance >= $2 RETURNING balance`,
+			payer, amount)
+		if err != nil {
+			return err
+		}
+		// first call:  res.Body = [{"balance":9500}]
+		// a retry:     the same body, res.Replayed = true; the UPDATE does not run
+		// no funds:    res.Terminal = true, res.Body = [] (no row returned), replayed as such
+		fmt.Printf("%s replayed: %v, terminal: %v\n", res.Body, res.Replayed, res.Terminal)
+		return nil
+	}
+	for _, p := range []struct {
+		key    string
+		amount int64
+	}{{"pay-1", 500}, {"pay-1", 500}, {"pay-2", 20000}, {"pay-2", 20000}} {
+		if err := debit(ctx, p.key, "bob", p.amount); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// Output:
+	// [{"balance":9500}] replayed: false, terminal: false
+	// [{"balance":9500}] replayed: true, terminal: false
+	// [] replayed: false, terminal: true
+	// [] replayed: true, terminal: true
+}
+
+// The middleware scoped by the caller's account, on your own mux: the
+// handler makes its effect through the key's transaction.
+func ExampleWithScope() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	store, _ := idempotency.New(pool)
+	if err := store.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE payments (id bigserial PRIMARY KEY, account text)`); err != nil {
+		log.Fatal(err)
+	}
+	accountOf := func(r *http.Request) string { return r.Header.Get("Account") } // after authentication
+	mux := http.NewServeMux()
+	serve := func() error {
+		mw, err := idempotency.Middleware(store, idempotency.WithScope(accountOf))
+		if err != nil {
+			return err
+		}
+		mux.Handle("/payments", mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tx, _ := idempotency.TxFromContext(r.Context()) // make the effect through tx
+			var id int64
+			if err := tx.QueryRow(r.Context(), `INSERT INTO payments (account) VALUES ($1) RETURNING id`, accountOf(r)).Scan(&id); err != nil {
+				http.Error(w, "payment failed", http.StatusInternalServerError) // rolled back, not stored
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, "payment %d", id)
+		})))
+		return nil
+	}
+	if err := serve(); err != nil {
+		log.Fatal(err)
+	}
+	for _, account := range []string{"alice", "alice", "bob"} { // alice retries; bob sends the same key
+		req := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"cents":500}`))
+		req.Header.Set(idempotency.HeaderKey, "key-1")
+		req.Header.Set("Account", account)
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		fmt.Println(account, rec.Code, rec.Body.String(), "replayed:", rec.Header().Get("Idempotent-Replayed") == "true")
+	}
+	// Output:
+	// alice 201 payment 1 replayed: false
+	// alice 201 payment 1 replayed: true
+	// bob 201 payment 2 replayed: false
 }

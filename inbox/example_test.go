@@ -152,7 +152,8 @@ func ExampleInbox_ReplayParked() {
 	}
 	for _, p := range parked {
 		fmt.Printf("%s (%s/%d@%d, %d attempt): %s\n", p.ID, p.Msg.Topic, p.Msg.Partition, p.Msg.Offset, p.Attempts, p.Error)
-		err := in.ReplayParked(ctx, p.ID, charge) // applied once, however many replay it
+		// p.Msg holds the key, value and headers as stored.
+		err := in.ReplayParked(ctx, p.ID, charge) // the fixed handler: applied once, however many replay it
 		if err == nil {
 			fmt.Println("  replayed")
 			continue
@@ -163,7 +164,7 @@ func ExampleInbox_ReplayParked() {
 		}
 		fmt.Println("  purged")
 	}
-	if _, err := in.PurgeParkedOlderThan(ctx, 30*24*time.Hour); err != nil { // scheduled daily
+	if _, err := in.PurgeParkedOlderThan(ctx, 30*24*time.Hour); err != nil { // the parked table's retention: schedule it, e.g. daily
 		log.Fatal(err)
 	}
 	var n int
@@ -284,4 +285,72 @@ func ExampleInbox_Run_quickstart() {
 	fmt.Println("w7:", balance)
 	// Output:
 	// w7: 2
+}
+
+// A ledger consumer with batches of up to 100 messages per transaction:
+// each payment id is applied once, and the duplicate the producer sent is
+// skipped.
+func ExampleWithMaxBatch() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE ledger (payment text PRIMARY KEY, amount bigint)`); err != nil {
+		log.Fatal(err)
+	}
+	brokers, topic := strings.Split(os.Getenv("KAFKA_BROKERS"), ","), os.Getenv("KAFKA_TOPIC")
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Transport: tr}
+	payment := func(id, amount string) kafka.Message {
+		return kafka.Message{Headers: []kafka.Header{{Key: "id", Value: []byte(id)}}, Value: []byte(amount)}
+	}
+	if err := w.WriteMessages(ctx, payment("pay-1", "250"), payment("pay-2", "100"), payment("pay-1", "250"), payment("pay-3", "50")); err != nil {
+		log.Fatal(err)
+	}
+	_ = w.Close()
+	paymentID := func(m kafka.Message) string { return string(m.Headers[0].Value) }
+	amount := func(m kafka.Message) int64 { n, _ := strconv.ParseInt(string(m.Value), 10, 64); return n }
+	group := "ledger"
+
+	consume := func(ctx context.Context) error {
+		in, err := inbox.New(pool, group) // consumer name: usually the group ID
+		if err != nil {
+			return err
+		}
+		if err := in.CreateSchema(ctx); err != nil { // safe from every process at once; or put in.Schema() in your migrations
+			return err
+		}
+		r := kafka.NewReader(kafka.ReaderConfig{
+			Brokers: brokers, Topic: topic, GroupID: group,
+			IsolationLevel: kafka.ReadCommitted,
+		})
+		defer r.Close()
+		return in.Run(ctx, r, func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+			_, err := tx.Exec(ctx, `INSERT INTO ledger (payment, amount) VALUES ($1, $2)`, paymentID(m), amount(m))
+			return err // all work through tx
+		}, inbox.WithMaxBatch(100), inbox.WithBatchWait(10*time.Millisecond))
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- consume(runCtx) }()
+	for last := 0; last == 0; { // until pay-3, written last, is applied
+		select {
+		case err := <-done:
+			log.Fatal("Run returned early: ", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		_ = pool.QueryRow(ctx, `SELECT count(*) FROM ledger WHERE payment = 'pay-3'`).Scan(&last)
+	}
+	stop()
+	if err := <-done; err != nil {
+		log.Fatal(err)
+	}
+	var n, total int64
+	_ = pool.QueryRow(ctx, `SELECT count(*), sum(amount) FROM ledger WHERE payment LIKE 'pay-%'`).Scan(&n, &total)
+	fmt.Println("payments:", n, "total:", total)
+	// Output:
+	// payments: 3 total: 400
 }

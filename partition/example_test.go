@@ -117,7 +117,7 @@ func ExampleConsumer_ReplayParked() {
 		}
 		return nil
 	}
-	c, err := partition.New(pool, []string{"127.0.0.1:9092"}, "balances", []string{"transfers"})
+	c, err := partition.New(pool, []string{"127.0.0.1:9092"}, "balances", []string{"transfers"}) // the group's; no Kafka I/O
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -127,7 +127,8 @@ func ExampleConsumer_ReplayParked() {
 	}
 	for _, p := range parked {
 		fmt.Printf("%s key %s, %d attempts: %s\n", p.ID, p.Msg.Key, p.Attempts, p.Error)
-		err := c.ReplayParked(ctx, p.ID, apply) // applied once, however many replay it
+		// p.Msg holds the key, value and headers as stored.
+		err := c.ReplayParked(ctx, p.ID, apply) // the fixed handler: applied once, however many replay it
 		if err == nil {
 			fmt.Println("  replayed")
 			continue
@@ -138,7 +139,7 @@ func ExampleConsumer_ReplayParked() {
 		}
 		fmt.Println("  purged")
 	}
-	if _, err := c.PurgeParkedOlderThan(ctx, 30*24*time.Hour); err != nil { // scheduled daily
+	if _, err := c.PurgeParkedOlderThan(ctx, 30*24*time.Hour); err != nil { // the parked table's retention: schedule it, e.g. daily
 		log.Fatal(err)
 	}
 	var balance int64
@@ -270,4 +271,72 @@ func ExampleConsumer_Run_quickstart() {
 	fmt.Println("w7:", balance)
 	// Output:
 	// w7: 2
+}
+
+// A member of the accounts group, with batches of up to 200 messages per
+// transaction, applying transfers to the accounts table.
+func ExampleWithMaxBatch() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE accounts (id text PRIMARY KEY, balance bigint);
+		INSERT INTO accounts VALUES ('acct-1', 0), ('acct-2', 0)`); err != nil {
+		log.Fatal(err)
+	}
+	brokers, topic := strings.Split(os.Getenv("KAFKA_BROKERS"), ","), os.Getenv("KAFKA_TOPIC")
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Transport: tr}
+	transfer := func(account, amount string) kafka.Message {
+		return kafka.Message{Key: []byte(account), Value: []byte(amount)}
+	}
+	if err := w.WriteMessages(ctx, transfer("acct-1", "100"), transfer("acct-1", "-30"), transfer("acct-2", "5")); err != nil {
+		log.Fatal(err)
+	}
+	_ = w.Close()
+	amount := func(m kafka.Message) int64 { n, _ := strconv.ParseInt(string(m.Value), 10, 64); return n }
+
+	consume := func(ctx context.Context) error {
+		apply := func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
+			// msgs: one partition, in offset order. Write through tx only.
+			for _, m := range msgs {
+				if _, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance + $2 WHERE id = $1`, string(m.Key), amount(m)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		c, err := partition.New(pool, brokers, "accounts", []string{topic},
+			partition.WithMaxBatch(200)) // options: see "Settings"
+		if err != nil {
+			return err // partition.ErrInvalid names the bad argument or option
+		}
+		if err := c.CreateSchema(ctx); err != nil { // safe from every process at once; or put partition.Schema(table) in your migrations
+			return err
+		}
+		return c.Run(ctx, apply) // until ctx ends; nil then
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- consume(runCtx) }()
+	for last := int64(0); last == 0; { // until the transfer written last is applied
+		select {
+		case err := <-done:
+			log.Fatal("Run returned early: ", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		_ = pool.QueryRow(ctx, `SELECT balance FROM accounts WHERE id = 'acct-2'`).Scan(&last)
+	}
+	stop()
+	if err := <-done; err != nil {
+		log.Fatal(err)
+	}
+	var balance int64
+	_ = pool.QueryRow(ctx, `SELECT balance FROM accounts WHERE id = 'acct-1'`).Scan(&balance)
+	fmt.Println("acct-1:", balance)
+	// Output:
+	// acct-1: 70
 }

@@ -211,3 +211,73 @@ func ExampleClient_TryAcquire_quickstart() {
 	// <nil>
 	// <nil>
 }
+
+// The lock's whole life in a compaction job: the work runs under the
+// lock's context, the job stops if the lease is about to run out or is
+// lost, and the commit is fenced by the lock's token.
+func ExampleLock_Lost() {
+	ctx := context.Background()
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ddb := dynamodb.NewFromConfig(cfg)
+	table := os.Getenv("DYNAMODB_TABLE") + "-compaction"
+	if err := services.CreateTableKeyed(ctx, ddb, table, "key"); err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = services.DeleteTable(ctx, ddb, table) }()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS manifest (dataset text PRIMARY KEY, files text, fence bigint);
+		INSERT INTO manifest VALUES ('logs', 'seg-0001', NULL)`); err != nil {
+		log.Fatal(err)
+	}
+	manifest, _ := conditional.NewFenced("manifest", "dataset", "fence")
+	var out string
+	compactFiles := func(ctx context.Context) error { out = "seg-0101"; return ctx.Err() }
+
+	compact := func(ctx context.Context) error {
+		locks, err := dynamolock.New(ddb, table, // table with a string partition key "key"
+			dynamolock.WithLease(20*time.Second),    // default 20 s
+			dynamolock.WithHeartbeat(5*time.Second), // default lease/4; must be <= lease/2
+			dynamolock.WithOwner("compactor-7"))
+		if err != nil {
+			return err
+		}
+		defer locks.Close() // releases what it holds, waits for its goroutines
+
+		lock, err := locks.Acquire(ctx, "compaction/logs",
+			dynamolock.WithWait(time.Minute),       // else: until ctx ends
+			dynamolock.WithMaxHold(30*time.Minute)) // a hung holder cannot keep it forever
+		if err != nil {
+			return err // *HeldError (ErrNotAcquired) after the wait
+		}
+		defer lock.Close()
+
+		done := make(chan error, 1)
+		go func() { done <- compactFiles(lock.Context()) }() // the work, under the lock's context
+		select {
+		case err := <-done:
+			if err != nil {
+				return err
+			}
+		case <-lock.Expiring(): // heartbeats are failing; the lease is about to run out
+			return errors.New("lease expiring: not committing")
+		case <-lock.Lost(): // lock.Err(): *LostError (taken over / expired / max hold) or ErrReleased
+			return lock.Err()
+		}
+		// Fence every write to what the lock protects with lock.Token() (manifest: a conditional.Fenced):
+		return manifest.Update(ctx, pool, "logs", lock.Token(), map[string]any{"files": out}) // ErrFenced: a newer holder wrote
+	}
+	fmt.Println(compact(ctx))
+	var files string
+	_ = pool.QueryRow(ctx, `SELECT files FROM manifest WHERE dataset = 'logs'`).Scan(&files)
+	fmt.Println(files)
+	// Output:
+	// <nil>
+	// seg-0101
+}

@@ -39,7 +39,7 @@ func ExampleClient_Acquire() {
 		log.Fatal(err)
 	}
 	defer locks.Close()
-	if err := locks.CreateSchema(ctx); err != nil {
+	if err := locks.CreateSchema(ctx); err != nil { // or copy locks.Schema() into your migrations
 		log.Fatal(err)
 	}
 	lock, err := locks.Acquire(ctx, "compaction/events", lease.WithWait(time.Minute), lease.WithMaxHold(time.Hour))
@@ -47,7 +47,8 @@ func ExampleClient_Acquire() {
 		log.Fatal(err) // ErrNotAcquired: someone else is compacting
 	}
 	defer lock.Close()
-	// ... compact into fresh files, stopping early if lock.Context() ends ...
+	// ... compact into fresh files, stopping early if lock.Context() ends;
+	// then commit through a fence, with the lock's token:
 	manifest, _ := conditional.NewFenced("manifest", "dataset", "fence")
 	err = manifest.Update(ctx, pool, "events", lock.Token(), map[string]any{"files": "seg-0101"})
 	fmt.Println("committed:", err == nil, "fenced:", errors.Is(err, conditional.ErrFenced))
@@ -120,29 +121,31 @@ func ExampleClient_FenceSQL() {
 
 // Code that holds either lock behind one small interface.
 func Example_locker() {
-	type Lock interface {
-		Token() int64
-		Lost() <-chan struct{}
-		Context() context.Context
-		Release(ctx context.Context) error
-	}
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	locks, _ := lease.New(pool)
-	defer locks.Close()
-	if err := locks.CreateSchema(ctx); err != nil {
+	pgLocks, _ := lease.New(pool)
+	defer pgLocks.Close()
+	if err := pgLocks.CreateSchema(ctx); err != nil {
 		log.Fatal(err)
 	}
-	var dl *dynamolock.Client // dynamolock.New(...), on DynamoDB
-	// The Acquire methods differ in their option types; one adapter line each.
-	fromPostgres := func(ctx context.Context, key string) (Lock, error) { return locks.Acquire(ctx, key) }
-	fromDynamoDB := func(ctx context.Context, key string) (Lock, error) { return dl.Acquire(ctx, key) }
-	acquire := fromPostgres // or fromDynamoDB
-	_ = fromDynamoDB
+	var ddbLocks *dynamolock.Client // dynamolock.New(...), on DynamoDB
+
+	type Lock interface {
+		Token() int64
+		Lost() <-chan struct{}
+		Context() context.Context
+		Release(ctx context.Context) error
+	}
+	type Acquire func(ctx context.Context, key string) (Lock, error)
+
+	fromPostgres := func(ctx context.Context, key string) (Lock, error) { return pgLocks.Acquire(ctx, key) }
+	fromDynamoDB := func(ctx context.Context, key string) (Lock, error) { return ddbLocks.Acquire(ctx, key) }
+
+	acquire := map[string]Acquire{"postgres": fromPostgres, "dynamodb": fromDynamoDB}["postgres"]
 	lock, err := acquire(ctx, "jobs/reindex")
 	if err != nil {
 		log.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
 
 	"github.com/google/uuid"
@@ -16,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/idempotency"
+	"github.com/nolock/nolock/lease"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -51,4 +53,43 @@ func ExampleObserver() {
 	// Output:
 	// idempotency.ran true
 	// idempotency.replayed true
+}
+
+// A log line per event, through slog: the observer of a lease Client sees
+// the acquisition and the release. (The handler drops times and
+// durations, so the output below is stable.)
+func ExampleObserver_slog() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey || a.Key == "took" {
+				return slog.Attr{}
+			}
+			return a
+		}}))
+	locks, err := lease.New(pool, lease.WithObserver(func(ctx context.Context, e observe.Event) {
+		logger.InfoContext(ctx, e.Name, "key", e.Key, "token", e.Token, "took", e.Duration, "err", e.Err)
+	}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := locks.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+	lock, err := locks.Acquire(ctx, "jobs/reindex")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	locks.Close() // returns once the observer has had every event
+	// Output:
+	// level=INFO msg=lease.acquired key=jobs/reindex token=1 err=<nil>
+	// level=INFO msg=lease.released key=jobs/reindex token=1 err=<nil>
 }

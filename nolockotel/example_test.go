@@ -15,6 +15,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/nolock/nolock/cas"
+	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/internal/testenv"
 	"github.com/nolock/nolock/lease"
@@ -43,7 +44,7 @@ func Example() {
 	tracerProvider := sdktrace.NewTracerProvider()
 	defer func() { _ = tracerProvider.Shutdown(ctx) }()
 	edit := func(ctx context.Context, tx pgx.Tx) error {
-		return cas.Exec(ctx, tx, `UPDATE stock SET n = n - 1, version = version + 1 WHERE sku = 'a' AND n > 0`)
+		return pgcas.Exec(ctx, tx, `UPDATE stock SET n = n - 1, version = version + 1 WHERE sku = 'a' AND n > 0`)
 	}
 
 	work := func(ctx context.Context) error {
@@ -65,7 +66,7 @@ func Example() {
 		if err != nil {
 			return err
 		}
-		if err := cas.Retry(ctx, pool, edit, cas.WithObserver(a.Observe)); err != nil {
+		if err := pgcas.Retry(ctx, pool, edit, cas.WithObserver(a.Observe)); err != nil {
 			return err
 		}
 

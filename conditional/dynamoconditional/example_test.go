@@ -256,7 +256,7 @@ func ExampleHolds_ConfirmItem() {
 	}
 	client, table := dynamodb.NewFromConfig(cfg), os.Getenv("DYNAMODB_TABLE")
 	book := func(ctx context.Context) error {
-		holds, err := dynamoconditional.NewHolds(client, table) // WithHoldsClock(now) for tests
+		holds, err := dynamoconditional.NewHolds(client, table) // WithClock(now) for tests
 		if err != nil {
 			return err
 		}

@@ -178,10 +178,9 @@ func (c *config) retry(ctx context.Context, key string, op func(ctx context.Cont
 	if err == nil {
 		return nil
 	}
-	var ex *backoff.ExhaustedError
-	if errors.As(err, &ex) {
-		c.gaveUp(ctx, key, ex.Attempts, ex.Last)
-		return fmt.Errorf("cas: gave up after %d attempts: %w", ex.Attempts, ex.Last)
+	if last, ok := backoff.Last(err); ok {
+		c.gaveUp(ctx, key, c.policy.Attempts, last)
+		return fmt.Errorf("cas: %w", err)
 	}
 	if errors.Is(err, ErrAmbiguousCommit) {
 		c.log.LogAttrs(ctx, slog.LevelWarn, "cas: commit outcome unknown", slog.String("key", key), slog.Any("err", err))

@@ -3,6 +3,7 @@ package cas_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -227,6 +228,12 @@ func TestRetryAnyOp(t *testing.T) {
 			if n != tc.attempts {
 				t.Fatalf("op ran %d times, want %d", n, tc.attempts)
 			}
+			if err != nil && strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error %q: want one line", err)
+			}
+			if typ := internalType(err); typ != "" {
+				t.Fatalf("error %q has %s in its chain, a type callers cannot name", err, typ)
+			}
 			if c := ev.count(cas.EventCommitted); c != boolInt(tc.want == nil) {
 				t.Fatalf("%d commits reported, want %d", c, boolInt(tc.want == nil))
 			}
@@ -242,4 +249,33 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// internalType returns the first type in err's chain that belongs to an
+// internal package of this module, or "".
+func internalType(err error) string {
+	if err == nil {
+		return ""
+	}
+	if t := reflect.TypeOf(err); strings.Contains(t.String(), "internal") || strings.Contains(pkgPath(t), "/internal/") {
+		return t.String()
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return internalType(u.Unwrap())
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if typ := internalType(e); typ != "" {
+				return typ
+			}
+		}
+	}
+	return ""
+}
+
+func pkgPath(t reflect.Type) string {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.PkgPath()
 }

@@ -152,7 +152,7 @@ func sumOf(reqs []int64) (sum int64, ok bool) {
 }
 
 // errTooLarge marks an add that would take a row past math.MaxInt64.
-var errTooLarge = fmt.Errorf("the total would exceed %d", int64(math.MaxInt64))
+var errTooLarge = fmt.Errorf("total would exceed %d", int64(math.MaxInt64))
 
 // tooLarge reports whether err is PostgreSQL's numeric_value_out_of_range.
 func tooLarge(err error) bool {

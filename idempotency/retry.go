@@ -22,8 +22,7 @@ func (s *Store) retried(ctx context.Context, key string, attempt func(context.Co
 		res, err = settled(ctx, func() (Result, error) { return attempt(ctx) })
 		return err
 	}, retryable, idemrecord.RetryLogger(ctx, s.log, key))
-	var exhausted *backoff.ExhaustedError
-	if errors.As(err, &exhausted) {
+	if errors.Is(err, backoff.ErrExhausted) {
 		return Result{}, fmt.Errorf("idempotency: key %q: %w", key, err)
 	}
 	return res, err

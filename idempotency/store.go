@@ -140,7 +140,7 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 // observe reports a Do or Exec call's outcome (see WithObserver and
 // WithLogger).
 func (s *Store) observe(ctx context.Context, key string, start time.Time, res Result, err error) {
-	idemrecord.LogOutcome(ctx, s.log, key, res.Replayed, err)
+	idemrecord.LogOutcome(ctx, s.log, key, s.policy.Attempts, res.Replayed, err)
 	idemrecord.Observe(ctx, s.obs, key, start, res.Replayed, err)
 }
 

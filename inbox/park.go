@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/segmentio/kafka-go"
@@ -23,7 +22,7 @@ func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error) (park
 	if idErr != nil {
 		// A message without an identity cannot be deduplicated: park it,
 		// known by its offset.
-		cause = errors.Join(cause, idErr)
+		cause = fmt.Errorf("%w; %w", cause, idErr)
 		id, _ = ByOffset().id(msg)
 	}
 	var attempts int

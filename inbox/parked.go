@@ -145,7 +145,7 @@ func (in *Inbox) ReplayParked(ctx context.Context, id string, h Handler) error {
 	}
 	// The replay rolled back: the message is still parked. Say why there.
 	if _, uerr := in.db.Exec(ctx, in.parked.failed, in.over.Args(in.consumer, id, kafkapark.Text(he.Err.Error()))...); uerr != nil {
-		return errors.Join(he, fmt.Errorf("inbox: replay %q: recording the failure: %w", id, uerr))
+		return fmt.Errorf("%w (recording the failure: %w)", he, uerr)
 	}
 	return he
 }

@@ -84,7 +84,7 @@ func (in *Inbox) processBatch(ctx context.Context, batch []kafka.Message, h Hand
 		delay := retry.Delay(attempt + 1)
 		in.note(ctx, "retry", batch[0], false, observe.Event{N: int64(len(batch)), Attempt: attempt, Duration: delay, Err: err})
 		if serr := backoff.Sleep(ctx, delay); serr != nil {
-			return false, errors.Join(serr, err)
+			return false, fmt.Errorf("%w; last failure: %w", serr, err)
 		}
 	}
 }
@@ -132,7 +132,7 @@ func (in *Inbox) handleOne(ctx context.Context, m kafka.Message, h Handler, retr
 			in.log.Warn("inbox: message failed; retrying", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset, "attempt", attempt, "err", err)
 		}
 		if serr := backoff.Sleep(ctx, retry.Delay(attempt+1)); serr != nil {
-			return errors.Join(serr, err)
+			return fmt.Errorf("%w; last failure: %w", serr, err)
 		}
 	}
 }

@@ -251,7 +251,7 @@ func (c *Client) CreateSchema(ctx context.Context) error {
 		return invalid("ctx is nil")
 	}
 	if err := pgschema.Create(ctx, c.db, c.sql.schema); err != nil {
-		return errors.Join(errors.New("lease: create schema"), err)
+		return fmt.Errorf("lease: create schema: %w", err)
 	}
 	return nil
 }

@@ -150,7 +150,7 @@ func (c *Consumer) ReplayParked(ctx context.Context, id ParkedID, h Handler) err
 	}
 	// The replay rolled back: the message is still parked. Say why there.
 	if ferr := c.recordReplayFailure(ctx, id, err); ferr != nil {
-		return errors.Join(err, ferr)
+		return fmt.Errorf("%w (recording the failure: %w)", err, ferr)
 	}
 	return err
 }

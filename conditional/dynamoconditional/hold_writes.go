@@ -118,8 +118,7 @@ func (h *Holds) write(ctx context.Context, resource string, build func(now int64
 // key names what op writes, for the log.
 func (h *Holds) retryConflicts(ctx context.Context, key string, op func(context.Context) error) error {
 	err := h.retry.retry(ctx, key, op, ddberr.TransactionConflict)
-	var exhausted *backoff.ExhaustedError
-	if errors.As(err, &exhausted) {
+	if errors.Is(err, backoff.ErrExhausted) {
 		return fmt.Errorf("%w: %w", ErrConflict, err)
 	}
 	return err

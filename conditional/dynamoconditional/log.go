@@ -2,7 +2,6 @@ package dynamoconditional
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -70,7 +69,7 @@ func newRetrier(log *slog.Logger) retrier {
 }
 
 // retry runs op, and again while retryable says so, within the policy's
-// attempts; its error is the policy's (a *backoff.ExhaustedError when the
+// attempts; its error is the policy's (wrapping backoff.ErrExhausted when the
 // attempts ran out).
 func (r retrier) retry(ctx context.Context, key string, op func(context.Context) error, retryable func(error) bool) error {
 	var onRetry func(int, error, time.Duration)
@@ -81,9 +80,8 @@ func (r retrier) retry(ctx context.Context, key string, op func(context.Context)
 		}
 	}
 	err := r.policy.Retry(ctx, func(ctx context.Context, _ int) error { return op(ctx) }, retryable, onRetry)
-	var ex *backoff.ExhaustedError
-	if errors.As(err, &ex) {
-		r.log.LogAttrs(ctx, slog.LevelWarn, "conditional: gave up", slog.String("key", key), slog.Int("attempts", ex.Attempts), slog.Any("err", ex.Last))
+	if last, ok := backoff.Last(err); ok {
+		r.log.LogAttrs(ctx, slog.LevelWarn, "conditional: gave up", slog.String("key", key), slog.Int("attempts", r.policy.Attempts), slog.Any("err", last))
 	}
 	return err
 }

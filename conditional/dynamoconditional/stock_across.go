@@ -56,8 +56,7 @@ func (s *Stock) takeAcross(ctx context.Context, key string, n int64) error {
 		}
 		return s.transact(ctx, key, n, qty)
 	}, func(err error) bool { return errors.Is(err, errBucketsMoved) })
-	var exhausted *backoff.ExhaustedError
-	if errors.As(err, &exhausted) {
+	if errors.Is(err, backoff.ErrExhausted) {
 		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
 	}
 	return err

@@ -159,7 +159,7 @@ func (d *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, f
 		start = time.Now()
 	}
 	res, err := d.do(ctx, scope, key, fingerprint, fn)
-	idemrecord.LogOutcome(ctx, d.log, key, res.Replayed, err)
+	idemrecord.LogOutcome(ctx, d.log, key, d.policy.Attempts, res.Replayed, err)
 	idemrecord.Observe(ctx, d.obs, key, start, res.Replayed, err)
 	return res, err
 }

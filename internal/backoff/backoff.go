@@ -94,21 +94,36 @@ func (p Policy) Delay(n int) time.Duration {
 	return time.Duration(p.Int64N(int64(window) + 1))
 }
 
-// ExhaustedError is returned when every attempt failed with a retryable
-// error. It wraps the last one, so errors.Is(err, cas.ErrConflict) still holds.
-type ExhaustedError struct {
-	Attempts int
-	Last     error
-}
+// ErrExhausted is in the chain of the error Retry returns when every
+// attempt failed with a retryable error: "gave up after N attempts: last",
+// wrapping the last failure, so errors.Is(err, cas.ErrConflict) still
+// holds. It is a sentinel, not a type, so a package that returns the
+// error leaves no type of this internal package for its callers to name.
+var ErrExhausted = errors.New("gave up")
 
-func (e *ExhaustedError) Error() string {
-	return fmt.Sprintf("gave up after %d attempts: %v", e.Attempts, e.Last)
+// Last returns the last attempt's error when err says the attempts ran
+// out (it wraps ErrExhausted), and ok false otherwise.
+func Last(err error) (last error, ok bool) {
+	switch e := err.(type) {
+	case nil:
+		return nil, false
+	case interface{ Unwrap() []error }:
+		errs := e.Unwrap()
+		if len(errs) == 2 && errs[0] == ErrExhausted {
+			return errs[1], true
+		}
+		for _, err := range errs {
+			if last, ok := Last(err); ok {
+				return last, true
+			}
+		}
+		return nil, false
+	}
+	return Last(errors.Unwrap(err))
 }
-
-func (e *ExhaustedError) Unwrap() error { return e.Last }
 
 // Retry calls op until it returns nil or a non-retryable error, the attempts
-// run out (then *ExhaustedError), or ctx ends (then an error wrapping both
+// run out (then an error wrapping ErrExhausted), or ctx ends (then an error wrapping both
 // ctx.Err() and the last failure). op receives the attempt number, from 1.
 // onRetry, if not nil, is called before each wait with the attempt that just
 // failed, its error and the delay about to be slept.
@@ -127,7 +142,7 @@ func (p Policy) Retry(ctx context.Context, op func(ctx context.Context, attempt 
 			return err
 		}
 		if attempt >= p.Attempts {
-			return &ExhaustedError{Attempts: attempt, Last: err}
+			return fmt.Errorf("%w after %d attempts: %w", ErrExhausted, attempt, err)
 		}
 		d := p.Delay(attempt + 1)
 		if attempt == 1 && p.Immediate != nil && p.Immediate(err) {
@@ -137,7 +152,7 @@ func (p Policy) Retry(ctx context.Context, op func(ctx context.Context, attempt 
 			onRetry(attempt, err, d)
 		}
 		if serr := Sleep(ctx, d); serr != nil {
-			return errors.Join(serr, err)
+			return fmt.Errorf("%w; last failure: %w", serr, err)
 		}
 	}
 }

@@ -18,25 +18,26 @@ func Logger(l *slog.Logger) *slog.Logger {
 	return l
 }
 
-// LogOutcome logs a Do or Exec call's outcome on key, as both stores'
+// LogOutcome logs a Do or Exec call's outcome on key, made within
+// attempts, as both stores'
 // WithLogger says: a replay and a mismatch (the client's error) at Debug,
 // a wait for a concurrent duplicate that ran out at Info, and at Warn
-// attempts that ran out (a *backoff.ExhaustedError) and an ambiguous
+// attempts that ran out (backoff.ErrExhausted) and an ambiguous
 // commit. A run that committed, and any other error, the caller's, are not
 // logged.
-func LogOutcome(ctx context.Context, log *slog.Logger, key string, replayed bool, err error) {
+func LogOutcome(ctx context.Context, log *slog.Logger, key string, attempts int, replayed bool, err error) {
 	if err == nil && !replayed {
 		return
 	}
 	level, msg := slog.LevelDebug, "idempotency: replayed"
-	var ex *backoff.ExhaustedError
+	last, exhausted := backoff.Last(err)
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrMismatch):
 		msg = "idempotency: key reused with another request"
 	case errors.Is(err, ErrInProgress):
 		level, msg = slog.LevelInfo, "idempotency: duplicate still in progress"
-	case errors.As(err, &ex):
+	case exhausted:
 		level, msg = slog.LevelWarn, "idempotency: gave up"
 	case errors.Is(err, ErrAmbiguousCommit):
 		level, msg = slog.LevelWarn, "idempotency: commit outcome unknown"
@@ -47,8 +48,8 @@ func LogOutcome(ctx context.Context, log *slog.Logger, key string, replayed bool
 	case !log.Enabled(ctx, level):
 	case err == nil:
 		log.LogAttrs(ctx, level, msg, slog.String("key", key))
-	case ex != nil:
-		log.LogAttrs(ctx, level, msg, slog.String("key", key), slog.Int("attempts", ex.Attempts), slog.Any("err", ex.Last))
+	case exhausted:
+		log.LogAttrs(ctx, level, msg, slog.String("key", key), slog.Int("attempts", attempts), slog.Any("err", last))
 	default:
 		log.LogAttrs(ctx, level, msg, slog.String("key", key), slog.Any("err", err))
 	}

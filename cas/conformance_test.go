@@ -29,7 +29,15 @@ func backends() map[string]func(t *testing.T) cas.Backend {
 		},
 		"dynamodb": func(t *testing.T) cas.Backend {
 			client := testenv.DynamoDB(t)
-			b, err := dynamocas.NewBackend(client, testenv.Table(t, client, false), "pk")
+			b, err := dynamocas.NewBackend(client, testenv.Table(t, client, false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		},
+		"dynamodb-sort-key": func(t *testing.T) cas.Backend {
+			client := testenv.DynamoDB(t)
+			b, err := dynamocas.NewBackend(client, testenv.Table(t, client, true), dynamocas.WithKeyAttributes("pk", "sk"))
 			if err != nil {
 				t.Fatal(err)
 			}

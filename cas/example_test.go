@@ -69,7 +69,7 @@ func ExampleNewStore() {
 	}
 	defer pool.Close()
 	run := func(ctx context.Context) error {
-		backend, err := pgcas.NewBackend(pool) // pgcas.WithTable(name) for another table; or dynamocas.NewBackend(client, table, "pk")
+		backend, err := pgcas.NewBackend(pool) // pgcas.WithTable(name) for another table; or dynamocas.NewBackend(client, table)
 		if err != nil {
 			return err
 		}

@@ -258,7 +258,7 @@ func TestStoreLostResponsesAreAmbiguousNotDoubled(t *testing.T) {
 	t.Parallel()
 	client := testenv.DynamoDB(t)
 	table := testenv.Table(t, client, false)
-	b, err := dynamocas.NewBackend(&dropping{DynamoDBAPI: client}, table, "pk")
+	b, err := dynamocas.NewBackend(&dropping{DynamoDBAPI: client}, table)
 	if err != nil {
 		t.Fatal(err)
 	}

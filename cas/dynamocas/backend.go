@@ -13,6 +13,7 @@ import (
 	"github.com/nolock/nolock/internal/casstore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
+	"github.com/nolock/nolock/internal/option"
 )
 
 // DynamoDBAPI is what Backend needs from a *dynamodb.Client, narrow
@@ -24,12 +25,17 @@ type DynamoDBAPI interface {
 	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 }
 
-// The attributes of a Backend item. The table's partition key is a
-// string named by the keyAttr argument of NewBackend.
+// The attributes of a Backend item, beside its key attributes
+// (WithKeyAttributes).
 const (
 	VersionAttr = "version" // number, from 1
 	ValueAttr   = "value"   // binary
 )
+
+// SortKeyValue is every record's sort key value on a table with a sort
+// key (WithKeyAttributes), so a Backend can share a table with other
+// items.
+const SortKeyValue = "nolock-cas"
 
 // Backend stores records as items of a DynamoDB table, each write
 // conditioned on the version attribute. Reads are strongly consistent.
@@ -41,34 +47,65 @@ const (
 // Store would apply the caller's function twice. A write whose response is
 // lost is reported as cas.ErrAmbiguousCommit instead.
 type Backend struct {
-	client       DynamoDBAPI
-	table, keyAt string
+	client        DynamoDBAPI
+	table, pk, sk string
 }
 
-// NewBackend returns a Backend on table, whose string partition key
-// is keyAttr.
-func NewBackend(client DynamoDBAPI, table, keyAttr string) (*Backend, error) {
+// Option changes a Backend's setting from its default.
+type Option func(*config)
+
+type config struct{ pk, sk string }
+
+// WithKeyAttributes names the table's partition key attribute (a string;
+// default "pk") and its sort key attribute (a string; "" for none, the
+// default; with one, records use the sort key value SortKeyValue).
+func WithKeyAttributes(partition, sort string) Option {
+	return func(c *config) { c.pk, c.sk = partition, sort }
+}
+
+// NewBackend returns a Backend on table. A nil client or option, a table
+// name DynamoDB refuses, or key attribute names that are empty, equal or
+// one of VersionAttr and ValueAttr are cas.ErrInvalid, naming it.
+func NewBackend(client DynamoDBAPI, table string, opts ...Option) (*Backend, error) {
 	if ddbarg.NilClient(client) {
 		return nil, casstore.Invalid("client is nil")
+	}
+	cfg := config{pk: "pk"}
+	if err := option.Apply(opts, func(o Option) { o(&cfg) }); err != nil {
+		return nil, fmt.Errorf("%w: %w", cas.ErrInvalid, err)
 	}
 	if err := ddbarg.Table("table", table); err != nil {
 		return nil, fmt.Errorf("%w: %w", cas.ErrInvalid, err)
 	}
-	if err := ddbarg.Attr("key attribute", keyAttr, ddbarg.MaxKeyAttrLen); err != nil {
+	if err := ddbarg.Attr("partition key attribute", cfg.pk, ddbarg.MaxKeyAttrLen); err != nil {
 		return nil, fmt.Errorf("%w: %w", cas.ErrInvalid, err)
 	}
-	switch keyAttr {
-	case ValueAttr, VersionAttr:
-		return nil, casstore.Invalid("key attribute %q is one of the record's own attributes", keyAttr)
+	if cfg.sk != "" {
+		if err := ddbarg.Attr("sort key attribute", cfg.sk, ddbarg.MaxKeyAttrLen); err != nil {
+			return nil, fmt.Errorf("%w: %w", cas.ErrInvalid, err)
+		}
+		if cfg.sk == cfg.pk {
+			return nil, casstore.Invalid("sort key attribute and partition key attribute are both %q", cfg.pk)
+		}
 	}
-	return &Backend{client: client, table: table, keyAt: keyAttr}, nil
+	for _, name := range []string{cfg.pk, cfg.sk} {
+		switch name {
+		case ValueAttr, VersionAttr:
+			return nil, casstore.Invalid("key attribute %q is one of the record's own attributes", name)
+		}
+	}
+	return &Backend{client: client, table: table, pk: cfg.pk, sk: cfg.sk}, nil
 }
 
 // MaxValue leaves room for the key and version in DynamoDB's 400 KB item.
 func (d *Backend) MaxValue() int { return 400*1024 - cas.MaxKeyLen - 64 }
 
 func (d *Backend) key(key string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{d.keyAt: &types.AttributeValueMemberS{Value: key}}
+	k := map[string]types.AttributeValue{d.pk: &types.AttributeValueMemberS{Value: key}}
+	if d.sk != "" {
+		k[d.sk] = &types.AttributeValueMemberS{Value: SortKeyValue}
+	}
+	return k
 }
 
 func num(n int64) types.AttributeValue {
@@ -110,7 +147,7 @@ func (d *Backend) Create(ctx context.Context, key string, value []byte) error {
 	_, err := d.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &d.table, Item: item,
 		ConditionExpression:      aws.String("attribute_not_exists(#k)"),
-		ExpressionAttributeNames: map[string]string{"#k": d.keyAt},
+		ExpressionAttributeNames: map[string]string{"#k": d.pk},
 	}, ddberr.NoBlindRetries)
 	if _, failed := ddberr.ConditionFailed(err); failed {
 		return cas.ErrExists

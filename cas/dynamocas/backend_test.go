@@ -18,7 +18,7 @@ func TestRefusedConnectionIsNotAmbiguous(t *testing.T) {
 	t.Parallel()
 	refused := testenv.RefusedEndpoint(t)
 	ctx := context.Background()
-	b, err := dynamocas.NewBackend(services.DynamoDBClient(refused, nil), "tbl", "pk")
+	b, err := dynamocas.NewBackend(services.DynamoDBClient(refused, nil), "tbl")
 	if err != nil {
 		t.Fatal(err)
 	}

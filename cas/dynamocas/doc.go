@@ -5,7 +5,7 @@
 // Use it when the data lives in DynamoDB and the new value needs
 // application logic:
 //
-//	b, err := dynamocas.NewBackend(client, "docs", "id")
+//	b, err := dynamocas.NewBackend(client, "docs") // WithKeyAttributes for other key names
 //	store, err := cas.NewStore[Doc](b, nil)
 //
 // Its errors are package cas's (cas.ErrConflict, cas.ErrAmbiguousCommit …).

@@ -30,7 +30,7 @@ func ExampleNewBackend() {
 		log.Fatal(err)
 	}
 	ddb, table := dynamodb.NewFromConfig(cfg), os.Getenv("DYNAMODB_TABLE") // a table whose string hash key is "pk"
-	backend, err := dynamocas.NewBackend(ddb, table, "pk")
+	backend, err := dynamocas.NewBackend(ddb, table)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestLogger(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	client := testenv.DynamoDB(t)
-	b, err := dynamocas.NewBackend(client, testenv.Table(t, client, false), "pk")
+	b, err := dynamocas.NewBackend(client, testenv.Table(t, client, false))
 	if err != nil {
 		t.Fatal(err)
 	}

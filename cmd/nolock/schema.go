@@ -110,7 +110,7 @@ func dynamoTables() []dynamoTable {
 		{typ: "dynamoconditional.Holds", table: "nolock_holds", hashKey: dynamoconditional.KeyAttr,
 			use: `dynamoconditional.NewHolds(client, "nolock_holds")`},
 		{typ: "dynamocas.Backend", table: "nolock_cas", hashKey: "pk",
-			use: `dynamocas.NewBackend(client, "nolock_cas", "pk")`},
+			use: `dynamocas.NewBackend(client, "nolock_cas")`},
 		{typ: "dynamoidempotency.Store", table: "nolock_idempotency", hashKey: "pk",
 			use:   `dynamoidempotency.New(client, "nolock_idempotency"); "pk" is the default partition key name (WithKeyAttributes); TTL on "ttl" deletes expired records`,
 			after: `aws dynamodb update-time-to-live --table-name nolock_idempotency --time-to-live-specification Enabled=true,AttributeName=ttl`},

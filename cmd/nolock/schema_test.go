@@ -154,7 +154,7 @@ func TestDynamoSchemaServesEachType(t *testing.T) {
 			return err
 		},
 		"dynamocas.Backend": func(t *testing.T, table string) error {
-			b, err := dynamocas.NewBackend(plain, table, "pk")
+			b, err := dynamocas.NewBackend(plain, table)
 			if err != nil {
 				return err
 			}

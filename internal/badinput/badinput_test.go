@@ -280,7 +280,7 @@ func casFixtures(t *testing.T, db noDB, ddb noDynamo) (*pgcas.Backend, *dynamoca
 	t.Helper()
 	pgBackend, err := pgcas.NewBackend(db)
 	must(t, err)
-	ddbBackend, err := dynamocas.NewBackend(ddb, "table", "pk")
+	ddbBackend, err := dynamocas.NewBackend(ddb, "table")
 	must(t, err)
 	store, err := cas.NewStore[int](pgBackend, nil)
 	must(t, err)
@@ -460,7 +460,7 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 	for _, b := range tables {
 		n := b.name
 		cases = append(cases,
-			refusal{"cas table " + b.label, cas.ErrInvalid, b.says, func() error { _, err := dynamocas.NewBackend(ddb, n, "pk"); return err }},
+			refusal{"cas table " + b.label, cas.ErrInvalid, b.says, func() error { _, err := dynamocas.NewBackend(ddb, n); return err }},
 			refusal{"dynamoconditional.Stock table " + b.label, conditional.ErrInvalid, b.says, func() error { _, err := dynamoconditional.NewStock(ddb, n); return err }},
 			refusal{"dynamoconditional.Accounts table " + b.label, conditional.ErrInvalid, b.says, func() error { _, err := dynamoconditional.NewAccounts(ddb, n); return err }},
 			refusal{"dynamoconditional.Holds table " + b.label, conditional.ErrInvalid, b.says, func() error { _, err := dynamoconditional.NewHolds(ddb, n); return err }},
@@ -472,7 +472,10 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 	for _, b := range attrs {
 		n := b.name
 		cases = append(cases,
-			refusal{"cas key attribute " + b.label, cas.ErrInvalid, "key attribute " + b.says, func() error { _, err := dynamocas.NewBackend(ddb, "table", n); return err }},
+			refusal{"cas key attribute " + b.label, cas.ErrInvalid, "key attribute " + b.says, func() error {
+				_, err := dynamocas.NewBackend(ddb, "table", dynamocas.WithKeyAttributes(n, ""))
+				return err
+			}},
 			refusal{"dynamoconditional.Fenced key attribute " + b.label, conditional.ErrInvalid, "key attribute " + b.says, func() error { _, err := dynamoconditional.NewFenced("table", n, "fence"); return err }},
 			refusal{"idempotency partition key " + b.label, idempotency.ErrInvalid, "partition key attribute " + b.says, func() error {
 				_, err := dynamoidempotency.New(ddb, "table", dynamoidempotency.WithKeyAttributes(n, ""))
@@ -510,7 +513,7 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 		}
 		l := c.label + " "
 		cases = append(cases,
-			refusal{l + "cas", cas.ErrInvalid, "client is nil", func() error { _, err := dynamocas.NewBackend(casAPI, "table", "pk"); return err }},
+			refusal{l + "cas", cas.ErrInvalid, "client is nil", func() error { _, err := dynamocas.NewBackend(casAPI, "table"); return err }},
 			refusal{l + "dynamoconditional.Stock", conditional.ErrInvalid, "client is nil", func() error { _, err := dynamoconditional.NewStock(condAPI, "table"); return err }},
 			refusal{l + "dynamoconditional.Accounts", conditional.ErrInvalid, "client is nil", func() error { _, err := dynamoconditional.NewAccounts(condAPI, "table"); return err }},
 			refusal{l + "dynamoconditional.Holds", conditional.ErrInvalid, "client is nil", func() error { _, err := dynamoconditional.NewHolds(condAPI, "table"); return err }},
@@ -521,7 +524,7 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 	}
 	// Names DynamoDB takes are taken.
 	for _, n := range []string{"abc", "My.Table-1_x", strings.Repeat("t", 255), "arn:aws:dynamodb:us-east-1:123456789012:table/locks"} {
-		if _, err := dynamocas.NewBackend(ddb, n, "pk"); err != nil {
+		if _, err := dynamocas.NewBackend(ddb, n); err != nil {
 			t.Errorf("table %q: %v", n, err)
 		}
 	}

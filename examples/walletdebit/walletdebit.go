@@ -108,7 +108,7 @@ type Config struct {
 	Deliveries int              // concurrent deliveries of each payment
 	Clients    int              // payments in flight at once
 	Via        string           // "do": Store.Do with a ledger row; "exec": Store.Exec, one statement
-	Cut        time.Duration    // shortest attempt timeout (attempts time out after Cut to Cut+100ms)
+	Cut        time.Duration    // shortest attempt timeout (a first attempt times out after Cut to Cut+100ms, each retry after twice as long)
 	Out        io.Writer        // the transcript
 	Observer   observe.Observer // receives the library's events (nil: none)
 }
@@ -195,7 +195,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 						time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
 					}
 					attempts.Add(1)
-					actx, cancel := context.WithTimeout(ctx, cfg.Cut+time.Duration(rand.IntN(100))*time.Millisecond)
+					// Each retry gets twice the room of the last, so a
+					// delivery ends even where every attempt of Cut's
+					// length would be cut (a busy machine, a pooler's
+					// slow logins), while early attempts are still cut
+					// anywhere before their commit.
+					actx, cancel := context.WithTimeout(ctx, cfg.Cut<<min(a, 12)+time.Duration(rand.IntN(100))*time.Millisecond)
 					res, answer, err := pay(actx, store, via, p, fp)
 					cancel()
 					switch {

@@ -111,7 +111,9 @@ func WithAttempts(n int) Option { return func(c *config) { c.policy.Attempts = n
 // events go to o from a goroutine of the Store's own, in order (a key's
 // coalesced writes run on its drainer, which o must never hold up), and
 // Close returns once o has had them all (see package observe).
-func WithObserver(o observe.Observer) Option { return func(c *config) { c.obs = o } }
+func WithObserver(o observe.Observer) Option {
+	return func(c *config) { c.obs = observe.Guard(o) }
+}
 
 // WithLogger logs to l (nil, the default, discards): each retry at Debug
 // ("cas: conflict; retrying": key, attempt, delay, err), giving up at

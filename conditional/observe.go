@@ -32,7 +32,7 @@ type ObserverOption func(*observe.Observer)
 // it), Token and Duration: "conditional.written", "conditional.fenced"
 // (Err: ErrFenced; Token is the refused one) or "conditional.failed".
 func WithObserver(o observe.Observer) ObserverOption {
-	return func(p *observe.Observer) { *p = o }
+	return func(p *observe.Observer) { *p = observe.Guard(o) }
 }
 
 func (o ObserverOption) applyStock(c *stockConfig)    { o(&c.obs) }

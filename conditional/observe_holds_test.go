@@ -9,7 +9,6 @@ import (
 
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/internal/testenv"
-	"github.com/nolock/nolock/observe"
 )
 
 // Each Hold, HoldAll, Confirm and Release reports its outcome, with the
@@ -60,13 +59,13 @@ func TestPanickingObserverHoldsFenced(t *testing.T) {
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
 	newDocuments(t, pool)
-	boom := conditional.WithObserver(func(context.Context, observe.Event) { panic("observer") })
+	var panicky testenv.Panicky
+	boom := conditional.WithObserver(panicky.Observe)
 	h := newHolds(t, pool, boom)
 	f, err := conditional.NewFenced("documents", "id", "fence", boom)
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := observe.Recovered()
 	if err := h.Add(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -88,9 +87,7 @@ func TestPanickingObserverHoldsFenced(t *testing.T) {
 	if got := readDocument(t, pool, 1).Fence; got != 3 {
 		t.Errorf("fence %d, want 3", got)
 	}
-	if n := observe.Recovered() - before; n < 5 {
-		t.Errorf("%d panics recovered, want at least 5", n)
-	}
+	panicky.Check(t, 2, 2) // 6 events of two values, Holds and Fenced
 }
 
 // NewFenced refuses a nil option, naming it.

@@ -123,7 +123,9 @@ type config struct {
 // and Duration (the call's); and "idempotency.reaped" with N after a Reap
 // that deleted rows. o runs on the calling goroutine, after the call's
 // transaction has ended.
-func WithObserver(o observe.Observer) Option { return func(c *config) { c.obs = o } }
+func WithObserver(o observe.Observer) Option {
+	return func(c *config) { c.obs = observe.Guard(o) }
+}
 
 // WithLogger logs to l (nil, the default, discards), after each Do or
 // Exec call's transaction has ended: a replay ("idempotency: replayed")

@@ -141,7 +141,7 @@ func WithLogger(l *slog.Logger) Option { return func(in *Inbox) { in.log = l } }
 // Process's on the goroutine that called it, Run's on a goroutine of Run's
 // own, in order, so a slow observer never delays a batch; nil (the
 // default) reports nothing.
-func WithObserver(o observe.Observer) Option { return func(in *Inbox) { in.obs = o } }
+func WithObserver(o observe.Observer) Option { return func(in *Inbox) { in.obs = observe.Guard(o) } }
 
 // note reports e, named inbox.<name>, about msg's partition
 // ("topic/partition"), or about msg itself ("topic/partition@offset") if

@@ -122,7 +122,9 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // "lease.expiring", "lease.lost" and "lease.released". Events reach o on
 // a goroutine of the Client's, in order, never blocking a renewal; Close
 // waits until o has had them all.
-func WithObserver(o observe.Observer) Option { return func(c *config) { c.observer = o } }
+func WithObserver(o observe.Observer) Option {
+	return func(c *config) { c.observer = observe.Guard(o) }
+}
 
 // WithClock replaces time.Now as the Client's clock for its own deadlines.
 // Only differences of its readings are used (time.Now's carry a monotonic

@@ -6,8 +6,9 @@
 //
 // A package takes an Observer as an option (WithObserver). A nil Observer
 // costs nothing. An Observer is never called with a lock of the library
-// held; a panic in it is recovered (and counted by Recovered), so it never
-// breaks a pattern. Packages with background work (a lock's heartbeats)
+// held; a panic in it is recovered, so it never breaks a pattern, and
+// counted in the Dropped field of the next event that observer gets (see
+// Guard). Packages with background work (a lock's heartbeats)
 // hand their events to the observer through a queue of their own, so an
 // observer that is slow or blocks never stalls a renewal; when that queue
 // is full, events are dropped, and the next event delivered says how many
@@ -42,8 +43,9 @@ type Event struct {
 	Duration time.Duration
 	// Err says why, for failures and losses.
 	Err error
-	// Dropped counts the events dropped before this one because the
-	// observer fell behind (see the package doc).
+	// Dropped counts the events before this one that the observer did not
+	// get whole: dropped because it fell behind (see the package doc), or
+	// delivered to a call of it that panicked (see Guard).
 	Dropped int64
 }
 
@@ -51,22 +53,37 @@ type Event struct {
 // once, and should return quickly.
 type Observer func(ctx context.Context, e Event)
 
-var recovered atomic.Int64
+// Guard returns an Observer that calls o and recovers a panic of o,
+// counting the event in the Dropped field of the next event it passes to
+// o (with the count the panicking event carried): a panic never breaks a
+// pattern, and is never lost. Guard returns nil for a
+// nil o. The count belongs to the Observer Guard returns: every nolock
+// value (a Store, a Client) guards the observer its options give it, so
+// each counts its own and nothing is counted process-wide.
+func Guard(o Observer) Observer {
+	if o == nil {
+		return nil
+	}
+	var panics atomic.Int64
+	return func(ctx context.Context, e Event) {
+		n := panics.Swap(0)
+		e.Dropped += n
+		defer func() {
+			if r := recover(); r != nil {
+				panics.Add(n + 1) // this event, and those it carried
+			}
+		}()
+		o(ctx, e)
+	}
+}
 
-// Recovered returns how many panics of Observers nolock has recovered in
-// this process.
-func Recovered() int64 { return recovered.Load() }
-
-// Notify calls o with e unless o is nil, recovering a panic of o. It is
-// for nolock's packages; an Observer of your own is called directly.
+// Notify calls o with e unless o is nil, recovering a panic of o (which a
+// Guard of o counts). It is for nolock's packages; an Observer of your own
+// is called directly.
 func (o Observer) Notify(ctx context.Context, e Event) {
 	if o == nil {
 		return
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			recovered.Add(1)
-		}
-	}()
+	defer func() { _ = recover() }()
 	o(ctx, e)
 }

@@ -264,7 +264,9 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.Logger = l }
 // .retry, .parked, .fenced, .released; see docs/observability.md), on a
 // goroutine of Run's own, in order, so a slow observer never delays a
 // batch; nil (the default) reports nothing.
-func WithObserver(o observe.Observer) Option { return func(c *config) { c.Observer = o } }
+func WithObserver(o observe.Observer) Option {
+	return func(c *config) { c.Observer = observe.Guard(o) }
+}
 
 // WithOnClaim has f called by a worker after it claimed a partition and
 // before it reads from it. It runs on the worker's goroutine, one call at

@@ -33,7 +33,7 @@ type ObserverOption func(*observe.Observer)
 // several ("conditional.batch"; Key, N: the takes it carried), as
 // conditional.Stock does.
 func WithObserver(o observe.Observer) ObserverOption {
-	return func(p *observe.Observer) { *p = o }
+	return func(p *observe.Observer) { *p = observe.Guard(o) }
 }
 
 func (o ObserverOption) applyStock(c *stockConfig) { o(&c.obs) }

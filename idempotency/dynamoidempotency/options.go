@@ -70,7 +70,9 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 // wait ran out) or "idempotency.failed" (any other error, in Err), each
 // with Key and Duration (the call's). There is no Reap, so no
 // "idempotency.reaped".
-func WithObserver(o observe.Observer) Option { return func(c *config) { c.obs = o } }
+func WithObserver(o observe.Observer) Option {
+	return func(c *config) { c.obs = observe.Guard(o) }
+}
 
 func newConfig(opts []Option) (config, error) {
 	cfg := config{retention: DefaultRetention, wait: DefaultWait, pk: "pk", now: time.Now}

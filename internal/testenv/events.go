@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,5 +133,35 @@ func (r *Events) HoldsEvents(t testing.TB, h Holds) {
 	}
 	if errs := r.Errs("b,c", "conditional.refused"); len(errs) != 1 || !errors.Is(errs[0], condcore.ErrHeld) {
 		t.Errorf("HoldAll's refusal: %v, want ErrHeld", errs)
+	}
+}
+
+// Panicky is an observe.Observer for tests that panics on every other
+// event it gets (the first, the third, ...) and adds up the Dropped counts
+// of the others: each panic must reach a later event of the same nolock
+// value as a count in its Dropped field (see observe.Guard).
+type Panicky struct {
+	calls, panics, dropped atomic.Int64
+}
+
+// Observe is the Observer to pass to a package's WithObserver.
+func (p *Panicky) Observe(_ context.Context, e observe.Event) {
+	if p.calls.Add(1)%2 == 1 {
+		p.panics.Add(1)
+		panic("testenv: a panicking observer")
+	}
+	p.dropped.Add(e.Dropped)
+}
+
+// Check fails t unless Observe panicked at least min times, and every
+// panic was counted in a later event's Dropped, but for at most one per
+// value sharing the observer (values of them: a value's last panic has no
+// later event to carry it), and nothing more was counted.
+func (p *Panicky) Check(t testing.TB, values, min int) {
+	t.Helper()
+	panics, dropped := p.panics.Load(), p.dropped.Load()
+	if panics < int64(min) || dropped > panics || dropped < panics-int64(values) {
+		t.Errorf("observer panicked %d times (want at least %d), and later events counted %d of them in Dropped (want all but at most %d)",
+			panics, min, dropped, values)
 	}
 }

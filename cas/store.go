@@ -375,10 +375,14 @@ func (s *Store[T]) encode(v T) ([]byte, error) {
 }
 
 // Close fails Updates not yet sent with ErrClosed, waits for those in
-// flight, then for the observer to have had every event. It is
-// idempotent; the backend's connections are the caller's.
+// flight and, when the backend has a Close method (pgcas.Backend), for
+// it (its commits in flight), then for the observer to have had every
+// event. It is idempotent; the backend's connections are the caller's.
 func (s *Store[T]) Close() error {
 	s.comb.Close()
+	if c, ok := s.b.(interface{ Close() error }); ok {
+		_ = c.Close() // waits for commits whose callers stopped waiting
+	}
 	s.events.Close() // after the writes in flight: the observer gets every event
 	return nil
 }

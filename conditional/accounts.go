@@ -7,7 +7,6 @@ import (
 	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
-	"github.com/nolock/nolock/internal/pgerr"
 )
 
 // Accounts holds balances in a PostgreSQL table and debits them only when
@@ -75,7 +74,7 @@ func (a *Accounts) Open(ctx context.Context, account string, balance int64) erro
 	if err := condcore.Unsent(ctx, fmt.Sprintf("open %q", account)); err != nil {
 		return err
 	}
-	if _, err := pgerr.Exec(ctx, a.s.db, a.s.openSQL, a.s.over.Args(account, balance, int64(a.s.buckets))...); err != nil {
+	if _, err := a.s.pg.Exec(ctx, a.s.db, a.s.openSQL, a.s.over.Args(account, balance, int64(a.s.buckets))...); err != nil {
 		return fmt.Errorf("conditional: open %q: %w", account, classify(err))
 	}
 	return nil
@@ -83,9 +82,11 @@ func (a *Accounts) Open(ctx context.Context, account string, balance int64) erro
 
 // Debit takes amount from account if its balance covers it: nil means it
 // was taken; ErrInsufficient means nothing was taken; ErrNotFound means no
-// such account; ErrAmbiguousCommit means the connection failed after the
-// statement was sent (read the balance, or use an idempotency key, before
-// retrying). Cancelling ctx withdraws a debit not yet sent.
+// such account; ErrAmbiguousCommit means the debit may have committed: the
+// connection failed after the statement was sent, or the wait for it ended
+// first (read the balance, or use an idempotency key, before retrying).
+// Cancelling ctx withdraws a debit not yet sent; one sent is waited for as
+// Take's is.
 func (a *Accounts) Debit(ctx context.Context, account string, amount int64) error {
 	return a.s.Take(ctx, account, amount)
 }

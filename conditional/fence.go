@@ -14,7 +14,6 @@ import (
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
-	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -36,12 +35,15 @@ import (
 // above any issued passes, and then fences out everyone below it), does
 // not fence effects outside the row, and does not create rows.
 //
-// A Fenced holds only quoted names and its observer: it is safe for
-// concurrent use, and works on any DB, including a caller's pgx.Tx.
+// A Fenced is safe for concurrent use, and works on any DB, including a
+// caller's pgx.Tx. An Update outside a transaction whose caller stopped
+// waiting (its ctx ended) runs on to its end, at most
+// pgoutcome.CommitTimeout; Close waits for those.
 type Fenced struct {
 	table, key, fence string // quoted
 	keyCol, fenceCol  string // as given, to check set's columns
 	obs               observe.Observer
+	pg                *pgerr.Committer // its writes; Close waits for their commits
 }
 
 // FencedOption configures NewFenced: WithObserver.
@@ -71,6 +73,7 @@ func NewFenced(table, keyColumn, fenceColumn string, opts ...FencedOption) (*Fen
 	return &Fenced{
 		table: pgx.Identifier{table}.Sanitize(), key: pgx.Identifier{keyColumn}.Sanitize(),
 		fence: pgx.Identifier{fenceColumn}.Sanitize(), keyCol: keyColumn, fenceCol: fenceColumn, obs: cfg.obs,
+		pg: new(pgerr.Committer),
 	}, nil
 }
 
@@ -141,7 +144,7 @@ func (f *Fenced) update(ctx context.Context, db DB, key any, token int64, set ma
 	b.WriteString("SELECT EXISTS (SELECT FROM u), EXISTS (SELECT FROM " + f.table + " WHERE " + f.key + " = $2)")
 
 	var done, exists bool
-	if err := pgerr.Row(ctx, db, b.String(), pgmode.ForEach(db).Args(args...)...).Scan(&done, &exists); err != nil {
+	if err := f.pg.Row(ctx, db, b.String(), f.pg.ForEach(db).Args(args...)...).Scan(&done, &exists); err != nil {
 		return fmt.Errorf("conditional: fenced update: %w", classifyOn(db, err))
 	}
 	switch {
@@ -160,5 +163,14 @@ func validIdent(arg, name string) error {
 	if err := pgarg.Ident(arg, name, 0); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	return nil
+}
+
+// Close waits for the Updates' commits in flight whose callers stopped
+// waiting (each bounded by pgoutcome.CommitTimeout). It is idempotent and
+// safe to call concurrently. An Update after Close still works, its caller
+// waiting for its commit whatever ctx does.
+func (f *Fenced) Close() error {
+	f.pg.Close()
 	return nil
 }

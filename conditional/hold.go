@@ -36,13 +36,17 @@ import (
 // confirm an expired hold, but work a holder does elsewhere while it thinks
 // it holds is not fenced (see Fenced). Holds never deletes a row.
 //
-// A Holds is safe for concurrent use and starts no goroutines. It is cheap
-// to make: to confirm in the same transaction as your own writes (the
-// order, the payment), make one with NewHolds on that pgx.Tx.
+// A Holds is safe for concurrent use. A commit whose caller stopped
+// waiting (its ctx ended) runs on to its end, at most
+// pgoutcome.CommitTimeout; Close waits for those. It is cheap to make: to
+// confirm in the same transaction as your own writes (the order, the
+// payment), make one with NewHolds on that pgx.Tx; one made on a pgx.Tx
+// commits nothing itself and needs no Close.
 type Holds struct {
 	db   DB
 	obs  observe.Observer
-	over pgmode.Override // for statements on db outside a transaction
+	pg   *pgerr.Committer // its writes; Close waits for their commits
+	over pgmode.Override  // for statements on db outside a transaction
 
 	schemaSQL, addSQL, holdSQL, lockSQL, holdAllSQL, confirmSQL, releaseSQL string
 }
@@ -89,10 +93,12 @@ func NewHolds(db DB, opts ...HoldsOption) (*Holds, error) {
 	t := pgx.Identifier{cfg.table}.Sanitize()
 	// $3 is the TTL in microseconds, the resolution of timestamptz.
 	const until = `$3::bigint * interval '1 microsecond'`
+	pg := new(pgerr.Committer)
 	return &Holds{
 		db:        db,
 		obs:       cfg.obs,
-		over:      pgmode.For(db),
+		pg:        pg,
+		over:      pg.For(db),
 		schemaSQL: strings.ReplaceAll(holdSQL, "{{table}}", t),
 		// Sorted and deduplicated by Add, so concurrent Adds take the
 		// index's insertion locks in one order.
@@ -149,7 +155,7 @@ func (h *Holds) Add(ctx context.Context, resources ...string) error {
 	sorted := slices.Clone(resources)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
-	if _, err := pgerr.Exec(ctx, h.db, h.addSQL, h.over.Args(sorted)...); err != nil {
+	if _, err := h.pg.Exec(ctx, h.db, h.addSQL, h.over.Args(sorted)...); err != nil {
 		return fmt.Errorf("conditional: add resources: %w", classifyOn(h.db, err))
 	}
 	return nil
@@ -198,7 +204,7 @@ func (h *Holds) hold(ctx context.Context, resource, holder string, ttl time.Dura
 	}
 	var got *time.Time
 	var state *string
-	if err := pgerr.Row(ctx, h.db, h.holdSQL, h.over.Args(resource, holder, ttl.Microseconds())...).Scan(&got, &state); err != nil {
+	if err := h.pg.Row(ctx, h.db, h.holdSQL, h.over.Args(resource, holder, ttl.Microseconds())...).Scan(&got, &state); err != nil {
 		return time.Time{}, fmt.Errorf("conditional: hold %q: %w", resource, classifyOn(h.db, err))
 	}
 	switch {
@@ -264,7 +270,7 @@ func (h *Holds) holdAll(ctx context.Context, resources []string, holder string, 
 	if err := condcore.Unsent(ctx, fmt.Sprintf("hold %d resources", len(sorted))); err != nil {
 		return time.Time{}, err
 	}
-	tx, err := pgerr.Begin(ctx, h.db)
+	tx, err := h.pg.Begin(ctx, h.db)
 	if err != nil {
 		return fail(err)
 	}
@@ -355,7 +361,7 @@ func (h *Holds) settle(ctx context.Context, op, sql, resource, holder string) er
 		return err
 	}
 	var done, exists bool
-	if err := pgerr.Row(ctx, h.db, sql, h.over.Args(resource, holder)...).Scan(&done, &exists); err != nil {
+	if err := h.pg.Row(ctx, h.db, sql, h.over.Args(resource, holder)...).Scan(&done, &exists); err != nil {
 		return fmt.Errorf("conditional: %s %q: %w", op, resource, classifyOn(h.db, err))
 	}
 	switch {
@@ -389,5 +395,15 @@ func validTTL(ttl time.Duration) error {
 	if ttl < time.Microsecond {
 		return condcore.Invalid("ttl %v is below 1µs", ttl)
 	}
+	return nil
+}
+
+// Close waits for the commits in flight whose callers stopped waiting
+// (each bounded by pgoutcome.CommitTimeout). It is idempotent and safe to
+// call concurrently. A write after Close still works, its caller waiting
+// for its commit whatever ctx does; the database handle is the caller's to
+// close.
+func (h *Holds) Close() error {
+	h.pg.Close()
 	return nil
 }

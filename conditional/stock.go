@@ -46,6 +46,7 @@ type Stock struct {
 	drained           *notify.Queue    // obs's, for the events of the combiners' drainers, which obs must not hold up
 	outcome           condcore.Outcome // the events of a take: condcore.Take, or condcore.Debit for Accounts
 	log               *slog.Logger     // never nil
+	pg                *pgerr.Committer // its writes; Close waits for their commits
 	over              pgmode.Override  // for statements on db outside a transaction
 	table             string           // quoted
 	keyArg, amountArg string
@@ -130,8 +131,9 @@ func newStock(db DB, cfg stockConfig) (*Stock, error) {
 	}
 	t := pgx.Identifier{cfg.table}.Sanitize()
 	sql := strings.NewReplacer("{{table}}", t, "{{qty}}", pgx.Identifier{cfg.column}.Sanitize()).Replace
+	pg := new(pgerr.Committer)
 	s := &Stock{
-		db: db, over: pgmode.For(db), table: t, buckets: cfg.buckets, home: home, rand: rand.IntN, keyArg: cfg.keyArg, amountArg: cfg.amountArg,
+		db: db, pg: pg, over: pg.For(db), table: t, buckets: cfg.buckets, home: home, rand: rand.IntN, keyArg: cfg.keyArg, amountArg: cfg.amountArg,
 		soldOut: map[string]time.Time{}, soldOutTTL: cfg.soldOutTTL, now: time.Now,
 		endgame: cfg.endgame, gathered: map[string]struct{}{}, obs: cfg.obs, drained: notify.New(cfg.obs, 1024), log: cfg.log, outcome: condcore.Take,
 		schemaSQL: sql(stockSQL), batchSQL: sql(batchSQL), takeSQL: sql(takeSQL), addSQL: sql(addSQL), addFirstSQL: sql(addFirstSQL),
@@ -222,7 +224,7 @@ func (s *Stock) takeOnce(ctx context.Context, tx DB, key string, n int64) error 
 // or, when inTx, the caller's transaction's (see pgmode).
 func (s *Stock) overOn(db DB, inTx bool) pgmode.Override {
 	if inTx {
-		return pgmode.ForEach(db)
+		return s.pg.ForEach(db)
 	}
 	return s.over
 }
@@ -244,7 +246,7 @@ func (s *Stock) put(ctx context.Context, key string, n int64) error {
 	if err := unsent(ctx, fmt.Sprintf("put %q", key)); err != nil {
 		return err
 	}
-	_, err := pgerr.Exec(ctx, s.db, s.putSQL, s.over.Args(key, n, int64(s.buckets))...)
+	_, err := s.pg.Exec(ctx, s.db, s.putSQL, s.over.Args(key, n, int64(s.buckets))...)
 	s.restocked(key) // after an error too: it may hide a commit
 	if tooLarge(err) {
 		return fmt.Errorf("conditional: put %d to %q: a bucket's %w (%w)", n, key, errTooLarge, err)
@@ -304,11 +306,14 @@ func (s *Stock) CreateSchema(ctx context.Context) error {
 }
 
 // Close fails takes not yet sent with ErrClosed, waits for the statements
-// in flight to be answered, and stops the Stock's goroutines. It is
-// idempotent; the database handle is the caller's to close.
+// in flight to be answered and for the commits in flight whose callers
+// stopped waiting (each bounded by pgoutcome.CommitTimeout), and stops the
+// Stock's goroutines. It is idempotent; the database handle is the
+// caller's to close.
 func (s *Stock) Close() error {
 	s.batch.Close()
 	s.adds.Close()
+	s.pg.Close()
 	s.drained.Close() // after the statements in flight: obs gets every event
 	return nil
 }

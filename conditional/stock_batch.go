@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/combine"
-	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/observe"
 )
@@ -62,7 +61,7 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 	// the plain decrement by the batch's sum grants every request. A sum
 	// past int64 cannot be covered: the first-fit statement sorts it out.
 	if sum, ok := sumOf(reqs); ok {
-		tag, err := pgerr.Exec(ctx, s.db, s.takeSQL, s.over.Args(k.key, k.bucket, sum)...)
+		tag, err := s.pg.Exec(ctx, s.db, s.takeSQL, s.over.Args(k.key, k.bucket, sum)...)
 		if err != nil {
 			return nil, fmt.Errorf("conditional: take %q: %w", k.key, classify(err))
 		}
@@ -72,7 +71,7 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 	}
 	var before int64
 	var granted []bool
-	err := pgerr.Row(ctx, s.db, s.batchSQL, s.over.Args(k.key, k.bucket, reqs)...).Scan(&before, &granted)
+	err := s.pg.Row(ctx, s.db, s.batchSQL, s.over.Args(k.key, k.bucket, reqs)...).Scan(&before, &granted)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -101,7 +100,7 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 func (s *Stock) runOne(ctx context.Context, db DB, inTx bool, k bucketKey, n int64) ([]error, error) {
 	gen := s.restockGen()
 	o := s.overOn(db, inTx)
-	tag, err := pgerr.Exec(ctx, db, s.takeSQL, o.Args(k.key, k.bucket, n)...)
+	tag, err := s.pg.Exec(ctx, db, s.takeSQL, o.Args(k.key, k.bucket, n)...)
 	if err != nil {
 		return nil, fmt.Errorf("conditional: take %q: %w", k.key, classifyOn(db, err))
 	}
@@ -164,9 +163,9 @@ func tooLarge(err error) bool {
 // caller's transaction.
 func (s *Stock) addOne(ctx context.Context, db DB, inTx bool, k bucketKey, n int64) error {
 	o := s.overOn(db, inTx)
-	tag, err := pgerr.Exec(ctx, db, s.addSQL, o.Args(k.key, k.bucket, n)...)
+	tag, err := s.pg.Exec(ctx, db, s.addSQL, o.Args(k.key, k.bucket, n)...)
 	if err == nil && tag.RowsAffected() == 0 && s.buckets > 1 {
-		tag, err = pgerr.Exec(ctx, db, s.addFirstSQL, o.Args(k.key, n)...) // the key may have fewer buckets
+		tag, err = s.pg.Exec(ctx, db, s.addFirstSQL, o.Args(k.key, n)...) // the key may have fewer buckets
 	}
 	switch {
 	case tooLarge(err):

@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/observe"
 )
@@ -28,7 +27,7 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 	if err := s.coverable(ctx, db, inTx, key, n, gen); err != nil {
 		return err
 	}
-	tx, err := pgerr.Begin(ctx, db)
+	tx, err := s.pg.Begin(ctx, db)
 	if err != nil {
 		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 )
 
@@ -86,7 +85,7 @@ func (s *Stock) atHome(b int) bool { return s.home >= 0 && b == s.home }
 // one row nobody else writes), and a steal when it does not.
 func (s *Stock) runHome(ctx context.Context, k bucketKey, reqs []int64, gen uint64) ([]error, error) {
 	if sum, ok := sumOf(reqs); ok {
-		tag, err := pgerr.Exec(ctx, s.db, s.takeSQL, s.over.Args(k.key, k.bucket, sum)...)
+		tag, err := s.pg.Exec(ctx, s.db, s.takeSQL, s.over.Args(k.key, k.bucket, sum)...)
 		if err != nil {
 			return nil, fmt.Errorf("conditional: take %q: %w", k.key, classify(err))
 		}
@@ -106,7 +105,7 @@ func (s *Stock) runHome(ctx context.Context, k bucketKey, reqs []int64, gen uint
 // before the batch's first statement). Once the commit is sent it is
 // neither cancelled nor abandoned (see Take).
 func (s *Stock) steal(ctx context.Context, k bucketKey, reqs []int64, gen uint64) ([]error, error) {
-	tx, err := pgerr.Begin(ctx, s.db)
+	tx, err := s.pg.Begin(ctx, s.db)
 	if err != nil {
 		return nil, fmt.Errorf("conditional: take %q across buckets: %w", k.key, err)
 	}

@@ -12,8 +12,8 @@ import (
 // The caller's deadline never cancels a commit in flight: no CancelRequest
 // cuts it short (a cancelled wait for a synchronous standby would leave it
 // visible on the primary but not replicated). The caller stops waiting and
-// gets ErrAmbiguousCommit; the commit goes on to its end; a retry with the
-// same key replays it.
+// gets ErrAmbiguousCommit; the commit goes on to its end, and the Store's
+// Close waits for it; a retry with the same key replays it.
 func TestCallerDeadlineNeverCancelsTheCommit(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -53,11 +53,24 @@ func TestCallerDeadlineNeverCancelsTheCommit(t *testing.T) {
 			if err := <-done; !errors.Is(err, idempotency.ErrAmbiguousCommit) {
 				t.Fatalf("caller's ctx ended during the commit: %v; want ErrAmbiguousCommit", err)
 			}
+			// The Store owns the commit its caller left: Close waits for it.
+			closed := make(chan struct{})
+			go func() {
+				if err := b.store.Close(); err != nil {
+					t.Error(err)
+				}
+				close(closed)
+			}()
+			if _, err := reached(); err != nil { // a round trip: time for a Close that did not wait to return
+				t.Fatal(err)
+			}
+			select {
+			case <-closed:
+				t.Fatal("Close returned while the commit was held in its trigger")
+			default:
+			}
 			mustExec(t, b.pool, `UPDATE fault SET armed = false`)
-			testenv.Until(t, "the commit ends", func() (bool, error) {
-				c, err := cancelled()
-				return c > 0 || b.balance("alice") != initial, err
-			})
+			<-closed
 			if c, err := cancelled(); err != nil || c > 0 {
 				t.Fatalf("the commit was cancelled on the server (%v) after its caller left", err)
 			}

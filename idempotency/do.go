@@ -158,7 +158,7 @@ type finisher func(ctx context.Context, s *Store, conn *pgx.Conn, tx pgx.Tx, rel
 // runAndRecord is Do's finisher: fn, then its result stored with COMMIT.
 func runAndRecord(fn Func) finisher {
 	return func(ctx context.Context, s *Store, conn *pgx.Conn, tx pgx.Tx, release *func(), rec *Record) error {
-		body, terminal, err := runFn(ctx, conn, tx, rec.Key, fn)
+		body, terminal, err := runFn(ctx, s.pg, conn, tx, rec.Key, fn)
 		if err != nil {
 			return err
 		}
@@ -195,9 +195,9 @@ func (s *Store) replay(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *
 	})
 	b.Queue(syncMarkSQL)
 	b.Queue("commit")
-	err = detached(ctx, release, func(ctx context.Context) error {
-		err := pgmode.SendBatch(ctx, conn, b).Close()
-		pgmode.Learn(conn, err)
+	err = s.detached(ctx, release, func(ctx context.Context) error {
+		err := s.pg.SendBatch(ctx, conn, b).Close()
+		s.pg.Learn(conn, err)
 		end(ctx, conn, tx)
 		return err
 	})
@@ -222,8 +222,8 @@ func (s *Store) replay(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *
 // returned as is; so is a success after a failed statement (as an error).
 // A tx that fn ended itself is reported: its effect may have committed
 // without the key.
-func runFn(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, key string, fn Func) (body []byte, terminal bool, err error) {
-	ftx := &fnTx{Tx: tx, closed: new(atomic.Bool)}
+func runFn(ctx context.Context, pg *pgerr.Committer, conn *pgx.Conn, tx pgx.Tx, key string, fn Func) (body []byte, terminal bool, err error) {
+	ftx := &fnTx{Tx: tx, pg: pg, closed: new(atomic.Bool)}
 	body, ferr := func() ([]byte, error) {
 		defer ftx.closed.Store(true)
 		return fn(ctx, ftx)
@@ -252,10 +252,10 @@ func runFn(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, key string, fn Func) 
 func (s *Store) commit(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *func(), key string, b *pgx.Batch) error {
 	var tag pgconn.CommandTag
 	b.Queue("commit").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
-	err := detached(ctx, release, func(ctx context.Context) error {
-		err := pgmode.SendBatch(ctx, conn, b).Close()
+	err := s.detached(ctx, release, func(ctx context.Context) error {
+		err := s.pg.SendBatch(ctx, conn, b).Close()
 		if err != nil {
-			pgmode.Learn(conn, err)
+			s.pg.Learn(conn, err)
 			end(ctx, conn, tx) // when the record failed, the COMMIT was skipped
 		}
 		return err
@@ -270,15 +270,16 @@ func (s *Store) commit(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *
 }
 
 // detached runs fn, which ends with a commit on the connection *release
-// releases, under pgerr.Commit: ctx cannot cancel it. If ctx ends first,
-// detached returns pgerr.ErrStoppedWaiting at once, sets *release to nil
-// and leaves the release to fn's goroutine, which releases the connection
-// when fn returns. Otherwise the connection stays with the caller.
-func detached(ctx context.Context, release *func(), fn func(context.Context) error) error {
+// releases, under the Store's Committer: ctx cannot cancel it. If ctx
+// ends first, detached returns pgerr.ErrStoppedWaiting at once, sets
+// *release to nil and leaves the release to fn's goroutine (which Close
+// waits for), which releases the connection when fn returns. Otherwise
+// the connection stays with the caller.
+func (s *Store) detached(ctx context.Context, release *func(), fn func(context.Context) error) error {
 	var mu sync.Mutex
 	left, ended := false, false
 	done := *release
-	err := pgerr.Commit(ctx, func(ctx context.Context) error {
+	err := s.pg.Commit(ctx, func(ctx context.Context) error {
 		err := fn(ctx)
 		mu.Lock()
 		defer mu.Unlock()
@@ -306,7 +307,7 @@ func (s *Store) claim(ctx context.Context, conn *pgx.Conn, sql string, rec *Reco
 	wait, bound := s.bound(ctx)
 	opts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 	b := &pgx.Batch{}
-	unnamed := pgmode.Unnamed(conn)
+	unnamed := s.pg.Unnamed(conn)
 	if unnamed { // the begin on its own round trip (see pgmode.SendBatch)
 		if tx, err = conn.BeginTx(ctx, opts); err != nil {
 			return nil, false, claimError(rec.Key, wait, err)
@@ -320,13 +321,13 @@ func (s *Store) claim(ctx context.Context, conn *pgx.Conn, sql string, rec *Reco
 		claimed = err == nil
 		return noRows(err)
 	})
-	br := pgmode.SendBatch(ctx, conn, b)
+	br := s.pg.SendBatch(ctx, conn, b)
 	if !unnamed {
 		tx = br.Tx()
 	}
 	if err := br.Close(); err != nil {
 		end(ctx, conn, tx)
-		if pgmode.Learn(conn, err) { // nothing ran: claim again, unnamed
+		if s.pg.Learn(conn, err) { // nothing ran: claim again, unnamed
 			return nil, false, fmt.Errorf("%w: %w", errVanished, err)
 		}
 		return nil, false, claimError(rec.Key, wait, err)

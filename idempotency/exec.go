@@ -151,7 +151,7 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt
 		wait, sargs = s.args(ctx, scope, key, fp, args)
 		err = s.run(ctx, stmt.text, sargs, &rec)
 	}
-	if stmt.name != "" && !s.execPlan.readFirst() && !pgmode.Unnamed(s.db) {
+	if stmt.name != "" && !s.execPlan.readFirst() && !s.pg.Unnamed(s.db) {
 		var sargs []any
 		var sent bool
 		wait, sargs = s.args(ctx, scope, key, fp, args)
@@ -227,7 +227,7 @@ func (s *Store) args(ctx context.Context, scope, key string, fp []byte, args []a
 // run runs stmt, the caller's statement in execSQL, on its own, and scans
 // the record it wrote into rec.
 func (s *Store) run(ctx context.Context, stmt string, args []any, rec *Record) error {
-	return pgerr.Row(ctx, s.db, stmt, s.over.Args(args...)...).Scan(&rec.CreatedAt, &rec.ExpiresAt, &rec.Body, &rec.Terminal)
+	return s.pg.Row(ctx, s.db, stmt, s.over.Args(args...)...).Scan(&rec.CreatedAt, &rec.ExpiresAt, &rec.Body, &rec.Terminal)
 }
 
 // execError classifies an error of one of Exec's statements, when no live
@@ -257,7 +257,7 @@ func (s *Store) execError(key, locks string, wait time.Duration, err error) erro
 // pgerr.ErrStoppedWaiting and nothing was run.
 func (s *Store) replayFound(ctx context.Context, f found, fp []byte) (Result, error) {
 	if f.standby {
-		if _, err := pgerr.Exec(ctx, s.db, syncMarkSQL, s.over.Args()...); err != nil {
+		if _, err := s.pg.Exec(ctx, s.db, syncMarkSQL, s.over.Args()...); err != nil {
 			return Result{}, fmt.Errorf("idempotency: key %q: replay: waiting for its record to reach the synchronous standby: %w; nothing was run", f.Key, err)
 		}
 	}

@@ -238,7 +238,7 @@ func (s *Store) execViaFunc(ctx context.Context, stmt wrapped, scope, key string
 	f := found{Record: Record{Scope: scope, Key: key}}
 	var replayed *bool
 	var tookOver bool
-	err := pgerr.Row(ctx, s.db, *g.call.Load(), s.over.Args(sargs...)...).Scan(&f.Fingerprint, &f.Terminal, &f.Body, &f.CreatedAt, &f.ExpiresAt, &replayed, &tookOver)
+	err := s.pg.Row(ctx, s.db, *g.call.Load(), s.over.Args(sargs...)...).Scan(&f.Fingerprint, &f.Terminal, &f.Body, &f.CreatedAt, &f.ExpiresAt, &replayed, &tookOver)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil && replayed == nil:

@@ -35,7 +35,7 @@ func (s *Store) readAndRun(ctx context.Context, scope, key string, stmt wrapped,
 	for _, q := range [][2]string{{s.gateName, s.gateSQL}, {stmt.name, stmt.text}} {
 		if _, err := conn.Prepare(ctx, q[0], q[1]); err != nil {
 			c.Release()
-			if pgmode.Learn(conn, err) { // the next attempt reads first, unnamed
+			if s.pg.Learn(conn, err) { // the next attempt reads first, unnamed
 				return nil, false, fmt.Errorf("%w: %w", errVanished, err)
 			}
 			return nil, false, fmt.Errorf("idempotency: exec %q: prepare: %w", key, pgmode.Explain(err))
@@ -48,7 +48,7 @@ func (s *Store) readAndRun(ctx context.Context, scope, key string, stmt wrapped,
 	// server's terms even if the caller stops waiting (see pgerr.Commit),
 	// and the connection is released by whoever finishes it.
 	var gs *found
-	err = pgerr.Commit(ctx, func(ctx context.Context) error {
+	err = s.pg.Commit(ctx, func(ctx context.Context) error {
 		defer c.Release()
 		var err error
 		gs, err = s.gateAndRun(ctx, conn, b, scope, key, stmt.name, rec)
@@ -94,7 +94,7 @@ func (s *Store) gateAndRun(ctx context.Context, conn *pgx.Conn, b *pgx.Batch, sc
 // change result type", which recurs until it is prepared again: both
 // names are dropped).
 func (s *Store) unprepared(ctx context.Context, conn *pgx.Conn, name string, err error) error {
-	if pgmode.Learn(conn, err) {
+	if s.pg.Learn(conn, err) {
 		return fmt.Errorf("%w: %w", errVanished, err)
 	}
 	var pgErr *pgconn.PgError

@@ -12,7 +12,6 @@ import (
 
 	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/internal/pgerr"
-	"github.com/nolock/nolock/internal/pgmode"
 )
 
 // statement returns sql wrapped, after refusing it unless it
@@ -124,7 +123,7 @@ func (s *Store) describe(ctx context.Context, sql string, args []any) (w wrapped
 		_ = conn.QueryRow(ctx, `SELECT current_setting('default_transaction_isolation')`, s.over.Args()...).Scan(&s.isolation)
 	}
 	if s.sharedTexts < maxShared && s.isolation == "read committed" &&
-		conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && !pgmode.Unnamed(conn) {
+		conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && !s.pg.Unnamed(conn) {
 		s.sharedTexts++
 		w.name = preparedName(w.text)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
+	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
 	"github.com/nolock/nolock/observe"
@@ -50,12 +51,15 @@ type Func func(ctx context.Context, tx pgx.Tx) (result []byte, err error)
 // key is never recorded without its effect, nor an effect committed
 // without its key.
 //
-// A Store is safe for concurrent use; it starts no goroutines.
+// A Store is safe for concurrent use. A commit whose caller stopped
+// waiting (its ctx ended) runs on to its end on a goroutine of the Store,
+// at most pgoutcome.CommitTimeout; Close waits for those.
 type Store struct {
 	db        DB
 	obs       observe.Observer
-	log       *slog.Logger    // never nil
-	over      pgmode.Override // for statements on db outside a transaction
+	log       *slog.Logger     // never nil
+	pg        *pgerr.Committer // its writes; Close waits for their commits
+	over      pgmode.Override  // for statements on db outside a transaction
 	retention time.Duration
 	wait      time.Duration
 	policy    backoff.Policy
@@ -228,13 +232,24 @@ func New(db DB, opts ...Option) (*Store, error) {
 		"{{expires_index}}", pgx.Identifier{cfg.table + expiresSuffix}.Sanitize()).Replace
 	format := strings.NewReplacer("{{table}}", strings.ReplaceAll(table, "%", "%%"), // for fmt.Sprintf
 		"{{table_literal}}", strings.ReplaceAll(literal, "%", "%%")).Replace
+	pg := new(pgerr.Committer)
 	return &Store{
-		db: db, over: pgmode.For(db), shared: cfg.shared,
+		db: db, pg: pg, over: pg.For(db), shared: cfg.shared,
 		execSQL: format(execSQL), claimedSQL: format(claimedSQL), execFuncSQL: format(execFuncSQL),
 		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts}, obs: cfg.obs, log: idemrecord.Logger(cfg.log),
 		schemaSQL: sql(storeSQL), table: cfg.table, claimSQL: sql(claimSQL), readSQL: sql(readSQL), gateSQL: sql(gateSQL), gateName: preparedName(sql(gateSQL)), describing: make(chan struct{}, 1), expireSQL: sql(expireSQL),
 		takeoverSQL: sql(takeoverSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),
 	}, nil
+}
+
+// Close waits for the commits in flight whose callers stopped waiting
+// (each bounded by pgoutcome.CommitTimeout), and the connections they
+// hold to be released. It is idempotent and safe to call concurrently. A
+// call after Close still works, its caller waiting for its commit
+// whatever ctx does; the database handle is the caller's to close.
+func (s *Store) Close() error {
+	s.pg.Close()
+	return nil
 }
 
 // Schema returns the DDL of the Store's table, for migration tools.

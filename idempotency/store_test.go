@@ -40,6 +40,7 @@ func newBed(t *testing.T, opts ...idempotency.Option) *bed {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = store.Close() }) // before the pool's: it waits for commits in flight
 	if err := store.CreateSchema(ctx); err != nil {
 		t.Fatal(err)
 	}

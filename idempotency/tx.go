@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/nolock/nolock/internal/pgmode"
+	"github.com/nolock/nolock/internal/pgerr"
 )
 
 // errTxOwned is what fn gets from tx.Commit and tx.Rollback.
@@ -25,6 +25,7 @@ var errTxOwned = errors.New("idempotency: the transaction belongs to Do: return 
 // statements (see internal/pgmode).
 type fnTx struct {
 	pgx.Tx
+	pg        *pgerr.Committer // the Store's: what its statements learn
 	closed    *atomic.Bool
 	savepoint bool
 }
@@ -57,15 +58,15 @@ func (t *fnTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &fnTx{Tx: sp, closed: t.closed, savepoint: true}, nil
+	return &fnTx{Tx: sp, pg: t.pg, closed: t.closed, savepoint: true}, nil
 }
 
 func (t *fnTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if t.closed.Load() {
 		return pgconn.CommandTag{}, pgx.ErrTxClosed
 	}
-	tag, err := t.Tx.Exec(ctx, sql, pgmode.ForEach(t.Tx).Args(args...)...)
-	pgmode.Learn(t.Tx, err)
+	tag, err := t.Tx.Exec(ctx, sql, t.pg.ForEach(t.Tx).Args(args...)...)
+	t.pg.Learn(t.Tx, err)
 	return tag, err
 }
 
@@ -73,8 +74,8 @@ func (t *fnTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 	if t.closed.Load() {
 		return closedRows{}, pgx.ErrTxClosed
 	}
-	rows, err := t.Tx.Query(ctx, sql, pgmode.ForEach(t.Tx).Args(args...)...)
-	pgmode.Learn(t.Tx, err)
+	rows, err := t.Tx.Query(ctx, sql, t.pg.ForEach(t.Tx).Args(args...)...)
+	t.pg.Learn(t.Tx, err)
 	return rows, err
 }
 
@@ -82,14 +83,14 @@ func (t *fnTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if t.closed.Load() {
 		return closedRows{}
 	}
-	return t.Tx.QueryRow(ctx, sql, pgmode.ForEach(t.Tx).Args(args...)...)
+	return t.Tx.QueryRow(ctx, sql, t.pg.ForEach(t.Tx).Args(args...)...)
 }
 
 func (t *fnTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if t.closed.Load() {
 		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
 	}
-	return pgmode.SendBatch(ctx, t.Tx.Conn(), b)
+	return t.pg.SendBatch(ctx, t.Tx.Conn(), b)
 }
 
 func (t *fnTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {

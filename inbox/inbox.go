@@ -17,6 +17,7 @@ import (
 	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
+	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
 	"github.com/nolock/nolock/observe"
@@ -88,10 +89,13 @@ type DB interface {
 
 // Inbox records processed messages in PostgreSQL in the same transaction as
 // their effect, so Kafka's at-least-once delivery has effectively-once
-// effects. An Inbox is safe for concurrent use.
+// effects. An Inbox is safe for concurrent use. A commit whose caller
+// stopped waiting (its ctx ended) runs on to its end on a goroutine of the
+// Inbox, at most pgoutcome.CommitTimeout; Close waits for those.
 type Inbox struct {
 	db       DB
-	over     pgmode.Override // for statements on db outside a transaction
+	pg       *pgerr.Committer // its writes; Close waits for their commits
+	over     pgmode.Override  // for statements on db outside a transaction
 	consumer string
 	identity Identity
 	max      int
@@ -197,7 +201,8 @@ func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
 	if err := pgarg.Ident("table prefix", prefix, len(longestSuffix)); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	in.over = pgmode.For(db)
+	in.pg = new(pgerr.Committer)
+	in.over = in.pg.For(db)
 	if in.log == nil {
 		in.log = slog.New(slog.DiscardHandler)
 	}
@@ -241,5 +246,15 @@ func (in *Inbox) CreateSchema(ctx context.Context) error {
 	if err := pgschema.Create(ctx, in.db, in.schema); err != nil {
 		return fmt.Errorf("inbox: create schema: %w", err)
 	}
+	return nil
+}
+
+// Close waits for the commits in flight whose callers stopped waiting
+// (each bounded by pgoutcome.CommitTimeout). It is idempotent and safe to
+// call concurrently; call it after Run has returned. A call after Close
+// still works, its caller waiting for its commit whatever ctx does; the
+// database handle is the caller's to close.
+func (in *Inbox) Close() error {
+	in.pg.Close()
 	return nil
 }

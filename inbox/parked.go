@@ -73,7 +73,7 @@ func (in *Inbox) ListParked(ctx context.Context, after string, limit int) ([]Par
 	if err := checkParkedID("after", after, true); err != nil {
 		return nil, err
 	}
-	tx, err := pgerr.Begin(ctx, in.db)
+	tx, err := in.pg.Begin(ctx, in.db)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: list parked: begin: %w", err)
 	}

@@ -174,9 +174,9 @@ func (in *Inbox) claimWatermarks(ctx context.Context, tx pgx.Tx, msgs []kafka.Me
 
 // inTx runs f in a transaction and commits, reporting an unknown commit
 // outcome as ErrAmbiguousCommit. The commit is never cancelled by ctx (see
-// pgerr.Commit).
+// pgerr.Committer).
 func (in *Inbox) inTx(ctx context.Context, f func(*pgerr.Tx) error) error {
-	tx, err := pgerr.Begin(ctx, in.db)
+	tx, err := in.pg.Begin(ctx, in.db)
 	if err != nil {
 		return fmt.Errorf("inbox: begin: %w", err)
 	}

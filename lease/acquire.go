@@ -162,7 +162,7 @@ func (a *acquisition) attempt(ctx context.Context) (*Lock, time.Duration, error)
 		// The first try takes a free lock with the bare statement; only a
 		// refusal needs the holder's row, which the next try, sent at
 		// once, returns.
-		err := pgerr.Row(callCtx, c.db, c.sql.take, args...).Scan(&token)
+		err := c.pg.Row(callCtx, c.db, c.sql.take, args...).Scan(&token)
 		switch {
 		case err == nil:
 			l, err := c.newLock(a.caller, a.ac, s, token)
@@ -173,7 +173,7 @@ func (a *acquisition) attempt(ctx context.Context) (*Lock, time.Duration, error)
 		}
 		return a.failed(ctx, s, err)
 	}
-	err := pgerr.Row(callCtx, c.db, c.sql.acquire, args...).Scan(&won, &token, &owner, &nonce, &data, &left)
+	err := c.pg.Row(callCtx, c.db, c.sql.acquire, args...).Scan(&won, &token, &owner, &nonce, &data, &left)
 	switch {
 	case err == nil && won:
 		l, err := c.newLock(a.caller, a.ac, s, token)
@@ -295,7 +295,7 @@ func (c *Client) cleanup(key string, ours []sent) {
 		defer c.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.lease)
 		defer cancel()
-		if _, err := pgerr.Exec(ctx, c.db, c.sql.cleanup, c.over.Args(key, nonces)...); err != nil {
+		if _, err := c.pg.Exec(ctx, c.db, c.sql.cleanup, c.over.Args(key, nonces)...); err != nil {
 			c.log.Debug("lease: releasing an acquisition with an unknown outcome failed", "key", key, "err", err)
 		}
 	}()

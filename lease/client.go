@@ -17,6 +17,7 @@ import (
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/owner"
 	"github.com/nolock/nolock/internal/pgarg"
+	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/internal/pgschema"
 	"github.com/nolock/nolock/observe"
@@ -144,7 +145,8 @@ type Client struct {
 	db     DB
 	cfg    config
 	log    *slog.Logger
-	events *notify.Queue // nil without an observer
+	events *notify.Queue    // nil without an observer
+	pg     *pgerr.Committer // its writes; Close waits for their commits
 	over   pgmode.Override
 	sql    statements
 
@@ -176,8 +178,9 @@ func New(db DB, opts ...Option) (*Client, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	pg := new(pgerr.Committer)
 	return &Client{
-		db: db, cfg: cfg, log: log, events: notify.New(cfg.observer, 1024), over: pgmode.For(db), sql: newStatements(cfg.table),
+		db: db, cfg: cfg, log: log, events: notify.New(cfg.observer, 1024), pg: pg, over: pg.For(db), sql: newStatements(cfg.table),
 		ctx: ctx, cancel: cancel, locks: make(map[*Lock]struct{}),
 	}, nil
 }
@@ -271,10 +274,11 @@ func (c *Client) enter() error {
 
 // Close releases every lock the Client still holds (each as by
 // (*Lock).Close), makes blocked Acquire calls return ErrClosed, and waits
-// for all of the Client's goroutines to end. It is idempotent and safe to
-// call concurrently; every call returns the first call's result: nil, or
-// the releases that failed for another reason than a lost lock. Later
-// calls of Acquire or TryAcquire return ErrClosed.
+// for all of the Client's goroutines to end, and for the commits of its
+// writes still in flight (each bounded by pgoutcome.CommitTimeout). It is
+// idempotent and safe to call concurrently; every call returns the first
+// call's result: nil, or the releases that failed for another reason than
+// a lost lock. Later calls of Acquire or TryAcquire return ErrClosed.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
@@ -298,6 +302,7 @@ func (c *Client) Close() error {
 		}
 		wg.Wait()
 		c.wg.Wait()
+		c.pg.Close() // commits whose callers stopped waiting
 		c.events.Close()
 		c.closeErr = errors.Join(errs...)
 	})

@@ -178,7 +178,7 @@ func (l *Lock) renew(ctx context.Context, valid time.Time) renewal {
 	at := c.cfg.now()
 	ctx, cancel := context.WithTimeout(ctx, min(valid.Sub(at), c.cfg.callTimeout()))
 	defer cancel()
-	tag, err := pgerr.Exec(ctx, c.db, c.sql.renew, c.over.Args(l.ac.key, l.token, micros(c.cfg.lease))...)
+	tag, err := c.pg.Exec(ctx, c.db, c.sql.renew, c.over.Args(l.ac.key, l.token, micros(c.cfg.lease))...)
 	switch {
 	case err == nil && tag.RowsAffected() == 1:
 		return renewal{at: at, valid: at.Add(c.cfg.lease)}
@@ -212,7 +212,7 @@ func (l *Lock) writeRelease(ctx context.Context) error {
 	bo := backoff.Policy{Base: time.Millisecond, Cap: max(c.cfg.releaseTimeout()/2, time.Millisecond)}
 	for try := 1; ; try++ {
 		callCtx, cancel := context.WithTimeout(ctx, c.cfg.releaseTimeout())
-		tag, err := pgerr.Exec(callCtx, c.db, c.sql.release, c.over.Args(l.ac.key, l.token)...)
+		tag, err := c.pg.Exec(callCtx, c.db, c.sql.release, c.over.Args(l.ac.key, l.token)...)
 		cancel()
 		if err == nil && tag.RowsAffected() == 1 {
 			return nil

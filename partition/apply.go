@@ -97,8 +97,8 @@ func (c *Consumer) isolate(runCtx, genCtx context.Context, cl Claim, prev *int64
 // reports whether a failure is transient: every failure before the
 // handler runs is, BatchTimeout included; a timeout in the handler is not
 // (the batch itself may be too slow); a commit whose outcome is unknown
-// is (see commitTransient). The commit runs under pgerr.Commit: neither
-// BatchTimeout nor the caller cancels it in flight. Its context carries the claim
+// is (see commitTransient). The commit runs under the Consumer's
+// Committer: neither BatchTimeout nor the caller cancels it in flight. Its context carries the claim
 // and lasts BatchTimeout; it does not end with the generation or with Run,
 // so a batch in flight finishes instead of being cut off.
 func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int64, msgs []kafka.Message) (retry bool, err error) {
@@ -110,7 +110,7 @@ func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int
 	// Until the handler runs, a failure says nothing about the batch: a
 	// Begin or fence that ran out of BatchTimeout met an unreachable or
 	// stalled PostgreSQL (or a row lock still held), which is waited out.
-	tx, err := pgerr.Begin(ctx, c.db)
+	tx, err := c.pg.Begin(ctx, c.db)
 	if err != nil {
 		return true, fmt.Errorf("partition: begin %s: %w", cl, err)
 	}

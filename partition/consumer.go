@@ -19,6 +19,7 @@ import (
 	"github.com/nolock/nolock/internal/kafkapark"
 	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/pgarg"
+	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgschema"
 	"github.com/nolock/nolock/internal/seam"
 	"github.com/nolock/nolock/observe"
@@ -71,8 +72,12 @@ type DB interface {
 // pauses, crashes, rebalances, lost commits and group resets.
 //
 // A Consumer's methods are safe for concurrent use; Run may be called once.
+// A commit whose wait ended first (BatchTimeout, or a caller's ctx) runs on
+// to its end on a goroutine of the Consumer, at most
+// pgoutcome.CommitTimeout; Close waits for those.
 type Consumer struct {
 	db          DB
+	pg          *pgerr.Committer // its writes; Close waits for their commits
 	cfg         config
 	handler     Handler       // Run's
 	events      *notify.Queue // Run's, nil without an observer
@@ -121,6 +126,7 @@ func New(db DB, brokers []string, group string, topics []string, opts ...Option)
 	tr := kafkadial.Transport(cfg.Dialer)
 	return &Consumer{
 		db:          db,
+		pg:          new(pgerr.Committer),
 		cfg:         cfg,
 		sql:         newStatements(cfg.Table),
 		parked:      newParkedStatements(cfg.Table),
@@ -130,6 +136,17 @@ func New(db DB, brokers []string, group string, topics []string, opts ...Option)
 		kafka:       &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: tr, Timeout: cfg.SessionTimeout},
 		transport:   tr,
 	}, nil
+}
+
+// Close waits for the commits in flight whose waits ended first (each
+// bounded by pgoutcome.CommitTimeout): Run's batches' and claims', and
+// the parked-message calls'. Call it after Run has returned. It is
+// idempotent and safe to call concurrently; a call after Close still
+// works, its caller waiting for its commit. The database handle is the
+// caller's to close.
+func (c *Consumer) Close() error {
+	c.pg.Close()
+	return nil
 }
 
 // Schema returns the DDL (idempotent) of the Consumer's partitions and

@@ -183,7 +183,7 @@ type assignment struct {
 // Errors other than ErrFenced are transient: the caller retries them.
 func (c *Consumer) claim(ctx context.Context, a assignment) (Claim, *int64, error) {
 	cl := Claim{GroupID: c.cfg.GroupID, Topic: a.topic, Partition: a.partition, Generation: a.generation, MemberID: a.member}
-	tx, err := pgerr.Begin(ctx, c.db)
+	tx, err := c.pg.Begin(ctx, c.db)
 	if err != nil {
 		return cl, nil, fmt.Errorf("partition: claim %s: begin: %w", cl, err)
 	}
@@ -211,11 +211,11 @@ func (c *Consumer) claim(ctx context.Context, a assignment) (Claim, *int64, erro
 		return cl, nil, fmt.Errorf("partition: claim %s: bump: %w", cl, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		// The commit runs under pgerr.Commit, so the generation ending
-		// does not cancel it in flight. If its outcome is unknown and it
-		// happened after all, retrying claims again: the epoch moves on
-		// by one more, which fences only this worker's unknown claim.
-		// Nothing was written with it.
+		// The commit runs under the Consumer's Committer, so the
+		// generation ending does not cancel it in flight. If its outcome
+		// is unknown and it happened after all, retrying claims again:
+		// the epoch moves on by one more, which fences only this worker's
+		// unknown claim. Nothing was written with it.
 		return cl, nil, fmt.Errorf("partition: claim %s: commit: %w", cl, err)
 	}
 	cl.Offset = a.offset

@@ -10,7 +10,6 @@ import (
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/kafkapark"
-	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -53,7 +52,7 @@ func (c *Consumer) parkRetrying(runCtx, genCtx context.Context, cl Claim, prev *
 func (c *Consumer) park(runCtx context.Context, cl Claim, prev *int64, m kafka.Message, ex *exhaustedError) (parked, retry bool, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), c.cfg.BatchTimeout)
 	defer cancel()
-	tx, err := pgerr.Begin(ctx, c.db)
+	tx, err := c.pg.Begin(ctx, c.db)
 	if err != nil {
 		return false, true, fmt.Errorf("partition: begin %s: %w", cl, err)
 	}

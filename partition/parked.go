@@ -98,7 +98,7 @@ func (c *Consumer) ListParked(ctx context.Context, after ParkedID, limit int) ([
 			return nil, err
 		}
 	}
-	tx, err := pgerr.Begin(ctx, c.db)
+	tx, err := c.pg.Begin(ctx, c.db)
 	if err != nil {
 		return nil, fmt.Errorf("partition: list parked: begin: %w", err)
 	}
@@ -160,7 +160,7 @@ func (c *Consumer) ReplayParked(ctx context.Context, id ParkedID, h Handler) err
 func (c *Consumer) replay(ctx context.Context, id ParkedID, h Handler) (*Parked, error) {
 	tctx, cancel := context.WithTimeout(ctx, c.cfg.BatchTimeout)
 	defer cancel()
-	tx, err := pgerr.Begin(tctx, c.db)
+	tx, err := c.pg.Begin(tctx, c.db)
 	if err != nil {
 		return nil, fmt.Errorf("partition: replay %s: begin: %w", id, err)
 	}
@@ -259,7 +259,7 @@ func (c *Consumer) PurgeParkedOlderThan(ctx context.Context, retention time.Dura
 // inTx runs f in a transaction of its own and commits; an unknown commit
 // outcome wraps ErrAmbiguousCommit.
 func (c *Consumer) inTx(ctx context.Context, f func(pgx.Tx) error) error {
-	tx, err := pgerr.Begin(ctx, c.db)
+	tx, err := c.pg.Begin(ctx, c.db)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}

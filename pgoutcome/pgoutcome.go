@@ -51,8 +51,10 @@ const (
 // or "unknown".
 func (o Outcome) String() string { return outcome.Outcome(o).String() }
 
-// ErrStoppedWaiting is part of the error Commit returns when the caller's
-// context ended while the commit was in flight.
+// ErrStoppedWaiting is part of the error a nolock call returns when the
+// caller's context ended while its commit was in flight (Of: Unknown); the
+// commit runs on, and the Close of the value that made the call waits for
+// it.
 var ErrStoppedWaiting = pgerr.ErrStoppedWaiting
 
 // ErrInvalid is wrapped by the error Commit returns for a nil argument,
@@ -66,11 +68,12 @@ func Of(err error) Outcome { return Outcome(pgerr.Of(err)) }
 // Commit runs commit (typically tx.Commit, or one statement outside a
 // transaction on a connection you hold) under a context that keeps ctx's
 // values but not its cancellation or deadline, so pgx sends no
-// CancelRequest for it. If ctx ends first, Commit returns at once with an
-// error wrapping ErrStoppedWaiting and ctx.Err() (Of: Unknown), and commit
-// runs on to its end; commit must then not touch anything the caller uses
-// afterwards (release its connection itself). A nil ctx or commit is
-// refused with an error wrapping ErrInvalid (Of: NotSent).
+// CancelRequest for it; the commit is bounded by CommitTimeout instead.
+// Commit runs commit in the calling goroutine and returns its own outcome,
+// even when ctx ends first: a commit runs to its end (at most
+// CommitTimeout), and the caller that started it is the one that waits. A
+// nil ctx or commit is refused with an error wrapping ErrInvalid (Of:
+// NotSent).
 func Commit(ctx context.Context, commit func(context.Context) error) error {
 	switch {
 	case ctx == nil:
@@ -78,8 +81,15 @@ func Commit(ctx context.Context, commit func(context.Context) error) error {
 	case commit == nil:
 		return pgerr.MarkUnsent(fmt.Errorf("%w: commit is nil", ErrInvalid))
 	}
-	return pgerr.Commit(ctx, commit)
+	return pgerr.Inline().Commit(ctx, commit)
 }
+
+// CommitTimeout bounds a commit run by Commit, and every commit nolock's
+// packages run, from when it is sent: a commit still unanswered then is
+// abandoned (pgx's default context handling closes its connection,
+// sending no CancelRequest) and its outcome is Unknown. A healthy commit,
+// its wait for a synchronous standby included, never reaches it.
+const CommitTimeout = pgerr.CommitTimeout
 
 // Conflict reports a serialization failure (40001) or deadlock (40P01):
 // the transaction rolled back, and running it again afresh may succeed.

@@ -35,9 +35,14 @@ const DefaultTable = "nolock_cas"
 
 // Backend stores records in one table (key text, version bigint,
 // value bytea), every operation one autocommitted statement.
+//
+// A commit whose caller stopped waiting (its ctx ended) runs on to its end
+// on a goroutine of the backend, at most pgoutcome.CommitTimeout; Close
+// (which the Store's Close calls) waits for those.
 type Backend struct {
 	db                                           DB
-	over                                         pgmode.Override // for db's statements
+	pg                                           *pgerr.Committer // its writes; Close waits for their commits
+	over                                         pgmode.Override  // for db's statements
 	schema, getSQL, createSQL, putSQL, deleteSQL string
 }
 
@@ -67,9 +72,11 @@ func NewBackend(db DB, opts ...Option) (*Backend, error) {
 		return nil, fmt.Errorf("%w: %w", cas.ErrInvalid, err)
 	}
 	t := pgx.Identifier{table}.Sanitize()
+	pg := new(pgerr.Committer)
 	return &Backend{
 		db:        db,
-		over:      pgmode.For(db),
+		pg:        pg,
+		over:      pg.For(db),
 		schema:    strings.ReplaceAll(postgresSQL, "{{table}}", t),
 		getSQL:    `SELECT value, version FROM ` + t + ` WHERE key = $1`,
 		createSQL: `INSERT INTO ` + t + ` (key, version, value) VALUES ($1, 1, $2) ON CONFLICT (key) DO NOTHING`,
@@ -100,6 +107,16 @@ func (p *Backend) CreateSchema(ctx context.Context) error {
 	return nil
 }
 
+// Close waits for the commits in flight whose callers stopped waiting
+// (each bounded by pgoutcome.CommitTimeout). A Store's Close calls it. It
+// is idempotent and safe to call concurrently; a write after Close still
+// works, its caller waiting for its commit whatever ctx does. The database
+// handle is the caller's to close.
+func (p *Backend) Close() error {
+	p.pg.Close()
+	return nil
+}
+
 // MaxValue is 64 MiB: bytea takes up to 1 GiB, but a CAS value that large
 // would make every retry expensive.
 func (p *Backend) MaxValue() int { return 64 << 20 }
@@ -126,7 +143,7 @@ func (p *Backend) Create(ctx context.Context, key string, value []byte) error {
 	if err := casstore.NotSent(ctx, "create", key); err != nil {
 		return err
 	}
-	tag, err := pgerr.Exec(ctx, p.db, p.createSQL, p.over.Args(key, value)...)
+	tag, err := p.pg.Exec(ctx, p.db, p.createSQL, p.over.Args(key, value)...)
 	if err != nil {
 		return fmt.Errorf("cas: create %q: %w", key, ambiguous(err))
 	}
@@ -143,7 +160,7 @@ func (p *Backend) Put(ctx context.Context, key string, value []byte, version int
 	}
 	var ver *int64
 	var existed bool
-	if err := pgerr.Row(ctx, p.db, p.putSQL, p.over.Args(key, value, version)...).Scan(&ver, &existed); err != nil {
+	if err := p.pg.Row(ctx, p.db, p.putSQL, p.over.Args(key, value, version)...).Scan(&ver, &existed); err != nil {
 		return 0, fmt.Errorf("cas: put %q: %w", key, ambiguous(err))
 	}
 	switch {
@@ -161,7 +178,7 @@ func (p *Backend) Delete(ctx context.Context, key string, version int64) error {
 		return err
 	}
 	var deleted, existed bool
-	if err := pgerr.Row(ctx, p.db, p.deleteSQL, p.over.Args(key, version)...).Scan(&deleted, &existed); err != nil {
+	if err := p.pg.Row(ctx, p.db, p.deleteSQL, p.over.Args(key, version)...).Scan(&deleted, &existed); err != nil {
 		return fmt.Errorf("cas: delete %q: %w", key, ambiguous(err))
 	}
 	switch {

@@ -11,6 +11,7 @@ import (
 	"github.com/nolock/nolock/internal/casstore"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
+	"github.com/nolock/nolock/internal/pgmode"
 )
 
 // Beginner is what Retry needs: a *pgxpool.Pool or a *pgx.Conn.
@@ -28,6 +29,13 @@ type Beginner interface {
 // fn must read what it decides on inside tx, so each attempt decides on a
 // fresh read, and must have no side effects outside tx. A commit whose
 // outcome is unknown is returned as cas.ErrAmbiguousCommit and not retried.
+//
+// ctx does not cancel a commit in flight: Retry, which has no owner to
+// wait for it, waits for the commit itself, at most
+// pgoutcome.CommitTimeout, and returns its outcome. An attempt that failed
+// because the server connection did not keep pgx's named prepared
+// statement (PgBouncer in transaction pooling, pgx's cache_statement
+// mode) ran nothing: it is made again at once, its statements unnamed.
 func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) error, opts ...cas.RetryOption) error {
 	switch {
 	case ctx == nil:
@@ -37,8 +45,9 @@ func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx
 	case fn == nil:
 		return casstore.Invalid("fn is nil")
 	}
-	return cas.Retry(ctx, func(ctx context.Context) error {
-		tx, err := pgerr.Begin(ctx, db)
+	pg := pgerr.Inline() // the call's own: what it learns, its commits
+	attempt := func(ctx context.Context) error {
+		tx, err := pg.Begin(ctx, db)
 		if err != nil {
 			return err
 		}
@@ -53,6 +62,13 @@ func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx
 			return err
 		}
 		return nil
+	}
+	return cas.Retry(ctx, func(ctx context.Context) error {
+		err := attempt(ctx)
+		if pgmode.MissingNamed(err) && pg.Unnamed(db) {
+			err = attempt(ctx) // nothing ran; now unnamed (see pgmode)
+		}
+		return err
 	}, opts...)
 }
 

@@ -308,14 +308,14 @@ var scenarios = []scenario{
 		if _, err := b.admin.Exec(ctx, `INSERT INTO docs VALUES ($1, '', 1)`, id); err != nil {
 			return err
 		}
-		attempts := 0
+		attempts := 0 // that read the row
 		err := pgcas.Retry(ctx, b.pool, func(ctx context.Context, tx pgx.Tx) error {
-			attempts++
 			var body string
 			var version int64
 			if err := tx.QueryRow(ctx, `SELECT body, version FROM docs WHERE id = $1`, id).Scan(&body, &version); err != nil {
 				return err
 			}
+			attempts++
 			if attempts == 1 { // another editor commits first
 				if _, err := b.admin.Exec(ctx, `UPDATE docs SET body = 'other', version = version + 1 WHERE id = $1`, id); err != nil {
 					return err
@@ -334,12 +334,14 @@ var scenarios = []scenario{
 
 // In pgx's default mode, cache_statement, every statement is a named
 // prepared statement, which PgBouncer 1.18 does not carry from one
-// transaction's server connection to the next. The patterns learn it from
-// the first statement that fails so (having run nothing) and send their
+// transaction's server connection to the next. Each pattern's value (a
+// Stock, a Store, a Client: what it learns is its own) learns it from the
+// first of its statements that fails so (having run nothing) and sends its
 // statements unnamed from then on; a one-statement write that failed so
-// is sent again at once. Until they have learnt it, a call made in a
-// transaction may fail, having run nothing, with an error that names the
-// settings; afterwards every entry point works as in the other modes.
+// is sent again at once, and so is pgcas.Retry's transaction. Until a value
+// has learnt it, a call of it made in a transaction may fail, having run
+// nothing, with an error that names the settings; afterwards every entry
+// point works as in the other modes.
 func TestCacheStatementBehindPgBouncerFallsBack(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -375,14 +377,22 @@ func TestCacheStatementBehindPgBouncerFallsBack(t *testing.T) {
 	if 1000000-left != taken.Load() {
 		t.Fatalf("%d takes answered, %d units gone", taken.Load(), 1000000-left)
 	}
-	if !pgmode.Unnamed(b.pool) {
-		t.Fatal("no statement met a missing prepared statement: the test shows nothing")
+	if !dropsNamed(ctx, t, b.pool) {
+		t.Fatal("PgBouncer kept a named prepared statement across transactions: the test shows nothing")
 	}
+	// Every scenario works; one that fails while its value is learning
+	// (having run nothing, naming the settings) works when run again.
+	var learnt atomic.Int64
 	errs := make(chan error, 64)
 	for w := range 8 {
 		wg.Go(func() {
 			for _, sc := range scenarios {
-				if err := sc.run(ctx, b, fmt.Sprintf("w%d", w)); err != nil {
+				err := sc.run(ctx, b, fmt.Sprintf("w%d", w))
+				if err != nil && learning(err) {
+					learnt.Add(1)
+					err = sc.run(ctx, b, fmt.Sprintf("w%d-again", w))
+				}
+				if err != nil {
 					errs <- fmt.Errorf("%s (worker %d): %w", sc.name, w, err)
 					return
 				}
@@ -391,7 +401,62 @@ func TestCacheStatementBehindPgBouncerFallsBack(t *testing.T) {
 	}
 	wg.Wait()
 	close(errs)
+	t.Logf("%d scenario runs refused while their values learnt", learnt.Load())
 	for err := range errs {
 		t.Error(err)
 	}
+}
+
+// learning reports whether err is a refusal of a value still learning
+// that its server connections drop named prepared statements: nothing
+// ran, and the error names the settings (or, from a statement of the
+// test's own in a callback, the SQLSTATE).
+func learning(err error) bool {
+	msg := err.Error()
+	return !errors.Is(err, conditional.ErrAmbiguousCommit) && (strings.Contains(msg, "default_query_exec_mode") ||
+		strings.Contains(msg, "SQLSTATE 26000") || strings.Contains(msg, "SQLSTATE 42P05"))
+}
+
+// dropsNamed reports whether pool's server connections drop pgx's named
+// prepared statements between transactions: a statement prepared on one
+// connection of the pool is run again while another connection holds, in
+// a transaction, the server connection PgBouncer handed the first (it
+// hands out the last one released first). Other tests share PgBouncer's
+// server connections, so it tries a few times.
+func dropsNamed(ctx context.Context, t *testing.T, pool *pgxpool.Pool) bool {
+	t.Helper()
+	c1, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Release()
+	c2, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Release()
+	for i := range 20 {
+		q := fmt.Sprintf("SELECT $1::int + %d", i)
+		if _, err := c1.Exec(ctx, q, pgx.QueryExecModeCacheStatement, 1); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := c2.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "SELECT 1", pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatal(err)
+		}
+		_, err = c1.Exec(ctx, q, pgx.QueryExecModeCacheStatement, 1)
+		if rerr := tx.Rollback(ctx); rerr != nil {
+			t.Fatal(rerr)
+		}
+		if pgmode.MissingNamed(err) {
+			return true
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return false
 }

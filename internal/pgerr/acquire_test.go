@@ -24,13 +24,15 @@ func TestAcquireWaitEndedIsNotSent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var c pgerr.Committer
+	defer c.Close()
 	for name, write := range map[string]func(context.Context) error{
 		"Exec": func(ctx context.Context) error {
-			_, err := pgerr.Exec(ctx, pool, `INSERT INTO t VALUES (1)`)
+			_, err := c.Exec(ctx, pool, `INSERT INTO t VALUES (1)`)
 			return err
 		},
 		"Row": func(ctx context.Context) error {
-			return pgerr.Row(ctx, pool, `INSERT INTO t VALUES (2) RETURNING n`).Scan(new(int))
+			return c.Row(ctx, pool, `INSERT INTO t VALUES (2) RETURNING n`).Scan(new(int))
 		},
 	} {
 		for _, end := range []string{"deadline", "cancel"} {

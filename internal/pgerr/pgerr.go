@@ -1,8 +1,8 @@
 // Package pgerr is the implementation behind package pgoutcome: what a
 // failed PostgreSQL write proves (nothing sent, refused, or unknown), the
 // serialization conflicts worth retrying, and running a commit so that the
-// caller's cancellation cannot cut it short. It matches on types and
-// SQLSTATEs, never on message text.
+// caller's cancellation cannot cut it short (Committer). It matches on
+// types and SQLSTATEs, never on message text.
 package pgerr
 
 import (
@@ -30,8 +30,9 @@ const (
 	Unknown   = outcome.Unknown
 )
 
-// ErrStoppedWaiting is part of the error Commit returns when the caller's
-// context ended while the commit was in flight: its outcome is unknown.
+// ErrStoppedWaiting is part of the error Committer.Commit returns when the
+// caller's context ended while the commit was in flight: its outcome is
+// unknown.
 var ErrStoppedWaiting = errors.New("stopped waiting for a commit in flight")
 
 // notSentError marks a failure that happened before anything was written
@@ -127,31 +128,4 @@ func Ambiguous(err error) bool { return Of(err) == Unknown }
 func Conflict(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
-}
-
-// Commit runs commit (a COMMIT, or a statement that commits on its own)
-// under a context that keeps ctx's values but not its cancellation or
-// deadline, so pgx sends no CancelRequest while it runs: a cancelled wait
-// for a synchronous standby would leave the commit visible on the primary
-// but not replicated. If ctx ends first, Commit returns at once with an
-// error wrapping ErrStoppedWaiting and ctx.Err() (Of: Unknown); commit goes
-// on to its end on the server's terms, and its result is dropped. commit
-// must not touch anything the caller uses after Commit returns an error.
-func Commit(ctx context.Context, commit func(context.Context) error) error {
-	if ctx.Done() == nil {
-		return commit(ctx)
-	}
-	done := make(chan error, 1)
-	go func() { done <- commit(context.WithoutCancel(ctx)) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		select {
-		case err := <-done: // both ready: the outcome is known
-			return err
-		default:
-		}
-		return errors.Join(ErrStoppedWaiting, ctx.Err())
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -76,12 +77,15 @@ func ctxDoneBeforeCall(t *testing.T, done context.Context) error {
 
 // Commit returns the commit's own outcome when it ends first; when the
 // caller's context ends first it returns at once with an Unknown error,
-// while the commit runs on, uncancelled, to its end.
+// while the commit runs on, uncancelled, to its end, under CommitTimeout
+// rather than the caller's deadline.
 func TestCommitOutlivesTheCaller(t *testing.T) {
+	var c Committer
+	defer c.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	release, ended := make(chan struct{}), make(chan error, 1)
 	go func() {
-		ended <- Commit(ctx, func(c context.Context) error {
+		ended <- c.Commit(ctx, func(c context.Context) error {
 			<-release
 			return c.Err() // a cancelled commit context would show here
 		})
@@ -94,19 +98,78 @@ func TestCommitOutlivesTheCaller(t *testing.T) {
 	ran := make(chan error, 1)
 	close(release)
 	go func() {
-		ran <- Commit(context.Background(), func(c context.Context) error { return c.Err() })
+		ran <- c.Commit(context.Background(), func(c context.Context) error { return c.Err() })
 	}()
 	if err := <-ran; err != nil {
 		t.Fatal(err)
 	}
-	deadline, cancel2 := context.WithTimeout(context.Background(), time.Hour)
-	defer cancel2()
-	if err := Commit(deadline, func(c context.Context) error {
-		if _, ok := c.Deadline(); ok {
-			return errors.New("the commit runs under the caller's deadline")
+	for _, name := range []string{"caller's deadline past CommitTimeout", "caller without a deadline", "inline"} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		c := &c
+		switch name {
+		case "caller without a deadline":
+			ctx = context.Background()
+		case "inline":
+			c = Inline()
 		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
+		before := time.Now()
+		if err := c.Commit(ctx, func(c context.Context) error {
+			d, ok := c.Deadline()
+			if !ok || d.Before(before.Add(CommitTimeout)) || d.After(time.Now().Add(CommitTimeout)) {
+				return fmt.Errorf("commit deadline %v (%v); want CommitTimeout from the start", d, ok)
+			}
+			return nil
+		}); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		cancel()
 	}
+}
+
+// Close waits for a commit its caller stopped waiting for; a commit after
+// Close, and every commit of an Inline Committer, is waited for by its
+// caller whatever its context does.
+func TestCloseWaitsForCommitsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var c Committer
+		ctx, cancel := context.WithCancel(context.Background())
+		started, release := make(chan struct{}), make(chan struct{})
+		finished := false
+		go func() {
+			err := c.Commit(ctx, func(context.Context) error {
+				close(started)
+				<-release
+				finished = true
+				return nil
+			})
+			if !errors.Is(err, ErrStoppedWaiting) {
+				t.Errorf("caller's ctx ended mid-commit: %v; want ErrStoppedWaiting", err)
+			}
+		}()
+		<-started
+		cancel()
+		closed := make(chan struct{})
+		go func() { c.Close(); close(closed) }()
+		synctest.Wait() // every goroutine blocked: the commit, and Close on it
+		select {
+		case <-closed:
+			t.Fatal("Close returned while a commit was in flight")
+		default:
+		}
+		close(release)
+		<-closed
+		if !finished {
+			t.Fatal("Close returned before the commit ended")
+		}
+		c.Close() // idempotent
+
+		for name, c := range map[string]*Committer{"after Close": &c, "inline": Inline()} {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			ran := false
+			if err := c.Commit(ctx, func(c context.Context) error { ran = true; return c.Err() }); err != nil || !ran {
+				t.Errorf("%s, with the caller's ctx ended: %v (ran %v); want the commit run to its end", name, err, ran)
+			}
+		}
+	})
 }

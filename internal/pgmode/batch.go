@@ -8,16 +8,16 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// SendBatch sends b on conn as one pipeline, as conn.SendBatch does;
-// but a batch takes its connection's mode, so on a cache_statement
-// connection to an endpoint learnt to drop named statements (see Learn) it
-// sends each queued query on its own round trip, unnamed, and stops at the
-// first error. That is the pipeline's outcome only inside a transaction
+// SendBatch sends b on conn as one pipeline, as conn.SendBatch does; but
+// a batch takes its connection's mode, so on a cache_statement connection
+// to an endpoint m has learnt to drop named statements (see Modes.Learn)
+// it sends each queued query on its own round trip, unnamed, and stops at
+// the first error. That is the pipeline's outcome only inside a transaction
 // (a pipeline outside one commits or rolls back as a whole): so b must not
 // begin a transaction itself (pgx.Batch.BeginTx) and, unless conn is in
 // one, must hold one statement.
-func SendBatch(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) pgx.BatchResults {
-	if !Unnamed(conn) {
+func (m *Modes) SendBatch(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) pgx.BatchResults {
+	if !m.Unnamed(conn) {
 		return conn.SendBatch(ctx, b)
 	}
 	return &eachResults{ctx: ctx, conn: conn, queue: b.QueuedQueries}

@@ -19,8 +19,10 @@
 // named prepared statement, which PgBouncer before 1.21 does not carry
 // from one transaction's server connection to the next: a statement fails
 // with 26000 or 42P05, having run nothing. The first such failure on a
-// server endpoint (host, port, database, user, session parameters) is learnt (Learn): from
-// then on nolock sends its statements to that endpoint in
+// server endpoint (host, port, database, user, session parameters) is
+// learnt (Modes.Learn) by the owner that sent it (a Store, a Client: each
+// keeps its own Modes, nothing is shared across the process): from then
+// on that owner sends its statements to that endpoint in
 // pgx.QueryExecModeCacheDescribe (unnamed statements, their descriptions
 // cached by pgx), inside transactions too, and a one-statement write that
 // failed so is sent again at once (see internal/pgerr). Explain names the
@@ -66,18 +68,31 @@ func config(db any) *pgx.ConnConfig {
 	return nil
 }
 
-// Override is what a statement sent on a db goes with (see Args). The
-// zero Override adds nothing.
-type Override struct {
-	exec bool      // a describe_exec db outside a transaction: exec mode
-	at   *endpoint // a cache_statement db's endpoint: cache_describe once learnt
+// Modes is what one owner (a Store, a Client) has learnt about the server
+// endpoints its statements go to: which of them drop named prepared
+// statements. Each owner makes its own, so two owners share nothing, and
+// it stays small: past maxEndpoints distinct endpoints, every further one
+// shares one entry (learning that one drops named statements sends all of
+// them unnamed: slower by a describe per new statement, never wrong). The
+// zero Modes is ready to use; it is safe for concurrent use and must not
+// be copied after first use.
+type Modes struct {
+	mu         sync.Mutex
+	endpoints  map[string]*endpoint // at most maxEndpoints
+	rest       *endpoint            // every endpoint past maxEndpoints
+	anyUnnamed atomic.Bool          // some endpoint is unnamed
+	last       atomic.Pointer[poolOverride]
 }
+
+// maxEndpoints bounds the endpoints a Modes tells apart. An owner sends to
+// one db, so one endpoint (a few for dbs given per call) is the rule.
+const maxEndpoints = 16
 
 // For returns the Override for statements sent on db: for a db in
 // describe_exec mode outside a transaction, exec mode; for a db in
-// cache_statement mode, cache_describe once its endpoint is known to drop
-// named statements; else none. It reads db's configuration once.
-func For(db any) Override {
+// cache_statement mode, cache_describe once its endpoint is known (to m)
+// to drop named statements; else none. It reads db's configuration once.
+func (m *Modes) For(db any) Override {
 	c := config(db)
 	if c == nil {
 		return Override{}
@@ -88,7 +103,7 @@ func For(db any) Override {
 			return Override{exec: true}
 		}
 	case pgx.QueryExecModeCacheStatement:
-		return Override{at: endpointOf(c)}
+		return Override{at: m.endpointOf(c)}
 	}
 	return Override{}
 }
@@ -96,23 +111,23 @@ func For(db any) Override {
 // ForEach is For for a db given per call (not held by a long-lived
 // value): it remembers the last *pgxpool.Pool it saw, so that a caller
 // that uses one pool pays for reading its configuration once, and for a
-// transaction it reads the configuration only once some endpoint has been
-// learnt to drop named statements.
-func ForEach(db any) Override {
+// transaction it reads the configuration only once m has learnt of some
+// endpoint that drops named statements.
+func (m *Modes) ForEach(db any) Override {
 	switch d := db.(type) {
 	case *pgxpool.Pool:
-		if last := lastPool.Load(); last != nil && last.pool == d {
+		if last := m.last.Load(); last != nil && last.pool == d {
 			return last.over
 		}
-		o := For(d)
-		lastPool.Store(&poolOverride{d, o})
+		o := m.For(d)
+		m.last.Store(&poolOverride{d, o})
 		return o
 	case pgx.Tx:
-		if !anyUnnamed.Load() {
+		if !m.anyUnnamed.Load() {
 			return Override{}
 		}
 	}
-	return For(db)
+	return m.For(db)
 }
 
 type poolOverride struct {
@@ -120,7 +135,12 @@ type poolOverride struct {
 	over Override
 }
 
-var lastPool atomic.Pointer[poolOverride]
+// Override is what a statement sent on a db goes with (see Args). The
+// zero Override adds nothing.
+type Override struct {
+	exec bool      // a describe_exec db outside a transaction: exec mode
+	at   *endpoint // a cache_statement db's endpoint: cache_describe once learnt
+}
 
 // Args returns args to send with a statement: args themselves when o adds
 // nothing (no copy), else o's mode followed by args. A mode already first
@@ -141,17 +161,19 @@ func (o Override) Args(args ...any) []any {
 // endpoint is one server endpoint that cache_statement dbs send to.
 type endpoint struct {
 	unnamed atomic.Bool // named prepared statements are not kept there
+	m       *Modes
 }
 
-var (
-	endpoints  sync.Map    // endpoint key → *endpoint
-	anyUnnamed atomic.Bool // some endpoint is unnamed
-)
+// learn records that the endpoint does not keep named statements.
+func (e *endpoint) learn() {
+	e.unnamed.Store(true)
+	e.m.anyUnnamed.Store(true)
+}
 
 // endpointOf returns c's endpoint, the same for every configuration that
 // reaches the same host, port, database and user with the same session
 // parameters.
-func endpointOf(c *pgx.ConnConfig) *endpoint {
+func (m *Modes) endpointOf(c *pgx.ConnConfig) *endpoint {
 	var b strings.Builder
 	for _, s := range []string{c.Host, strconv.Itoa(int(c.Port)), c.Database, c.User} {
 		b.WriteString(s)
@@ -162,11 +184,23 @@ func endpointOf(c *pgx.ConnConfig) *endpoint {
 		b.WriteByte(0)
 	}
 	key := b.String()
-	if e, ok := endpoints.Load(key); ok {
-		return e.(*endpoint)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.endpoints[key]; ok {
+		return e
 	}
-	e, _ := endpoints.LoadOrStore(key, new(endpoint))
-	return e.(*endpoint)
+	if len(m.endpoints) >= maxEndpoints {
+		if m.rest == nil {
+			m.rest = &endpoint{m: m}
+		}
+		return m.rest
+	}
+	if m.endpoints == nil {
+		m.endpoints = make(map[string]*endpoint)
+	}
+	e := &endpoint{m: m}
+	m.endpoints[key] = e
+	return e
 }
 
 // MissingNamed reports whether err says that a prepared statement pgx
@@ -177,11 +211,11 @@ func MissingNamed(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "26000" || pgErr.Code == "42P05")
 }
 
-// Learn records, when err is a missing or duplicate prepared statement on
-// a db in cache_statement mode, that db's endpoint does not keep named
-// statements, and reports whether it did: the statement ran nothing and
-// may be sent again with For(db)'s or ForEach(db)'s Args.
-func Learn(db any, err error) bool {
+// Learn records in m, when err is a missing or duplicate prepared
+// statement on a db in cache_statement mode, that db's endpoint does not
+// keep named statements, and reports whether it did: the statement ran
+// nothing and may be sent again with m.For(db)'s or m.ForEach(db)'s Args.
+func (m *Modes) Learn(db any, err error) bool {
 	if err == nil || !MissingNamed(err) {
 		return false
 	}
@@ -189,21 +223,20 @@ func Learn(db any, err error) bool {
 	if c == nil || c.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
 		return false
 	}
-	endpointOf(c).unnamed.Store(true)
-	anyUnnamed.Store(true)
+	m.endpointOf(c).learn()
 	return true
 }
 
-// Unnamed reports whether db is in cache_statement mode on an endpoint
-// learnt to drop named statements: statements that cannot carry a mode of
-// their own (a pgx.Batch takes its connection's) must not be sent as
-// named statements there.
-func Unnamed(db any) bool {
-	if !anyUnnamed.Load() {
+// Unnamed reports whether db is in cache_statement mode on an endpoint m
+// has learnt to drop named statements: statements that cannot carry a
+// mode of their own (a pgx.Batch takes its connection's) must not be sent
+// as named statements there.
+func (m *Modes) Unnamed(db any) bool {
+	if !m.anyUnnamed.Load() {
 		return false
 	}
 	c := config(db)
-	return c != nil && c.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && endpointOf(c).unnamed.Load()
+	return c != nil && c.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && m.endpointOf(c).unnamed.Load()
 }
 
 // Explain returns err with a hint naming the settings to change when err
@@ -247,7 +280,7 @@ type Querier interface {
 func (o Override) Exec(ctx context.Context, db Querier, sql string, args ...any) (pgconn.CommandTag, error) {
 	tag, err := db.Exec(ctx, sql, o.Args(args...)...)
 	if o.again(db, err) {
-		tag, err = db.Exec(ctx, sql, ForEach(db).Args(args...)...)
+		tag, err = db.Exec(ctx, sql, o.Args(args...)...)
 	}
 	return tag, err
 }
@@ -269,22 +302,19 @@ type retryRow struct {
 func (r retryRow) Scan(dest ...any) error {
 	err := r.db.QueryRow(r.ctx, r.sql, r.o.Args(r.args...)...).Scan(dest...)
 	if r.o.again(r.db, err) {
-		err = r.db.QueryRow(r.ctx, r.sql, ForEach(r.db).Args(r.args...)...).Scan(dest...)
+		err = r.db.QueryRow(r.ctx, r.sql, r.o.Args(r.args...)...).Scan(dest...)
 	}
 	return err
 }
 
-// again learns from err (see Learn) and reports whether the statement may
-// be sent again: it ran nothing and db is not a transaction (which the
-// failure aborted).
+// again learns from err that o's endpoint drops named statements, and
+// reports whether the statement may be sent again (then unnamed, by o's
+// Args): it ran nothing, db is not a transaction (which the failure
+// aborted), and o sends to a cache_statement endpoint.
 func (o Override) again(db any, err error) bool {
-	if _, tx := db.(pgx.Tx); tx || !MissingNamed(err) {
+	if _, tx := db.(pgx.Tx); tx || o.at == nil || !MissingNamed(err) {
 		return false
 	}
-	if o.at != nil {
-		o.at.unnamed.Store(true)
-		anyUnnamed.Store(true)
-		return true
-	}
-	return Learn(db, err)
+	o.at.learn()
+	return true
 }

@@ -51,10 +51,11 @@ func Create(ctx context.Context, db Execer, ddl string) error {
 }
 
 // CreateWith runs ddl in a transaction begun on db, after taking the
-// schema lock in it. The commit runs under pgerr.Commit: ctx bounds the
-// wait for it but does not cancel it.
+// schema lock in it. The commit runs under pgerr.Inline: ctx does not
+// cancel it, and CreateWith waits for its end (at most
+// pgerr.CommitTimeout).
 func CreateWith(ctx context.Context, db Beginner, ddl string) error {
-	tx, err := pgerr.Begin(ctx, db)
+	tx, err := pgerr.Inline().Begin(ctx, db)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,112 @@
+package pgerr
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nolock/nolock/internal/pgmode"
+)
+
+// CommitTimeout bounds every commit nolock runs, from when it is sent. A
+// caller's context never cancels a commit (a cancelled wait for a
+// synchronous standby leaves the commit visible on the primary but not
+// replicated), so a commit needs a bound of its own: one that a healthy
+// commit, its wait for a synchronous standby included, never reaches, and
+// that frees the connection of one that would otherwise wait for ever (a
+// standby that is gone). A commit still unanswered when it ends gets
+// pgx's context handling: with pgx's default handler the connection is
+// closed without a CancelRequest, so the server-side wait is not cut by
+// it, and the commit's outcome is unknown (ErrAmbiguousCommit).
+const CommitTimeout = time.Minute
+
+// Committer runs the writes that commit for one owner (a Store, a Client):
+// it keeps what pgmode learns of the owner's server endpoints (the
+// embedded Modes) and the commits its callers stopped waiting for, so that
+// the owner's Close waits for them (Close). Every nolock write that
+// commits goes through a Committer: Commit, Exec, Row, Begin.
+//
+// The zero Committer is ready to use, for an owner that calls Close; a
+// call with no owner to wait for it uses Inline. A Committer is safe for
+// concurrent use and must not be copied after first use.
+type Committer struct {
+	pgmode.Modes
+	inline bool // commits run in their callers' goroutines (see Inline)
+
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup // commits whose callers stopped waiting
+}
+
+// Inline returns a Committer for a call with no long-lived owner (a
+// function given its db per call): each commit runs in its caller's
+// goroutine, which waits for its end, at most CommitTimeout, whatever the
+// caller's context does, and gets its own outcome. It learns for that
+// call only.
+func Inline() *Committer { return &Committer{inline: true} }
+
+// Commit runs commit (a COMMIT, or a statement that commits on its own)
+// under a context that keeps ctx's values but not its cancellation or
+// deadline, bounded by CommitTimeout instead, so pgx sends no
+// CancelRequest for ctx: a cancelled wait for a synchronous standby would
+// leave the commit visible on the primary but not replicated. If ctx ends
+// first, Commit returns at once with an error wrapping ErrStoppedWaiting
+// and ctx.Err() (Of: Unknown); commit goes on to its end, tracked by c so
+// that Close waits for it, and its result is dropped. commit must then not
+// touch anything the caller uses after Commit returns an error (it must
+// release its own connection).
+//
+// A commit after Close, and every commit of an Inline Committer, runs in
+// the caller's goroutine, which waits for it whatever ctx does.
+func (c *Committer) Commit(ctx context.Context, commit func(context.Context) error) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CommitTimeout)
+	if ctx.Done() == nil || !c.track() {
+		defer cancel()
+		return commit(cctx)
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer c.wg.Done()
+		defer cancel()
+		done <- commit(cctx)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		select {
+		case err := <-done: // both ready: the outcome is known
+			return err
+		default:
+		}
+		return errors.Join(ErrStoppedWaiting, ctx.Err())
+	}
+}
+
+// track registers a commit that may outlive its caller's wait, and
+// reports false when it must run in the caller's goroutine instead (an
+// Inline Committer, or one closed).
+func (c *Committer) track() bool {
+	if c.inline {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	return true
+}
+
+// Close waits for the commits in flight whose callers stopped waiting
+// (each at most CommitTimeout). Later commits run in their callers'
+// goroutines (see Commit). Close is idempotent and safe to call
+// concurrently.
+func (c *Committer) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.wg.Wait()
+}

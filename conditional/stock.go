@@ -151,10 +151,14 @@ func newStock(db DB, cfg stockConfig) (*Stock, error) {
 // arrival order, so a large request may be refused while a later, smaller
 // one is granted.
 //
-// Cancelling ctx withdraws the take if it has not been sent yet. Once sent,
-// Take waits for the statement's outcome, so nothing is taken behind the
-// caller's back. ErrAmbiguousCommit means the connection failed after the
-// statement was sent: read Available before retrying.
+// Cancelling ctx withdraws the take if it has not been sent yet. A take
+// sent in a coalesced statement waits for its outcome, at most the
+// statement timeout (WithStatementTimeout); a take across buckets stops
+// waiting for its commit when ctx ends. A commit in flight is never
+// cancelled: it runs on to its end (at most pgoutcome.CommitTimeout), and
+// Close waits for it. ErrAmbiguousCommit means the take may have
+// committed: the connection failed after the statement was sent, or the
+// wait ended first. Read Available before retrying.
 func (s *Stock) Take(ctx context.Context, key string, n int64) error {
 	if err := checkCtx(ctx); err != nil {
 		return err

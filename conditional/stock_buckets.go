@@ -20,8 +20,9 @@ import (
 //
 // It grants all n or nothing: the units are written back only if the
 // locked buckets hold at least n between them, and the write commits with
-// the locks still held. Once the commit is sent it is neither cancelled
-// nor abandoned when ctx ends (see Take).
+// the locks still held. Once the commit is sent ctx does not cancel it: if
+// ctx ends first, takeAcross stops waiting and returns ErrAmbiguousCommit,
+// and the commit runs on, tracked by the Stock's Close (see Take).
 func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n int64) error {
 	gen := s.restockGen()
 	if err := s.coverable(ctx, db, inTx, key, n, gen); err != nil {
@@ -60,8 +61,7 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 	if err != nil {
 		return fmt.Errorf("conditional: take %q across buckets: %w", key, pgmode.Explain(err))
 	}
-	// A take already sent waits for its outcome (see Take).
-	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("conditional: take %q across buckets: %w", key, classifyOn(db, err))
 	}
 	if !inTx {

@@ -102,8 +102,10 @@ func (s *Stock) runHome(ctx context.Context, k bucketKey, reqs []int64, gen uint
 // back the buckets that change (see refill and gatherFirst). It answers
 // ErrSoldOut to each request the total cannot cover, and marks the key
 // sold out only when the total is 0 (gen is the restock generation read
-// before the batch's first statement). Once the commit is sent it is
-// neither cancelled nor abandoned (see Take).
+// before the batch's first statement). Once the commit is sent ctx (the
+// batch's, bounded by the statement timeout) does not cancel it: if ctx
+// ends first, steal stops waiting and returns ErrAmbiguousCommit, and the
+// commit runs on, tracked by the Stock's Close (see Take).
 func (s *Stock) steal(ctx context.Context, k bucketKey, reqs []int64, gen uint64) ([]error, error) {
 	tx, err := s.pg.Begin(ctx, s.db)
 	if err != nil {
@@ -136,7 +138,7 @@ func (s *Stock) steal(ctx context.Context, k bucketKey, reqs []int64, gen uint64
 	if _, err := tx.Exec(ctx, s.acrossUpdateSQL, k.key, newBuckets, newQty); err != nil {
 		return nil, fmt.Errorf("conditional: take %q across buckets: %w", k.key, pgmode.Explain(err))
 	}
-	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("conditional: take %q across buckets: %w", k.key, classify(err))
 	}
 	s.setGathered(k.key, gather) // a restock elsewhere ends an endgame seen here

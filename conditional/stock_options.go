@@ -98,8 +98,10 @@ func WithCoalescing(on bool) Option { return func(c *stockConfig) { c.coalesce =
 // WithMaxBatch bounds how many takes one statement grants (default 128).
 func WithMaxBatch(n int) Option { return func(c *stockConfig) { c.maxBatch = n } }
 
-// WithStatementTimeout bounds each statement (default 10 s). A take already
-// sent waits for its statement's outcome, at most this long.
+// WithStatementTimeout bounds each coalesced statement (default 10 s). A
+// take already sent waits for its statement's outcome at most this long,
+// then gets ErrAmbiguousCommit if the statement commits on: a commit is
+// not cancelled by this timeout (see pgoutcome.CommitTimeout).
 func WithStatementTimeout(d time.Duration) Option {
 	return func(c *stockConfig) { c.timeout = d }
 }

@@ -308,7 +308,7 @@ func (s *Store) claim(ctx context.Context, conn *pgx.Conn, sql string, rec *Reco
 	opts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 	b := &pgx.Batch{}
 	unnamed := s.pg.Unnamed(conn)
-	if unnamed { // the begin on its own round trip (see pgmode.SendBatch)
+	if unnamed { // the begin on its own round trip (see pgmode.Modes.SendBatch)
 		if tx, err = conn.BeginTx(ctx, opts); err != nil {
 			return nil, false, claimError(rec.Key, wait, err)
 		}

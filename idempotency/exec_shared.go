@@ -45,7 +45,7 @@ func (s *Store) readAndRun(ctx context.Context, scope, key string, stmt wrapped,
 	b.Queue(s.gateName, scope, key)
 	b.Queue(stmt.name, args...)
 	// The statement commits on its own: it runs to its end on the
-	// server's terms even if the caller stops waiting (see pgerr.Commit),
+	// server's terms even if the caller stops waiting (see pgerr.Committer.Commit),
 	// and the connection is released by whoever finishes it.
 	var gs *found
 	err = s.pg.Commit(ctx, func(ctx context.Context) error {
@@ -89,7 +89,7 @@ func (s *Store) gateAndRun(ctx context.Context, conn *pgx.Conn, b *pgx.Batch, sc
 // unprepared returns err, or errVanished (make the attempt again) when
 // err says that one of readAndRun's prepared statements is gone (26000:
 // the endpoint is then learnt not to keep named statements, and the next
-// attempt reads first, unnamed; see pgmode.Learn) or no longer fits the
+// attempt reads first, unnamed; see pgmode.Modes.Learn) or no longer fits the
 // table (0A000 from the server's revalidation of it, "cached plan must not
 // change result type", which recurs until it is prepared again: both
 // names are dropped).

@@ -32,7 +32,7 @@ func (s *Store) retried(ctx context.Context, key string, attempt func(context.Co
 // record that stood in the way of a claim (Do, Exec) or an insert (Exec
 // with WithSharedRoundTrip) was gone or expired by the time it was read,
 // or the server connection did not keep a named prepared statement (see
-// pgmode.Learn).
+// pgmode.Modes.Learn).
 var errVanished = errors.New("idempotency: the key's record vanished while in the way")
 
 // settled runs attempt again (up to 10 times, while ctx lives) as long as

@@ -173,8 +173,8 @@ func (in *Inbox) claimWatermarks(ctx context.Context, tx pgx.Tx, msgs []kafka.Me
 }
 
 // inTx runs f in a transaction and commits, reporting an unknown commit
-// outcome as ErrAmbiguousCommit. The commit is never cancelled by ctx (see
-// pgerr.Committer).
+// outcome as ErrAmbiguousCommit. The commit is never cancelled by ctx: it
+// runs on to its end, and Close waits for it (see pgerr.Committer).
 func (in *Inbox) inTx(ctx context.Context, f func(*pgerr.Tx) error) error {
 	tx, err := in.pg.Begin(ctx, in.db)
 	if err != nil {

@@ -324,7 +324,11 @@ var scenarios = []scenario{
 			return pgcas.Exec(ctx, tx, `UPDATE docs SET body = $1, version = version + 1 WHERE id = $2 AND version = $3`, body+"+mine", id, version)
 		}, cas.WithBackoff(time.Millisecond, 5*time.Millisecond))
 		var body string
-		if qerr := b.admin.QueryRow(ctx, `SELECT body FROM docs WHERE id = $1`, id).Scan(&body); err != nil || qerr != nil || body != "other+mine" || attempts != 2 {
+		// Behind PgBouncer in cache_statement an attempt may also be made
+		// again at once because a statement met a missing named statement
+		// (it ran nothing): more reads, never another body.
+		twice := attempts == 2 || b.own != nil && attempts > 2
+		if qerr := b.admin.QueryRow(ctx, `SELECT body FROM docs WHERE id = $1`, id).Scan(&body); err != nil || qerr != nil || body != "other+mine" || !twice {
 			return fmt.Errorf("Retry: %v (%v), body %q after %d attempts; want \"other+mine\" after 2", err, qerr, body, attempts)
 		}
 		return nil

@@ -289,6 +289,7 @@ func ExampleNewHolds() {
 		if err != nil {
 			return err
 		}
+		defer holds.Close()
 		if err := holds.CreateSchema(ctx); err != nil {
 			return err
 		}
@@ -387,6 +388,7 @@ func ExampleNewFenced() {
 		if err != nil {
 			return err
 		}
+		defer f.Close()
 		return f.Update(ctx, pool, docID, token, map[string]any{"body": body}) // ErrFenced: a newer holder wrote
 	}
 	fmt.Println("token 5:", write(ctx, "doc-1", 5, "v2"))

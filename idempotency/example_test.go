@@ -161,6 +161,7 @@ func ExampleStore_Do_quickstart() {
 		if err != nil {
 			return nil, err
 		}
+		defer keys.Close()
 		res, err := keys.Do(ctx, "payments", key, idempotency.Fingerprint(request),
 			func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 				tag, err := tx.Exec(ctx, `UPDATE wallets SET balance = balance - $1
@@ -221,6 +222,7 @@ func ExampleTerminal() {
 		if err != nil {
 			return err
 		}
+		defer store.Close()
 		if err := store.CreateSchema(ctx); err != nil { // or put store.Schema() in your migrations
 			return err
 		}

@@ -256,6 +256,7 @@ func ExampleInbox_Run_quickstart() {
 		if err != nil {
 			return err
 		}
+		defer in.Close()
 		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: "payments", Topic: topic,
 			IsolationLevel: kafka.ReadCommitted}) // committed records only: Run's doc asks for it
 		defer r.Close()
@@ -320,6 +321,7 @@ func ExampleWithMaxBatch() {
 		if err != nil {
 			return err
 		}
+		defer in.Close()
 		if err := in.CreateSchema(ctx); err != nil { // safe from every process at once; or put in.Schema() in your migrations
 			return err
 		}

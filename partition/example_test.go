@@ -242,6 +242,7 @@ func ExampleConsumer_Run_quickstart() {
 		if err != nil {
 			return err
 		}
+		defer c.Close()
 		return c.Run(ctx, func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
 			for _, m := range msgs { // runs only while this worker's epoch is the partition's
 				if _, err := tx.Exec(ctx, `UPDATE wallets SET balance = balance + 1 WHERE id = $1`, string(m.Key)); err != nil {
@@ -314,6 +315,7 @@ func ExampleWithMaxBatch() {
 		if err != nil {
 			return err // partition.ErrInvalid names the bad argument or option
 		}
+		defer c.Close()
 		if err := c.CreateSchema(ctx); err != nil { // safe from every process at once; or put partition.Schema(table) in your migrations
 			return err
 		}

@@ -9,18 +9,26 @@ import (
 	"github.com/nolock/nolock/internal/apilist"
 )
 
-var updateAPI = flag.Bool("update-api", false, "rewrite api/nolock.txt from the code")
+var updateAPI = flag.Bool("update-api", false, "rewrite api/*.txt from the code")
 
-// apiFile is the checked-in public API of the module's packages.
-const apiFile = "api/nolock.txt"
-
-// TestAPI fails when the exported API of the module's public packages
-// differs from api/nolock.txt, so every change to the public face is a
+// TestAPI fails when the exported API of the public packages differs from
+// their listing under api/: api/nolock.txt for this module, and a file per
+// module of its own (nolockotel), so every change to the public face is a
 // visible diff. After a change made on purpose:
 //
 //	go test -run TestAPI -update-api .
 func TestAPI(t *testing.T) {
-	lines, err := apilist.Listing(".", "./...")
+	for _, m := range []struct{ dir, file string }{
+		{".", "api/nolock.txt"},
+		{"nolockotel", "api/nolockotel.txt"},
+	} {
+		t.Run(m.file, func(t *testing.T) { checkAPI(t, m.dir, m.file) })
+	}
+}
+
+// checkAPI compares the listing of the module in dir with apiFile.
+func checkAPI(t *testing.T, dir, apiFile string) {
+	lines, err := apilist.Listing(dir, "./...")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ type config struct {
 }
 
 // DefaultAttempts bounds the attempts unless WithAttempts says otherwise.
-const DefaultAttempts = backoff.DefaultAttempts
+const DefaultAttempts = 10
 
 // newRetryConfig applies opts to the defaults and validates the result;
 // an invalid setting, or a nil option, is an ErrInvalid naming it.

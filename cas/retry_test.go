@@ -192,7 +192,7 @@ func TestRetryGivesUpSayingHowManyAttempts(t *testing.T) {
 	}
 }
 
-// pgcas.Retry, with no database: conflicts (ErrConflict, or a SQLState of
+// cas.Retry, with no database: conflicts (ErrConflict, or a SQLState of
 // 40001/40P01) run op again, any other error ends it at once, an
 // ambiguous commit is never retried, and bad input is refused before op
 // runs.

@@ -45,7 +45,6 @@ const (
 	MaxKeyLen     = 2048       // bytes of a partition key value (DynamoDB's limit)
 	MaxSortKeyLen = 1024       // bytes of a sort key value (DynamoDB's limit)
 	MaxDataLen    = 350 * 1024 // bytes of a data payload, leaving room in DynamoDB's 400 KB item
-	maxNameLen    = 255        // bytes of an attribute name (DynamoDB's limit for key attributes)
 	maxOwnerLen   = 1024
 	maxPending    = 32 // RVNs of writes with unknown outcome a lock remembers
 )
@@ -198,27 +197,14 @@ func (c *config) validate(client DynamoDBAPI, table string) error {
 	if err := ddbarg.Table("table", table); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if err := ddbarg.Attr("partition key name", c.pkName, maxNameLen); err != nil {
+	if err := ddbarg.KeyAttributes(c.pkName, c.skName, OwnerAttr, RVNAttr, LeaseAttr, ReleasedAttr, DataAttr, TokenAttr); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if c.skName != "" {
-		if err := ddbarg.Attr("sort key name", c.skName, maxNameLen); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalid, err)
-		}
-	}
 	switch {
-	case c.skName != "" && c.skName == c.pkName:
-		return invalid("sort key name and partition key name are both %q", c.pkName)
 	case c.lease < time.Millisecond || c.lease > maxLease:
 		return invalid("lease %v must be between 1ms and %v", c.lease, maxLease)
 	case c.now == nil:
 		return invalid("clock is nil")
-	}
-	for _, name := range []string{c.pkName, c.skName} {
-		switch name {
-		case OwnerAttr, RVNAttr, LeaseAttr, ReleasedAttr, DataAttr, TokenAttr:
-			return invalid("key attribute name %q is one of the lock's own attributes", name)
-		}
 	}
 	if !c.set.heartbeat {
 		c.heartbeat = c.lease / 4

@@ -2,9 +2,9 @@ package idempotency
 
 import "github.com/nolock/nolock/internal/idemrecord"
 
-// The errors of this package, shared with package dynamoidempotency:
-// errors.Is matches them whichever store returned them. Their doc is in
-// internal/idemrecord.
+// The errors of this package. Package dynamoidempotency returns the same values,
+// so errors.Is matches them whichever store returned them; each comment
+// says what the error means.
 var (
 	ErrMismatch        = idemrecord.ErrMismatch        // key reused with another fingerprint; a *MismatchError; HTTP 422
 	ErrInProgress      = idemrecord.ErrInProgress      // a duplicate was still running when the wait ran out; HTTP 409

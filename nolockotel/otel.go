@@ -44,7 +44,7 @@ const (
 	AttrEvent     = attribute.Key("nolock.event")   // the event's name: metrics, spans
 	AttrErrorType = attribute.Key("error.type")     // the error's class (see WithErrorType): metrics, spans
 	AttrKey       = attribute.Key("nolock.key")     // Event.Key: spans and span events only
-	TokenAttr     = attribute.Key("nolock.token")   // Event.Token, when not 0
+	AttrToken     = attribute.Key("nolock.token")   // Event.Token, when not 0
 	AttrAttempt   = attribute.Key("nolock.attempt") // Event.Attempt, when not 0
 	AttrN         = attribute.Key("nolock.n")       // Event.N, when not 0
 	attrErrorMsg  = attribute.Key("error.message")  // span events: Err's text
@@ -247,7 +247,7 @@ func spanAttrs(e observe.Event, errType string) []attribute.KeyValue {
 		kv = append(kv, AttrKey.String(e.Key))
 	}
 	if e.Token != 0 {
-		kv = append(kv, TokenAttr.Int64(e.Token))
+		kv = append(kv, AttrToken.Int64(e.Token))
 	}
 	if e.Attempt != 0 {
 		kv = append(kv, AttrAttempt.Int(e.Attempt))

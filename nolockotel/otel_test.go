@@ -243,7 +243,7 @@ func TestSpans(t *testing.T) {
 	}
 	wantAttrs(t, "lease.acquired", acq.Attributes(), map[attribute.Key]attribute.Value{
 		nolockotel.AttrEvent: attribute.StringValue("lease.acquired"), nolockotel.AttrKey: attribute.StringValue("k"),
-		nolockotel.TokenAttr: attribute.Int64Value(9), nolockotel.AttrAttempt: attribute.IntValue(2),
+		nolockotel.AttrToken: attribute.Int64Value(9), nolockotel.AttrAttempt: attribute.IntValue(2),
 	})
 	if acq.Status().Code != codes.Unset {
 		t.Errorf("lease.acquired status %v, want unset", acq.Status())

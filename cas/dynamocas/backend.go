@@ -41,8 +41,8 @@ const SortKeyValue = "nolock-cas"
 // conditioned on the version attribute. Reads are strongly consistent.
 //
 // Conditional writes are retried by the SDK only after an attempt that
-// proves nothing was applied (throttling, a failed dial: see
-// ddberr.NoBlindRetries), never blindly: a retried write that had in fact
+// proves nothing was applied (throttling, a failed dial), never blindly:
+// a retried write that had in fact
 // applied would fail its own condition and look like a conflict, and the
 // Store would apply the caller's function twice. A write whose response is
 // lost is reported as cas.ErrAmbiguousCommit instead.
@@ -77,28 +77,17 @@ func NewBackend(client DynamoDBAPI, table string, opts ...Option) (*Backend, err
 	if err := ddbarg.Table("table", table); err != nil {
 		return nil, fmt.Errorf("%w: %w", cas.ErrInvalid, err)
 	}
-	if err := ddbarg.Attr("partition key attribute", cfg.pk, ddbarg.MaxKeyAttrLen); err != nil {
+	if err := ddbarg.KeyAttributes(cfg.pk, cfg.sk, ValueAttr, VersionAttr); err != nil {
 		return nil, fmt.Errorf("%w: %w", cas.ErrInvalid, err)
-	}
-	if cfg.sk != "" {
-		if err := ddbarg.Attr("sort key attribute", cfg.sk, ddbarg.MaxKeyAttrLen); err != nil {
-			return nil, fmt.Errorf("%w: %w", cas.ErrInvalid, err)
-		}
-		if cfg.sk == cfg.pk {
-			return nil, casstore.Invalid("sort key attribute and partition key attribute are both %q", cfg.pk)
-		}
-	}
-	for _, name := range []string{cfg.pk, cfg.sk} {
-		switch name {
-		case ValueAttr, VersionAttr:
-			return nil, casstore.Invalid("key attribute %q is one of the record's own attributes", name)
-		}
 	}
 	return &Backend{client: client, table: table, pk: cfg.pk, sk: cfg.sk}, nil
 }
 
-// MaxValue leaves room for the key and version in DynamoDB's 400 KB item.
-func (d *Backend) MaxValue() int { return 400*1024 - cas.MaxKeyLen - 64 }
+// MaxValue leaves room for the key attributes and the version in
+// DynamoDB's 400 KB item.
+func (d *Backend) MaxValue() int {
+	return 400*1024 - cas.MaxKeyLen - len(d.pk) - len(d.sk) - len(SortKeyValue) - 64
+}
 
 func (d *Backend) key(key string) map[string]types.AttributeValue {
 	k := map[string]types.AttributeValue{d.pk: &types.AttributeValueMemberS{Value: key}}

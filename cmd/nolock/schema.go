@@ -102,7 +102,7 @@ type dynamoTable struct {
 func dynamoTables() []dynamoTable {
 	return []dynamoTable{
 		{typ: "dynamolock.Client", table: "nolock_locks", hashKey: "key",
-			use: `dynamolock.New(client, "nolock_locks"); "key" is the default partition key attribute; WithKeyAttributes names others, and a sort key`},
+			use: `dynamolock.New(client, "nolock_locks"); "key" is the default partition key attribute (WithKeyAttributes for others, or a sort key)`},
 		{typ: "dynamoconditional.Stock", table: "nolock_stock", hashKey: dynamoconditional.KeyAttr,
 			use: `dynamoconditional.NewStock(client, "nolock_stock")`},
 		{typ: "dynamoconditional.Accounts", table: "nolock_accounts", hashKey: dynamoconditional.KeyAttr,
@@ -110,9 +110,9 @@ func dynamoTables() []dynamoTable {
 		{typ: "dynamoconditional.Holds", table: "nolock_holds", hashKey: dynamoconditional.KeyAttr,
 			use: `dynamoconditional.NewHolds(client, "nolock_holds")`},
 		{typ: "dynamocas.Backend", table: "nolock_cas", hashKey: "pk",
-			use: `dynamocas.NewBackend(client, "nolock_cas")`},
+			use: `dynamocas.NewBackend(client, "nolock_cas"); "pk" is the default partition key attribute (WithKeyAttributes for others, or a sort key)`},
 		{typ: "dynamoidempotency.Store", table: "nolock_idempotency", hashKey: "pk",
-			use:   `dynamoidempotency.New(client, "nolock_idempotency"); "pk" is the default partition key name (WithKeyAttributes); TTL on "ttl" deletes expired records`,
+			use:   `dynamoidempotency.New(client, "nolock_idempotency"); "pk" is the default partition key attribute (WithKeyAttributes for others, or a sort key); TTL on "ttl" deletes expired records`,
 			after: `aws dynamodb update-time-to-live --table-name nolock_idempotency --time-to-live-specification Enabled=true,AttributeName=ttl`},
 	}
 }

@@ -16,9 +16,9 @@
 //
 // Use it when the data lives in DynamoDB and the change fits one condition
 // expression. The PostgreSQL twin is package conditional (the same names:
-// conditional.Stock, Accounts, Holds, Fenced), whose errors and HoldError
-// this package shares, so errors.Is(err, conditional.ErrSoldOut) holds for
-// either backend. A program that imports only this package compiles no
+// conditional.Stock, Accounts, Holds, Fenced), whose errors this package
+// returns too, so errors.Is(err, conditional.ErrSoldOut) holds for either
+// backend; its HoldError has the same fields as conditional's. A program that imports only this package compiles no
 // pgx.
 //
 // What it does not promise: a write whose answer is lost (a timeout, a 5xx,

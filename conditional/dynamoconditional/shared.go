@@ -2,9 +2,9 @@ package dynamoconditional
 
 import "github.com/nolock/nolock/internal/condcore"
 
-// The errors of this package, shared with package conditional: errors.Is
-// matches them whichever backend returned them. Their doc is in
-// internal/condcore.
+// The errors of this package. Package conditional returns the same values,
+// so errors.Is matches them whichever backend returned them; each
+// comment says what the error means.
 var (
 	ErrSoldOut         = condcore.ErrSoldOut         // the stock cannot cover the request: nothing taken
 	ErrInsufficient    = condcore.ErrInsufficient    // the balance cannot cover the debit: nothing taken

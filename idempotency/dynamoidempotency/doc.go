@@ -7,10 +7,11 @@
 // key's record: a live one is replayed, or refused when the request differs
 // (ErrMismatch); otherwise it calls your Func and commits its writes with
 // the record in one transaction, so exactly one of concurrent duplicates
-// applies. Record, Result, Terminal, Fingerprint and the errors are package
-// idempotency's own (the same types and values), so code that inspects
-// outcomes works on either backend. A program that imports only this
-// package compiles no pgx.
+// applies. Record, Result and MismatchError have the same fields as
+// package idempotency's, and the errors are the same values, so
+// errors.Is(err, idempotency.ErrMismatch) holds for either backend; use
+// this package's own types with errors.As. A program that imports only
+// this package compiles no pgx.
 //
 // What it does not promise: expiry is judged by the writers' clocks (leave
 // a margin for skew), a Func may run more than once (it must only compute

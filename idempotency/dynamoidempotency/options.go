@@ -42,9 +42,13 @@ func WithRetention(d time.Duration) Option { return func(c *config) { c.retentio
 // until the context ends.
 func WithWait(d time.Duration) Option { return func(c *config) { c.wait = d } }
 
+// SortKeyValue is every record's sort key value on a table with a sort
+// key (WithKeyAttributes), so a Store can share a table with other items.
+const SortKeyValue = "nolock-idem"
+
 // WithKeyAttributes names the table's partition key attribute (default
 // "pk") and its sort key attribute ("" for none, the default; with one,
-// records use the sort key value "nolock-idem").
+// records use the sort key value SortKeyValue).
 func WithKeyAttributes(partition, sort string) Option {
 	return func(c *config) { c.pk, c.sk = partition, sort }
 }

@@ -2,9 +2,9 @@ package dynamoidempotency
 
 import "github.com/nolock/nolock/internal/idemrecord"
 
-// The errors of this package, shared with package idempotency:
-// errors.Is matches them whichever store returned them. Their doc is in
-// internal/idemrecord.
+// The errors of this package. Package idempotency returns the same values,
+// so errors.Is matches them whichever store returned them; each comment
+// says what the error means.
 var (
 	ErrMismatch        = idemrecord.ErrMismatch        // key reused with another fingerprint; a *MismatchError
 	ErrInProgress      = idemrecord.ErrInProgress      // concurrent duplicates kept meeting until the wait ran out

@@ -107,22 +107,8 @@ const (
 // a sort key name if any, distinct from each other and from the record's
 // own attributes.
 func validKeyAttrs(pk, sk string) error {
-	if err := ddbarg.Attr("partition key attribute", pk, ddbarg.MaxKeyAttrLen); err != nil {
+	if err := ddbarg.KeyAttributes(pk, sk, attrFingerprint, attrResult, attrTerminal, attrCreated, attrExpires, attrTTL); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if sk != "" {
-		if err := ddbarg.Attr("sort key attribute", sk, ddbarg.MaxKeyAttrLen); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalid, err)
-		}
-		if sk == pk {
-			return idemrecord.Invalid("sort key attribute and partition key attribute are both %q", pk)
-		}
-	}
-	for _, name := range []string{pk, sk} {
-		switch name {
-		case attrFingerprint, attrResult, attrTerminal, attrCreated, attrExpires, attrTTL:
-			return idemrecord.Invalid("key attribute %q is one of the record's own attributes", name)
-		}
 	}
 	return nil
 }
@@ -133,7 +119,7 @@ func (d *Store) itemKey(scope, key string) map[string]types.AttributeValue {
 		d.pk: &types.AttributeValueMemberS{Value: "nolock-idem/" + strconv.Itoa(len(scope)) + "/" + scope + "/" + key},
 	}
 	if d.sk != "" {
-		k[d.sk] = &types.AttributeValueMemberS{Value: "nolock-idem"}
+		k[d.sk] = &types.AttributeValueMemberS{Value: SortKeyValue}
 	}
 	return k
 }

@@ -105,7 +105,9 @@ func Package(p *types.Package) []string {
 			continue
 		}
 		switch obj := obj.(type) {
-		case *types.Const, *types.Var, *types.Func:
+		case *types.Const:
+			add("%s = %s", types.ObjectString(obj, qual), obj.Val().ExactString())
+		case *types.Var, *types.Func:
 			add("%s", types.ObjectString(obj, qual))
 		case *types.TypeName:
 			typeLines(obj, qual, add)

@@ -481,7 +481,7 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 				_, err := dynamoidempotency.New(ddb, "table", dynamoidempotency.WithKeyAttributes(n, ""))
 				return err
 			}},
-			refusal{"dynamolock partition key " + b.label, dynamolock.ErrInvalid, "partition key name " + b.says, func() error {
+			refusal{"dynamolock partition key " + b.label, dynamolock.ErrInvalid, "partition key attribute " + b.says, func() error {
 				_, err := dynamolock.New(ddb, "table", dynamolock.WithKeyAttributes(n, ""))
 				return err
 			}},
@@ -492,7 +492,11 @@ func TestDynamoDBNamesRefused(t *testing.T) {
 					_, err := dynamoidempotency.New(ddb, "table", dynamoidempotency.WithKeyAttributes("pk", n))
 					return err
 				}},
-				refusal{"dynamolock sort key " + b.label, dynamolock.ErrInvalid, "sort key name " + b.says, func() error {
+				refusal{"cas sort key " + b.label, cas.ErrInvalid, "sort key attribute " + b.says, func() error {
+					_, err := dynamocas.NewBackend(ddb, "table", dynamocas.WithKeyAttributes("pk", n))
+					return err
+				}},
+				refusal{"dynamolock sort key " + b.label, dynamolock.ErrInvalid, "sort key attribute " + b.says, func() error {
 					_, err := dynamolock.New(ddb, "table", dynamolock.WithKeyAttributes("key", n))
 					return err
 				}},

@@ -7,6 +7,7 @@ package ddbarg
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -70,6 +71,30 @@ func Attr(param, name string, max int) error {
 		return fmt.Errorf("%s is %d bytes, more than %d", param, len(name), max)
 	case !utf8.ValidString(name):
 		return fmt.Errorf("%s is not valid UTF-8", param)
+	}
+	return nil
+}
+
+// KeyAttributes checks the names WithKeyAttributes gives: a partition key
+// attribute, and a sort key attribute unless sort is "" (none), each a
+// valid key attribute name, the two distinct, neither one of own (the
+// item's other attributes).
+func KeyAttributes(partition, sort string, own ...string) error {
+	if err := Attr("partition key attribute", partition, MaxKeyAttrLen); err != nil {
+		return err
+	}
+	if sort != "" {
+		if err := Attr("sort key attribute", sort, MaxKeyAttrLen); err != nil {
+			return err
+		}
+		if sort == partition {
+			return fmt.Errorf("sort key attribute and partition key attribute are both %q", partition)
+		}
+	}
+	for _, name := range []string{partition, sort} {
+		if slices.Contains(own, name) {
+			return fmt.Errorf("key attribute %q is one of the item's own attributes", name)
+		}
 	}
 	return nil
 }

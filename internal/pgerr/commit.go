@@ -2,7 +2,7 @@ package pgerr
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -80,7 +80,7 @@ func (c *Committer) Commit(ctx context.Context, commit func(context.Context) err
 			return err
 		default:
 		}
-		return errors.Join(ErrStoppedWaiting, ctx.Err())
+		return fmt.Errorf("%w: %w", ErrStoppedWaiting, ctx.Err())
 	}
 }
 

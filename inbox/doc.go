@@ -8,7 +8,7 @@
 // the payload): Process for batches you fetch yourself, Run to consume a
 // kafka-go Reader with retries, one goroutine per partition, and parking.
 //
-// A message whose handler keeps failing (WithMaxAttempts), fails with a
+// A message whose handler keeps failing (WithAttempts), fails with a
 // Permanent error or has no identity is parked: recorded as processed and
 // kept in the parked table, and its partition goes on. Operators list
 // parked messages (ListParked), replay them once a fix is deployed

@@ -116,22 +116,22 @@ type Option func(*Inbox)
 // WithIdentity sets how messages are recognised (default ByHeader("id")).
 func WithIdentity(id Identity) Option { return func(in *Inbox) { in.identity = id } }
 
-// WithTablePrefix names the tables: prefix, prefix_watermarks,
-// prefix_attempts, prefix_parked, and the index prefix_processed_at
-// (default "nolock_inbox"). Names are quoted, never interpolated raw. The
-// prefix must be 1 to 50 bytes of UTF-8 without NUL, so that every name
-// fits PostgreSQL's 63 bytes; New refuses any other.
-func WithTablePrefix(prefix string) Option {
-	return func(in *Inbox) { in.prefix = prefix }
+// WithTable names the inbox's table (default "nolock_inbox"); its other
+// tables and index are named after it: name_watermarks, name_attempts,
+// name_parked and the index name_processed_at. Names are quoted, never
+// interpolated raw. The name must be 1 to 50 bytes of UTF-8 without NUL,
+// so that every name fits PostgreSQL's 63 bytes; New refuses any other.
+func WithTable(name string) Option {
+	return func(in *Inbox) { in.prefix = name }
 }
 
-// DefaultMaxAttempts is how many failed attempts park a message unless
-// WithMaxAttempts says otherwise; partition.DefaultMaxAttempts is the same.
-const DefaultMaxAttempts = 10
+// DefaultAttempts is how many failed attempts park a message unless
+// WithAttempts says otherwise; partition.DefaultAttempts is the same.
+const DefaultAttempts = 10
 
-// WithMaxAttempts parks a message after n failed attempts (at least 1;
-// default DefaultMaxAttempts, 10).
-func WithMaxAttempts(n int) Option { return func(in *Inbox) { in.max = n } }
+// WithAttempts parks a message after n failed attempts (at least 1;
+// default DefaultAttempts, 10).
+func WithAttempts(n int) Option { return func(in *Inbox) { in.max = n } }
 
 // WithOnPark calls f after a message is parked, with its last error. f
 // must be safe for concurrent use.
@@ -169,7 +169,7 @@ func (in *Inbox) note(ctx context.Context, name string, msg kafka.Message, one b
 // queueKey carries Run's event queue in the contexts of its batches.
 type queueKey struct{}
 
-// longestSuffix is the longest suffix New appends to the table prefix.
+// longestSuffix is the longest suffix New appends to the table name.
 const longestSuffix = "_processed_at"
 
 //go:embed inbox.sql
@@ -179,7 +179,7 @@ var schemaSQL string
 // group ID: each consumer processes a message once). Run its CreateSchema,
 // or put its Schema in your migrations, first.
 func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
-	in := &Inbox{db: db, consumer: consumer, identity: ByHeader("id"), max: DefaultMaxAttempts, prefix: "nolock_inbox"}
+	in := &Inbox{db: db, consumer: consumer, identity: ByHeader("id"), max: DefaultAttempts, prefix: "nolock_inbox"}
 	if err := option.Apply(opts, func(o Option) { o(in) }); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -196,7 +196,7 @@ func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
 	case in.identity.id == nil && !in.identity.watermark:
 		return nil, invalid("identity is empty: use ByHeader, ByFunc, ByOffset or ByWatermark")
 	case in.max < 1:
-		return nil, invalid("WithMaxAttempts(%d): below 1", in.max)
+		return nil, invalid("WithAttempts(%d): below 1", in.max)
 	}
 	if err := pgarg.Ident("table prefix", prefix, len(longestSuffix)); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)

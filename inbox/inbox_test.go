@@ -227,7 +227,7 @@ func TestBadInput(t *testing.T) {
 		{"nil db", func() error { _, err := inbox.New(nil, "c"); return err }()},
 		{"empty consumer", func() error { _, err := inbox.New(pool, ""); return err }()},
 		{"empty identity", func() error { _, err := inbox.New(pool, "c", inbox.WithIdentity(inbox.Identity{})); return err }()},
-		{"zero attempts", func() error { _, err := inbox.New(pool, "c", inbox.WithMaxAttempts(0)); return err }()},
+		{"zero attempts", func() error { _, err := inbox.New(pool, "c", inbox.WithAttempts(0)); return err }()},
 		{"header without a name", func() error { _, err := inbox.New(pool, "c", inbox.WithIdentity(inbox.ByHeader(""))); return err }()},
 		{"nil option", func() error { _, err := inbox.New(pool, "c", nil); return err }()},
 		{"nil handler", func() error {

@@ -21,7 +21,7 @@ func TestObserver(t *testing.T) {
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
 	rec := &testenv.Events{}
-	in := newInbox(t, pool, inbox.WithMaxAttempts(2), inbox.WithObserver(func(ctx context.Context, e observe.Event) {
+	in := newInbox(t, pool, inbox.WithAttempts(2), inbox.WithObserver(func(ctx context.Context, e observe.Event) {
 		rec.Observe(ctx, e)
 		panic("a broken observer")
 	}))

@@ -149,7 +149,7 @@ func TestParkOnlyWhatWasNotProcessed(t *testing.T) {
 	// a counts its failed attempt (and may park) only once b's transaction
 	// ended: b applies x after a's attempt rolled back and before a looks.
 	counted := new(atomic.Bool)
-	a, err := inbox.New(queryAfter{pool, bFinished, counted}, "billing", inbox.WithMaxAttempts(1), hook)
+	a, err := inbox.New(queryAfter{pool, bFinished, counted}, "billing", inbox.WithAttempts(1), hook)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestHandlerTimeoutIsTheMessagesFault(t *testing.T) {
 	t.Parallel()
 	pool := testenv.Postgres(t)
 	parked, hook := parkCounter()
-	in := newInbox(t, pool, inbox.WithMaxAttempts(2), hook)
+	in := newInbox(t, pool, inbox.WithAttempts(2), hook)
 	h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
 		if string(m.Value) == "v-slow" {
 			qctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -295,7 +295,7 @@ func TestRunRecoversHandlerPanic(t *testing.T) {
 	t.Parallel()
 	pool := testenv.Postgres(t)
 	parked, hook := parkCounter()
-	in := newInbox(t, pool, inbox.WithMaxAttempts(2), hook)
+	in := newInbox(t, pool, inbox.WithAttempts(2), hook)
 	var boom atomic.Int64
 	h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
 		if string(m.Value) == "v-boom" {
@@ -330,7 +330,7 @@ func TestRunConnectionLostEveryTimeIsParked(t *testing.T) {
 			batch := c.batch
 			pool := testenv.PostgresVia(t, c.dep, 4)
 			parked, hook := parkCounter()
-			in := newInbox(t, pool, inbox.WithMaxAttempts(2), hook)
+			in := newInbox(t, pool, inbox.WithAttempts(2), hook)
 			h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
 				if string(m.Value) == "v-bad" {
 					_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)

@@ -82,7 +82,7 @@ func TestRunParksPoisonAndMovesOn(t *testing.T) {
 	t.Parallel()
 	pool := testenv.Postgres(t)
 	var hooked atomic.Int64
-	in := newInbox(t, pool, inbox.WithMaxAttempts(3), inbox.WithOnPark(func(kafka.Message, error) { hooked.Add(1) }))
+	in := newInbox(t, pool, inbox.WithAttempts(3), inbox.WithOnPark(func(kafka.Message, error) { hooked.Add(1) }))
 	brokers, topic := testenv.Topic(t, 1)
 	ids := []string{"m0", "m1", "poison", "m3", "permanent", "m5", "", "m7"}
 	produce(t, brokers, topic, ids, func(id string) string { return "v-" + id })
@@ -205,7 +205,7 @@ func TestRunConnectionLossIsNotTheMessagesFault(t *testing.T) {
 	t.Parallel()
 	pool := testenv.Postgres(t)
 	var parked atomic.Int64
-	in := newInbox(t, pool, inbox.WithMaxAttempts(1), inbox.WithOnPark(func(kafka.Message, error) { parked.Add(1) }))
+	in := newInbox(t, pool, inbox.WithAttempts(1), inbox.WithOnPark(func(kafka.Message, error) { parked.Add(1) }))
 	brokers, topic := testenv.Topic(t, 1)
 	ids := []string{"m0", "m1", "m2", "m3", "m4", "m5"}
 	produce(t, brokers, topic, ids, func(id string) string { return "v-" + id })

@@ -56,7 +56,7 @@ func TestRunNoHeadOfLineStall(t *testing.T) {
 	t.Parallel()
 	pool := testenv.Postgres(t)
 	var parkedN atomic.Int64
-	in := newInbox(t, pool, inbox.WithMaxAttempts(3), inbox.WithOnPark(func(kafka.Message, error) { parkedN.Add(1) }))
+	in := newInbox(t, pool, inbox.WithAttempts(3), inbox.WithOnPark(func(kafka.Message, error) { parkedN.Add(1) }))
 	brokers, topic := testenv.Topic(t, 2)
 	r := groupReader(brokers, topic, testenv.Name("g"))
 	defer r.Close()

@@ -160,7 +160,7 @@ func TestWorkloadKafka(t *testing.T) {
 		return nil
 	}
 	c, err := partition.New(pool, brokers, group, []string{topic},
-		partition.WithMaxAttempts(1), partition.WithObserver(b.a.Observe),
+		partition.WithAttempts(1), partition.WithObserver(b.a.Observe),
 		partition.WithMaxBatch(10), partition.WithHeartbeatInterval(200*time.Millisecond),
 		partition.WithSessionTimeout(6*time.Second), partition.WithRebalanceTimeout(3*time.Second),
 		partition.WithJoinGroupBackoff(200*time.Millisecond), partition.WithBatchTimeout(2*time.Second))

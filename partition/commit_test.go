@@ -44,7 +44,7 @@ func TestSlowCommitNotCancelledNotRepeated(t *testing.T) {
 		}
 		return rec(ctx, tx, msgs)
 	})
-	cfg.with(partition.WithMaxAttempts(1))
+	cfg.with(partition.WithAttempts(1))
 	cfg.with(partition.WithMaxBatch(1))
 	var parked parkLog
 	cfg.with(partition.WithOnPark(parked.onPark))

@@ -22,7 +22,7 @@ const (
 	DefaultSessionTimeout    = 30 * time.Second
 	DefaultRebalanceTimeout  = 30 * time.Second
 	DefaultJoinGroupBackoff  = 5 * time.Second
-	DefaultMaxAttempts       = 10
+	DefaultAttempts          = 10
 	// DefaultPartitionWatchInterval is kafka-go's.
 	DefaultPartitionWatchInterval = 5 * time.Second
 	// DefaultMinBytes and DefaultMaxBytes are kafka-go's Reader defaults.
@@ -147,7 +147,7 @@ func WithJoinGroupBackoff(d time.Duration) Option {
 // rules.
 func WithStartOffset(offset int64) Option { return func(c *config) { c.StartOffset = offset } }
 
-// WithMaxAttempts bounds how often one message is tried on its own when
+// WithAttempts bounds how often one message is tried on its own when
 // it fails with an error that is not transient (typically the Handler's
 // own); then it is parked: a row in the parked table commits in the same
 // fenced transaction that moves the partition's stored offset past it,
@@ -158,7 +158,7 @@ func WithStartOffset(offset int64) Option { return func(c *config) { c.StartOffs
 // is unknown) are retried for as long as the generation lasts and never
 // count, except a connection lost under the handler twice in a row, which
 // counts. At least 1; default 10.
-func WithMaxAttempts(n int) Option { return func(c *config) { c.MaxAttempts = n } }
+func WithAttempts(n int) Option { return func(c *config) { c.MaxAttempts = n } }
 
 // WithKafkaCommitInterval also commits each partition's stored offset to
 // Kafka, at most once per d per partition, for tools that read consumer
@@ -297,7 +297,7 @@ func newConfig(brokers []string, group string, topics []string, opts []Option) (
 		Table: DefaultTable, MaxBatch: DefaultMaxBatch, BatchWait: DefaultBatchWait,
 		HeartbeatInterval: DefaultHeartbeatInterval, SessionTimeout: DefaultSessionTimeout,
 		RebalanceTimeout: DefaultRebalanceTimeout, JoinGroupBackoff: DefaultJoinGroupBackoff,
-		StartOffset: kafka.FirstOffset, MaxAttempts: DefaultMaxAttempts,
+		StartOffset: kafka.FirstOffset, MaxAttempts: DefaultAttempts,
 		PartitionWatchInterval: DefaultPartitionWatchInterval,
 		MinBytes:               DefaultMinBytes, MaxBytes: DefaultMaxBytes, MaxWait: DefaultMaxWait,
 	}

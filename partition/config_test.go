@@ -45,7 +45,7 @@ func TestNewRefusesWhatCannotWork(t *testing.T) {
 		{"WithTable", brokers, "g", topics, []partition.Option{partition.WithTable("a\x00b")}},
 		{"WithTable", brokers, "g", topics, []partition.Option{partition.WithTable("")}},
 		{"WithMaxBatch", brokers, "g", topics, []partition.Option{partition.WithMaxBatch(0)}},
-		{"WithMaxAttempts", brokers, "g", topics, []partition.Option{partition.WithMaxAttempts(0)}},
+		{"WithAttempts", brokers, "g", topics, []partition.Option{partition.WithAttempts(0)}},
 		{"WithStartOffset", brokers, "g", topics, []partition.Option{partition.WithStartOffset(42)}},
 		{"WithBatchWait", brokers, "g", topics, []partition.Option{partition.WithBatchWait(-time.Second)}},
 		{"WithKafkaCommitInterval", brokers, "g", topics, []partition.Option{partition.WithKafkaCommitInterval(-time.Second)}},

@@ -45,7 +45,7 @@ import (
 // ctx carries the Claim (FromContext) and ends after the batch timeout
 // (WithBatchTimeout). A returned error rolls the batch back; a batch of
 // several messages is then tried again one message at a time, and a
-// message that keeps failing is parked (see WithMaxAttempts). So a Handler may run more than once for
+// message that keeps failing is parked (see WithAttempts). So a Handler may run more than once for
 // a message, and only a committed run counts; effects outside tx are not
 // fenced.
 //
@@ -187,7 +187,7 @@ var ErrRunTwice = errors.New("partition: Run called twice")
 // and the member has left the group. A worker stops at the end of its
 // generation; a batch in flight then (or when ctx ends) is finished, within
 // the batch timeout, rather than cut off. A message that fails its
-// attempts is parked and its partition goes on (WithMaxAttempts). Run
+// attempts is parked and its partition goes on (WithAttempts). Run
 // returns an error only when it cannot go on: a message could not be
 // parked (the parked table is missing, say), a stored offset Kafka no
 // longer has (ErrOffsetLost), or Kafka refused with an error that does not

@@ -246,7 +246,7 @@ func TestHandlerErrorParks(t *testing.T) {
 	produce(t, b.brokers, b.topic, 1, 0, 3)
 	poison := errors.New("poison message")
 	cfg := b.config("m", func(context.Context, pgx.Tx, []kafka.Message) error { return poison })
-	cfg.with(partition.WithMaxAttempts(3))
+	cfg.with(partition.WithAttempts(3))
 	var releasedErr atomic.Bool
 	cfg.with(partition.WithOnRelease(func(_ partition.Claim, err error) { releasedErr.Store(releasedErr.Load() || err != nil) }))
 	var parked parkLog
@@ -302,7 +302,7 @@ func TestHandlerPanicParks(t *testing.T) {
 		calls.Add(1)
 		panic("poison message")
 	})
-	cfg.with(partition.WithMaxAttempts(2))
+	cfg.with(partition.WithAttempts(2))
 	var parked parkLog
 	cfg.with(partition.WithOnPark(parked.onPark))
 	m := startMember(t, b.pool, cfg)
@@ -351,7 +351,7 @@ func TestHandlerStatementTimeoutParks(t *testing.T) {
 		_, err := tx.Exec(ctx, `SELECT pg_sleep(0.2)`)
 		return err
 	})
-	cfg.with(partition.WithMaxAttempts(2))
+	cfg.with(partition.WithAttempts(2))
 	var parked parkLog
 	cfg.with(partition.WithOnPark(parked.onPark))
 	m := startMember(t, b.pool, cfg)
@@ -408,7 +408,7 @@ func handlerConnectionLostEveryTimeParks(t *testing.T, dep string) {
 		}
 		return rec(ctx, tx, msgs)
 	})
-	cfg.with(partition.WithMaxAttempts(2))
+	cfg.with(partition.WithAttempts(2))
 	var parked parkLog
 	cfg.with(partition.WithOnPark(parked.onPark))
 	m := startMember(t, b.pool, cfg)

@@ -35,7 +35,7 @@ func TestObserver(t *testing.T) {
 		}
 		return apply(ctx, tx, msgs)
 	})
-	cfg.with(partition.WithMaxAttempts(2), partition.WithObserver(rec.Observe),
+	cfg.with(partition.WithAttempts(2), partition.WithObserver(rec.Observe),
 		partition.WithObserver(rec2.Observe)) // the last one counts
 	cfg.with(partition.WithObserver(func(ctx context.Context, e observe.Event) {
 		rec.Observe(ctx, e)

@@ -94,7 +94,7 @@ func TestPoisonIsParkedPartitionGoesOn(t *testing.T) {
 	for i := range members {
 		name := fmt.Sprintf("m%d", i)
 		cfg := b.config(name, handler(name))
-		cfg.with(partition.WithMaxAttempts(maxAttempts))
+		cfg.with(partition.WithAttempts(maxAttempts))
 		cfg.with(partition.WithOnPark(parked.onPark))
 		members[i] = startMember(t, b.pool, cfg)
 	}

@@ -402,7 +402,7 @@ func TestRunParksThenReplay(t *testing.T) {
 		}
 		return rec(ctx, tx, msgs)
 	})
-	cfg.with(partition.WithMaxAttempts(2))
+	cfg.with(partition.WithAttempts(2))
 	var parked parkLog
 	cfg.with(partition.WithOnPark(parked.onPark))
 	m := startMember(t, b.pool, cfg)

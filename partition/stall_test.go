@@ -24,7 +24,7 @@ func TestStalledPostgresWaitedOut(t *testing.T) {
 	cfg := b.config("m", nil)
 	batchTimeout := testenv.Scale(125 * time.Millisecond)
 	cfg.with(partition.WithBatchTimeout(batchTimeout))
-	cfg.with(partition.WithMaxAttempts(3))
+	cfg.with(partition.WithAttempts(3))
 	c, err := newConsumer(pool, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -41,7 +41,7 @@ type PartitionStats struct {
 
 	Messages    int64 // messages applied: committed with the Handler's effects
 	Batches     int64 // batches done: applied, or split and applied or parked one by one
-	Parked      int64 // messages parked (see WithMaxAttempts)
+	Parked      int64 // messages parked (see WithAttempts)
 	Skipped     int64 // control records and records of aborted transactions left out
 	FetchErrors int64 // failed reads and classifying fetches, each retried or ending the worker
 }

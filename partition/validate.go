@@ -93,7 +93,7 @@ func (c config) validate() error {
 	case c.MaxBatch < 1:
 		return invalid("WithMaxBatch(%d): below 1", c.MaxBatch)
 	case c.MaxAttempts < 1:
-		return invalid("WithMaxAttempts(%d): below 1", c.MaxAttempts)
+		return invalid("WithAttempts(%d): below 1", c.MaxAttempts)
 	case c.StartOffset != kafka.FirstOffset && c.StartOffset != kafka.LastOffset:
 		return invalid("WithStartOffset(%d): neither kafka.FirstOffset nor kafka.LastOffset", c.StartOffset)
 	case c.BatchWait < 0:

@@ -158,7 +158,7 @@ func TestPostgresIdentifiersRefused(t *testing.T) {
 		return err
 	})
 	add("inbox", inbox.ErrInvalid, "table prefix", 63-len("_processed_at"), false, func(n string) error {
-		_, err := inbox.New(db, "consumer", inbox.WithTablePrefix(n))
+		_, err := inbox.New(db, "consumer", inbox.WithTable(n))
 		return err
 	})
 	add("partition", partition.ErrInvalid, "Table", 63-len("_parked"), true, func(n string) error {
@@ -624,7 +624,7 @@ func TestCollidingTablesRefusedNothingWritten(t *testing.T) {
 			return err
 		}},
 		{"inbox NUL twin", inbox.ErrInvalid, "table prefix contains a NUL", func() error {
-			_, err := inbox.New(pool, "c", inbox.WithTablePrefix("stock\x00_a"))
+			_, err := inbox.New(pool, "c", inbox.WithTable("stock\x00_a"))
 			return err
 		}},
 		{"partition parked twin", partition.ErrInvalid, "Table is 57 bytes", func() error {
@@ -782,7 +782,7 @@ func TestNilAndEmptyOptionsRefused(t *testing.T) {
 			return err
 		}),
 		r("inbox.New", inbox.ErrInvalid, nilOpt, func() error {
-			_, err := inbox.New(db, "c", inbox.WithMaxAttempts(2), nil)
+			_, err := inbox.New(db, "c", inbox.WithAttempts(2), nil)
 			return err
 		}),
 		r("inbox.Inbox.Run", inbox.ErrInvalid, nilOpt, func() error {

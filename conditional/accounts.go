@@ -25,22 +25,16 @@ import (
 // order can commit with the debit, all or nothing.
 //
 // Accounts takes the Options it shares with Stock (buckets, home,
-// coalescing, batch size, timeout) and WithAccountsTable; its table defaults to "nolock_accounts" with the amount in a
+// coalescing, batch size, timeout) and WithTable; its table defaults to "nolock_accounts" with the amount in a
 // column named balance. An Accounts is safe for concurrent use; Close it to
 // stop its goroutines.
 type Accounts struct {
 	s *Stock
 }
 
-// DefaultAccountsTable is the accounts table's name unless WithAccountsTable
-// says otherwise.
+// DefaultAccountsTable is the accounts table's name unless WithTable says
+// otherwise.
 const DefaultAccountsTable = "nolock_accounts"
-
-// WithAccountsTable sets the accounts table's name (quoted, never
-// interpolated raw).
-func WithAccountsTable(name string) AccountsOption {
-	return accountsOnly(func(c *stockConfig) { c.table = name })
-}
 
 // NewAccounts returns Accounts on db, usually a *pgxpool.Pool. Run its
 // CreateSchema (or put its Schema in your migrations) first.

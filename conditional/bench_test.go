@@ -139,7 +139,7 @@ func BenchmarkStockSellOut(b *testing.B) {
 		{"buckets=64+endgame", []conditional.StockOption{conditional.WithBuckets(64), conditional.WithEndgame(500)}},
 	} {
 		b.Run(sc.name, func(b *testing.B) {
-			s, err := conditional.NewStock(pool, append(sc.opts, conditional.WithStockTable("sellout"))...)
+			s, err := conditional.NewStock(pool, append(sc.opts, conditional.WithTable("sellout"))...)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -54,27 +54,16 @@ type Holds struct {
 //go:embed hold.sql
 var holdSQL string
 
-// DefaultHoldsTable is the holds table's name unless WithHoldsTable says
+// DefaultHoldsTable is the holds table's name unless WithTable says
 // otherwise.
 const DefaultHoldsTable = "nolock_holds"
 
-// HoldsOption configures NewHolds: WithHoldsTable or WithObserver.
+// HoldsOption configures NewHolds: WithTable or WithObserver.
 type HoldsOption interface{ applyHolds(*holdsConfig) }
 
 type holdsConfig struct {
 	table string
 	obs   observe.Observer
-}
-
-// holdsOnly is a HoldsOption that no other constructor takes.
-type holdsOnly func(*holdsConfig)
-
-func (o holdsOnly) applyHolds(c *holdsConfig) { o(c) }
-
-// WithHoldsTable sets the holds table's name (default "nolock_holds"). The
-// name is quoted, never interpolated raw.
-func WithHoldsTable(name string) HoldsOption {
-	return holdsOnly(func(c *holdsConfig) { c.table = name })
 }
 
 // NewHolds returns a Holds on db, usually a *pgxpool.Pool. Run its

@@ -186,7 +186,7 @@ func TestHoldsTableOption(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
-	h := newHolds(t, pool, conditional.WithHoldsTable(`seat "holds"`))
+	h := newHolds(t, pool, conditional.WithTable(`seat "holds"`))
 	if !strings.Contains(h.Schema(), `"seat ""holds"""`) {
 		t.Fatalf("schema does not quote the table name:\n%s", h.Schema())
 	}
@@ -636,7 +636,7 @@ func TestHoldsBadInput(t *testing.T) {
 	if _, err := conditional.NewHolds(nil); !errors.Is(err, conditional.ErrInvalid) {
 		t.Errorf("NewHolds(nil): %v, want ErrInvalid", err)
 	}
-	if _, err := conditional.NewHolds(pool, conditional.WithHoldsTable("")); !errors.Is(err, conditional.ErrInvalid) {
+	if _, err := conditional.NewHolds(pool, conditional.WithTable("")); !errors.Is(err, conditional.ErrInvalid) {
 		t.Errorf("NewHolds with an empty table name: %v, want ErrInvalid", err)
 	}
 }

@@ -21,7 +21,7 @@ func TestLogger(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
-	missing, err := conditional.NewStock(pool, conditional.WithStockTable("missing"), conditional.WithLogger(log))
+	missing, err := conditional.NewStock(pool, conditional.WithTable("missing"), conditional.WithLogger(log))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestHoldsObserver(t *testing.T) {
 	t.Parallel()
 	pool := testenv.Postgres(t)
 	events := &testenv.Events{}
-	events.HoldsEvents(t, newHolds(t, pool, conditional.WithHoldsTable("nolock_holds"), conditional.WithObserver(events.Observe)))
+	events.HoldsEvents(t, newHolds(t, pool, conditional.WithTable("nolock_holds"), conditional.WithObserver(events.Observe)))
 }
 
 // Each fenced Update reports its outcome with the key and the token.

@@ -72,7 +72,8 @@ type Stock struct {
 	schemaSQL, batchSQL, takeSQL, addSQL, addFirstSQL, qtySQL, acrossSQL, acrossUpdateSQL, availableSQL, putSQL, openSQL string
 }
 
-// DefaultStockTable is the stock table's name unless WithStockTable says otherwise.
+// DefaultStockTable is the stock table's name unless WithTable says
+// otherwise.
 const DefaultStockTable = "nolock_stock"
 
 type bucketKey struct {

@@ -13,25 +13,28 @@ import (
 // "sold out" key is an empty account, a restock a credit).
 type Option func(*stockConfig)
 
-// StockOption configures NewStock: an Option, or WithStockTable, which
-// NewAccounts does not take (it would not compile).
+// StockOption configures NewStock: an Option, WithTable or WithObserver.
 type StockOption interface{ applyStock(*stockConfig) }
 
-// AccountsOption configures NewAccounts: an Option, or WithAccountsTable.
+// AccountsOption configures NewAccounts: an Option, WithTable or
+// WithObserver.
 type AccountsOption interface{ applyAccounts(*stockConfig) }
 
 func (o Option) applyStock(c *stockConfig)    { o(c) }
 func (o Option) applyAccounts(c *stockConfig) { o(c) }
 
-// stockOnly is a StockOption that NewAccounts does not take.
-type stockOnly func(*stockConfig)
+// TableOption is WithTable's option: NewStock, NewAccounts and NewHolds
+// take it (NewFenced takes its table as an argument).
+type TableOption string
 
-func (o stockOnly) applyStock(c *stockConfig) { o(c) }
+// WithTable names the table (defaults: DefaultStockTable,
+// DefaultAccountsTable, DefaultHoldsTable): one identifier of at most 63
+// bytes, found through the search_path, quoted, never interpolated raw.
+func WithTable(name string) TableOption { return TableOption(name) }
 
-// accountsOnly is an AccountsOption that NewStock does not take.
-type accountsOnly func(*stockConfig)
-
-func (o accountsOnly) applyAccounts(c *stockConfig) { o(c) }
+func (o TableOption) applyStock(c *stockConfig)    { c.table = string(o) }
+func (o TableOption) applyAccounts(c *stockConfig) { c.table = string(o) }
+func (o TableOption) applyHolds(c *holdsConfig)    { c.table = string(o) }
 
 type stockConfig struct {
 	table      string
@@ -60,12 +63,6 @@ type stockConfig struct {
 // transaction are that caller's to log. l is called on the goroutine that
 // sent the statement, never with a lock held.
 func WithLogger(l *slog.Logger) Option { return func(c *stockConfig) { c.log = l } }
-
-// WithStockTable sets the stock table's name (default "nolock_stock"). The name
-// is quoted, never interpolated raw.
-func WithStockTable(name string) StockOption {
-	return stockOnly(func(c *stockConfig) { c.table = name })
-}
 
 // WithBuckets spreads each key's stock over n rows (default 1). Takes go to
 // a random bucket, or to the Stock's home (WithHome); when it cannot cover

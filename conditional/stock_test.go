@@ -121,7 +121,7 @@ func TestStockBadInput(t *testing.T) {
 		t.Fatalf("rows %d (%v), want 1", rows, err)
 	}
 	for _, opts := range [][]conditional.StockOption{
-		{conditional.WithBuckets(0)}, {conditional.WithMaxBatch(0)}, {conditional.WithStockTable("")},
+		{conditional.WithBuckets(0)}, {conditional.WithMaxBatch(0)}, {conditional.WithTable("")},
 		{conditional.WithStatementTimeout(0)}, {conditional.WithSoldOutCache(-1)},
 	} {
 		if _, err := conditional.NewStock(pool, opts...); !errors.Is(err, conditional.ErrInvalid) {

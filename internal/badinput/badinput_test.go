@@ -139,15 +139,15 @@ func TestPostgresIdentifiersRefused(t *testing.T) {
 	// Table for partition.Config.
 	add("cas", cas.ErrInvalid, "WithTable", 63, true, func(n string) error { _, err := pgcas.NewBackend(db, pgcas.WithTable(n)); return err })
 	add("stock", conditional.ErrInvalid, "table", 63, false, func(n string) error {
-		_, err := conditional.NewStock(db, conditional.WithStockTable(n))
+		_, err := conditional.NewStock(db, conditional.WithTable(n))
 		return err
 	})
 	add("accounts", conditional.ErrInvalid, "table", 63, false, func(n string) error {
-		_, err := conditional.NewAccounts(db, conditional.WithAccountsTable(n))
+		_, err := conditional.NewAccounts(db, conditional.WithTable(n))
 		return err
 	})
 	add("holds", conditional.ErrInvalid, "table", 63, false, func(n string) error {
-		_, err := conditional.NewHolds(db, conditional.WithHoldsTable(n))
+		_, err := conditional.NewHolds(db, conditional.WithTable(n))
 		return err
 	})
 	add("fenced", conditional.ErrInvalid, "table", 63, false, func(n string) error { _, err := conditional.NewFenced(n, "id", "fence"); return err })
@@ -575,7 +575,7 @@ func TestCollidingTablesRefusedNothingWritten(t *testing.T) {
 	long := strings.Repeat("s", 63)
 	made := map[string]bool{}
 	for _, name := range []string{"stock_a", long} {
-		s, err := conditional.NewStock(pool, conditional.WithStockTable(name))
+		s, err := conditional.NewStock(pool, conditional.WithTable(name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -599,19 +599,19 @@ func TestCollidingTablesRefusedNothingWritten(t *testing.T) {
 
 	twins := []refusal{
 		{"stock NUL twin", conditional.ErrInvalid, "table contains a NUL", func() error {
-			_, err := conditional.NewStock(pool, conditional.WithStockTable("sto\x00ck_a"))
+			_, err := conditional.NewStock(pool, conditional.WithTable("sto\x00ck_a"))
 			return err
 		}},
 		{"stock truncated twin", conditional.ErrInvalid, "table is 64 bytes", func() error {
-			_, err := conditional.NewStock(pool, conditional.WithStockTable(long+"x"))
+			_, err := conditional.NewStock(pool, conditional.WithTable(long+"x"))
 			return err
 		}},
 		{"accounts NUL twin", conditional.ErrInvalid, "table contains a NUL", func() error {
-			_, err := conditional.NewAccounts(pool, conditional.WithAccountsTable("stock_a\x00"))
+			_, err := conditional.NewAccounts(pool, conditional.WithTable("stock_a\x00"))
 			return err
 		}},
 		{"holds truncated twin", conditional.ErrInvalid, "table is 64 bytes", func() error {
-			_, err := conditional.NewHolds(pool, conditional.WithHoldsTable(long+"y"))
+			_, err := conditional.NewHolds(pool, conditional.WithTable(long+"y"))
 			return err
 		}},
 		{"cas truncated twin", cas.ErrInvalid, "WithTable is 64 bytes", func() error { _, err := pgcas.NewBackend(pool, pgcas.WithTable(long+"z")); return err }},
@@ -742,7 +742,7 @@ func TestNilAndEmptyOptionsRefused(t *testing.T) {
 			return err
 		}),
 		r("conditional.NewHolds", conditional.ErrInvalid, nilOpt, func() error {
-			_, err := conditional.NewHolds(db, conditional.WithHoldsTable("h"), nil)
+			_, err := conditional.NewHolds(db, conditional.WithTable("h"), nil)
 			return err
 		}),
 		r("conditional.NewHolds typed nil", conditional.ErrInvalid, nilOpt, func() error {

@@ -92,7 +92,7 @@ CREATE TABLE reports (id text PRIMARY KEY, body text NOT NULL)`)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.stock.Close() })
-	if b.acc, err = conditional.NewAccounts(b.pool, conditional.WithAccountsTable("accts")); err != nil {
+	if b.acc, err = conditional.NewAccounts(b.pool, conditional.WithTable("accts")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.acc.Close() })

@@ -116,11 +116,11 @@ func (c *Client) acquire(ctx context.Context, key string, opts []AcquireOption, 
 		a.deadline = start.Add(ac.wait)
 	}
 	l, err := a.run(ctx)
-	e := observe.Event{Name: "dynamolock.acquired", Key: eventKey(a.ac.key, a.ac.sortKey), Attempt: a.writes, Duration: c.cfg.now().Sub(start), Err: err}
+	e := observe.Event{Name: EventAcquired, Key: eventKey(a.ac.key, a.ac.sortKey), Attempt: a.writes, Duration: c.cfg.now().Sub(start), Err: err}
 	if l != nil {
 		e.Token = l.token
 	} else {
-		e.Name = "dynamolock.not_acquired"
+		e.Name = EventNotAcquired
 	}
 	c.events.Notify(ctx, e)
 	return l, err
@@ -313,11 +313,11 @@ func (a *acquisition) judge(ctx context.Context) (*Lock, error) {
 	if !seenAt.Before(expires) {
 		a.takeover = &rec.rvn
 		c.log.Debug("dynamolock: taking over a lock unchanged for a lease", "key", a.name, "owner", rec.owner, "lease", lease)
-		c.events.Notify(a.caller, observe.Event{Name: "dynamolock.takeover", Key: eventKey(a.ac.key, a.ac.sortKey), Attempt: a.writes, Duration: lease})
+		c.events.Notify(a.caller, observe.Event{Name: EventTakeover, Key: eventKey(a.ac.key, a.ac.sortKey), Attempt: a.writes, Duration: lease})
 		return nil, nil
 	}
 	held := &HeldError{Key: a.ac.key, SortKey: a.ac.sortKey, Owner: rec.owner, Lease: lease, Data: rec.data}
-	c.events.Notify(a.caller, observe.Event{Name: "dynamolock.contended", Key: eventKey(a.ac.key, a.ac.sortKey), Token: rec.token, Attempt: a.writes})
+	c.events.Notify(a.caller, observe.Event{Name: EventContended, Key: eventKey(a.ac.key, a.ac.sortKey), Token: rec.token, Attempt: a.writes})
 	if a.try {
 		return a.giveUp(held)
 	}

@@ -117,13 +117,12 @@ func WithOwner(name string) Option { return func(c *config) { c.owner, c.set.own
 // retries at debug level and lost locks at warn level.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// WithObserver reports the Client's events to o (nil: none): see
-// docs/observability.md for "dynamolock.acquired", "dynamolock.contended",
-// "dynamolock.takeover", "dynamolock.not_acquired", "dynamolock.renewed",
-// "dynamolock.renew_failed", "dynamolock.expiring", "dynamolock.lost" and
-// "dynamolock.released". Events reach o on a goroutine of the Client's,
-// in order, never blocking a heartbeat; Close waits until o has had them
-// all.
+// WithObserver reports the Client's events (EventAcquired,
+// EventNotAcquired, EventContended, EventTakeover, EventRenewed,
+// EventRenewFailed, EventExpiring, EventLost, EventReleased: their fields
+// are in their docs) to o (nil: none). Events reach o on a goroutine of
+// the Client's, in order, never blocking a heartbeat; Close waits until o
+// has had them all.
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) { c.observer = observe.Guard(o) }
 }

@@ -68,7 +68,7 @@ func (l *Lock) run(ctx context.Context) {
 			first := l.warnLocked()
 			l.mu.Unlock()
 			if first {
-				l.event("dynamolock.expiring", 0, nil)
+				l.event(EventExpiring, 0, nil)
 			}
 			warned = true
 		}
@@ -209,11 +209,11 @@ func (b *beats) wait(now, wake time.Time) bool {
 			b.last = r.err
 			b.next = l.c.cfg.now().Add(b.retry.Delay(b.failures + 2))
 			l.c.log.Debug("dynamolock: heartbeat failed; retrying", "key", lockName(l.ac.key, l.ac.sortKey), "err", r.err)
-			l.event("dynamolock.renew_failed", l.c.cfg.now().Sub(b.callAt), r.err)
+			l.event(EventRenewFailed, l.c.cfg.now().Sub(b.callAt), r.err)
 		default:
 			b.failures = 0
 			b.last = nil
-			l.event("dynamolock.renewed", l.c.cfg.now().Sub(r.s.at), nil)
+			l.event(EventRenewed, l.c.cfg.now().Sub(r.s.at), nil)
 			b.next = r.s.at.Add(l.c.cfg.heartbeat)
 		}
 		return true

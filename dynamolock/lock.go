@@ -164,11 +164,11 @@ func (l *Lock) lose(err error) {
 	l.cancelCtx(err)
 	l.mu.Unlock()
 	if warned {
-		l.event("dynamolock.expiring", 0, nil)
+		l.event(EventExpiring, 0, nil)
 	}
 	if le != nil {
 		l.c.log.Warn("dynamolock: lock lost", "key", lockName(l.ac.key, l.ac.sortKey), "err", err)
-		l.event("dynamolock.lost", 0, err)
+		l.event(EventLost, 0, err)
 	}
 }
 
@@ -225,7 +225,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return err
 	}
 	if l.releaseErr == nil {
-		l.event("dynamolock.released", l.c.cfg.now().Sub(l.start), nil)
+		l.event(EventReleased, l.c.cfg.now().Sub(l.start), nil)
 	}
 	return l.releaseErr
 }

@@ -27,7 +27,7 @@ func TestObserver(t *testing.T) {
 		t.Fatalf("rival's TryAcquire: %v, want ErrNotAcquired", err)
 	}
 	testenv.Until(t, "a heartbeat is reported", func() (bool, error) {
-		return slices.Contains(rec.Names("held"), "dynamolock.renewed"), nil
+		return slices.Contains(rec.Names("held"), dynamolock.EventRenewed), nil
 	})
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
@@ -42,18 +42,38 @@ func TestObserver(t *testing.T) {
 	}
 
 	held := slices.Compact(rec.Names("held"))
-	if want := []string{"dynamolock.acquired", "dynamolock.renewed", "dynamolock.released"}; !slices.Equal(held, want) {
+	if want := []string{dynamolock.EventAcquired, dynamolock.EventRenewed, dynamolock.EventReleased}; !slices.Equal(held, want) {
 		t.Errorf("events of a held lock: %v, want %v (renewals compacted)", held, want)
 	}
-	if got, want := rivalRec.Names("held"), []string{"dynamolock.contended", "dynamolock.not_acquired"}; !slices.Equal(got, want) {
+	if got, want := rivalRec.Names("held"), []string{dynamolock.EventContended, dynamolock.EventNotAcquired}; !slices.Equal(got, want) {
 		t.Errorf("rival's events: %v, want %v", got, want)
 	}
-	maxed := slices.DeleteFunc(rec.Names("max"), func(n string) bool { return n == "dynamolock.renewed" })
-	if want := []string{"dynamolock.acquired", "dynamolock.expiring", "dynamolock.lost"}; !slices.Equal(maxed, want) {
+	maxed := slices.DeleteFunc(rec.Names("max"), func(n string) bool { return n == dynamolock.EventRenewed })
+	if want := []string{dynamolock.EventAcquired, dynamolock.EventExpiring, dynamolock.EventLost}; !slices.Equal(maxed, want) {
 		t.Errorf("events of a lock at its maximum hold: %v, want %v", maxed, want)
 	}
 	var le *dynamolock.LostError
-	if lost := rec.Errs("max", "dynamolock.lost"); len(lost) != 1 || !errors.As(lost[0], &le) || le.Cause != dynamolock.MaxHold {
-		t.Errorf("lost events' errors: %v, want one LostError with cause MaxHold", rec.Errs("max", "dynamolock.lost"))
+	if lost := rec.Errs("max", dynamolock.EventLost); len(lost) != 1 || !errors.As(lost[0], &le) || le.Cause != dynamolock.MaxHold {
+		t.Errorf("lost events' errors: %v, want one LostError with cause MaxHold", rec.Errs("max", dynamolock.EventLost))
+	}
+}
+
+// The events' names are what dashboards and alerts match: they never
+// change.
+func TestEventNames(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{dynamolock.EventAcquired, "dynamolock.acquired"},
+		{dynamolock.EventNotAcquired, "dynamolock.not_acquired"},
+		{dynamolock.EventContended, "dynamolock.contended"},
+		{dynamolock.EventTakeover, "dynamolock.takeover"},
+		{dynamolock.EventRenewed, "dynamolock.renewed"},
+		{dynamolock.EventRenewFailed, "dynamolock.renew_failed"},
+		{dynamolock.EventExpiring, "dynamolock.expiring"},
+		{dynamolock.EventLost, "dynamolock.lost"},
+		{dynamolock.EventReleased, "dynamolock.released"},
+	} {
+		if c.got != c.want {
+			t.Errorf("event %q, want %q", c.got, c.want)
+		}
 	}
 }

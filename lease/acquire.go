@@ -101,11 +101,11 @@ func (c *Client) acquire(ctx context.Context, key string, opts []AcquireOption, 
 		a.deadline = a.start.Add(ac.wait)
 	}
 	l, err := a.run(ctx)
-	e := observe.Event{Name: "lease.acquired", Key: key, Attempt: a.tries, Duration: c.cfg.now().Sub(a.start), Err: err}
+	e := observe.Event{Name: EventAcquired, Key: key, Attempt: a.tries, Duration: c.cfg.now().Sub(a.start), Err: err}
 	if l != nil {
 		e.Token = l.token
 	} else {
-		e.Name = "lease.not_acquired"
+		e.Name = EventNotAcquired
 	}
 	c.events.Notify(ctx, e)
 	return l, err
@@ -207,7 +207,7 @@ func (a *acquisition) held(s sent, token int64, owner, nonce string, data []byte
 		}
 	}
 	h := &HeldError{Key: a.ac.key, Owner: owner, Token: token, Data: data}
-	c.events.Notify(a.caller, observe.Event{Name: "lease.contended", Key: a.ac.key, Token: token, Attempt: a.tries})
+	c.events.Notify(a.caller, observe.Event{Name: EventContended, Key: a.ac.key, Token: token, Attempt: a.tries})
 	if a.try || !a.deadline.IsZero() && !c.cfg.now().Before(a.deadline) {
 		_, err := a.giveUp(h)
 		return nil, 0, err

@@ -78,7 +78,7 @@ func (l *Lock) run(ctx context.Context) {
 			first := l.warnLocked()
 			l.mu.Unlock()
 			if first {
-				l.event("lease.expiring", 0, nil)
+				l.event(EventExpiring, 0, nil)
 			}
 			warned = true
 		}
@@ -131,11 +131,11 @@ func (l *Lock) settled(r renewal, failures *int, last *error, next *time.Time, r
 		*last = r.err
 		*next = l.c.cfg.now().Add(retry.Delay(*failures + 2))
 		l.c.log.Debug("lease: renewal failed; retrying", "key", l.ac.key, "err", r.err)
-		l.event("lease.renew_failed", l.c.cfg.now().Sub(r.at), r.err)
+		l.event(EventRenewFailed, l.c.cfg.now().Sub(r.at), r.err)
 	default:
 		*failures, *last = 0, nil
 		l.extend(r.valid)
-		l.event("lease.renewed", l.c.cfg.now().Sub(r.at), nil)
+		l.event(EventRenewed, l.c.cfg.now().Sub(r.at), nil)
 		*next = r.at.Add(l.c.cfg.heartbeat)
 	}
 	return true

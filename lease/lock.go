@@ -157,11 +157,11 @@ func (l *Lock) lose(err error) {
 	l.cancelCtx(err)
 	l.mu.Unlock()
 	if warned {
-		l.event("lease.expiring", 0, nil)
+		l.event(EventExpiring, 0, nil)
 	}
 	if le != nil {
 		l.c.log.Warn("lease: lock lost", "key", l.ac.key, "token", l.token, "err", err)
-		l.event("lease.lost", 0, err)
+		l.event(EventLost, 0, err)
 	}
 }
 
@@ -219,7 +219,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return err
 	}
 	if l.releaseErr == nil {
-		l.event("lease.released", l.c.cfg.now().Sub(l.start), nil)
+		l.event(EventReleased, l.c.cfg.now().Sub(l.start), nil)
 	}
 	return l.releaseErr
 }

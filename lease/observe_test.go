@@ -27,7 +27,7 @@ func TestObserver(t *testing.T) {
 		t.Fatalf("rival's TryAcquire: %v, want ErrNotAcquired", err)
 	}
 	testenv.Until(t, "a renewal is reported", func() (bool, error) {
-		return slices.Contains(rec.Names("held"), "lease.renewed"), nil
+		return slices.Contains(rec.Names("held"), lease.EventRenewed), nil
 	})
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
@@ -42,19 +42,19 @@ func TestObserver(t *testing.T) {
 	}
 
 	held := slices.Compact(rec.Names("held"))
-	if want := []string{"lease.acquired", "lease.renewed", "lease.released"}; !slices.Equal(held, want) {
+	if want := []string{lease.EventAcquired, lease.EventRenewed, lease.EventReleased}; !slices.Equal(held, want) {
 		t.Errorf("events of a held lock: %v, want %v (renewals compacted)", held, want)
 	}
-	if got, want := rivalRec.Names("held"), []string{"lease.contended", "lease.not_acquired"}; !slices.Equal(got, want) {
+	if got, want := rivalRec.Names("held"), []string{lease.EventContended, lease.EventNotAcquired}; !slices.Equal(got, want) {
 		t.Errorf("rival's events: %v, want %v", got, want)
 	}
-	maxed := slices.DeleteFunc(rec.Names("max"), func(n string) bool { return n == "lease.renewed" })
-	if want := []string{"lease.acquired", "lease.expiring", "lease.lost"}; !slices.Equal(maxed, want) {
+	maxed := slices.DeleteFunc(rec.Names("max"), func(n string) bool { return n == lease.EventRenewed })
+	if want := []string{lease.EventAcquired, lease.EventExpiring, lease.EventLost}; !slices.Equal(maxed, want) {
 		t.Errorf("events of a lock at its maximum hold: %v, want %v", maxed, want)
 	}
 	var le *lease.LostError
-	if lost := rec.Errs("max", "lease.lost"); len(lost) != 1 || !errors.As(lost[0], &le) || le.Cause != lease.MaxHold {
-		t.Errorf("lost events' errors: %v, want one LostError with cause MaxHold", rec.Errs("max", "lease.lost"))
+	if lost := rec.Errs("max", lease.EventLost); len(lost) != 1 || !errors.As(lost[0], &le) || le.Cause != lease.MaxHold {
+		t.Errorf("lost events' errors: %v, want one LostError with cause MaxHold", rec.Errs("max", lease.EventLost))
 	}
 
 	// An observer that panics on every other event: the lock works, and
@@ -70,4 +70,23 @@ func TestObserver(t *testing.T) {
 		t.Fatal(err)
 	}
 	boom.Check(t, 1, 1)
+}
+
+// The events' names are what dashboards and alerts match: they never
+// change.
+func TestEventNames(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{lease.EventAcquired, "lease.acquired"},
+		{lease.EventNotAcquired, "lease.not_acquired"},
+		{lease.EventContended, "lease.contended"},
+		{lease.EventRenewed, "lease.renewed"},
+		{lease.EventRenewFailed, "lease.renew_failed"},
+		{lease.EventExpiring, "lease.expiring"},
+		{lease.EventLost, "lease.lost"},
+		{lease.EventReleased, "lease.released"},
+	} {
+		if c.got != c.want {
+			t.Errorf("event %q, want %q", c.got, c.want)
+		}
+	}
 }

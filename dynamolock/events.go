@@ -1,0 +1,38 @@
+package dynamolock
+
+// The events a Client reports to the observer of WithObserver, as
+// observe.Event values: lease's events under this package's prefix, and
+// EventTakeover. Key is the lock's key, and "/" and its sort key when it
+// has one; fields not listed are zero.
+const (
+	// EventAcquired: an Acquire or TryAcquire took the lock. Fields: Key,
+	// Token, Attempt (writes sent), Duration (the call's wait).
+	EventAcquired = "dynamolock.acquired"
+	// EventNotAcquired: an Acquire or TryAcquire returned without the
+	// lock. Fields: Key, Attempt, Duration, Err (*HeldError, a context's
+	// error, the last DynamoDB error, ErrClosed).
+	EventNotAcquired = "dynamolock.not_acquired"
+	// EventContended: a try found the lock held by someone else. Fields:
+	// Key, Token (the holder's), Attempt.
+	EventContended = "dynamolock.contended"
+	// EventTakeover: a waiter saw the holder's record version unchanged
+	// for a lease and writes to take the lock over. Fields: Key, Attempt,
+	// Duration (the lease it waited out).
+	EventTakeover = "dynamolock.takeover"
+	// EventRenewed: a heartbeat (a new record version) was confirmed.
+	// Fields: Key, Token, Duration (its round trip).
+	EventRenewed = "dynamolock.renewed"
+	// EventRenewFailed: a heartbeat failed and will be retried. Fields:
+	// Key, Token, Duration, Err.
+	EventRenewFailed = "dynamolock.renew_failed"
+	// EventExpiring: the holder's lease is about to run out (Expiring
+	// closed). Fields: Key, Token.
+	EventExpiring = "dynamolock.expiring"
+	// EventLost: the lock was lost (Lost closed): expired, taken over, or
+	// at its maximum hold. Fields: Key, Token, Err (*LostError with its
+	// Cause).
+	EventLost = "dynamolock.lost"
+	// EventReleased: Release (or Close) released the item. Fields: Key,
+	// Token, Duration (how long it was held).
+	EventReleased = "dynamolock.released"
+)

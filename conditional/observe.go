@@ -9,28 +9,14 @@ type ObserverOption func(*observe.Observer)
 
 // WithObserver reports each call's outcome to o (nil, the default: none),
 // on the calling goroutine (a coalesced batch's event on the goroutine
-// that sent it), never with a lock held; docs/observability.md lists the
-// events.
-//
-// Stock and Accounts report each take or debit: "conditional.granted",
-// "conditional.refused" (Err: ErrSoldOut; for Accounts ErrInsufficient)
-// or "conditional.failed" (any other error,
-// ErrAmbiguousCommit included), each with Key and N (the units asked);
-// "conditional.batch" with Key and N (the takes one coalesced statement
-// decided; from a goroutine of the Stock's own, which Close drains); and
-// "conditional.gathered" with Key and N (the units left)
-// when the endgame gathered a key's buckets into bucket 0.
-//
-// Holds reports each Hold, HoldAll, Confirm and Release, with Key (the
-// resource; for HoldAll the resources, sorted, joined by ","), N (the
-// resources) and Duration (the call's): "conditional.held",
-// "conditional.confirmed", "conditional.released", "conditional.refused"
-// (Err: a *HoldError wrapping ErrHeld or ErrConfirmed, or ErrNotHolder) or
-// "conditional.failed" (any other error, ErrNotFound included).
-//
-// Fenced reports each Update, with Key (the key, as fmt.Sprint prints
-// it), Token and Duration: "conditional.written", "conditional.fenced"
-// (Err: ErrFenced; Token is the refused one) or "conditional.failed".
+// that sent it), never with a lock held. The events are the package's
+// Event constants, whose docs say which type reports each and its
+// fields: Stock and Accounts report each take or debit (EventGranted,
+// EventRefused, EventFailed), coalesced statements (EventBatch, from a
+// goroutine of the Stock's own, which Close drains) and the endgame's
+// gathering (EventGathered); Holds each Hold, HoldAll, Confirm and Release
+// (EventHeld, EventConfirmed, EventReleased, EventRefused, EventFailed);
+// Fenced each Update (EventWritten, EventFenced, EventFailed).
 func WithObserver(o observe.Observer) ObserverOption {
 	return func(p *observe.Observer) { *p = observe.Guard(o) }
 }

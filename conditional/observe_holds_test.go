@@ -41,14 +41,14 @@ func TestFencedObserver(t *testing.T) {
 	if err := f.Update(ctx, pool, 2, 5, nil); !errors.Is(err, conditional.ErrNotFound) {
 		t.Fatalf("no row: %v, want ErrNotFound", err)
 	}
-	events.WantNames(t, map[string][]string{"1": {"conditional.written", "conditional.fenced"}, "2": {"conditional.failed"}})
-	if got := events.Of("1", "conditional.fenced"); len(got) != 1 || got[0].Token != 4 || !errors.Is(got[0].Err, conditional.ErrFenced) {
+	events.WantNames(t, map[string][]string{"1": {conditional.EventWritten, conditional.EventFenced}, "2": {conditional.EventFailed}})
+	if got := events.Of("1", conditional.EventFenced); len(got) != 1 || got[0].Token != 4 || !errors.Is(got[0].Err, conditional.ErrFenced) {
 		t.Errorf("fenced event: %+v, want Token 4 and ErrFenced", got)
 	}
-	if got := events.Of("1", "conditional.written"); len(got) != 1 || got[0].Token != 5 || got[0].Duration <= 0 {
+	if got := events.Of("1", conditional.EventWritten); len(got) != 1 || got[0].Token != 5 || got[0].Duration <= 0 {
 		t.Errorf("written event: %+v, want Token 5 and a Duration", got)
 	}
-	if errs := events.Errs("2", "conditional.failed"); len(errs) != 1 || !errors.Is(errs[0], conditional.ErrNotFound) {
+	if errs := events.Errs("2", conditional.EventFailed); len(errs) != 1 || !errors.Is(errs[0], conditional.ErrNotFound) {
 		t.Errorf("failed event's error: %v, want ErrNotFound", errs)
 	}
 }

@@ -35,20 +35,20 @@ func TestObserver(t *testing.T) {
 	count := func(name string) int {
 		return len(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n != name }))
 	}
-	if g, r := count("conditional.granted"), count("conditional.refused"); g != 30 || r != takes-30 {
+	if g, r := count(conditional.EventGranted), count(conditional.EventRefused); g != 30 || r != takes-30 {
 		t.Errorf("%d granted and %d refused events, want 30 and %d (events: %v)", g, r, takes-30, names)
 	}
-	if f := count("conditional.failed"); f != 0 {
+	if f := count(conditional.EventFailed); f != 0 {
 		t.Errorf("%d failed events, want 0", f)
 	}
 	var batched int64
-	for _, e := range events.Of("sku#0", "conditional.batch") { // the key's one bucket
+	for _, e := range events.Of("sku#0", conditional.EventBatch) { // the key's one bucket
 		batched += e.N
 	}
 	if batched > takes {
 		t.Errorf("batch events carry %d takes of %d", batched, takes)
 	}
-	t.Logf("%d coalesced statements carried %d of the %d takes", len(events.Of("sku#0", "conditional.batch")), batched, takes)
+	t.Logf("%d coalesced statements carried %d of the %d takes", len(events.Of("sku#0", conditional.EventBatch)), batched, takes)
 }
 
 // A debit the balance cannot cover is refused with ErrInsufficient, to
@@ -75,10 +75,10 @@ func TestObserverAccounts(t *testing.T) {
 	if err := a.Debit(ctx, "wallet", 15); !errors.Is(err, conditional.ErrInsufficient) {
 		t.Fatalf("a debit past the balance: %v, want ErrInsufficient", err)
 	}
-	if got := events.Names("wallet"); !slices.Equal(got, []string{"conditional.granted", "conditional.refused"}) {
+	if got := events.Names("wallet"); !slices.Equal(got, []string{conditional.EventGranted, conditional.EventRefused}) {
 		t.Errorf("events %v, want granted then refused", got)
 	}
-	if errs := events.Errs("wallet", "conditional.refused"); len(errs) != 1 || !errors.Is(errs[0], conditional.ErrInsufficient) {
+	if errs := events.Errs("wallet", conditional.EventRefused); len(errs) != 1 || !errors.Is(errs[0], conditional.ErrInsufficient) {
 		t.Errorf("refused event's error %v, want ErrInsufficient", errs)
 	}
 }
@@ -98,7 +98,7 @@ func TestObserverGathered(t *testing.T) {
 	if err := s.Take(ctx, "sku", 3); err != nil {
 		t.Fatal(err)
 	}
-	if g := events.Of("sku", "conditional.gathered"); len(g) != 1 || g[0].N != 5 {
+	if g := events.Of("sku", conditional.EventGathered); len(g) != 1 || g[0].N != 5 {
 		t.Errorf("gathered events %+v, want one with N 5", g)
 	}
 }
@@ -113,7 +113,7 @@ func TestObserverBlockingHoldsNothingUp(t *testing.T) {
 	release := make(chan struct{})
 	var batches atomic.Int64
 	s, err := conditional.NewStock(pool, conditional.WithObserver(func(_ context.Context, e observe.Event) {
-		if e.Name == "conditional.batch" {
+		if e.Name == conditional.EventBatch {
 			<-release
 			batches.Add(1)
 		}
@@ -149,4 +149,25 @@ func TestObserverBlockingHoldsNothingUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d batch events delivered after the observer let go", batches.Load())
+}
+
+// The events' names are what dashboards and alerts match: they never
+// change.
+func TestEventNames(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{conditional.EventGranted, "conditional.granted"},
+		{conditional.EventRefused, "conditional.refused"},
+		{conditional.EventFailed, "conditional.failed"},
+		{conditional.EventBatch, "conditional.batch"},
+		{conditional.EventGathered, "conditional.gathered"},
+		{conditional.EventHeld, "conditional.held"},
+		{conditional.EventConfirmed, "conditional.confirmed"},
+		{conditional.EventReleased, "conditional.released"},
+		{conditional.EventWritten, "conditional.written"},
+		{conditional.EventFenced, "conditional.fenced"},
+	} {
+		if c.got != c.want {
+			t.Errorf("event %q, want %q", c.got, c.want)
+		}
+	}
 }

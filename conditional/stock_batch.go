@@ -49,7 +49,7 @@ func (s *Stock) logFailed(ctx context.Context, op string, k bucketKey, n int, er
 func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
 	gen := s.restockGen()
 	if len(reqs) > 1 {
-		s.drained.Notify(ctx, observe.Event{Name: "conditional.batch", Key: k.key + "#" + strconv.Itoa(k.bucket), N: int64(len(reqs))}) // the bucket's statement
+		s.drained.Notify(ctx, observe.Event{Name: EventBatch, Key: k.key + "#" + strconv.Itoa(k.bucket), N: int64(len(reqs))}) // the bucket's statement
 	}
 	if s.atHome(k.bucket) {
 		return s.runHome(ctx, k, reqs, gen)

@@ -67,7 +67,7 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 	if !inTx {
 		s.setGathered(key, gather) // a restock elsewhere ends an endgame seen here
 		if gather {
-			s.obs.Notify(ctx, observe.Event{Name: "conditional.gathered", Key: key, N: total - n})
+			s.obs.Notify(ctx, observe.Event{Name: EventGathered, Key: key, N: total - n})
 		}
 	}
 	return nil

@@ -17,21 +17,14 @@ import (
 type ObserverOption func(*observe.Observer)
 
 // WithObserver reports each call's outcome to o (nil, the default: none),
-// on the calling goroutine, as package conditional's WithObserver does
-// (docs/observability.md lists the events): Accounts each Debit
-// ("conditional.granted", "conditional.refused" with ErrInsufficient,
-// "conditional.failed"; Key, N: the amount; credits report nothing); Holds
-// each Hold, HoldAll, Confirm and Release ("conditional.held",
-// ".confirmed", ".released", ".refused", ".failed"; Key, N, Duration,
-// retries included); Fenced each Update ("conditional.written",
-// "conditional.fenced", "conditional.failed"; Key, Token, Duration). A
-// Fenced event's Key is the key attribute's value, then "/" and each other
-// key attribute's value in the order of their names (a string as is, a
-// number as its text, binary in base64). Stock reports each take
-// ("conditional.granted", "conditional.refused" with ErrSoldOut,
-// "conditional.failed"; Key, N: the units) and each coalesced write of
-// several ("conditional.batch"; Key, N: the takes it carried), as
-// conditional.Stock does.
+// on the calling goroutine, as package conditional's WithObserver does.
+// The events are the package's Event constants, whose docs say their
+// fields: Stock reports each take (EventGranted, EventRefused,
+// EventFailed) and each coalesced write of several (EventBatch); Accounts
+// each Debit (EventGranted, EventRefused, EventFailed; credits report
+// nothing); Holds each Hold, HoldAll, Confirm and Release (EventHeld,
+// EventConfirmed, EventReleased, EventRefused, EventFailed); Fenced each
+// Update (EventWritten, EventFenced, EventFailed).
 func WithObserver(o observe.Observer) ObserverOption {
 	return func(p *observe.Observer) { *p = observe.Guard(o) }
 }
@@ -41,7 +34,7 @@ func (o ObserverOption) applyHolds(c *holdsConfig) { o(&c.obs) }
 func (o ObserverOption) applyAccounts(c *shared)   { o(&c.obs) }
 func (o ObserverOption) applyFenced(c *shared)     { o(&c.obs) }
 
-// eventKey is the Key of a Fenced event on key (see WithObserver).
+// eventKey is the Key of a Fenced event on key (see EventWritten).
 func eventKey(key map[string]types.AttributeValue, keyAttr string) string {
 	var b strings.Builder
 	b.WriteString(attrText(key[keyAttr]))

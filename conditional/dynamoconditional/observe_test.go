@@ -42,15 +42,15 @@ func TestAccountsObserver(t *testing.T) {
 		t.Fatalf("debit of no account: %v, want ErrNotFound", err)
 	}
 	events.WantNames(t, map[string][]string{
-		"alice": {"conditional.granted", "conditional.refused"},
-		"bob":   {"conditional.failed"},
+		"alice": {dynamoconditional.EventGranted, dynamoconditional.EventRefused},
+		"bob":   {dynamoconditional.EventFailed},
 	})
-	for _, e := range events.Of("alice", "conditional.granted") {
+	for _, e := range events.Of("alice", dynamoconditional.EventGranted) {
 		if e.N != 7 {
 			t.Errorf("granted's N %d, want 7", e.N)
 		}
 	}
-	if errs := events.Errs("alice", "conditional.refused"); len(errs) != 1 || !errors.Is(errs[0], dynamoconditional.ErrInsufficient) {
+	if errs := events.Errs("alice", dynamoconditional.EventRefused); len(errs) != 1 || !errors.Is(errs[0], dynamoconditional.ErrInsufficient) {
 		t.Errorf("refused's error: %v, want ErrInsufficient", errs)
 	}
 }
@@ -96,13 +96,13 @@ func TestFencedObserver(t *testing.T) {
 		t.Fatalf("no item: %v, want ErrNotFound", err)
 	}
 	events.WantNames(t, map[string][]string{
-		"doc/v1":  {"conditional.written", "conditional.fenced"},
-		"none/v1": {"conditional.failed"},
+		"doc/v1":  {dynamoconditional.EventWritten, dynamoconditional.EventFenced},
+		"none/v1": {dynamoconditional.EventFailed},
 	})
-	if got := events.Of("doc/v1", "conditional.fenced"); len(got) != 1 || got[0].Token != 4 || !errors.Is(got[0].Err, dynamoconditional.ErrFenced) {
+	if got := events.Of("doc/v1", dynamoconditional.EventFenced); len(got) != 1 || got[0].Token != 4 || !errors.Is(got[0].Err, dynamoconditional.ErrFenced) {
 		t.Errorf("fenced event: %+v, want Token 4 and ErrFenced", got)
 	}
-	if got := events.Of("doc/v1", "conditional.written"); len(got) != 1 || got[0].Token != 5 || got[0].Duration <= 0 {
+	if got := events.Of("doc/v1", dynamoconditional.EventWritten); len(got) != 1 || got[0].Token != 5 || got[0].Duration <= 0 {
 		t.Errorf("written event: %+v, want Token 5 and a Duration", got)
 	}
 }
@@ -172,6 +172,26 @@ func TestNilObserverOption(t *testing.T) {
 	} {
 		if err := call(); !errors.Is(err, dynamoconditional.ErrInvalid) || !strings.Contains(err.Error(), "option 1 is nil") {
 			t.Errorf("%s with a nil option: %v, want ErrInvalid naming option 1", name, err)
+		}
+	}
+}
+
+// The events' names are what dashboards and alerts match: they never
+// change.
+func TestEventNames(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{dynamoconditional.EventGranted, "conditional.granted"},
+		{dynamoconditional.EventRefused, "conditional.refused"},
+		{dynamoconditional.EventFailed, "conditional.failed"},
+		{dynamoconditional.EventBatch, "conditional.batch"},
+		{dynamoconditional.EventHeld, "conditional.held"},
+		{dynamoconditional.EventConfirmed, "conditional.confirmed"},
+		{dynamoconditional.EventReleased, "conditional.released"},
+		{dynamoconditional.EventWritten, "conditional.written"},
+		{dynamoconditional.EventFenced, "conditional.fenced"},
+	} {
+		if c.got != c.want {
+			t.Errorf("event %q, want %q", c.got, c.want)
 		}
 	}
 }

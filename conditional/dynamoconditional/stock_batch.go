@@ -52,7 +52,7 @@ var (
 // granted before it in the batch, could not cover it.
 func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
 	if len(reqs) > 1 {
-		s.drained.Notify(ctx, observe.Event{Name: "conditional.batch", Key: k.key + "#" + strconv.Itoa(k.bucket), N: int64(len(reqs))}) // the bucket's statement
+		s.drained.Notify(ctx, observe.Event{Name: EventBatch, Key: k.key + "#" + strconv.Itoa(k.bucket), N: int64(len(reqs))}) // the bucket's statement
 	}
 	errs := make([]error, len(reqs))
 	pending := make([]int, len(reqs))

@@ -130,20 +130,20 @@ func TestStockObserver(t *testing.T) {
 		}
 		return nil
 	})
-	if g, r, f := len(events.Of("sku", "conditional.granted")), len(events.Of("sku", "conditional.refused")), len(events.Of("sku", "conditional.failed")); g != 30 || r != takes-30 || f != 0 {
+	if g, r, f := len(events.Of("sku", dynamoconditional.EventGranted)), len(events.Of("sku", dynamoconditional.EventRefused)), len(events.Of("sku", dynamoconditional.EventFailed)); g != 30 || r != takes-30 || f != 0 {
 		t.Errorf("%d granted, %d refused, %d failed events; want 30, %d, 0", g, r, f, takes-30)
 	}
-	for _, err := range events.Errs("sku", "conditional.refused") {
+	for _, err := range events.Errs("sku", dynamoconditional.EventRefused) {
 		if !errors.Is(err, dynamoconditional.ErrSoldOut) {
 			t.Errorf("refused event's error %v, want ErrSoldOut", err)
 		}
 	}
 	var batched int64
-	for _, e := range events.Of("sku#0", "conditional.batch") {
+	for _, e := range events.Of("sku#0", dynamoconditional.EventBatch) {
 		batched += e.N
 	}
 	if batched > takes {
 		t.Errorf("batch events carry %d takes of %d", batched, takes)
 	}
-	t.Logf("%d coalesced writes carried %d takes", len(events.Of("sku#0", "conditional.batch")), batched)
+	t.Logf("%d coalesced writes carried %d takes", len(events.Of("sku#0", dynamoconditional.EventBatch)), batched)
 }

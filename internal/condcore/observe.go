@@ -19,6 +19,9 @@ type Outcome struct {
 }
 
 // The outcomes of both backends' calls (docs/observability.md lists them).
+// Their names are the values of conditional's and dynamoconditional's
+// Event constants, which those packages' tests check against what they
+// report.
 var (
 	// Take is Stock's take: granted, or refused for want of stock.
 	Take = Outcome{"conditional.granted", "conditional.refused", []error{ErrSoldOut}}

@@ -1,0 +1,50 @@
+package conditional
+
+// The events this package's types report to the observer of WithObserver
+// (which says which type reports which), as observe.Event values; fields
+// not listed are zero.
+const (
+	// EventGranted: a take or debit was granted. Fields: Key, N (the units
+	// asked).
+	EventGranted = "conditional.granted"
+	// EventRefused: the call was refused and changed nothing. For Stock
+	// and Accounts, the stock or balance could not cover it (also from the
+	// sold-out cache); fields: Key, N, Err (ErrSoldOut; ErrInsufficient
+	// for a debit). For Holds, the resource was not the caller's: a hold
+	// refused (another's hold, or confirmed), or a Confirm or Release by a
+	// caller that does not hold it; fields: Key, N, Duration, Err (a
+	// *HoldError wrapping ErrHeld or ErrConfirmed; ErrNotHolder).
+	EventRefused = "conditional.refused"
+	// EventFailed: any other error: ErrAmbiguousCommit, ErrNotFound (no
+	// such key, resource or row), bad input, the database's. Fields: those
+	// of the call's other events, and Err: Key and N for Stock and
+	// Accounts; Key, N and Duration for Holds; Key, Token and Duration for
+	// Fenced.
+	EventFailed = "conditional.failed"
+	// EventBatch: one coalesced statement decided several takes (or
+	// debits). Fields: Key ("key#bucket": the bucket's row), N (how many).
+	// It is reported from a goroutine of the Stock's own, which Close
+	// drains.
+	EventBatch = "conditional.batch"
+	// EventGathered: the endgame (WithEndgame) gathered a key's buckets
+	// into bucket 0 with a take across them. Fields: Key, N (the units
+	// left, all in bucket 0).
+	EventGathered = "conditional.gathered"
+	// EventHeld: a Hold or HoldAll held (or re-held) its resources.
+	// Fields: Key (the resource; for HoldAll its resources, sorted, joined
+	// by ","), N (the resources: 1, or HoldAll's count), Duration (the
+	// call's).
+	EventHeld = "conditional.held"
+	// EventConfirmed: a Confirm made the hold final (or found it confirmed
+	// by the same holder). Fields: Key, N, Duration.
+	EventConfirmed = "conditional.confirmed"
+	// EventReleased: a Release freed the resource. Fields: Key, N,
+	// Duration.
+	EventReleased = "conditional.released"
+	// EventWritten: a Fenced Update applied with its token. Fields: Key
+	// (the key, as fmt.Sprint prints it), Token, Duration (the call's).
+	EventWritten = "conditional.written"
+	// EventFenced: the row carries a newer token: nothing written. Fields:
+	// Key, Token (the refused one), Duration, Err (ErrFenced).
+	EventFenced = "conditional.fenced"
+)

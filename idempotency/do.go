@@ -124,7 +124,7 @@ func (s *Store) once(ctx context.Context, p *plan, scope, key string, fp []byte,
 			end(ctx, conn, tx)
 			return Result{}, errVanished
 		}
-		s.obs.Notify(ctx, observe.Event{Name: "idempotency.expired", Key: key})
+		s.obs.Notify(ctx, observe.Event{Name: EventExpired, Key: key})
 	}
 	if err := finish(ctx, s, conn, tx, &release, &rec); err != nil {
 		return Result{}, err

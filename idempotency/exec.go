@@ -184,7 +184,7 @@ func (s *Store) execOnce(ctx context.Context, scope, key string, fp []byte, stmt
 			return Result{}, s.execError(key, "the key's record, held by a takeover in flight", dwait, err)
 		}
 		if tag.RowsAffected() == 1 {
-			s.obs.Notify(ctx, observe.Event{Name: "idempotency.expired", Key: key})
+			s.obs.Notify(ctx, observe.Event{Name: EventExpired, Key: key})
 		}
 		runAlone()
 	}

@@ -250,7 +250,7 @@ func (s *Store) execViaFunc(ctx context.Context, stmt wrapped, scope, key string
 	case err == nil:
 		s.execPlan.observe(false)
 		if tookOver {
-			s.obs.Notify(ctx, observe.Event{Name: "idempotency.expired", Key: key})
+			s.obs.Notify(ctx, observe.Event{Name: EventExpired, Key: key})
 		}
 		return Result{Record: f.Record}, nil
 	case errors.As(err, &pgErr) && pgErr.Code == "42883" && pgErr.Where == "" && strings.Contains(pgErr.Message, g.name):

@@ -32,16 +32,16 @@ func TestObserver(t *testing.T) {
 	_, _ = b.store.Do(ctx, "alice", "do-2", nil, func(context.Context, pgx.Tx) ([]byte, error) { return nil, boom })
 
 	want := map[string][]string{
-		"do-1":   {"idempotency.ran", "idempotency.replayed", "idempotency.mismatch"},
-		"exec-1": {"idempotency.ran", "idempotency.replayed"},
-		"do-2":   {"idempotency.failed"},
+		"do-1":   {idempotency.EventRan, idempotency.EventReplayed, idempotency.EventMismatch},
+		"exec-1": {idempotency.EventRan, idempotency.EventReplayed},
+		"do-2":   {idempotency.EventFailed},
 	}
 	for key, w := range want {
 		if got := events.Names(key); !slices.Equal(got, w) {
 			t.Errorf("events of %s: %v, want %v", key, got, w)
 		}
 	}
-	if errs := events.Errs("do-2", "idempotency.failed"); len(errs) != 1 || !errors.Is(errs[0], boom) {
+	if errs := events.Errs("do-2", idempotency.EventFailed); len(errs) != 1 || !errors.Is(errs[0], boom) {
 		t.Errorf("failed's error: %v, want boom", errs)
 	}
 }
@@ -66,8 +66,26 @@ func TestObserverExpired(t *testing.T) {
 		}
 	}
 	for _, key := range []string{"do-x", "exec-x"} {
-		if got, want := events.Names(key), []string{"idempotency.ran", "idempotency.expired", "idempotency.ran"}; !slices.Equal(got, want) {
+		if got, want := events.Names(key), []string{idempotency.EventRan, idempotency.EventExpired, idempotency.EventRan}; !slices.Equal(got, want) {
 			t.Errorf("events of %s: %v, want %v", key, got, want)
+		}
+	}
+}
+
+// The events' names are what dashboards and alerts match: they never
+// change.
+func TestEventNames(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{idempotency.EventRan, "idempotency.ran"},
+		{idempotency.EventReplayed, "idempotency.replayed"},
+		{idempotency.EventMismatch, "idempotency.mismatch"},
+		{idempotency.EventInProgress, "idempotency.in_progress"},
+		{idempotency.EventFailed, "idempotency.failed"},
+		{idempotency.EventExpired, "idempotency.expired"},
+		{idempotency.EventReaped, "idempotency.reaped"},
+	} {
+		if c.got != c.want {
+			t.Errorf("event %q, want %q", c.got, c.want)
 		}
 	}
 }

@@ -119,14 +119,12 @@ type config struct {
 	shared    bool
 }
 
-// WithObserver reports each Do and Exec call's outcome to o (nil: none):
-// "idempotency.ran" (the effect ran and committed with its record),
-// "idempotency.replayed" (a stored result was returned), "idempotency.mismatch",
-// "idempotency.in_progress" (a concurrent duplicate kept the key past the
-// wait) or "idempotency.failed" (any other error, in Err), each with Key
-// and Duration (the call's); and "idempotency.reaped" with N after a Reap
-// that deleted rows. o runs on the calling goroutine, after the call's
-// transaction has ended.
+// WithObserver reports each Do and Exec call's outcome (EventRan,
+// EventReplayed, EventMismatch, EventInProgress or EventFailed, after
+// EventExpired if the call took an expired record's key over) and each
+// Reap that deleted rows (EventReaped) to o (nil: none); the constants'
+// docs say their fields. o runs on the calling goroutine; an outcome
+// reaches it after the call's transaction has ended.
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) { c.obs = observe.Guard(o) }
 }
@@ -368,7 +366,7 @@ func (s *Store) Reap(ctx context.Context, batch int) (int64, error) {
 		if tag.RowsAffected() < int64(batch) {
 			s.log.LogAttrs(ctx, slog.LevelDebug, "idempotency: reaped", slog.Int64("deleted", total))
 			if total > 0 {
-				s.obs.Notify(ctx, observe.Event{Name: "idempotency.reaped", N: total})
+				s.obs.Notify(ctx, observe.Event{Name: EventReaped, N: total})
 			}
 			return total, nil
 		}

@@ -45,17 +45,17 @@ func TestObserver(t *testing.T) {
 	}
 
 	events.WantNames(t, map[string][]string{
-		"pay-1": {"idempotency.ran", "idempotency.replayed", "idempotency.mismatch"},
-		"pay-2": {"idempotency.failed"},
-		"pay-3": {"idempotency.in_progress"},
+		"pay-1": {dynamoidempotency.EventRan, dynamoidempotency.EventReplayed, dynamoidempotency.EventMismatch},
+		"pay-2": {dynamoidempotency.EventFailed},
+		"pay-3": {dynamoidempotency.EventInProgress},
 	})
-	if errs := events.Errs("pay-2", "idempotency.failed"); len(errs) != 1 || !errors.Is(errs[0], boom) {
+	if errs := events.Errs("pay-2", dynamoidempotency.EventFailed); len(errs) != 1 || !errors.Is(errs[0], boom) {
 		t.Errorf("failed's error: %v, want boom", errs)
 	}
-	if got := events.Of("pay-3", "idempotency.in_progress"); len(got) != 1 || got[0].Duration < 20*time.Millisecond {
+	if got := events.Of("pay-3", dynamoidempotency.EventInProgress); len(got) != 1 || got[0].Duration < 20*time.Millisecond {
 		t.Errorf("in_progress event: %+v, want a Duration of at least the wait", got)
 	}
-	for _, e := range events.Of("pay-1", "idempotency.ran") {
+	for _, e := range events.Of("pay-1", dynamoidempotency.EventRan) {
 		if e.Duration <= 0 {
 			t.Errorf("ran's Duration %v, want > 0", e.Duration)
 		}
@@ -78,4 +78,20 @@ func TestPanickingObserver(t *testing.T) {
 	}
 	b.check(initial-10, map[string]int64{"pay-1": 10})
 	boom.Check(t, 1, 1)
+}
+
+// The events' names are what dashboards and alerts match: they never
+// change.
+func TestEventNames(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{dynamoidempotency.EventRan, "idempotency.ran"},
+		{dynamoidempotency.EventReplayed, "idempotency.replayed"},
+		{dynamoidempotency.EventMismatch, "idempotency.mismatch"},
+		{dynamoidempotency.EventInProgress, "idempotency.in_progress"},
+		{dynamoidempotency.EventFailed, "idempotency.failed"},
+	} {
+		if c.got != c.want {
+			t.Errorf("event %q, want %q", c.got, c.want)
+		}
+	}
 }

@@ -67,13 +67,10 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 
 // WithObserver reports each Do call's outcome to o (nil, the default:
-// none), on the calling goroutine, after its transaction: as
-// idempotency.Store does, "idempotency.ran" (the effect's writes committed
-// with the record), "idempotency.replayed", "idempotency.mismatch",
-// "idempotency.in_progress" (concurrent duplicates kept meeting until the
-// wait ran out) or "idempotency.failed" (any other error, in Err), each
-// with Key and Duration (the call's). There is no Reap, so no
-// "idempotency.reaped".
+// none), on the calling goroutine, after its transaction, as
+// idempotency.Store does: EventRan, EventReplayed, EventMismatch,
+// EventInProgress or EventFailed, whose docs say their fields. There is
+// no Reap, so no idempotency.EventReaped.
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) { c.obs = observe.Guard(o) }
 }

@@ -13,7 +13,9 @@ import (
 // effect ran and committed with its record), "idempotency.replayed",
 // "idempotency.mismatch", "idempotency.in_progress" or
 // "idempotency.failed" (any other error), each with Key, Err and Duration
-// (since start, when the call began).
+// (since start, when the call began). The names are the values of
+// idempotency's and dynamoidempotency's Event constants, which those
+// packages' tests check against what they report.
 func Observe(ctx context.Context, obs observe.Observer, key string, start time.Time, replayed bool, err error) {
 	if obs == nil {
 		return

@@ -140,16 +140,16 @@ func WithOnPark(f func(msg kafka.Message, err error)) Option { return func(in *I
 // WithLogger logs parked messages and retries (nil: discard).
 func WithLogger(l *slog.Logger) Option { return func(in *Inbox) { in.log = l } }
 
-// WithObserver reports what Process and Run do to o (events
-// inbox.committed, .duplicate, .retry, .parked; see docs/observability.md):
-// Process's on the goroutine that called it, Run's on a goroutine of Run's
-// own, in order, so a slow observer never delays a batch; nil (the
-// default) reports nothing.
+// WithObserver reports what Process and Run do to o (EventCommitted,
+// EventDuplicate, EventRetry, EventParked: their fields are in their
+// docs): Process's on the goroutine that called it, Run's on a goroutine
+// of Run's own, in order, so a slow observer never delays a batch; nil
+// (the default) reports nothing.
 func WithObserver(o observe.Observer) Option { return func(in *Inbox) { in.obs = observe.Guard(o) } }
 
-// note reports e, named inbox.<name>, about msg's partition
-// ("topic/partition"), or about msg itself ("topic/partition@offset") if
-// one is true.
+// note reports e, named name (one of the Event constants), about msg's
+// partition ("topic/partition"), or about msg itself
+// ("topic/partition@offset") if one is true.
 func (in *Inbox) note(ctx context.Context, name string, msg kafka.Message, one bool, e observe.Event) {
 	if in.obs == nil {
 		return
@@ -158,7 +158,7 @@ func (in *Inbox) note(ctx context.Context, name string, msg kafka.Message, one b
 	if one {
 		offset = msg.Offset
 	}
-	e.Name, e.Key = "inbox."+name, kafkapark.EventKey(msg.Topic, msg.Partition, offset)
+	e.Name, e.Key = name, kafkapark.EventKey(msg.Topic, msg.Partition, offset)
 	if q, ok := ctx.Value(queueKey{}).(*notify.Queue); ok {
 		q.Notify(ctx, e) // Run's (see Run)
 		return

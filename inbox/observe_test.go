@@ -38,22 +38,22 @@ func TestObserver(t *testing.T) {
 			return poisoned
 		}
 		return record(ctx, tx, m)
-	}, func() bool { return len(rec.Of("payments/0@4", "inbox.parked")) == 1 && applied(rec) == 5 })
+	}, func() bool { return len(rec.Of("payments/0@4", inbox.EventParked)) == 1 && applied(rec) == 5 })
 
 	if n := applied(rec); n != 5 {
 		t.Errorf("committed events carry %d messages, want 5 (a, b, c, d, e)", n)
 	}
 	var dup int64
-	for _, e := range rec.Of("payments/0", "inbox.duplicate") {
+	for _, e := range rec.Of("payments/0", inbox.EventDuplicate) {
 		dup += e.N
 	}
 	if dup != 3 {
 		t.Errorf("duplicate events carry %d messages, want 3 (the second batch)", dup)
 	}
-	if p := rec.Of("payments/0@4", "inbox.parked"); len(p) != 1 || p[0].N != 1 || p[0].Attempt != 2 || !errors.Is(p[0].Err, poisoned) {
+	if p := rec.Of("payments/0@4", inbox.EventParked); len(p) != 1 || p[0].N != 1 || p[0].Attempt != 2 || !errors.Is(p[0].Err, poisoned) {
 		t.Errorf("parked events of offset 4 %+v: want one, after 2 attempts, with the handler's error", p)
 	}
-	if len(rec.Of("payments/0", "inbox.retry")) == 0 {
+	if len(rec.Of("payments/0", inbox.EventRetry)) == 0 {
 		t.Errorf("no retry event for the poison's first failure")
 	}
 }
@@ -61,8 +61,23 @@ func TestObserver(t *testing.T) {
 // applied sums the messages of rec's inbox.committed events.
 func applied(rec *testenv.Events) int64 {
 	var n int64
-	for _, e := range rec.Of("payments/0", "inbox.committed") {
+	for _, e := range rec.Of("payments/0", inbox.EventCommitted) {
 		n += e.N
 	}
 	return n
+}
+
+// The events' names are what dashboards and alerts match: they never
+// change.
+func TestEventNames(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{inbox.EventCommitted, "inbox.committed"},
+		{inbox.EventDuplicate, "inbox.duplicate"},
+		{inbox.EventRetry, "inbox.retry"},
+		{inbox.EventParked, "inbox.parked"},
+	} {
+		if c.got != c.want {
+			t.Errorf("event %q, want %q", c.got, c.want)
+		}
+	}
 }

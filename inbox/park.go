@@ -31,7 +31,7 @@ func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error) (park
 	}
 	if !IsPermanent(cause) && idErr == nil && attempts < in.max {
 		in.log.Warn("inbox: handler failed; will retry", "topic", msg.Topic, "partition", msg.Partition, "offset", msg.Offset, "attempt", attempts, "err", cause)
-		in.note(ctx, "retry", msg, false, observe.Event{N: 1, Attempt: attempts, Err: cause})
+		in.note(ctx, EventRetry, msg, false, observe.Event{N: 1, Attempt: attempts, Err: cause})
 		return false, nil
 	}
 	var fresh []bool
@@ -54,7 +54,7 @@ func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error) (park
 		return err == nil, err
 	}
 	in.log.Error("inbox: message parked", "topic", msg.Topic, "partition", msg.Partition, "offset", msg.Offset, "attempts", attempts, "err", cause)
-	in.note(ctx, "parked", msg, true, observe.Event{N: 1, Attempt: attempts, Err: cause})
+	in.note(ctx, EventParked, msg, true, observe.Event{N: 1, Attempt: attempts, Err: cause})
 	if in.hook != nil {
 		in.hook(msg, cause)
 	}

@@ -80,10 +80,10 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 		return Outcome{}, err
 	}
 	if out.Processed > 0 {
-		in.note(ctx, "committed", msgs[0], false, observe.Event{N: int64(out.Processed), Duration: time.Since(start)})
+		in.note(ctx, EventCommitted, msgs[0], false, observe.Event{N: int64(out.Processed), Duration: time.Since(start)})
 	}
 	if out.Duplicates > 0 {
-		in.note(ctx, "duplicate", msgs[0], false, observe.Event{N: int64(out.Duplicates)})
+		in.note(ctx, EventDuplicate, msgs[0], false, observe.Event{N: int64(out.Duplicates)})
 	}
 	return out, nil
 }

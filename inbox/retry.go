@@ -82,7 +82,7 @@ func (in *Inbox) processBatch(ctx context.Context, batch []kafka.Message, h Hand
 		}
 		in.log.Warn("inbox: batch failed; retrying", "attempt", attempt, "err", err)
 		delay := retry.Delay(attempt + 1)
-		in.note(ctx, "retry", batch[0], false, observe.Event{N: int64(len(batch)), Attempt: attempt, Duration: delay, Err: err})
+		in.note(ctx, EventRetry, batch[0], false, observe.Event{N: int64(len(batch)), Attempt: attempt, Duration: delay, Err: err})
 		if serr := backoff.Sleep(ctx, delay); serr != nil {
 			return false, fmt.Errorf("%w; last failure: %w", serr, err)
 		}

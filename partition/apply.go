@@ -42,7 +42,7 @@ func (c *Consumer) applyRetrying(runCtx, genCtx context.Context, cl Claim, prev 
 	for attempt := 1; ; attempt++ {
 		retry, err := c.apply(runCtx, cl, prev, next, msgs)
 		if err == nil {
-			c.note(runCtx, "committed", cl, -1, observe.Event{N: int64(len(msgs)), Attempt: attempt, Duration: time.Since(start)})
+			c.note(runCtx, EventCommitted, cl, -1, observe.Event{N: int64(len(msgs)), Attempt: attempt, Duration: time.Since(start)})
 		}
 		if err == nil || errors.Is(err, ErrFenced) {
 			return err
@@ -63,7 +63,7 @@ func (c *Consumer) applyRetrying(runCtx, genCtx context.Context, cl Claim, prev 
 		}
 		log.Warn("partition: batch failed, retrying", "offset", msgs[0].Offset, "messages", len(msgs), "attempt", attempt, "transient", retry, "err", err)
 		delay := c.retry.Delay(min(attempt+1, 30))
-		c.note(runCtx, "retry", cl, -1, observe.Event{N: int64(len(msgs)), Attempt: attempt, Duration: delay, Err: err})
+		c.note(runCtx, EventRetry, cl, -1, observe.Event{N: int64(len(msgs)), Attempt: attempt, Duration: delay, Err: err})
 		if backoff.Sleep(genCtx, delay) != nil {
 			return errGenerationEnded
 		}

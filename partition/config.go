@@ -260,10 +260,10 @@ func WithDialer(d *kafka.Dialer) Option {
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.Logger = l } }
 
 // WithObserver reports each worker's claims, batches, retries, parked
-// messages and releases to o (events partition.claimed, .committed,
-// .retry, .parked, .fenced, .released; see docs/observability.md), on a
-// goroutine of Run's own, in order, so a slow observer never delays a
-// batch; nil (the default) reports nothing.
+// messages and releases to o (EventClaimed, EventCommitted, EventRetry,
+// EventParked, EventFenced, EventReleased: their fields are in their
+// docs), on a goroutine of Run's own, in order, so a slow observer never
+// delays a batch; nil (the default) reports nothing.
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) { c.Observer = observe.Guard(o) }
 }

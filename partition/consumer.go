@@ -283,14 +283,14 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	return c.fatal.err
 }
 
-// note reports e, named partition.<name>, about cl's partition
-// ("topic/partition", then "@offset" if offset >= 0) with cl's epoch, to
-// the observer, if any, without waiting for it.
+// note reports e, named name (one of the Event constants), about cl's
+// partition ("topic/partition", then "@offset" if offset >= 0) with cl's
+// epoch, to the observer, if any, without waiting for it.
 func (c *Consumer) note(ctx context.Context, name string, cl Claim, offset int64, e observe.Event) {
 	if c.events == nil {
 		return
 	}
-	e.Name, e.Key, e.Token = "partition."+name, kafkapark.EventKey(cl.Topic, cl.Partition, offset), cl.Epoch
+	e.Name, e.Key, e.Token = name, kafkapark.EventKey(cl.Topic, cl.Partition, offset), cl.Epoch
 	c.events.Notify(ctx, e)
 }
 

@@ -51,11 +51,11 @@ func TestObserver(t *testing.T) {
 
 	key := b.topic + "/0"
 	names := slices.Compact(rec.Names(key))
-	if names[0] != "partition.claimed" || names[len(names)-1] != "partition.released" {
+	if names[0] != partition.EventClaimed || names[len(names)-1] != partition.EventReleased {
 		t.Errorf("events %v: want claimed first and released last", names)
 	}
 	var applied int64
-	for _, e := range rec.Of(key, "partition.committed") {
+	for _, e := range rec.Of(key, partition.EventCommitted) {
 		applied += e.N
 		if e.Token < 1 || e.Attempt < 1 {
 			t.Errorf("committed event %+v: want the epoch and the attempt", e)
@@ -67,21 +67,38 @@ func TestObserver(t *testing.T) {
 	// A busy machine's transient failures may add retries of their own:
 	// the poison's first attempt on its own is one retry of one message.
 	poisonRetries := 0
-	for _, e := range rec.Of(key, "partition.retry") {
+	for _, e := range rec.Of(key, partition.EventRetry) {
 		if e.N == 1 && e.Attempt == 1 && e.Err != nil && strings.Contains(e.Err.Error(), "poison") {
 			poisonRetries++
 		}
 	}
 	if poisonRetries != 1 {
-		t.Errorf("retry events %+v: want one after the poison's first attempt on its own", rec.Of(key, "partition.retry"))
+		t.Errorf("retry events %+v: want one after the poison's first attempt on its own", rec.Of(key, partition.EventRetry))
 	}
-	if p := rec.Of(key+"@12", "partition.parked"); len(p) != 1 || p[0].N != 1 || p[0].Attempt != 2 || p[0].Err == nil {
+	if p := rec.Of(key+"@12", partition.EventParked); len(p) != 1 || p[0].N != 1 || p[0].Attempt != 2 || p[0].Err == nil {
 		t.Errorf("parked events of offset 12 %+v: want one, after 2 attempts, with the error", p)
 	}
-	if r := rec.Errs(key, "partition.released"); len(r) != 1 || r[0] != nil {
+	if r := rec.Errs(key, partition.EventReleased); len(r) != 1 || r[0] != nil {
 		t.Errorf("released events' errors %v: want one nil", r)
 	}
 	if got := rec2.Names(key); len(got) != 0 {
 		t.Errorf("an observer replaced by a later WithObserver got %v", got)
+	}
+}
+
+// The events' names are what dashboards and alerts match: they never
+// change.
+func TestEventNames(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{partition.EventClaimed, "partition.claimed"},
+		{partition.EventCommitted, "partition.committed"},
+		{partition.EventRetry, "partition.retry"},
+		{partition.EventParked, "partition.parked"},
+		{partition.EventFenced, "partition.fenced"},
+		{partition.EventReleased, "partition.released"},
+	} {
+		if c.got != c.want {
+			t.Errorf("event %q, want %q", c.got, c.want)
+		}
 	}
 }

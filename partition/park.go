@@ -26,7 +26,7 @@ func (c *Consumer) parkRetrying(runCtx, genCtx context.Context, cl Claim, prev *
 		if err == nil {
 			if parked {
 				log.Error("partition: message parked", "offset", m.Offset, "attempts", ex.attempts, "err", ex.err)
-				c.note(runCtx, "parked", cl, m.Offset, observe.Event{N: 1, Attempt: ex.attempts, Err: ex.err})
+				c.note(runCtx, EventParked, cl, m.Offset, observe.Event{N: 1, Attempt: ex.attempts, Err: ex.err})
 				if c.cfg.OnPark != nil {
 					c.cfg.OnPark(m, ex.err)
 				}

@@ -42,7 +42,7 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 		return nil
 	}
 	claimedAt := time.Now()
-	c.note(runCtx, "claimed", cl, -1, observe.Event{})
+	c.note(runCtx, EventClaimed, cl, -1, observe.Event{})
 	log = log.With("epoch", cl.Epoch)
 	log.Info("partition: claimed", "offset", cl.Offset)
 	st := c.stats.claimed(cl, prev)
@@ -272,12 +272,12 @@ func (c *Consumer) release(ctx context.Context, cl Claim, err error, log *slog.L
 		log.Info("partition: released")
 	case errors.Is(err, ErrFenced):
 		log.Info("partition: fenced", "err", err)
-		c.note(ctx, "fenced", cl, -1, observe.Event{Err: err})
+		c.note(ctx, EventFenced, cl, -1, observe.Event{Err: err})
 	default:
 		log.Warn("partition: worker stopped", "err", err)
 	}
 	if !claimedAt.IsZero() {
-		c.note(ctx, "released", cl, -1, observe.Event{Duration: time.Since(claimedAt), Err: err})
+		c.note(ctx, EventReleased, cl, -1, observe.Event{Duration: time.Since(claimedAt), Err: err})
 	}
 	if c.cfg.OnRelease != nil {
 		c.cfg.OnRelease(cl, err)

@@ -1,0 +1,21 @@
+package inbox
+
+// The events an Inbox reports to the observer of WithObserver, as
+// observe.Event values. Key is the "topic/partition" of the batch's first
+// message (for a parked message, "topic/partition@offset"); fields not
+// listed are zero.
+const (
+	// EventCommitted: a batch's transaction committed with effects.
+	// Fields: Key, N (messages applied), Duration (the transaction).
+	EventCommitted = "inbox.committed"
+	// EventDuplicate: messages recorded before were skipped. Fields: Key,
+	// N (how many).
+	EventDuplicate = "inbox.duplicate"
+	// EventRetry: a batch or a message failed and will be tried again.
+	// Fields: Key, N (messages in the attempt), Attempt, Duration (the
+	// wait, for a batch), Err.
+	EventRetry = "inbox.retry"
+	// EventParked: a message's attempts ran out and it was parked. Fields:
+	// Key ("topic/partition@offset"), N (1), Attempt, Err.
+	EventParked = "inbox.parked"
+)

@@ -1,6 +1,10 @@
 package cas
 
-import "github.com/nolock/nolock/internal/casstore"
+import (
+	"fmt"
+
+	"github.com/nolock/nolock/internal/casstore"
+)
 
 // The errors of this package, its Store and its backends (packages pgcas
 // and dynamocas).
@@ -26,3 +30,14 @@ var (
 	// ErrClosed means the Store was closed before the update was sent.
 	ErrClosed = casstore.ErrClosed
 )
+
+// panicError carries a panic out of an Update's fn, which may run on
+// another caller's goroutine, to its own caller.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string {
+	return fmt.Sprintf("cas: fn panicked: %v\n\n%s", e.value, e.stack)
+}

@@ -397,14 +397,3 @@ func countErrs(errs []error) int {
 	}
 	return n
 }
-
-// panicError carries a panic out of an Update's fn, which may run on
-// another caller's goroutine, to its own caller.
-type panicError struct {
-	value any
-	stack []byte
-}
-
-func (e *panicError) Error() string {
-	return fmt.Sprintf("cas: fn panicked: %v\n\n%s", e.value, e.stack)
-}

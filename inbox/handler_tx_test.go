@@ -68,10 +68,11 @@ func TestHandlerGetsTheDBsTx(t *testing.T) {
 func TestHandlerStatementsUnnamedOnceLearnt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _ := testenv.PostgresSchema(t, 1) // one connection; its search_path makes it an endpoint of its own
-	if mode := pool.Config().ConnConfig.DefaultQueryExecMode; mode != pgx.QueryExecModeCacheStatement {
-		t.Skipf("the pool is in %v mode; the fallback is for cache_statement", mode)
-	}
+	_, schema := testenv.PostgresSchema(t, 1)
+	pool := testenv.PoolWith(t, testenv.PostgresDSNFor(t, schema), func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 1                                                      // one connection; its search_path makes it an endpoint of its own
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement // the mode the fallback is for, whatever the DSN says
+	})
 	newInbox(t, pool)
 	in, err := inbox.New(ownDB{pool}, "billing")
 	if err != nil {

@@ -257,7 +257,7 @@ func internalType(err error) string {
 	if err == nil {
 		return ""
 	}
-	if t := reflect.TypeOf(err); strings.Contains(t.String(), "internal") || strings.Contains(pkgPath(t), "/internal/") {
+	if t := reflect.TypeOf(err); strings.Contains(pkgPath(t), "/internal/") {
 		return t.String()
 	}
 	switch u := err.(type) {

@@ -3,9 +3,10 @@ package cas
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/casstore"
@@ -52,7 +53,7 @@ const DefaultAttempts = 10
 func newRetryConfig(opts []RetryOption) (config, error) {
 	c := defaults()
 	if err := option.Apply(opts, func(o RetryOption) { o.applyRetry(&c) }); err != nil {
-		return c, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return c, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return c.validate()
 }
@@ -61,7 +62,7 @@ func newRetryConfig(opts []RetryOption) (config, error) {
 func newStoreConfig(opts []StoreOption) (config, error) {
 	c := defaults()
 	if err := option.Apply(opts, func(o StoreOption) { o.applyStore(&c) }); err != nil {
-		return c, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return c, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return c.validate()
 }
@@ -75,7 +76,7 @@ func defaults() config {
 
 func (c config) validate() (config, error) {
 	if err := c.policy.Validate(); err != nil {
-		return c, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return c, errfmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	switch {
 	case c.policy.Base <= 0 || c.policy.Cap <= 0:
@@ -182,7 +183,7 @@ func (c *config) retry(ctx context.Context, key string, op func(ctx context.Cont
 	}
 	if last, ok := backoff.Last(err); ok {
 		c.gaveUp(ctx, key, c.policy.Attempts, last)
-		return fmt.Errorf("cas: %w", err)
+		return errfmt.Errorf("cas: %w", err)
 	}
 	if errors.Is(err, ErrAmbiguousCommit) {
 		c.log.LogAttrs(ctx, slog.LevelWarn, "cas: commit outcome unknown", slog.String("key", key), slog.Any("err", err))

@@ -257,7 +257,8 @@ func internalType(err error) string {
 	if err == nil {
 		return ""
 	}
-	if t := reflect.TypeOf(err); strings.Contains(pkgPath(t), "/internal/") {
+	// errfmt's wrapper only shortens a message; it carries nothing to name.
+	if t := reflect.TypeOf(err); strings.Contains(pkgPath(t), "/internal/") && !strings.HasSuffix(pkgPath(t), "/internal/errfmt") {
 		return t.String()
 	}
 	switch u := err.(type) {

@@ -4,10 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"runtime/debug"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/nolock/nolock/internal/casstore"
 	"github.com/nolock/nolock/internal/combine"
@@ -135,7 +136,7 @@ func (s *Store[T]) Get(ctx context.Context, key string) (Versioned[T], error) {
 	}
 	v, err := s.codec.Decode(b)
 	if err != nil {
-		return Versioned[T]{}, fmt.Errorf("cas: decode %q: %w", key, err)
+		return Versioned[T]{}, errfmt.Errorf("cas: decode %q: %w", key, err)
 	}
 	return Versioned[T]{v, ver}, nil
 }
@@ -216,7 +217,7 @@ func (s *Store[T]) Update(ctx context.Context, key string, fn func(cur T) (T, er
 	}
 	var uc updateConfig
 	if err := option.Apply(opts, func(o UpdateOption) { o(&uc) }); err != nil {
-		return Versioned[T]{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return Versioned[T]{}, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	var v Versioned[T]
 	var err error
@@ -236,7 +237,7 @@ func (s *Store[T]) Update(ctx context.Context, key string, fn func(cur T) (T, er
 				break
 			}
 			if sends >= s.cfg.policy.Attempts {
-				err = fmt.Errorf("cas: update %q: gave up after %d batches stopped by callers that left: %w", key, sends, ErrConflict)
+				err = errfmt.Errorf("cas: update %q: gave up after %d batches stopped by callers that left: %w", key, sends, ErrConflict)
 				s.cfg.gaveUp(ctx, key, sends, err)
 				break
 			}
@@ -301,7 +302,7 @@ func (s *Store[T]) update(ctx context.Context, key string, reqs []request[T]) ([
 	for i, r := range reqs {
 		errs[i] = errResend
 		if err := r.ctx.Err(); err != nil {
-			errs[i] = fmt.Errorf("cas: update %q: ctx ended before the write was sent, nothing written: %w", key, err)
+			errs[i] = errfmt.Errorf("cas: update %q: ctx ended before the write was sent, nothing written: %w", key, err)
 		}
 	}
 	return make([]Versioned[T], len(reqs)), errs, nil
@@ -354,7 +355,7 @@ func (s *Store[T]) apply(key string, fn func(T) (T, error), cur []byte) (v T, b 
 	}()
 	in, err := s.codec.Decode(cur)
 	if err != nil {
-		return v, nil, fmt.Errorf("cas: decode %q: %w", key, err)
+		return v, nil, errfmt.Errorf("cas: decode %q: %w", key, err)
 	}
 	if v, err = fn(in); err != nil {
 		return v, nil, err
@@ -366,10 +367,10 @@ func (s *Store[T]) apply(key string, fn func(T) (T, error), cur []byte) (v T, b 
 func (s *Store[T]) encode(v T) ([]byte, error) {
 	b, err := s.codec.Encode(v)
 	if err != nil {
-		return nil, fmt.Errorf("cas: encode: %w", err)
+		return nil, errfmt.Errorf("cas: encode: %w", err)
 	}
 	if max := s.b.MaxValue(); len(b) > max {
-		return nil, fmt.Errorf("%w: %d bytes encoded, the backend takes %d", ErrTooLarge, len(b), max)
+		return nil, errfmt.Errorf("%w: %d bytes encoded, the backend takes %d", ErrTooLarge, len(b), max)
 	}
 	return b, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
@@ -41,7 +43,7 @@ const DefaultAccountsTable = "nolock_accounts"
 func NewAccounts(db DB, opts ...AccountsOption) (*Accounts, error) {
 	cfg := stockDefaults(stockConfig{table: DefaultAccountsTable, column: "balance", keyArg: "account", amountArg: "amount"})
 	if err := option.Apply(opts, func(o AccountsOption) { o.applyAccounts(&cfg) }); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	s, err := newStock(db, cfg)
 	if err != nil {
@@ -69,7 +71,7 @@ func (a *Accounts) Open(ctx context.Context, account string, balance int64) erro
 		return err
 	}
 	if _, err := a.s.pg.Exec(ctx, a.s.db, a.s.openSQL, a.s.over.Args(account, balance, int64(a.s.buckets))...); err != nil {
-		return fmt.Errorf("conditional: open %q: %w", account, classify(err))
+		return errfmt.Errorf("conditional: open %q: %w", account, classify(err))
 	}
 	return nil
 }

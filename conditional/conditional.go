@@ -2,7 +2,8 @@ package conditional
 
 import (
 	"context"
-	"fmt"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,7 +26,7 @@ type DB interface {
 // the connection failed (see pgerr.Ambiguous), otherwise the error as is.
 func classify(err error) error {
 	if pgerr.Ambiguous(err) {
-		return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
+		return errfmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
 	}
 	return pgmode.Explain(err)
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/condcore"
@@ -60,7 +62,7 @@ type fencedConfig struct{ obs observe.Observer }
 func NewFenced(table, keyColumn, fenceColumn string, opts ...FencedOption) (*Fenced, error) {
 	var cfg fencedConfig
 	if err := option.Apply(opts, func(o FencedOption) { o.applyFenced(&cfg) }); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	for _, a := range []struct{ arg, name string }{{"table", table}, {"key column", keyColumn}, {"fence column", fenceColumn}} {
 		if err := validIdent(a.arg, a.name); err != nil {
@@ -145,15 +147,15 @@ func (f *Fenced) update(ctx context.Context, db DB, key any, token int64, set ma
 
 	var done, exists bool
 	if err := f.pg.Row(ctx, db, b.String(), f.pg.ForEach(db).Args(args...)...).Scan(&done, &exists); err != nil {
-		return fmt.Errorf("conditional: fenced update: %w", classifyOn(db, err))
+		return errfmt.Errorf("conditional: fenced update: %w", classifyOn(db, err))
 	}
 	switch {
 	case done:
 		return nil
 	case !exists:
-		return fmt.Errorf("conditional: fenced update: %w", ErrNotFound)
+		return errfmt.Errorf("conditional: fenced update: %w", ErrNotFound)
 	default:
-		return fmt.Errorf("conditional: fenced update with token %d: %w", token, ErrFenced)
+		return errfmt.Errorf("conditional: fenced update with token %d: %w", token, ErrFenced)
 	}
 }
 
@@ -161,7 +163,7 @@ func (f *Fenced) update(ctx context.Context, db DB, key any, token int64, set ma
 // pgarg.Ident).
 func validIdent(arg, name string) error {
 	if err := pgarg.Ident(arg, name, 0); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/condcore"
@@ -71,13 +73,13 @@ type holdsConfig struct {
 func NewHolds(db DB, opts ...HoldsOption) (*Holds, error) {
 	cfg := holdsConfig{table: DefaultHoldsTable}
 	if err := option.Apply(opts, func(o HoldsOption) { o.applyHolds(&cfg) }); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if pgarg.NilDB(db) {
 		return nil, condcore.Invalid("db is nil")
 	}
 	if err := pgarg.Ident("table", cfg.table, 0); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	t := pgx.Identifier{cfg.table}.Sanitize()
 	// $3 is the TTL in microseconds, the resolution of timestamptz.
@@ -145,7 +147,7 @@ func (h *Holds) Add(ctx context.Context, resources ...string) error {
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
 	if _, err := h.pg.Exec(ctx, h.db, h.addSQL, h.over.Args(sorted)...); err != nil {
-		return fmt.Errorf("conditional: add resources: %w", classifyOn(h.db, err))
+		return errfmt.Errorf("conditional: add resources: %w", classifyOn(h.db, err))
 	}
 	return nil
 }
@@ -194,7 +196,7 @@ func (h *Holds) hold(ctx context.Context, resource, holder string, ttl time.Dura
 	var got *time.Time
 	var state *string
 	if err := h.pg.Row(ctx, h.db, h.holdSQL, h.over.Args(resource, holder, ttl.Microseconds())...).Scan(&got, &state); err != nil {
-		return time.Time{}, fmt.Errorf("conditional: hold %q: %w", resource, classifyOn(h.db, err))
+		return time.Time{}, errfmt.Errorf("conditional: hold %q: %w", resource, classifyOn(h.db, err))
 	}
 	switch {
 	case got != nil:
@@ -254,7 +256,7 @@ func (h *Holds) holdAll(ctx context.Context, resources []string, holder string, 
 	}
 
 	fail := func(err error) (time.Time, error) {
-		return time.Time{}, fmt.Errorf("conditional: hold %d resources: %w", len(sorted), pgmode.Explain(err))
+		return time.Time{}, errfmt.Errorf("conditional: hold %d resources: %w", len(sorted), pgmode.Explain(err))
 	}
 	if err := condcore.Unsent(ctx, fmt.Sprintf("hold %d resources", len(sorted))); err != nil {
 		return time.Time{}, err
@@ -351,15 +353,15 @@ func (h *Holds) settle(ctx context.Context, op, sql, resource, holder string) er
 	}
 	var done, exists bool
 	if err := h.pg.Row(ctx, h.db, sql, h.over.Args(resource, holder)...).Scan(&done, &exists); err != nil {
-		return fmt.Errorf("conditional: %s %q: %w", op, resource, classifyOn(h.db, err))
+		return errfmt.Errorf("conditional: %s %q: %w", op, resource, classifyOn(h.db, err))
 	}
 	switch {
 	case done:
 		return nil
 	case !exists:
-		return fmt.Errorf("conditional: %s %q: %w", op, resource, ErrNotFound)
+		return errfmt.Errorf("conditional: %s %q: %w", op, resource, ErrNotFound)
 	default:
-		return fmt.Errorf("conditional: %s %q: %w", op, resource, ErrNotHolder)
+		return errfmt.Errorf("conditional: %s %q: %w", op, resource, ErrNotHolder)
 	}
 }
 
@@ -374,7 +376,7 @@ func (h *Holds) CreateSchema(ctx context.Context) error {
 		return err
 	}
 	if err := pgschema.Create(ctx, h.db, h.schemaSQL); err != nil {
-		return fmt.Errorf("conditional: create schema: %w", err)
+		return errfmt.Errorf("conditional: create schema: %w", err)
 	}
 	return nil
 }

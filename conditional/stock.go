@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/combine"
@@ -86,7 +88,7 @@ type bucketKey struct {
 func NewStock(db DB, opts ...StockOption) (*Stock, error) {
 	cfg := stockDefaults(stockConfig{table: DefaultStockTable, column: "qty", keyArg: "key", amountArg: "n"})
 	if err := option.Apply(opts, func(o StockOption) { o.applyStock(&cfg) }); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return newStock(db, cfg)
 }
@@ -122,7 +124,7 @@ func newStock(db DB, cfg stockConfig) (*Stock, error) {
 		home = cfg.home
 	}
 	if err := pgarg.Ident("table", cfg.table, 0); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if !cfg.coalesce {
 		cfg.maxBatch = 1
@@ -254,10 +256,10 @@ func (s *Stock) put(ctx context.Context, key string, n int64) error {
 	_, err := s.pg.Exec(ctx, s.db, s.putSQL, s.over.Args(key, n, int64(s.buckets))...)
 	s.restocked(key) // after an error too: it may hide a commit
 	if tooLarge(err) {
-		return fmt.Errorf("conditional: put %d to %q: a bucket's %w (%w)", n, key, errTooLarge, err)
+		return errfmt.Errorf("conditional: put %d to %q: a bucket's %w (%w)", n, key, errTooLarge, err)
 	}
 	if err != nil {
-		return fmt.Errorf("conditional: put %q: %w", key, classify(err))
+		return errfmt.Errorf("conditional: put %q: %w", key, classify(err))
 	}
 	return nil
 }
@@ -286,7 +288,7 @@ func (s *Stock) Available(ctx context.Context, key string) (int64, error) {
 	}
 	var n *int64
 	if err := s.over.QueryRow(ctx, s.db, s.availableSQL, key).Scan(&n); err != nil {
-		return 0, fmt.Errorf("conditional: available %q: %w", key, pgmode.Explain(err))
+		return 0, errfmt.Errorf("conditional: available %q: %w", key, pgmode.Explain(err))
 	}
 	if n == nil {
 		return 0, ErrNotFound
@@ -305,7 +307,7 @@ func (s *Stock) CreateSchema(ctx context.Context) error {
 		return err
 	}
 	if err := pgschema.Create(ctx, s.db, s.schemaSQL); err != nil {
-		return fmt.Errorf("conditional: create schema: %w", err)
+		return errfmt.Errorf("conditional: create schema: %w", err)
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -63,7 +65,7 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 	if sum, ok := sumOf(reqs); ok {
 		tag, err := s.pg.Exec(ctx, s.db, s.takeSQL, s.over.Args(k.key, k.bucket, sum)...)
 		if err != nil {
-			return nil, fmt.Errorf("conditional: take %q: %w", k.key, classify(err))
+			return nil, errfmt.Errorf("conditional: take %q: %w", k.key, classify(err))
 		}
 		if tag.RowsAffected() == 1 {
 			return make([]error, len(reqs)), nil
@@ -76,10 +78,10 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 		return nil, ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("conditional: take %q: %w", k.key, classify(err))
+		return nil, errfmt.Errorf("conditional: take %q: %w", k.key, classify(err))
 	}
 	if len(granted) != len(reqs) {
-		return nil, fmt.Errorf("conditional: take %q: %d grant flags for %d requests", k.key, len(granted), len(reqs))
+		return nil, errfmt.Errorf("conditional: take %q: %d grant flags for %d requests", k.key, len(granted), len(reqs))
 	}
 	if before == 0 && s.buckets == 1 {
 		s.markSoldOut(k.key, gen)
@@ -102,7 +104,7 @@ func (s *Stock) runOne(ctx context.Context, db DB, inTx bool, k bucketKey, n int
 	o := s.overOn(db, inTx)
 	tag, err := s.pg.Exec(ctx, db, s.takeSQL, o.Args(k.key, k.bucket, n)...)
 	if err != nil {
-		return nil, fmt.Errorf("conditional: take %q: %w", k.key, classifyOn(db, err))
+		return nil, errfmt.Errorf("conditional: take %q: %w", k.key, classifyOn(db, err))
 	}
 	if tag.RowsAffected() == 1 {
 		return []error{nil}, nil
@@ -112,7 +114,7 @@ func (s *Stock) runOne(ctx context.Context, db DB, inTx bool, k bucketKey, n int
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, ErrNotFound
 	case err != nil:
-		return nil, fmt.Errorf("conditional: take %q: %w", k.key, pgmode.Explain(err))
+		return nil, errfmt.Errorf("conditional: take %q: %w", k.key, pgmode.Explain(err))
 	}
 	if qty == 0 && s.buckets == 1 && !inTx {
 		s.markSoldOut(k.key, gen)
@@ -151,7 +153,7 @@ func sumOf(reqs []int64) (sum int64, ok bool) {
 }
 
 // errTooLarge marks an add that would take a row past math.MaxInt64.
-var errTooLarge = fmt.Errorf("total would exceed %d", int64(math.MaxInt64))
+var errTooLarge = errfmt.Errorf("total would exceed %d", int64(math.MaxInt64))
 
 // tooLarge reports whether err is PostgreSQL's numeric_value_out_of_range.
 func tooLarge(err error) bool {
@@ -169,9 +171,9 @@ func (s *Stock) addOne(ctx context.Context, db DB, inTx bool, k bucketKey, n int
 	}
 	switch {
 	case tooLarge(err):
-		return fmt.Errorf("conditional: add %d to %q: %w (%w)", n, k.key, errTooLarge, err)
+		return errfmt.Errorf("conditional: add %d to %q: %w (%w)", n, k.key, errTooLarge, err)
 	case err != nil:
-		return fmt.Errorf("conditional: add to %q: %w", k.key, classifyOn(db, err))
+		return errfmt.Errorf("conditional: add to %q: %w", k.key, classifyOn(db, err))
 	case tag.RowsAffected() == 0:
 		return ErrNotFound
 	}

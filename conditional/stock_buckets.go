@@ -2,8 +2,9 @@ package conditional
 
 import (
 	"context"
-	"fmt"
 	"math"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -30,7 +31,7 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 	}
 	tx, err := s.pg.Begin(ctx, db)
 	if err != nil {
-		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
+		return errfmt.Errorf("conditional: take %q across buckets: %w", key, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	bucket, qty, total, err := s.lockBuckets(ctx, tx, key)
@@ -59,10 +60,10 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 	}
 	_, err = tx.Exec(ctx, s.acrossUpdateSQL, key, newBuckets, newQty)
 	if err != nil {
-		return fmt.Errorf("conditional: take %q across buckets: %w", key, pgmode.Explain(err))
+		return errfmt.Errorf("conditional: take %q across buckets: %w", key, pgmode.Explain(err))
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("conditional: take %q across buckets: %w", key, classifyOn(db, err))
+		return errfmt.Errorf("conditional: take %q across buckets: %w", key, classifyOn(db, err))
 	}
 	if !inTx {
 		s.setGathered(key, gather) // a restock elsewhere ends an endgame seen here
@@ -81,7 +82,7 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 func (s *Stock) coverable(ctx context.Context, db DB, inTx bool, key string, n int64, gen uint64) error {
 	var seen *int64
 	if err := db.QueryRow(ctx, s.availableSQL, s.overOn(db, inTx).Args(key)...).Scan(&seen); err != nil {
-		return fmt.Errorf("conditional: take %q across buckets: %w", key, pgmode.Explain(err))
+		return errfmt.Errorf("conditional: take %q across buckets: %w", key, pgmode.Explain(err))
 	}
 	switch {
 	case seen == nil:
@@ -101,19 +102,19 @@ func (s *Stock) coverable(ctx context.Context, db DB, inTx bool, key string, n i
 func (s *Stock) lockBuckets(ctx context.Context, tx pgx.Tx, key string) (bucket []int, qty []int64, total int64, err error) {
 	rows, err := tx.Query(ctx, s.acrossSQL, key)
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("conditional: take %q across buckets: %w", key, pgmode.Explain(err))
+		return nil, nil, 0, errfmt.Errorf("conditional: take %q across buckets: %w", key, pgmode.Explain(err))
 	}
 	for rows.Next() {
 		var b int
 		var q int64
 		if err := rows.Scan(&b, &q); err != nil {
-			return nil, nil, 0, fmt.Errorf("conditional: take %q across buckets: %w", key, err)
+			return nil, nil, 0, errfmt.Errorf("conditional: take %q across buckets: %w", key, err)
 		}
 		bucket, qty = append(bucket, b), append(qty, q)
 		total += min(q, math.MaxInt64-total)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, 0, fmt.Errorf("conditional: take %q across buckets: %w", key, pgmode.Explain(err))
+		return nil, nil, 0, errfmt.Errorf("conditional: take %q across buckets: %w", key, pgmode.Explain(err))
 	}
 	return bucket, qty, total, nil
 }

@@ -2,8 +2,9 @@ package conditional
 
 import (
 	"context"
-	"fmt"
 	"math"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/nolock/nolock/internal/pgmode"
 )
@@ -87,7 +88,7 @@ func (s *Stock) runHome(ctx context.Context, k bucketKey, reqs []int64, gen uint
 	if sum, ok := sumOf(reqs); ok {
 		tag, err := s.pg.Exec(ctx, s.db, s.takeSQL, s.over.Args(k.key, k.bucket, sum)...)
 		if err != nil {
-			return nil, fmt.Errorf("conditional: take %q: %w", k.key, classify(err))
+			return nil, errfmt.Errorf("conditional: take %q: %w", k.key, classify(err))
 		}
 		if tag.RowsAffected() == 1 {
 			return make([]error, len(reqs)), nil
@@ -109,7 +110,7 @@ func (s *Stock) runHome(ctx context.Context, k bucketKey, reqs []int64, gen uint
 func (s *Stock) steal(ctx context.Context, k bucketKey, reqs []int64, gen uint64) ([]error, error) {
 	tx, err := s.pg.Begin(ctx, s.db)
 	if err != nil {
-		return nil, fmt.Errorf("conditional: take %q across buckets: %w", k.key, err)
+		return nil, errfmt.Errorf("conditional: take %q across buckets: %w", k.key, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	bucket, qty, total, err := s.lockBuckets(ctx, tx, k.key)
@@ -136,10 +137,10 @@ func (s *Stock) steal(ctx context.Context, k bucketKey, reqs []int64, gen uint64
 		newBuckets, newQty = refill(bucket, qty, k.bucket, granted)
 	}
 	if _, err := tx.Exec(ctx, s.acrossUpdateSQL, k.key, newBuckets, newQty); err != nil {
-		return nil, fmt.Errorf("conditional: take %q across buckets: %w", k.key, pgmode.Explain(err))
+		return nil, errfmt.Errorf("conditional: take %q across buckets: %w", k.key, pgmode.Explain(err))
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("conditional: take %q across buckets: %w", k.key, classify(err))
+		return nil, errfmt.Errorf("conditional: take %q across buckets: %w", k.key, classify(err))
 	}
 	s.setGathered(k.key, gather) // a restock elsewhere ends an endgame seen here
 	return errs, nil

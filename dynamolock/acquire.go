@@ -3,10 +3,11 @@ package dynamolock
 import (
 	"context"
 	"errors"
-	"fmt"
 	mrand "math/rand/v2"
 	"strconv"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -169,9 +170,9 @@ func (a *acquisition) giveUp(err error) (*Lock, error) {
 	case errors.As(err, &held):
 		return nil, held
 	case a.lastErr != nil && !errors.Is(err, a.lastErr):
-		return nil, fmt.Errorf("dynamolock: acquire %s: %w (last DynamoDB error: %w)", a.name, err, a.lastErr)
+		return nil, errfmt.Errorf("dynamolock: acquire %s: %w (last DynamoDB error: %w)", a.name, err, a.lastErr)
 	}
-	return nil, fmt.Errorf("dynamolock: acquire %s: %w", a.name, err)
+	return nil, errfmt.Errorf("dynamolock: acquire %s: %w", a.name, err)
 }
 
 // failing records a DynamoDB error and returns the error to give up with,
@@ -182,9 +183,9 @@ func (a *acquisition) failing(err error) error {
 	a.errs++
 	switch {
 	case a.try && a.errs >= 3:
-		return fmt.Errorf("%d DynamoDB calls in a row failed: %w", a.errs, err)
+		return errfmt.Errorf("%d DynamoDB calls in a row failed: %w", a.errs, err)
 	case !a.deadline.IsZero() && !a.c.cfg.now().Before(a.deadline):
-		return fmt.Errorf("wait of %v passed while DynamoDB calls failed: %w", a.ac.wait, err)
+		return errfmt.Errorf("wait of %v passed while DynamoDB calls failed: %w", a.ac.wait, err)
 	}
 	return nil
 }

@@ -1,9 +1,10 @@
 package dynamolock
 
 import (
-	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/nolock/nolock/internal/option"
 )
@@ -59,7 +60,7 @@ func WithData(data []byte) AcquireOption {
 func (c *Client) acquireConfig(key string, opts []AcquireOption) (acquireConfig, error) {
 	ac := acquireConfig{key: key}
 	if err := option.Apply(opts, func(o AcquireOption) { o(&ac) }); err != nil {
-		return ac, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return ac, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	switch {
 	case key == "":

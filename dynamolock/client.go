@@ -3,11 +3,12 @@ package dynamolock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -172,7 +173,7 @@ type Client struct {
 func New(client DynamoDBAPI, table string, opts ...Option) (*Client, error) {
 	cfg := config{pkName: "key", lease: DefaultLease, now: time.Now, fencing: true}
 	if err := option.Apply(opts, func(o Option) { o(&cfg) }); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := cfg.validate(client, table); err != nil {
 		return nil, err
@@ -194,10 +195,10 @@ func (c *config) validate(client DynamoDBAPI, table string) error {
 		return invalid("client is nil")
 	}
 	if err := ddbarg.Table("table", table); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := ddbarg.KeyAttributes(c.pkName, c.skName, OwnerAttr, RVNAttr, LeaseAttr, ReleasedAttr, DataAttr, TokenAttr); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	switch {
 	case c.lease < time.Millisecond || c.lease > maxLease:

@@ -2,9 +2,10 @@ package dynamolock
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"strings"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -227,7 +228,7 @@ func (l *Lock) Transact(ctx context.Context, api TransactAPI, items ...types.Tra
 		TransactItems: append([]types.TransactWriteItem{check}, items...),
 	}, ddberr.NoBlindRetries)
 	if ddberr.ConditionFailedAt(err, 0) {
-		return fmt.Errorf("dynamolock: transaction under %s with token %d: %w", lockName(l.ac.key, l.ac.sortKey), l.token, ErrFenced)
+		return errfmt.Errorf("dynamolock: transaction under %s with token %d: %w", lockName(l.ac.key, l.ac.sortKey), l.token, ErrFenced)
 	}
 	return err
 }

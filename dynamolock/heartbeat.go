@@ -3,8 +3,9 @@ package dynamolock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -122,10 +123,10 @@ func (b *beats) endMaxHold() {
 func (b *beats) expire(now time.Time) {
 	last := b.last
 	if b.cancelCall != nil {
-		hung := fmt.Errorf("dynamolock: a heartbeat sent %v before the lease ran out had no answer: %w",
+		hung := errfmt.Errorf("dynamolock: a heartbeat sent %v before the lease ran out had no answer: %w",
 			now.Sub(b.callAt).Round(time.Millisecond), context.DeadlineExceeded)
 		if last != nil {
-			hung = fmt.Errorf("%w (the heartbeat before it failed: %w)", hung, last)
+			hung = errfmt.Errorf("%w (the heartbeat before it failed: %w)", hung, last)
 		}
 		last = hung
 	}
@@ -267,7 +268,7 @@ func (l *Lock) heartbeat(ctx context.Context, valid time.Time) (sent, error) {
 	if item == nil {
 		it, rerr := c.get(ctx, l.ac)
 		if rerr != nil {
-			return sent{}, fmt.Errorf("%w; reading the item back: %w", err, rerr)
+			return sent{}, errfmt.Errorf("%w; reading the item back: %w", err, rerr)
 		}
 		item = it
 	}

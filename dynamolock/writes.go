@@ -3,8 +3,9 @@ package dynamolock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -155,7 +156,7 @@ func (c *Client) writeRelease(ctx context.Context, ac acquireConfig, rvns []stri
 	unknown := false // an attempt may have applied
 	for attempt := 1; ; attempt++ {
 		if err := backoff.Sleep(ctx, bo.Delay(attempt)); err != nil {
-			return fmt.Errorf("dynamolock: release %s: %w", name, err)
+			return errfmt.Errorf("dynamolock: release %s: %w", name, err)
 		}
 		wctx, cancel := context.WithTimeout(ctx, c.cfg.releaseTimeout())
 		err := c.sendRelease(wctx, ac, rvns, rel)
@@ -166,7 +167,7 @@ func (c *Client) writeRelease(ctx context.Context, ac acquireConfig, rvns []stri
 		item, ccf := ddberr.ConditionFailed(err)
 		if !ccf {
 			if ddberr.Permanent(err) || ddberr.NotApplied(err) && !unknown {
-				return fmt.Errorf("dynamolock: release %s: %w", name, err)
+				return errfmt.Errorf("dynamolock: release %s: %w", name, err)
 			}
 			unknown = unknown || ddberr.Of(err) == ddberr.Unknown
 			c.log.Debug("dynamolock: release failed; retrying", "key", name, "outcome", ddberr.Of(err), "err", err)

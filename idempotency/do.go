@@ -3,10 +3,11 @@ package idempotency
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -93,7 +94,7 @@ func (s *Store) once(ctx context.Context, p *plan, scope, key string, fp []byte,
 	}
 	c, err := s.db.Acquire(ctx)
 	if err != nil {
-		return Result{}, fmt.Errorf("idempotency: acquire a connection: %w", pgerr.MarkUnsent(err))
+		return Result{}, errfmt.Errorf("idempotency: acquire a connection: %w", pgerr.MarkUnsent(err))
 	}
 	// A connection left inside a transaction is closed, not reused. The
 	// commit releases it itself: it may outlive this call (see detached).
@@ -203,9 +204,9 @@ func (s *Store) replay(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *
 	})
 	switch {
 	case errors.Is(err, pgerr.ErrStoppedWaiting):
-		return Result{}, false, fmt.Errorf("idempotency: key %q: stopped waiting for its record to reach the synchronous standby; nothing was run: %w", key, err)
+		return Result{}, false, errfmt.Errorf("idempotency: key %q: stopped waiting for its record to reach the synchronous standby; nothing was run: %w", key, err)
 	case err != nil:
-		return Result{}, false, fmt.Errorf("idempotency: read %q: %w", key, err)
+		return Result{}, false, errfmt.Errorf("idempotency: read %q: %w", key, err)
 	case !ok: // gone already (reaped): start over
 		return Result{}, false, errVanished
 	case !stored.expired:
@@ -237,9 +238,9 @@ func runFn(ctx context.Context, pg *pgerr.Committer, conn *pgx.Conn, tx pgx.Tx, 
 	case 'T':
 	case 'E':
 		rollback(ctx, tx)
-		return nil, false, fmt.Errorf("idempotency: key %q: fn returned success but a statement of its transaction failed; rolled back", key)
+		return nil, false, errfmt.Errorf("idempotency: key %q: fn returned success but a statement of its transaction failed; rolled back", key)
 	default:
-		return nil, false, fmt.Errorf("idempotency: key %q: fn ended the transaction itself; its effect may have committed without the key", key)
+		return nil, false, errfmt.Errorf("idempotency: key %q: fn ended the transaction itself; its effect may have committed without the key", key)
 	}
 	return body, terminal, nil
 }
@@ -264,7 +265,7 @@ func (s *Store) commit(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *
 		return commitError(key, err)
 	}
 	if tag.String() != "COMMIT" {
-		return fmt.Errorf("idempotency: key %q: commit rolled back (%s)", key, tag)
+		return errfmt.Errorf("idempotency: key %q: commit rolled back (%s)", key, tag)
 	}
 	return nil
 }
@@ -328,7 +329,7 @@ func (s *Store) claim(ctx context.Context, conn *pgx.Conn, sql string, rec *Reco
 	if err := br.Close(); err != nil {
 		end(ctx, conn, tx)
 		if s.pg.Learn(conn, err) { // nothing ran: claim again, unnamed
-			return nil, false, fmt.Errorf("%w: %w", errVanished, err)
+			return nil, false, errfmt.Errorf("%w: %w", errVanished, err)
 		}
 		return nil, false, claimError(rec.Key, wait, err)
 	}
@@ -348,9 +349,9 @@ func noRows(err error) error {
 func claimError(key string, wait time.Duration, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
-		return fmt.Errorf("%w: key %q, waited %v", ErrInProgress, key, wait)
+		return errfmt.Errorf("%w: key %q, waited %v", ErrInProgress, key, wait)
 	}
-	return fmt.Errorf("idempotency: claim %q: %w", key, pgmode.Explain(err))
+	return errfmt.Errorf("idempotency: claim %q: %w", key, pgmode.Explain(err))
 }
 
 // commitError classifies a failed record-and-commit round trip by what it
@@ -361,7 +362,7 @@ func claimError(key string, wait time.Duration, err error) error {
 // constraint, a serialization failure), or nothing was sent.
 func commitError(key string, err error) error {
 	if !pgerr.Ambiguous(err) {
-		return fmt.Errorf("idempotency: commit %q: rolled back: %w", key, pgmode.Explain(err))
+		return errfmt.Errorf("idempotency: commit %q: rolled back: %w", key, pgmode.Explain(err))
 	}
-	return fmt.Errorf("%w: key %q: %w", ErrAmbiguousCommit, key, err)
+	return errfmt.Errorf("%w: key %q: %w", ErrAmbiguousCommit, key, err)
 }

@@ -3,10 +3,11 @@ package idempotency
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -206,7 +207,7 @@ func (s *Store) execFailed(ctx context.Context, scope, key string, fp []byte, wa
 	if !errors.As(err, &pgErr) {
 		// Nothing sent, or refused by pgx before sending (an argument it
 		// could not encode).
-		return Result{}, fmt.Errorf("idempotency: exec %q: %w", key, err)
+		return Result{}, errfmt.Errorf("idempotency: exec %q: %w", key, err)
 	}
 	// Rolled back. If a live record stands in the way now, it is the answer.
 	if f, rerr := s.lookup(ctx, scope, key); rerr != nil && !errors.Is(rerr, ErrNotFound) {
@@ -236,15 +237,15 @@ func (s *Store) execError(key, locks string, wait time.Duration, err error) erro
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "55P03":
-		return fmt.Errorf("%w: key %q: a lock the statement needed (%s) was not granted within %v: %w",
+		return errfmt.Errorf("%w: key %q: a lock the statement needed (%s) was not granted within %v: %w",
 			ErrInProgress, key, locks, wait, err)
 	case errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.TableName == s.table:
 		// The record the insert met has expired or was reaped since. (A
 		// table of the same name in another schema would land here too:
 		// its error is kept, and shows once the attempts run out.)
-		return fmt.Errorf("%w: %w", errVanished, err)
+		return errfmt.Errorf("%w: %w", errVanished, err)
 	}
-	return fmt.Errorf("idempotency: exec %q: %w", key, pgmode.Explain(err))
+	return errfmt.Errorf("idempotency: exec %q: %w", key, pgmode.Explain(err))
 }
 
 // replayFound answers from a live record as replayOf does. When its server
@@ -258,7 +259,7 @@ func (s *Store) execError(key, locks string, wait time.Duration, err error) erro
 func (s *Store) replayFound(ctx context.Context, f found, fp []byte) (Result, error) {
 	if f.standby {
 		if _, err := s.pg.Exec(ctx, s.db, syncMarkSQL, s.over.Args()...); err != nil {
-			return Result{}, fmt.Errorf("idempotency: key %q: replay: waiting for its record to reach the synchronous standby: %w; nothing was run", f.Key, err)
+			return Result{}, errfmt.Errorf("idempotency: key %q: replay: waiting for its record to reach the synchronous standby: %w; nothing was run", f.Key, err)
 		}
 	}
 	return replayOf(f.Record, fp)

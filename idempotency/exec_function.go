@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -255,7 +257,7 @@ func (s *Store) execViaFunc(ctx context.Context, stmt wrapped, scope, key string
 		return Result{Record: f.Record}, nil
 	case errors.As(err, &pgErr) && pgErr.Code == "42883" && pgErr.Where == "" && strings.Contains(pgErr.Message, g.name):
 		g.state.CompareAndSwap(funcReady, funcUnknown) // dropped since, or lost in a failover: made again
-		return Result{}, fmt.Errorf("%w: %w", errVanished, err)
+		return Result{}, errfmt.Errorf("%w: %w", errVanished, err)
 	}
 	return s.execFailed(ctx, scope, key, fp, wait, err)
 }

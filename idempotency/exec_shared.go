@@ -3,8 +3,9 @@ package idempotency
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,16 +30,16 @@ import (
 func (s *Store) readAndRun(ctx context.Context, scope, key string, stmt wrapped, args []any, rec *Record) (stored *found, sent bool, err error) {
 	c, err := s.db.Acquire(ctx)
 	if err != nil {
-		return nil, false, fmt.Errorf("idempotency: acquire a connection: %w", pgerr.MarkUnsent(err))
+		return nil, false, errfmt.Errorf("idempotency: acquire a connection: %w", pgerr.MarkUnsent(err))
 	}
 	conn := c.Conn()
 	for _, q := range [][2]string{{s.gateName, s.gateSQL}, {stmt.name, stmt.text}} {
 		if _, err := conn.Prepare(ctx, q[0], q[1]); err != nil {
 			c.Release()
 			if s.pg.Learn(conn, err) { // the next attempt reads first, unnamed
-				return nil, false, fmt.Errorf("%w: %w", errVanished, err)
+				return nil, false, errfmt.Errorf("%w: %w", errVanished, err)
 			}
-			return nil, false, fmt.Errorf("idempotency: exec %q: prepare: %w", key, pgmode.Explain(err))
+			return nil, false, errfmt.Errorf("idempotency: exec %q: prepare: %w", key, pgmode.Explain(err))
 		}
 	}
 	b := &pgx.Batch{}
@@ -95,7 +96,7 @@ func (s *Store) gateAndRun(ctx context.Context, conn *pgx.Conn, b *pgx.Batch, sc
 // names are dropped).
 func (s *Store) unprepared(ctx context.Context, conn *pgx.Conn, name string, err error) error {
 	if s.pg.Learn(conn, err) {
-		return fmt.Errorf("%w: %w", errVanished, err)
+		return errfmt.Errorf("%w: %w", errVanished, err)
 	}
 	var pgErr *pgconn.PgError
 	if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "0A000" || pgErr.Routine != "RevalidateCachedQuery" {
@@ -106,7 +107,7 @@ func (s *Store) unprepared(ctx context.Context, conn *pgx.Conn, name string, err
 			return err
 		}
 	}
-	return fmt.Errorf("%w: %w", errVanished, err)
+	return errfmt.Errorf("%w: %w", errVanished, err)
 }
 
 // plan chooses between two ways of sending a call, from the calls the

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -40,7 +42,7 @@ func (s *Store) statement(ctx context.Context, sql string, args []any) (wrapped,
 		case s.describing <- struct{}{}:
 			defer func() { <-s.describing }()
 		case <-ctx.Done():
-			return wrapped{}, fmt.Errorf("idempotency: describe the statement: %w", context.Cause(ctx))
+			return wrapped{}, errfmt.Errorf("idempotency: describe the statement: %w", context.Cause(ctx))
 		}
 		if v, ok = s.statements.Load(sql); !ok {
 			w, keep, err := s.describe(ctx, sql, args)
@@ -88,7 +90,7 @@ func (s *Store) statement(ctx context.Context, sql string, args []any) (wrapped,
 func (s *Store) describe(ctx context.Context, sql string, args []any) (w wrapped, keep bool, err error) {
 	c, err := s.db.Acquire(ctx)
 	if err != nil {
-		return wrapped{}, false, fmt.Errorf("idempotency: acquire a connection: %w", pgerr.MarkUnsent(err))
+		return wrapped{}, false, errfmt.Errorf("idempotency: acquire a connection: %w", pgerr.MarkUnsent(err))
 	}
 	defer c.Release()
 	conn := c.Conn()
@@ -111,7 +113,7 @@ func (s *Store) describe(ctx context.Context, sql string, args []any) (w wrapped
 		if !errors.As(err, &pgErr) || pgerr.Ambiguous(err) {
 			err = pgerr.MarkUnsent(err)
 		}
-		return wrapped{}, false, fmt.Errorf("idempotency: describe the statement: %w", err)
+		return wrapped{}, false, errfmt.Errorf("idempotency: describe the statement: %w", err)
 	}
 	n := len(d.ParamOIDs)
 	w = s.wrap(sql, n, s.shared)

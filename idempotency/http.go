@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/idemrecord"
@@ -141,7 +143,7 @@ func Middleware(store *Store, opts ...MiddlewareOption) (func(http.Handler) http
 	}
 	proto := middleware{store: store, methods: []string{http.MethodPost, http.MethodPatch}, maxBody: 1 << 20}
 	if err := option.Apply(opts, func(o MiddlewareOption) { o(&proto) }); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if proto.scopeSet && proto.scope == nil {
 		return nil, idemrecord.Invalid("WithScope(nil): give a scope function, or leave the option out for the shared scope \"\"")
@@ -324,17 +326,17 @@ func encodeResponse(r response) ([]byte, error) {
 func decodeResponse(b []byte) (response, error) {
 	var s storedResponse
 	if err := json.Unmarshal(b, &s); err != nil {
-		return response{}, fmt.Errorf("idempotency: stored response: %w", err)
+		return response{}, errfmt.Errorf("idempotency: stored response: %w", err)
 	}
 	if s.Status < 100 || s.Status > 999 {
-		return response{}, fmt.Errorf("idempotency: stored response: status %d", s.Status)
+		return response{}, errfmt.Errorf("idempotency: stored response: status %d", s.Status)
 	}
 	r := response{Status: s.Status, Header: http.Header{}, Body: s.Body}
 	if len(s.Header) > 0 {
 		block := append(bytes.Clone(s.Header), "\r\n"...)
 		h, err := textproto.NewReader(bufio.NewReader(bytes.NewReader(block))).ReadMIMEHeader()
 		if err != nil {
-			return response{}, fmt.Errorf("idempotency: stored response header: %w", err)
+			return response{}, errfmt.Errorf("idempotency: stored response header: %w", err)
 		}
 		r.Header = http.Header(h)
 	}

@@ -3,7 +3,8 @@ package idempotency
 import (
 	"context"
 	"errors"
-	"fmt"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -23,7 +24,7 @@ func (s *Store) retried(ctx context.Context, key string, attempt func(context.Co
 		return err
 	}, retryable, idemrecord.RetryLogger(ctx, s.log, key))
 	if errors.Is(err, backoff.ErrExhausted) {
-		return Result{}, fmt.Errorf("idempotency: key %q: %w", key, err)
+		return Result{}, errfmt.Errorf("idempotency: key %q: %w", key, err)
 	}
 	return res, err
 }

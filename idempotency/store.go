@@ -3,12 +3,13 @@ package idempotency
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -191,7 +192,7 @@ func WithAttempts(n int) Option { return func(c *config) { c.attempts = n } }
 func newConfig(opts []Option) (config, error) {
 	cfg := config{table: DefaultTable, retention: DefaultRetention, wait: DefaultWait, attempts: DefaultAttempts}
 	if err := option.Apply(opts, func(o Option) { o(&cfg) }); err != nil {
-		return cfg, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return cfg, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if cfg.table == "" {
 		return cfg, idemrecord.Invalid("table is empty")
@@ -222,7 +223,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	// The server would cut longer names (and the index's) short, and Exec
 	// would not recognise its own table in errors.
 	if err := pgarg.Ident("table", cfg.table, len(expiresSuffix)); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	table := pgx.Identifier{cfg.table}.Sanitize()
 	literal := "E'" + strings.NewReplacer(`\`, `\\`, "'", "''").Replace(table) + "'"
@@ -261,7 +262,7 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 		return err
 	}
 	if err := pgschema.Create(ctx, s.db, s.schemaSQL); err != nil {
-		return fmt.Errorf("idempotency: create schema: %w", err)
+		return errfmt.Errorf("idempotency: create schema: %w", err)
 	}
 	return nil
 }
@@ -335,7 +336,7 @@ func (s *Store) lookup(ctx context.Context, scope, key string) (found, error) {
 	case errors.Is(err, pgx.ErrNoRows):
 		return found{}, ErrNotFound
 	case err != nil:
-		return found{}, fmt.Errorf("idempotency: get %q: %w", key, pgmode.Explain(err))
+		return found{}, errfmt.Errorf("idempotency: get %q: %w", key, pgmode.Explain(err))
 	}
 	return f, nil
 }
@@ -360,7 +361,7 @@ func (s *Store) Reap(ctx context.Context, batch int) (int64, error) {
 		}
 		tag, err := s.over.Exec(ctx, s.db, s.reapSQL, batch)
 		if err != nil {
-			return total, fmt.Errorf("idempotency: reap: %w", pgmode.Explain(err))
+			return total, errfmt.Errorf("idempotency: reap: %w", pgmode.Explain(err))
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < int64(batch) {

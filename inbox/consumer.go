@@ -2,9 +2,10 @@ package inbox
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
@@ -102,7 +103,7 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler, opts ...RunOption
 	}
 	cfg := runConfig{batch: 1, shutdown: 10 * time.Second, retry: backoff.Policy{Base: 100 * time.Millisecond, Cap: 5 * time.Second}}
 	if err := option.Apply(opts, func(o RunOption) { o(&cfg) }); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	switch {
 	case nilReader(r):
@@ -119,7 +120,7 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler, opts ...RunOption
 		return invalid("WithBackoff(%v, %v): not positive", cfg.retry.Base, cfg.retry.Cap)
 	}
 	if err := cfg.retry.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return errfmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()

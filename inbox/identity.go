@@ -2,10 +2,11 @@ package inbox
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -31,7 +32,7 @@ func ByHeader(name string) Identity {
 				return string(h.Value), nil
 			}
 		}
-		return "", fmt.Errorf("%w: no %q header", ErrNoID, name)
+		return "", errfmt.Errorf("%w: no %q header", ErrNoID, name)
 	}}
 }
 
@@ -67,16 +68,16 @@ func (in *Inbox) id(msg kafka.Message) (string, error) {
 	id, err := in.identity.id(msg)
 	switch {
 	case err != nil && !errors.Is(err, ErrNoID):
-		return "", fmt.Errorf("%w: %w", ErrNoID, err)
+		return "", errfmt.Errorf("%w: %w", ErrNoID, err)
 	case err != nil:
 		return "", err
 	case id == "":
-		return "", fmt.Errorf("%w: the %s identity is empty", ErrNoID, in.identity.name)
+		return "", errfmt.Errorf("%w: the %s identity is empty", ErrNoID, in.identity.name)
 	case len(id) > MaxIDLen:
-		return "", fmt.Errorf("%w: the %s identity is %d bytes, over %d", ErrNoID, in.identity.name, len(id), MaxIDLen)
+		return "", errfmt.Errorf("%w: the %s identity is %d bytes, over %d", ErrNoID, in.identity.name, len(id), MaxIDLen)
 	case !utf8.ValidString(id) || strings.ContainsRune(id, 0):
 		// PostgreSQL's text takes neither (a raw binary UUID, say).
-		return "", fmt.Errorf("%w: the %s identity %q is not text without NUL bytes", ErrNoID, in.identity.name, id)
+		return "", errfmt.Errorf("%w: the %s identity %q is not text without NUL bytes", ErrNoID, in.identity.name, id)
 	}
 	return id, nil
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/segmentio/kafka-go"
@@ -37,7 +39,7 @@ var (
 )
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return errfmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
 // checkCtx returns an ErrInvalid if ctx is nil. Every exported call that
@@ -181,7 +183,7 @@ var schemaSQL string
 func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
 	in := &Inbox{db: db, consumer: consumer, identity: ByHeader("id"), max: DefaultAttempts, prefix: "nolock_inbox"}
 	if err := option.Apply(opts, func(o Option) { o(in) }); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	prefix := in.prefix
 	switch {
@@ -199,7 +201,7 @@ func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
 		return nil, invalid("WithAttempts(%d): below 1", in.max)
 	}
 	if err := pgarg.Ident("table prefix", prefix, len(longestSuffix)); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	in.pg = new(pgerr.Committer)
 	in.over = in.pg.For(db)
@@ -244,7 +246,7 @@ func (in *Inbox) CreateSchema(ctx context.Context) error {
 		return err
 	}
 	if err := pgschema.Create(ctx, in.db, in.schema); err != nil {
-		return fmt.Errorf("inbox: create schema: %w", err)
+		return errfmt.Errorf("inbox: create schema: %w", err)
 	}
 	return nil
 }

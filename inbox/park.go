@@ -2,7 +2,8 @@ package inbox
 
 import (
 	"context"
-	"fmt"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/segmentio/kafka-go"
 
@@ -22,12 +23,12 @@ func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error) (park
 	if idErr != nil {
 		// A message without an identity cannot be deduplicated: park it,
 		// known by its offset.
-		cause = fmt.Errorf("%w; %w", cause, idErr)
+		cause = errfmt.Errorf("%w; %w", cause, idErr)
 		id, _ = ByOffset().id(msg)
 	}
 	var attempts int
 	if err := in.db.QueryRow(ctx, in.attemptSQL, in.over.Args(in.consumer, id, kafkapark.Text(cause.Error()))...).Scan(&attempts); err != nil {
-		return false, fmt.Errorf("inbox: count attempt: %w", err)
+		return false, errfmt.Errorf("inbox: count attempt: %w", err)
 	}
 	if !IsPermanent(cause) && idErr == nil && attempts < in.max {
 		in.log.Warn("inbox: handler failed; will retry", "topic", msg.Topic, "partition", msg.Partition, "offset", msg.Offset, "attempt", attempts, "err", cause)
@@ -44,7 +45,7 @@ func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error) (park
 		if fresh[0] { // else processed meanwhile (by another member, or parked before): nothing to park
 			_, err = tx.Exec(ctx, in.parkSQL, in.consumer, id, msg.Topic, msg.Partition, msg.Offset, msg.Key, msg.Value, kafkapark.HeadersJSON(msg.Headers), reason, attempts)
 			if err != nil {
-				return fmt.Errorf("inbox: park: %w", err)
+				return errfmt.Errorf("inbox: park: %w", err)
 			}
 		}
 		_, err = tx.Exec(ctx, in.clearSQL, in.consumer, id)

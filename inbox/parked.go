@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
@@ -75,16 +77,16 @@ func (in *Inbox) ListParked(ctx context.Context, after string, limit int) ([]Par
 	}
 	tx, err := in.pg.Begin(ctx, in.db)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: list parked: begin: %w", err)
+		return nil, errfmt.Errorf("inbox: list parked: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	rows, err := tx.Query(ctx, in.parked.list, in.consumer, after, limit)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: list parked: %w", err)
+		return nil, errfmt.Errorf("inbox: list parked: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, scanParked)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: list parked: %w", err)
+		return nil, errfmt.Errorf("inbox: list parked: %w", err)
 	}
 	return out, nil
 }
@@ -119,18 +121,18 @@ func (in *Inbox) ReplayParked(ctx context.Context, id string, h Handler) error {
 	err := in.inTx(ctx, func(tx *pgerr.Tx) error {
 		rows, err := tx.Query(ctx, in.parked.take, in.consumer, id)
 		if err != nil {
-			return fmt.Errorf("inbox: replay %q: %w", id, err)
+			return errfmt.Errorf("inbox: replay %q: %w", id, err)
 		}
 		p, err := pgx.CollectExactlyOneRow(rows, scanParked)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("inbox: replay %q: %w", id, ErrNotParked)
+			return errfmt.Errorf("inbox: replay %q: %w", id, ErrNotParked)
 		case err != nil:
-			return fmt.Errorf("inbox: replay %q: %w", id, err)
+			return errfmt.Errorf("inbox: replay %q: %w", id, err)
 		}
 		if !in.identity.watermark {
 			if _, err := tx.Exec(ctx, in.parked.record, in.consumer, id); err != nil {
-				return fmt.Errorf("inbox: replay %q: record: %w", id, err)
+				return errfmt.Errorf("inbox: replay %q: record: %w", id, err)
 			}
 		}
 		if err := run(ctx, tx.Handed(), p.Msg); err != nil {
@@ -145,7 +147,7 @@ func (in *Inbox) ReplayParked(ctx context.Context, id string, h Handler) error {
 	}
 	// The replay rolled back: the message is still parked. Say why there.
 	if _, uerr := in.db.Exec(ctx, in.parked.failed, in.over.Args(in.consumer, id, kafkapark.Text(he.Err.Error()))...); uerr != nil {
-		return fmt.Errorf("%w (recording the failure: %w)", he, uerr)
+		return errfmt.Errorf("%w (recording the failure: %w)", he, uerr)
 	}
 	return he
 }
@@ -163,10 +165,10 @@ func (in *Inbox) PurgeParked(ctx context.Context, id string) error {
 	}
 	tag, err := in.db.Exec(ctx, in.parked.purge, in.over.Args(in.consumer, id)...)
 	if err != nil {
-		return fmt.Errorf("inbox: purge parked %q: %w", id, err)
+		return errfmt.Errorf("inbox: purge parked %q: %w", id, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("inbox: purge parked %q: %w", id, ErrNotParked)
+		return errfmt.Errorf("inbox: purge parked %q: %w", id, ErrNotParked)
 	}
 	return nil
 }
@@ -186,7 +188,7 @@ func (in *Inbox) PurgeParkedOlderThan(ctx context.Context, retention time.Durati
 	iv := fmt.Sprintf("%d microseconds", retention.Microseconds())
 	tag, err := in.db.Exec(ctx, in.parked.purgeOlder, in.over.Args(in.consumer, iv)...)
 	if err != nil {
-		return 0, fmt.Errorf("inbox: purge parked: %w", err)
+		return 0, errfmt.Errorf("inbox: purge parked: %w", err)
 	}
 	return tag.RowsAffected(), nil
 }
@@ -213,7 +215,7 @@ func scanParked(row pgx.CollectableRow) (Parked, error) {
 		return Parked{}, err
 	}
 	if p.Msg.Headers, err = kafkapark.HeadersFromJSON(headers); err != nil {
-		return Parked{}, fmt.Errorf("parked %q: headers: %w", p.ID, err)
+		return Parked{}, errfmt.Errorf("parked %q: headers: %w", p.ID, err)
 	}
 	return p, nil
 }

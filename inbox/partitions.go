@@ -2,9 +2,10 @@ package inbox
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/segmentio/kafka-go"
 
@@ -53,7 +54,7 @@ func (p *partitions) dispatch() error {
 		}
 		if err != nil {
 			if !kafkaerr.Retriable(err) {
-				return fmt.Errorf("inbox: fetch: %w", err)
+				return errfmt.Errorf("inbox: fetch: %w", err)
 			}
 			failures++
 			p.in.log.Warn("inbox: fetch failed; retrying", "attempt", failures, "err", err)

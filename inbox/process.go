@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
@@ -45,7 +47,7 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 		for i, m := range msgs {
 			id, err := in.id(m)
 			if err != nil {
-				return Outcome{}, fmt.Errorf("inbox: message %d (%s/%d@%d): %w", i, m.Topic, m.Partition, m.Offset, err)
+				return Outcome{}, errfmt.Errorf("inbox: message %d (%s/%d@%d): %w", i, m.Topic, m.Partition, m.Offset, err)
 			}
 			ids[i] = id
 		}
@@ -68,7 +70,7 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 				if tx.Conn().IsClosed() && !ownDeadline(ctx, err) {
 					// The connection died under the handler: the
 					// database's trouble, not the message's.
-					return &connLostError{fmt.Errorf("inbox: message %d (%s/%d@%d): connection lost: %w", i, m.Topic, m.Partition, m.Offset, err)}
+					return &connLostError{errfmt.Errorf("inbox: message %d (%s/%d@%d): connection lost: %w", i, m.Topic, m.Partition, m.Offset, err)}
 				}
 				return &HandlerError{Msg: m, Index: i, Err: err}
 			}
@@ -109,11 +111,11 @@ func (in *Inbox) claim(ctx context.Context, tx pgx.Tx, msgs []kafka.Message, ids
 	}
 	rows, err := tx.Query(ctx, in.claimSQL, in.consumer, ids)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: claim: %w", err)
+		return nil, errfmt.Errorf("inbox: claim: %w", err)
 	}
 	inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, fmt.Errorf("inbox: claim: %w", err)
+		return nil, errfmt.Errorf("inbox: claim: %w", err)
 	}
 	isNew := make(map[string]bool, len(inserted))
 	for _, id := range inserted {
@@ -149,11 +151,11 @@ func (in *Inbox) claimWatermarks(ctx context.Context, tx pgx.Tx, msgs []kafka.Me
 	next := map[tp]int64{}
 	for _, k := range order {
 		if _, err := tx.Exec(ctx, in.wmInitSQL, in.consumer, k.topic, k.partition); err != nil {
-			return fmt.Errorf("inbox: watermark: %w", err)
+			return errfmt.Errorf("inbox: watermark: %w", err)
 		}
 		var n int64
 		if err := tx.QueryRow(ctx, in.wmLockSQL, in.consumer, k.topic, k.partition).Scan(&n); err != nil {
-			return fmt.Errorf("inbox: watermark: %w", err)
+			return errfmt.Errorf("inbox: watermark: %w", err)
 		}
 		next[k] = n
 	}
@@ -166,7 +168,7 @@ func (in *Inbox) claimWatermarks(ctx context.Context, tx pgx.Tx, msgs []kafka.Me
 	}
 	for _, k := range order {
 		if _, err := tx.Exec(ctx, in.wmSetSQL, in.consumer, k.topic, k.partition, next[k]); err != nil {
-			return fmt.Errorf("inbox: watermark: %w", err)
+			return errfmt.Errorf("inbox: watermark: %w", err)
 		}
 	}
 	return nil
@@ -178,7 +180,7 @@ func (in *Inbox) claimWatermarks(ctx context.Context, tx pgx.Tx, msgs []kafka.Me
 func (in *Inbox) inTx(ctx context.Context, f func(*pgerr.Tx) error) error {
 	tx, err := in.pg.Begin(ctx, in.db)
 	if err != nil {
-		return fmt.Errorf("inbox: begin: %w", err)
+		return errfmt.Errorf("inbox: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	if err := f(tx); err != nil {
@@ -186,9 +188,9 @@ func (in *Inbox) inTx(ctx context.Context, f func(*pgerr.Tx) error) error {
 	}
 	if err := tx.Commit(ctx); err != nil {
 		if pgerr.Ambiguous(err) {
-			return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
+			return errfmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
 		}
-		return fmt.Errorf("inbox: commit: %w", err)
+		return errfmt.Errorf("inbox: commit: %w", err)
 	}
 	return nil
 }

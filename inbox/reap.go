@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 )
 
 // Reap deletes this Inbox's consumer's records older than retention (other
@@ -28,7 +30,7 @@ func (in *Inbox) Reap(ctx context.Context, retention time.Duration, batch int) (
 	for {
 		tag, err := in.db.Exec(ctx, in.reapSQL, in.over.Args(iv, batch, in.consumer)...)
 		if err != nil {
-			return total, fmt.Errorf("inbox: reap: %w", err)
+			return total, errfmt.Errorf("inbox: reap: %w", err)
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < int64(batch) {
@@ -36,7 +38,7 @@ func (in *Inbox) Reap(ctx context.Context, retention time.Duration, batch int) (
 		}
 	}
 	if _, err := in.db.Exec(ctx, in.reapAttemptsSQL, in.over.Args(iv, in.consumer)...); err != nil {
-		return total, fmt.Errorf("inbox: reap attempts: %w", err)
+		return total, errfmt.Errorf("inbox: reap attempts: %w", err)
 	}
 	return total, nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
@@ -84,7 +86,7 @@ func (in *Inbox) processBatch(ctx context.Context, batch []kafka.Message, h Hand
 		delay := retry.Delay(attempt + 1)
 		in.note(ctx, EventRetry, batch[0], false, observe.Event{N: int64(len(batch)), Attempt: attempt, Duration: delay, Err: err})
 		if serr := backoff.Sleep(ctx, delay); serr != nil {
-			return false, fmt.Errorf("%w; last failure: %w", serr, err)
+			return false, errfmt.Errorf("%w; last failure: %w", serr, err)
 		}
 	}
 }
@@ -132,7 +134,7 @@ func (in *Inbox) handleOne(ctx context.Context, m kafka.Message, h Handler, retr
 			in.log.Warn("inbox: message failed; retrying", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset, "attempt", attempt, "err", err)
 		}
 		if serr := backoff.Sleep(ctx, retry.Delay(attempt+1)); serr != nil {
-			return fmt.Errorf("%w; last failure: %w", serr, err)
+			return errfmt.Errorf("%w; last failure: %w", serr, err)
 		}
 	}
 }

@@ -4,10 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
 	mrand "math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -240,9 +241,9 @@ func (a *acquisition) failed(ctx context.Context, s sent, err error) (*Lock, tim
 	case ctx.Err() != nil:
 		stop = ctx.Err()
 	case a.try && a.errs >= 3:
-		stop = fmt.Errorf("%d statements in a row failed: %w", a.errs, err)
+		stop = errfmt.Errorf("%d statements in a row failed: %w", a.errs, err)
 	case !a.deadline.IsZero() && !a.c.cfg.now().Before(a.deadline):
-		stop = fmt.Errorf("wait of %v passed while statements failed: %w", a.ac.wait, err)
+		stop = errfmt.Errorf("wait of %v passed while statements failed: %w", a.ac.wait, err)
 	}
 	if stop != nil {
 		_, err := a.giveUp(stop)
@@ -277,9 +278,9 @@ func (a *acquisition) giveUp(err error) (*Lock, error) {
 	case errors.As(err, &held):
 		return nil, held
 	case a.lastErr != nil && !errors.Is(err, a.lastErr):
-		return nil, fmt.Errorf("lease: acquire %q: %w (last database error: %w)", a.ac.key, err, a.lastErr)
+		return nil, errfmt.Errorf("lease: acquire %q: %w (last database error: %w)", a.ac.key, err, a.lastErr)
 	}
-	return nil, fmt.Errorf("lease: acquire %q: %w", a.ac.key, err)
+	return nil, errfmt.Errorf("lease: acquire %q: %w", a.ac.key, err)
 }
 
 // cleanup releases, in a goroutine Close waits for, the row of key if it

@@ -3,12 +3,13 @@ package lease
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -168,7 +169,7 @@ type Client struct {
 func New(db DB, opts ...Option) (*Client, error) {
 	cfg := config{table: DefaultTable, lease: DefaultLease, now: time.Now}
 	if err := option.Apply(opts, func(o Option) { o(&cfg) }); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := cfg.validate(db); err != nil {
 		return nil, err
@@ -256,7 +257,7 @@ func (c *Client) CreateSchema(ctx context.Context) error {
 		return invalid("ctx is nil")
 	}
 	if err := pgschema.Create(ctx, c.db, c.sql.schema); err != nil {
-		return fmt.Errorf("lease: create schema: %w", err)
+		return errfmt.Errorf("lease: create schema: %w", err)
 	}
 	return nil
 }

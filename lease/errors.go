@@ -3,6 +3,8 @@ package lease
 import (
 	"errors"
 	"fmt"
+
+	"github.com/nolock/nolock/internal/errfmt"
 )
 
 var (
@@ -29,7 +31,7 @@ var (
 )
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return errfmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
 // HeldError is the error of an acquisition that found the lock held by

@@ -3,9 +3,10 @@ package lease
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/pgerr"
@@ -148,10 +149,10 @@ func hung(last error, inFlight bool, since time.Duration) error {
 	if !inFlight {
 		return last
 	}
-	err := fmt.Errorf("lease: a renewal sent %v before the lease ran out had no answer: %w",
+	err := errfmt.Errorf("lease: a renewal sent %v before the lease ran out had no answer: %w",
 		since.Round(time.Millisecond), context.DeadlineExceeded)
 	if last != nil {
-		err = fmt.Errorf("%w (the renewal before it failed: %w)", err, last)
+		err = errfmt.Errorf("%w (the renewal before it failed: %w)", err, last)
 	}
 	return err
 }
@@ -191,7 +192,7 @@ func (l *Lock) renew(ctx context.Context, valid time.Time) renewal {
 	r, rerr := c.read(ctx, l.ac.key)
 	switch {
 	case rerr != nil && err != nil:
-		return renewal{at: at, err: fmt.Errorf("%w; reading the row back: %w", err, rerr)}
+		return renewal{at: at, err: errfmt.Errorf("%w; reading the row back: %w", err, rerr)}
 	case rerr != nil: // renewed nothing: the lock is gone, for a reason the read would have told
 		return renewal{at: at, err: &LostError{Key: l.ac.key, Cause: Expired, Last: rerr}}
 	case r.exists && r.token == l.token && !r.released && r.left > 0:
@@ -231,11 +232,11 @@ func (l *Lock) writeRelease(ctx context.Context) error {
 			}
 			err = rerr
 		} else if pgerr.Of(err) == pgerr.Refused && !transient(err) {
-			return fmt.Errorf("lease: release %q: %w", l.ac.key, err)
+			return errfmt.Errorf("lease: release %q: %w", l.ac.key, err)
 		}
 		c.log.Debug("lease: release failed; retrying", "key", l.ac.key, "outcome", pgerr.Of(err), "err", err)
 		if serr := backoff.Sleep(ctx, bo.Delay(try)); serr != nil {
-			return fmt.Errorf("lease: release %q: %w (last error: %w)", l.ac.key, serr, err)
+			return errfmt.Errorf("lease: release %q: %w (last error: %w)", l.ac.key, serr, err)
 		}
 	}
 }

@@ -3,11 +3,12 @@ package nolockotel
 import (
 	"context"
 	"errors"
-	"fmt"
 	"reflect"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -128,12 +129,12 @@ func New(opts ...Option) (*Adapter, error) {
 	cfg := config{errorType: ErrorType}
 	for i, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalid, i)
+			return nil, errfmt.Errorf("%w: option %d is nil", ErrInvalid, i)
 		}
 		o(&cfg)
 	}
 	if len(cfg.bad) > 0 {
-		return nil, fmt.Errorf("%w: %s", ErrInvalid, strings.Join(cfg.bad, ", "))
+		return nil, errfmt.Errorf("%w: %s", ErrInvalid, strings.Join(cfg.bad, ", "))
 	}
 	if cfg.mp == nil {
 		cfg.mp = otel.GetMeterProvider()
@@ -146,21 +147,21 @@ func New(opts ...Option) (*Adapter, error) {
 	var err error
 	if a.events, err = meter.Int64Counter(MetricEvents, metric.WithUnit("{event}"),
 		metric.WithDescription("Events reported by nolock's packages, by event name.")); err != nil {
-		return nil, fmt.Errorf("nolockotel: %s: %w", MetricEvents, err)
+		return nil, errfmt.Errorf("nolockotel: %s: %w", MetricEvents, err)
 	}
 	if a.dropped, err = meter.Int64Counter(MetricDropped, metric.WithUnit("{event}"),
 		metric.WithDescription("Events dropped because an observer fell behind.")); err != nil {
-		return nil, fmt.Errorf("nolockotel: %s: %w", MetricDropped, err)
+		return nil, errfmt.Errorf("nolockotel: %s: %w", MetricDropped, err)
 	}
 	if a.duration, err = meter.Float64Histogram(MetricDuration, metric.WithUnit("s"),
 		metric.WithDescription("The Duration of nolock's events: a call's wait, a round trip, a hold, a retry's delay."),
 		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)); err != nil {
-		return nil, fmt.Errorf("nolockotel: %s: %w", MetricDuration, err)
+		return nil, errfmt.Errorf("nolockotel: %s: %w", MetricDuration, err)
 	}
 	if a.batch, err = meter.Int64Histogram(MetricBatchSize, metric.WithUnit("{item}"),
 		metric.WithDescription("Sizes of the batches nolock's packages write in one statement or transaction."),
 		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)); err != nil {
-		return nil, fmt.Errorf("nolockotel: %s: %w", MetricBatchSize, err)
+		return nil, errfmt.Errorf("nolockotel: %s: %w", MetricBatchSize, err)
 	}
 	return a, nil
 }
@@ -285,13 +286,14 @@ func ErrorType(err error) string {
 	return "_OTHER"
 }
 
-// plain are the types of errors.New's, fmt.Errorf's and errors.Join's
-// errors: text and wrappers, not a class.
+// plain are the types of errors.New's, fmt.Errorf's (and nolock's
+// errfmt.Errorf's) and errors.Join's errors: text and wrappers, not a class.
 var plain = map[reflect.Type]bool{
-	reflect.TypeOf(errors.New("")):                                     true,
-	reflect.TypeOf(fmt.Errorf("%w", errors.New(""))):                   true,
-	reflect.TypeOf(fmt.Errorf("%w%w", errors.New(""), errors.New(""))): true,
-	reflect.TypeOf(errors.Join(errors.New(""))):                        true,
+	reflect.TypeOf(errors.New("")):                                        true,
+	reflect.TypeOf(errfmt.Errorf("%w", errors.New(""))):                   true,
+	reflect.TypeOf(errfmt.Errorf("%w%w", errors.New(""), errors.New(""))): true,
+	reflect.TypeOf(errfmt.Errorf("a: %w", errors.New("a: b"))):            true,
+	reflect.TypeOf(errors.Join(errors.New(""))):                           true,
 }
 
 // namedType returns the type of the first error in err's tree, depth

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/segmentio/kafka-go"
@@ -112,7 +114,7 @@ func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int
 	// stalled PostgreSQL (or a row lock still held), which is waited out.
 	tx, err := c.pg.Begin(ctx, c.db)
 	if err != nil {
-		return true, fmt.Errorf("partition: begin %s: %w", cl, err)
+		return true, errfmt.Errorf("partition: begin %s: %w", cl, err)
 	}
 	defer rollback(tx)
 	outcome, err := c.checkFence(ctx, tx, cl, prev, next)
@@ -124,9 +126,9 @@ func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int
 	}
 	if err := callHandler(ctx, c.handler, tx.Handed(), msgs); err != nil {
 		tx.Learn(err)
-		err = fmt.Errorf("partition: handler on %s at offset %d: %w", cl, msgs[0].Offset, err)
+		err = errfmt.Errorf("partition: handler on %s at offset %d: %w", cl, msgs[0].Offset, err)
 		if tx.Conn().IsClosed() && ctx.Err() == nil {
-			err = fmt.Errorf("%w: %w", errConnLostInHandler, err)
+			err = errfmt.Errorf("%w: %w", errConnLostInHandler, err)
 		}
 		return handlerTransient(err, tx) && ctx.Err() == nil, err
 	}
@@ -137,7 +139,7 @@ func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int
 		// waits for the row lock, so for the commit to end, and finds
 		// the row at this batch's end if it committed. Until then the
 		// batch is not done, and nothing is committed to Kafka for it.
-		return commitTransient(err), fmt.Errorf("partition: commit %s at offset %d: %w", cl, msgs[0].Offset, err)
+		return commitTransient(err), errfmt.Errorf("partition: commit %s at offset %d: %w", cl, msgs[0].Offset, err)
 	}
 	return false, nil
 }

@@ -2,9 +2,10 @@ package partition
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/segmentio/kafka-go"
 
@@ -302,7 +303,7 @@ func newConfig(brokers []string, group string, topics []string, opts []Option) (
 		MinBytes:               DefaultMinBytes, MaxBytes: DefaultMaxBytes, MaxWait: DefaultMaxWait,
 	}
 	if err := option.Apply(opts, func(o Option) { o(&c) }); err != nil {
-		return c, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return c, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if c.nilOption {
 		return c, invalid("WithDialer(nil): give a Dialer, or leave the option out for kafka.DefaultDialer")

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
@@ -159,7 +161,7 @@ func (c *Consumer) Schema() string { return c.sql.schema }
 // ErrInvalid.
 func Schema(table string) (string, error) {
 	if err := pgarg.Ident("table", table, len(parkedSuffix)); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+		return "", errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return newStatements(table).schema, nil
 }
@@ -173,7 +175,7 @@ func (c *Consumer) CreateSchema(ctx context.Context) error {
 		return invalid("ctx is nil")
 	}
 	if err := pgschema.CreateWith(ctx, c.db, c.sql.schema); err != nil {
-		return fmt.Errorf("partition: create schema: %w", err)
+		return errfmt.Errorf("partition: create schema: %w", err)
 	}
 	return nil
 }
@@ -238,7 +240,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 		ErrorLogger:            kafkaLogger(c.log, slog.LevelWarn),
 	})
 	if err != nil {
-		return fmt.Errorf("%w: kafka-go consumer group: %v", ErrInvalid, err)
+		return errfmt.Errorf("%w: kafka-go consumer group: %v", ErrInvalid, err)
 	}
 	var workers sync.WaitGroup
 	failures := 0
@@ -249,7 +251,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 				break
 			}
 			if !kafkaerr.Retriable(err) {
-				c.fail(fmt.Errorf("partition: join group %s: %w", c.cfg.GroupID, err))
+				c.fail(errfmt.Errorf("partition: join group %s: %w", c.cfg.GroupID, err))
 				break
 			}
 			failures++

@@ -90,6 +90,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/segmentio/kafka-go"
@@ -185,7 +187,7 @@ func (c *Consumer) claim(ctx context.Context, a assignment) (Claim, *int64, erro
 	cl := Claim{GroupID: c.cfg.GroupID, Topic: a.topic, Partition: a.partition, Generation: a.generation, MemberID: a.member}
 	tx, err := c.pg.Begin(ctx, c.db)
 	if err != nil {
-		return cl, nil, fmt.Errorf("partition: claim %s: begin: %w", cl, err)
+		return cl, nil, errfmt.Errorf("partition: claim %s: begin: %w", cl, err)
 	}
 	defer rollback(tx)
 
@@ -195,20 +197,20 @@ func (c *Consumer) claim(ctx context.Context, a assignment) (Claim, *int64, erro
 	var storedMember string
 	var next *int64
 	if err := tx.QueryRow(ctx, c.sql.lock, cl.GroupID, cl.Topic, cl.Partition, c.idleTimeout).Scan(&storedEpoch, &storedGen, &storedMember, &next); err != nil {
-		return cl, nil, fmt.Errorf("partition: claim %s: lock: %w", cl, err)
+		return cl, nil, errfmt.Errorf("partition: claim %s: lock: %w", cl, err)
 	}
 	if storedMember == a.member && storedGen > a.generation {
-		return cl, nil, fmt.Errorf("partition: claim %s: member already claimed in generation %d: %w", cl, storedGen, ErrFenced)
+		return cl, nil, errfmt.Errorf("partition: claim %s: member already claimed in generation %d: %w", cl, storedGen, ErrFenced)
 	}
 
 	// 2. Ask the coordinator while holding the lock.
 	if err := c.assigned(ctx, a); err != nil {
-		return cl, nil, fmt.Errorf("partition: claim %s: %w", cl, err)
+		return cl, nil, errfmt.Errorf("partition: claim %s: %w", cl, err)
 	}
 
 	// 3. Bump the epoch and commit.
 	if err := tx.QueryRow(ctx, c.sql.bump, cl.GroupID, cl.Topic, cl.Partition, a.generation, a.member).Scan(&cl.Epoch, &next); err != nil {
-		return cl, nil, fmt.Errorf("partition: claim %s: bump: %w", cl, err)
+		return cl, nil, errfmt.Errorf("partition: claim %s: bump: %w", cl, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		// The commit runs under the Consumer's Committer, so the
@@ -216,7 +218,7 @@ func (c *Consumer) claim(ctx context.Context, a assignment) (Claim, *int64, erro
 		// is unknown and it happened after all, retrying claims again:
 		// the epoch moves on by one more, which fences only this worker's
 		// unknown claim. Nothing was written with it.
-		return cl, nil, fmt.Errorf("partition: claim %s: commit: %w", cl, err)
+		return cl, nil, errfmt.Errorf("partition: claim %s: commit: %w", cl, err)
 	}
 	cl.Offset = a.offset
 	if next != nil {
@@ -227,7 +229,7 @@ func (c *Consumer) claim(ctx context.Context, a assignment) (Claim, *int64, erro
 
 // errNotAssigned is the coordinator's "no": wrapped with ErrFenced.
 func errNotAssigned(format string, args ...any) error {
-	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrFenced)
+	return errfmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrFenced)
 }
 
 // assigned asks the group coordinator whether the group is stable and a is
@@ -236,15 +238,15 @@ func errNotAssigned(format string, args ...any) error {
 func (c *Consumer) assigned(ctx context.Context, a assignment) error {
 	res, err := c.kafka.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{c.cfg.GroupID}})
 	if err != nil {
-		return fmt.Errorf("describe group: %w", err)
+		return errfmt.Errorf("describe group: %w", err)
 	}
 	if len(res.Groups) != 1 {
-		return fmt.Errorf("describe group: %d groups in the answer", len(res.Groups))
+		return errfmt.Errorf("describe group: %d groups in the answer", len(res.Groups))
 	}
 	g := res.Groups[0]
 	if g.Error != nil {
 		if kafkaerr.Retriable(g.Error) {
-			return fmt.Errorf("describe group: %w", g.Error)
+			return errfmt.Errorf("describe group: %w", g.Error)
 		}
 		return errNotAssigned("describe group: %v", g.Error)
 	}
@@ -281,7 +283,7 @@ const (
 func (c *Consumer) checkFence(ctx context.Context, tx pgx.Tx, cl Claim, prev *int64, next int64) (fenceOutcome, error) {
 	tag, err := tx.Exec(ctx, c.sql.fence, cl.GroupID, cl.Topic, cl.Partition, c.idleTimeout, cl.Epoch, prev, next)
 	if err != nil {
-		return 0, fmt.Errorf("partition: fence %s: %w", cl, err)
+		return 0, errfmt.Errorf("partition: fence %s: %w", cl, err)
 	}
 	if tag.RowsAffected() == 1 {
 		return fenceHeld, nil
@@ -290,14 +292,14 @@ func (c *Consumer) checkFence(ctx context.Context, tx pgx.Tx, cl Claim, prev *in
 	var stored *int64
 	if err := tx.QueryRow(ctx, c.sql.read, cl.GroupID, cl.Topic, cl.Partition).Scan(&epoch, &stored); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return 0, fmt.Errorf("partition: fence %s: the partition's row is gone: %w", cl, ErrFenced)
+			return 0, errfmt.Errorf("partition: fence %s: the partition's row is gone: %w", cl, ErrFenced)
 		}
-		return 0, fmt.Errorf("partition: fence %s: %w", cl, err)
+		return 0, errfmt.Errorf("partition: fence %s: %w", cl, err)
 	}
 	if epoch == cl.Epoch && stored != nil && *stored == next {
 		return fenceApplied, nil
 	}
-	return 0, fmt.Errorf("partition: fence %s: row at epoch %d, offset %s: %w", cl, epoch, offsetString(stored), ErrFenced)
+	return 0, errfmt.Errorf("partition: fence %s: row at epoch %d, offset %s: %w", cl, epoch, offsetString(stored), ErrFenced)
 }
 
 func offsetString(o *int64) string {

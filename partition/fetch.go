@@ -3,8 +3,9 @@ package partition
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/segmentio/kafka-go"
 
@@ -31,7 +32,7 @@ func (c *Consumer) checkGap(genCtx context.Context, a assignment, prev int64, lo
 		first, err := c.firstOffset(genCtx, a)
 		if err == nil {
 			if first > prev {
-				return fmt.Errorf("partition: %s/%d: stored next offset %d is below Kafka's first available offset %d, offsets %d to %d are gone: %w",
+				return errfmt.Errorf("partition: %s/%d: stored next offset %d is below Kafka's first available offset %d, offsets %d to %d are gone: %w",
 					a.topic, a.partition, prev, first, prev, first-1, ErrOffsetLost)
 			}
 			return nil
@@ -52,18 +53,18 @@ func (c *Consumer) firstOffset(ctx context.Context, a assignment) (int64, error)
 		Topics: map[string][]kafka.OffsetRequest{a.topic: {kafka.FirstOffsetOf(a.partition)}},
 	})
 	if err != nil {
-		return 0, fmt.Errorf("list offsets: %w", err)
+		return 0, errfmt.Errorf("list offsets: %w", err)
 	}
 	for _, p := range res.Topics[a.topic] {
 		if p.Partition != a.partition {
 			continue
 		}
 		if p.Error != nil {
-			return 0, fmt.Errorf("list offsets: %w", p.Error)
+			return 0, errfmt.Errorf("list offsets: %w", p.Error)
 		}
 		return p.FirstOffset, nil
 	}
-	return 0, fmt.Errorf("list offsets: no answer for %s/%d", a.topic, a.partition)
+	return 0, errfmt.Errorf("list offsets: no answer for %s/%d", a.topic, a.partition)
 }
 
 // fetched is one batch read from the Reader: the messages to apply, in
@@ -132,11 +133,11 @@ func (c *Consumer) add(genCtx context.Context, f *kafkatxn.Filter, b *fetched, m
 		}
 		b.failures++
 		if genCtx.Err() != nil || !kafkaerr.Retriable(err) {
-			return fmt.Errorf("%w: offset %d: %w", errClassify, m.Offset, err)
+			return errfmt.Errorf("%w: offset %d: %w", errClassify, m.Offset, err)
 		}
 		log.Warn("partition: classifying a record failed, retrying", "offset", m.Offset, "attempt", attempt, "err", err)
 		if backoff.Sleep(genCtx, c.retry.Delay(min(attempt+1, 30))) != nil {
-			return fmt.Errorf("%w: offset %d: %w", errClassify, m.Offset, err)
+			return errfmt.Errorf("%w: offset %d: %w", errClassify, m.Offset, err)
 		}
 	}
 }

@@ -3,8 +3,9 @@ package partition
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/segmentio/kafka-go"
 
@@ -34,7 +35,7 @@ func (c *Consumer) parkRetrying(runCtx, genCtx context.Context, cl Claim, prev *
 			return parked, nil
 		}
 		if errors.Is(err, ErrFenced) || !retry {
-			return false, fmt.Errorf("partition: %s: parking offset %d after %d failed attempts (%v): %w", cl, m.Offset, ex.attempts, ex.err, err)
+			return false, errfmt.Errorf("partition: %s: parking offset %d after %d failed attempts (%v): %w", cl, m.Offset, ex.attempts, ex.err, err)
 		}
 		log.Warn("partition: parking failed, retrying", "offset", m.Offset, "attempt", attempt, "err", err)
 		if backoff.Sleep(genCtx, c.retry.Delay(min(attempt+1, 30))) != nil {
@@ -54,7 +55,7 @@ func (c *Consumer) park(runCtx context.Context, cl Claim, prev *int64, m kafka.M
 	defer cancel()
 	tx, err := c.pg.Begin(ctx, c.db)
 	if err != nil {
-		return false, true, fmt.Errorf("partition: begin %s: %w", cl, err)
+		return false, true, errfmt.Errorf("partition: begin %s: %w", cl, err)
 	}
 	defer rollback(tx)
 	outcome, err := c.checkFence(ctx, tx, cl, prev, m.Offset+1)
@@ -64,16 +65,16 @@ func (c *Consumer) park(runCtx context.Context, cl Claim, prev *int64, m kafka.M
 	if outcome == fenceApplied {
 		err := tx.QueryRow(ctx, c.sql.isParked, cl.GroupID, cl.Topic, cl.Partition, m.Offset).Scan(&parked)
 		if err != nil {
-			return false, true, fmt.Errorf("partition: park %s at offset %d: %w", cl, m.Offset, err)
+			return false, true, errfmt.Errorf("partition: park %s at offset %d: %w", cl, m.Offset, err)
 		}
 		return parked, false, nil
 	}
 	if _, err := tx.Exec(ctx, c.sql.park, cl.GroupID, cl.Topic, cl.Partition, m.Offset, m.Key, m.Value,
 		kafkapark.HeadersJSON(m.Headers), kafkapark.Text(ex.err.Error()), ex.attempts, cl.Epoch); err != nil {
-		return false, ctx.Err() != nil || transient(err, tx), fmt.Errorf("partition: park %s at offset %d: %w", cl, m.Offset, err)
+		return false, ctx.Err() != nil || transient(err, tx), errfmt.Errorf("partition: park %s at offset %d: %w", cl, m.Offset, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return false, commitTransient(err), fmt.Errorf("partition: commit park %s at offset %d: %w", cl, m.Offset, err)
+		return false, commitTransient(err), errfmt.Errorf("partition: commit park %s at offset %d: %w", cl, m.Offset, err)
 	}
 	return true, false, nil
 }

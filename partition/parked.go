@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
@@ -100,16 +102,16 @@ func (c *Consumer) ListParked(ctx context.Context, after ParkedID, limit int) ([
 	}
 	tx, err := c.pg.Begin(ctx, c.db)
 	if err != nil {
-		return nil, fmt.Errorf("partition: list parked: begin: %w", err)
+		return nil, errfmt.Errorf("partition: list parked: begin: %w", err)
 	}
 	defer rollback(tx)
 	rows, err := tx.Query(ctx, c.parked.list, c.cfg.GroupID, after.Topic, after.Partition, after.Offset, limit)
 	if err != nil {
-		return nil, fmt.Errorf("partition: list parked: %w", err)
+		return nil, errfmt.Errorf("partition: list parked: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, scanParked)
 	if err != nil {
-		return nil, fmt.Errorf("partition: list parked: %w", err)
+		return nil, errfmt.Errorf("partition: list parked: %w", err)
 	}
 	return out, nil
 }
@@ -150,7 +152,7 @@ func (c *Consumer) ReplayParked(ctx context.Context, id ParkedID, h Handler) err
 	}
 	// The replay rolled back: the message is still parked. Say why there.
 	if ferr := c.recordReplayFailure(ctx, id, err); ferr != nil {
-		return fmt.Errorf("%w (recording the failure: %w)", err, ferr)
+		return errfmt.Errorf("%w (recording the failure: %w)", err, ferr)
 	}
 	return err
 }
@@ -162,32 +164,32 @@ func (c *Consumer) replay(ctx context.Context, id ParkedID, h Handler) (*Parked,
 	defer cancel()
 	tx, err := c.pg.Begin(tctx, c.db)
 	if err != nil {
-		return nil, fmt.Errorf("partition: replay %s: begin: %w", id, err)
+		return nil, errfmt.Errorf("partition: replay %s: begin: %w", id, err)
 	}
 	defer rollback(tx)
 	if _, err := tx.Exec(tctx, c.parked.lock, c.cfg.GroupID, id.Topic, id.Partition, c.idleTimeout); err != nil {
-		return nil, fmt.Errorf("partition: replay %s: lock the partition: %w", id, err)
+		return nil, errfmt.Errorf("partition: replay %s: lock the partition: %w", id, err)
 	}
 	rows, err := tx.Query(tctx, c.parked.take, c.cfg.GroupID, id.Topic, id.Partition, id.Offset)
 	if err != nil {
-		return nil, fmt.Errorf("partition: replay %s: %w", id, err)
+		return nil, errfmt.Errorf("partition: replay %s: %w", id, err)
 	}
 	p, err := pgx.CollectExactlyOneRow(rows, scanParked)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return nil, fmt.Errorf("partition: replay %s: %w", id, ErrNotParked)
+		return nil, errfmt.Errorf("partition: replay %s: %w", id, ErrNotParked)
 	case err != nil:
-		return nil, fmt.Errorf("partition: replay %s: %w", id, err)
+		return nil, errfmt.Errorf("partition: replay %s: %w", id, err)
 	}
 	if err := callHandler(tctx, h, tx.Handed(), []kafka.Message{p.Msg}); err != nil {
 		tx.Learn(err)
-		return &p, fmt.Errorf("partition: replay %s: handler: %w", id, err)
+		return &p, errfmt.Errorf("partition: replay %s: handler: %w", id, err)
 	}
 	if err := tx.Commit(tctx); err != nil {
 		if pgerr.Ambiguous(err) {
-			return nil, fmt.Errorf("partition: replay %s: %w: %w", id, ErrAmbiguousCommit, err)
+			return nil, errfmt.Errorf("partition: replay %s: %w: %w", id, ErrAmbiguousCommit, err)
 		}
-		return nil, fmt.Errorf("partition: replay %s: commit: %w", id, err)
+		return nil, errfmt.Errorf("partition: replay %s: commit: %w", id, err)
 	}
 	return nil, nil
 }
@@ -200,7 +202,7 @@ func (c *Consumer) recordReplayFailure(ctx context.Context, id ParkedID, cause e
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("partition: replay %s: recording the failure: %w", id, err)
+		return errfmt.Errorf("partition: replay %s: recording the failure: %w", id, err)
 	}
 	return nil
 }
@@ -224,9 +226,9 @@ func (c *Consumer) PurgeParked(ctx context.Context, id ParkedID) error {
 	})
 	switch {
 	case err != nil:
-		return fmt.Errorf("partition: purge parked %s: %w", id, err)
+		return errfmt.Errorf("partition: purge parked %s: %w", id, err)
 	case n == 0:
-		return fmt.Errorf("partition: purge parked %s: %w", id, ErrNotParked)
+		return errfmt.Errorf("partition: purge parked %s: %w", id, ErrNotParked)
 	}
 	return nil
 }
@@ -251,7 +253,7 @@ func (c *Consumer) PurgeParkedOlderThan(ctx context.Context, retention time.Dura
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("partition: purge parked: %w", err)
+		return 0, errfmt.Errorf("partition: purge parked: %w", err)
 	}
 	return n, nil
 }
@@ -261,7 +263,7 @@ func (c *Consumer) PurgeParkedOlderThan(ctx context.Context, retention time.Dura
 func (c *Consumer) inTx(ctx context.Context, f func(pgx.Tx) error) error {
 	tx, err := c.pg.Begin(ctx, c.db)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return errfmt.Errorf("begin: %w", err)
 	}
 	defer rollback(tx)
 	if err := f(tx); err != nil {
@@ -269,9 +271,9 @@ func (c *Consumer) inTx(ctx context.Context, f func(pgx.Tx) error) error {
 	}
 	if err := tx.Commit(ctx); err != nil {
 		if pgerr.Ambiguous(err) {
-			return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
+			return errfmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
 		}
-		return fmt.Errorf("commit: %w", err)
+		return errfmt.Errorf("commit: %w", err)
 	}
 	return nil
 }
@@ -302,7 +304,7 @@ func scanParked(row pgx.CollectableRow) (Parked, error) {
 	}
 	p.ID = ParkedID{Topic: p.Msg.Topic, Partition: p.Msg.Partition, Offset: p.Msg.Offset}
 	if p.Msg.Headers, err = kafkapark.HeadersFromJSON(headers); err != nil {
-		return Parked{}, fmt.Errorf("parked %s: headers: %w", p.ID, err)
+		return Parked{}, errfmt.Errorf("parked %s: headers: %w", p.ID, err)
 	}
 	return p, nil
 }

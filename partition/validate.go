@@ -6,6 +6,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/pgarg"
@@ -87,7 +89,7 @@ func (c config) validate() error {
 		seen[t] = true
 	}
 	if err := pgarg.Ident("WithTable", c.Table, len(parkedSuffix)); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	switch {
 	case c.MaxBatch < 1:
@@ -123,5 +125,5 @@ func (c config) validate() error {
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return errfmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }

@@ -3,9 +3,10 @@ package partition
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/segmentio/kafka-go"
 
@@ -181,7 +182,7 @@ func (w *worker) fetchBatch(genCtx context.Context) (fetched, bool, error) {
 		if genCtx.Err() != nil {
 			return fetched{}, true, nil
 		}
-		return fetched{}, true, fmt.Errorf("partition: %s: fetch: %w", w.cl, err)
+		return fetched{}, true, errfmt.Errorf("partition: %s: fetch: %w", w.cl, err)
 	}
 }
 

@@ -30,7 +30,8 @@ package pgoutcome
 import (
 	"context"
 	"errors"
-	"fmt"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/nolock/nolock/internal/outcome"
 	"github.com/nolock/nolock/internal/pgerr"
@@ -77,9 +78,9 @@ func Of(err error) Outcome { return Outcome(pgerr.Of(err)) }
 func Commit(ctx context.Context, commit func(context.Context) error) error {
 	switch {
 	case ctx == nil:
-		return pgerr.MarkUnsent(fmt.Errorf("%w: ctx is nil", ErrInvalid))
+		return pgerr.MarkUnsent(errfmt.Errorf("%w: ctx is nil", ErrInvalid))
 	case commit == nil:
-		return pgerr.MarkUnsent(fmt.Errorf("%w: commit is nil", ErrInvalid))
+		return pgerr.MarkUnsent(errfmt.Errorf("%w: commit is nil", ErrInvalid))
 	}
 	return pgerr.Inline().Commit(ctx, commit)
 }

@@ -2,8 +2,9 @@ package dynamocas
 
 import (
 	"context"
-	"fmt"
 	"strconv"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -72,13 +73,13 @@ func NewBackend(client DynamoDBAPI, table string, opts ...Option) (*Backend, err
 	}
 	cfg := config{pk: "pk"}
 	if err := option.Apply(opts, func(o Option) { o(&cfg) }); err != nil {
-		return nil, fmt.Errorf("%w: %w", cas.ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", cas.ErrInvalid, err)
 	}
 	if err := ddbarg.Table("table", table); err != nil {
-		return nil, fmt.Errorf("%w: %w", cas.ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", cas.ErrInvalid, err)
 	}
 	if err := ddbarg.KeyAttributes(cfg.pk, cfg.sk, ValueAttr, VersionAttr); err != nil {
-		return nil, fmt.Errorf("%w: %w", cas.ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", cas.ErrInvalid, err)
 	}
 	return &Backend{client: client, table: table, pk: cfg.pk, sk: cfg.sk}, nil
 }
@@ -108,7 +109,7 @@ func (d *Backend) Get(ctx context.Context, key string) ([]byte, int64, error) {
 	}
 	out, err := d.client.GetItem(ctx, &dynamodb.GetItemInput{TableName: &d.table, Key: d.key(key), ConsistentRead: aws.Bool(true)})
 	if err != nil {
-		return nil, 0, fmt.Errorf("cas: get %q: %w", key, err)
+		return nil, 0, errfmt.Errorf("cas: get %q: %w", key, err)
 	}
 	if out.Item == nil {
 		return nil, 0, cas.ErrNotFound
@@ -116,11 +117,11 @@ func (d *Backend) Get(ctx context.Context, key string) ([]byte, int64, error) {
 	val, ok1 := out.Item[ValueAttr].(*types.AttributeValueMemberB)
 	ver, ok2 := out.Item[VersionAttr].(*types.AttributeValueMemberN)
 	if !ok1 || !ok2 {
-		return nil, 0, fmt.Errorf("cas: get %q: item lacks %s or %s", key, ValueAttr, VersionAttr)
+		return nil, 0, errfmt.Errorf("cas: get %q: item lacks %s or %s", key, ValueAttr, VersionAttr)
 	}
 	v, err := strconv.ParseInt(ver.Value, 10, 64)
 	if err != nil {
-		return nil, 0, fmt.Errorf("cas: get %q: version %q: %w", key, ver.Value, err)
+		return nil, 0, errfmt.Errorf("cas: get %q: version %q: %w", key, ver.Value, err)
 	}
 	return val.Value, v, nil
 }
@@ -142,7 +143,7 @@ func (d *Backend) Create(ctx context.Context, key string, value []byte) error {
 		return cas.ErrExists
 	}
 	if err != nil {
-		return fmt.Errorf("cas: create %q: %w", key, ambiguous(err))
+		return errfmt.Errorf("cas: create %q: %w", key, ambiguous(err))
 	}
 	return nil
 }
@@ -164,11 +165,11 @@ func (d *Backend) Put(ctx context.Context, key string, value []byte, version int
 		return 0, d.whyRefused(ctx, key)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("cas: put %q: %w", key, ambiguous(err))
+		return 0, errfmt.Errorf("cas: put %q: %w", key, ambiguous(err))
 	}
 	ver, ok := out.Attributes[VersionAttr].(*types.AttributeValueMemberN)
 	if !ok {
-		return 0, fmt.Errorf("cas: put %q: no new version returned", key)
+		return 0, errfmt.Errorf("cas: put %q: no new version returned", key)
 	}
 	return strconv.ParseInt(ver.Value, 10, 64)
 }
@@ -188,7 +189,7 @@ func (d *Backend) Delete(ctx context.Context, key string, version int64) error {
 		return d.whyRefused(ctx, key)
 	}
 	if err != nil {
-		return fmt.Errorf("cas: delete %q: %w", key, ambiguous(err))
+		return errfmt.Errorf("cas: delete %q: %w", key, ambiguous(err))
 	}
 	return nil
 }
@@ -210,5 +211,5 @@ func ambiguous(err error) error {
 	if ddberr.NotApplied(err) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", cas.ErrAmbiguousCommit, err)
+	return errfmt.Errorf("%w: %w", cas.ErrAmbiguousCommit, err)
 }

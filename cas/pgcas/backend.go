@@ -4,8 +4,9 @@ import (
 	"context"
 	_ "embed"
 	"errors"
-	"fmt"
 	"strings"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -65,11 +66,11 @@ func NewBackend(db DB, opts ...Option) (*Backend, error) {
 	}
 	cfg := backendConfig{table: DefaultTable}
 	if err := option.Apply(opts, func(o Option) { o(&cfg) }); err != nil {
-		return nil, fmt.Errorf("%w: %w", cas.ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", cas.ErrInvalid, err)
 	}
 	table := cfg.table
 	if err := pgarg.Ident("WithTable", table, 0); err != nil {
-		return nil, fmt.Errorf("%w: %w", cas.ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", cas.ErrInvalid, err)
 	}
 	t := pgx.Identifier{table}.Sanitize()
 	pg := new(pgerr.Committer)
@@ -102,7 +103,7 @@ func (p *Backend) CreateSchema(ctx context.Context) error {
 		return err
 	}
 	if err := pgschema.Create(ctx, p.db, p.schema); err != nil {
-		return fmt.Errorf("cas: create schema: %w", err)
+		return errfmt.Errorf("cas: create schema: %w", err)
 	}
 	return nil
 }
@@ -133,7 +134,7 @@ func (p *Backend) Get(ctx context.Context, key string) ([]byte, int64, error) {
 		return nil, 0, cas.ErrNotFound
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("cas: get %q: %w", key, pgmode.Explain(err))
+		return nil, 0, errfmt.Errorf("cas: get %q: %w", key, pgmode.Explain(err))
 	}
 	return b, ver, nil
 }
@@ -145,7 +146,7 @@ func (p *Backend) Create(ctx context.Context, key string, value []byte) error {
 	}
 	tag, err := p.pg.Exec(ctx, p.db, p.createSQL, p.over.Args(key, value)...)
 	if err != nil {
-		return fmt.Errorf("cas: create %q: %w", key, ambiguous(err))
+		return errfmt.Errorf("cas: create %q: %w", key, ambiguous(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return cas.ErrExists
@@ -161,7 +162,7 @@ func (p *Backend) Put(ctx context.Context, key string, value []byte, version int
 	var ver *int64
 	var existed bool
 	if err := p.pg.Row(ctx, p.db, p.putSQL, p.over.Args(key, value, version)...).Scan(&ver, &existed); err != nil {
-		return 0, fmt.Errorf("cas: put %q: %w", key, ambiguous(err))
+		return 0, errfmt.Errorf("cas: put %q: %w", key, ambiguous(err))
 	}
 	switch {
 	case ver != nil:
@@ -179,7 +180,7 @@ func (p *Backend) Delete(ctx context.Context, key string, version int64) error {
 	}
 	var deleted, existed bool
 	if err := p.pg.Row(ctx, p.db, p.deleteSQL, p.over.Args(key, version)...).Scan(&deleted, &existed); err != nil {
-		return fmt.Errorf("cas: delete %q: %w", key, ambiguous(err))
+		return errfmt.Errorf("cas: delete %q: %w", key, ambiguous(err))
 	}
 	switch {
 	case deleted:
@@ -194,7 +195,7 @@ func (p *Backend) Delete(ctx context.Context, key string, version int64) error {
 // committed before the connection failed.
 func ambiguous(err error) error {
 	if pgerr.Ambiguous(err) {
-		return fmt.Errorf("%w: %w", cas.ErrAmbiguousCommit, err)
+		return errfmt.Errorf("%w: %w", cas.ErrAmbiguousCommit, err)
 	}
 	return pgmode.Explain(err)
 }

@@ -2,7 +2,8 @@ package pgcas
 
 import (
 	"context"
-	"fmt"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -57,7 +58,7 @@ func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx
 		}
 		if err := tx.Commit(ctx); err != nil {
 			if pgerr.Ambiguous(err) {
-				return fmt.Errorf("%w: %w", cas.ErrAmbiguousCommit, err)
+				return errfmt.Errorf("%w: %w", cas.ErrAmbiguousCommit, err)
 			}
 			return err
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -48,7 +50,7 @@ type Accounts struct {
 func NewAccounts(client DynamoDBAPI, table string, opts ...AccountsOption) (*Accounts, error) {
 	var cfg shared
 	if err := option.Apply(opts, func(o AccountsOption) { o.applyAccounts(&cfg) }); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if ddbarg.NilClient(client) {
 		return nil, condcore.Invalid("client is nil")
@@ -90,7 +92,7 @@ func (a *Accounts) Open(ctx context.Context, account string, balance int64) erro
 	if _, exists := ddberr.ConditionFailed(err); err == nil || exists {
 		return nil
 	}
-	return fmt.Errorf("conditional: open %q: %w", account, writeErr(err))
+	return errfmt.Errorf("conditional: open %q: %w", account, writeErr(err))
 }
 
 // Debit takes amount from account's balance if the balance covers it:
@@ -124,7 +126,7 @@ func (a *Accounts) Credit(ctx context.Context, account string, amount int64) err
 	if err != nil {
 		return err
 	}
-	return a.apply(ctx, "credit", account, u, fmt.Errorf("conditional: credit %q: the balance would exceed %d", account, int64(math.MaxInt64)))
+	return a.apply(ctx, "credit", account, u, errfmt.Errorf("conditional: credit %q: the balance would exceed %d", account, int64(math.MaxInt64)))
 }
 
 // Balance returns account's balance, read with a strongly consistent
@@ -139,14 +141,14 @@ func (a *Accounts) Balance(ctx context.Context, account string) (int64, error) {
 	}
 	item, err := getItem(ctx, a.client, a.table, a.key(account))
 	if err != nil {
-		return 0, fmt.Errorf("conditional: balance %q: %w", account, err)
+		return 0, errfmt.Errorf("conditional: balance %q: %w", account, err)
 	}
 	if item == nil {
 		return 0, ErrNotFound
 	}
 	b, err := intAttr(item, BalanceAttr)
 	if err != nil {
-		return 0, fmt.Errorf("conditional: balance %q: %w", account, err)
+		return 0, errfmt.Errorf("conditional: balance %q: %w", account, err)
 	}
 	return b, nil
 }
@@ -229,11 +231,11 @@ func (a *Accounts) apply(ctx context.Context, op, account string, u *types.Updat
 	}
 	item, ok := ddberr.ConditionFailed(err)
 	if !ok {
-		return fmt.Errorf("conditional: %s %q: %w", op, account, writeErr(err))
+		return errfmt.Errorf("conditional: %s %q: %w", op, account, writeErr(err))
 	}
 	if item == nil {
 		if item, err = getItem(ctx, a.client, a.table, a.key(account), KeyAttr); err != nil {
-			return fmt.Errorf("conditional: %s %q refused; reading the account: %w", op, account, err)
+			return errfmt.Errorf("conditional: %s %q refused; reading the account: %w", op, account, err)
 		}
 	}
 	if item == nil {

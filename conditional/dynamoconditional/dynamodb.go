@@ -3,8 +3,9 @@ package dynamoconditional
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -51,7 +52,7 @@ var ErrConflict = errors.New("conditional: conflict with concurrent writers")
 // validTable checks a table name argument (see ddbarg.Table).
 func validTable(arg, name string) error {
 	if err := ddbarg.Table(arg, name); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }
@@ -60,7 +61,7 @@ func validTable(arg, name string) error {
 // (see ddbarg.Attr).
 func validAttr(arg, name string, max int) error {
 	if err := ddbarg.Attr(arg, name, max); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }
@@ -77,11 +78,11 @@ func strAttr(s string) types.AttributeValue { return &types.AttributeValueMember
 func intAttr(item map[string]types.AttributeValue, name string) (int64, error) {
 	v, ok := item[name].(*types.AttributeValueMemberN)
 	if !ok {
-		return 0, fmt.Errorf("conditional: item has no number attribute %q", name)
+		return 0, errfmt.Errorf("conditional: item has no number attribute %q", name)
 	}
 	n, err := strconv.ParseInt(v.Value, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("conditional: attribute %q: %w", name, err)
+		return 0, errfmt.Errorf("conditional: attribute %q: %w", name, err)
 	}
 	return n, nil
 }
@@ -131,7 +132,7 @@ func writeErr(err error) error {
 	if ddberr.NotApplied(err) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
+	return errfmt.Errorf("%w: %w", ErrAmbiguousCommit, err)
 }
 
 // unsupported reports whether the server does not know the operation, as

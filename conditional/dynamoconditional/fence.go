@@ -2,12 +2,13 @@ package dynamoconditional
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -54,7 +55,7 @@ type Fenced struct {
 func NewFenced(table, keyAttr, fenceAttr string, opts ...FencedOption) (*Fenced, error) {
 	var cfg shared
 	if err := option.Apply(opts, func(o FencedOption) { o.applyFenced(&cfg) }); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := validTable("table", table); err != nil {
 		return nil, err
@@ -117,17 +118,17 @@ func (f *Fenced) write(ctx context.Context, client DynamoDBAPI, key map[string]t
 	}
 	item, ok := ddberr.ConditionFailed(err)
 	if !ok {
-		return fmt.Errorf("conditional: fenced update: %w", writeErr(err))
+		return errfmt.Errorf("conditional: fenced update: %w", writeErr(err))
 	}
 	if item == nil {
 		if item, err = getItem(ctx, client, f.table, key, f.keyAttr); err != nil {
-			return fmt.Errorf("conditional: fenced update refused; reading the item: %w", err)
+			return errfmt.Errorf("conditional: fenced update refused; reading the item: %w", err)
 		}
 	}
 	if item == nil {
-		return fmt.Errorf("conditional: fenced update: %w", ErrNotFound)
+		return errfmt.Errorf("conditional: fenced update: %w", ErrNotFound)
 	}
-	return fmt.Errorf("conditional: fenced update with token %d: %w", token, ErrFenced)
+	return errfmt.Errorf("conditional: fenced update with token %d: %w", token, ErrFenced)
 }
 
 // UpdateItem returns Update's write as an action for your own

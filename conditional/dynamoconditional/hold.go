@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -103,7 +105,7 @@ func WithClock(now func() time.Time) HoldsOption {
 func NewHolds(client DynamoDBAPI, table string, opts ...HoldsOption) (*Holds, error) {
 	cfg := holdsConfig{clock: time.Now}
 	if err := option.Apply(opts, func(o HoldsOption) { o.applyHolds(&cfg) }); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if ddbarg.NilClient(client) {
 		return nil, condcore.Invalid("client is nil")
@@ -151,7 +153,7 @@ func (h *Holds) Add(ctx context.Context, resources ...string) error {
 			ExpressionAttributeValues: map[string]types.AttributeValue{":free": strAttr(holdFree)},
 		}, ddberr.NoBlindRetries)
 		if _, exists := ddberr.ConditionFailed(err); err != nil && !exists {
-			return fmt.Errorf("conditional: add %q: %w", r, writeErr(err))
+			return errfmt.Errorf("conditional: add %q: %w", r, writeErr(err))
 		}
 	}
 	return nil
@@ -199,7 +201,7 @@ func (h *Holds) hold(ctx context.Context, resource, holder string, ttl time.Dura
 	})
 	switch {
 	case err != nil:
-		return time.Time{}, fmt.Errorf("conditional: hold %q: %w", resource, err)
+		return time.Time{}, errfmt.Errorf("conditional: hold %q: %w", resource, err)
 	case refused:
 		return time.Time{}, &HoldError{Resource: resource, Err: holdRefusal(item)}
 	}
@@ -274,16 +276,16 @@ func (h *Holds) holdAll(ctx context.Context, resources []string, holder string, 
 		return time.UnixMilli(end), nil
 	}
 	if unsupported(err) {
-		return time.Time{}, fmt.Errorf("conditional: hold %d resources needs TransactWriteItems: %w: %w", len(sorted), errors.ErrUnsupported, err)
+		return time.Time{}, errfmt.Errorf("conditional: hold %d resources needs TransactWriteItems: %w: %w", len(sorted), errors.ErrUnsupported, err)
 	}
 	refusal, rerr := h.refusal(ctx, err, sorted)
 	switch {
 	case rerr != nil:
-		return time.Time{}, fmt.Errorf("conditional: hold %d resources refused; reading why: %w", len(sorted), rerr)
+		return time.Time{}, errfmt.Errorf("conditional: hold %d resources refused; reading why: %w", len(sorted), rerr)
 	case refusal != nil:
 		return time.Time{}, refusal
 	}
-	return time.Time{}, fmt.Errorf("conditional: hold %d resources: %w", len(sorted), err)
+	return time.Time{}, errfmt.Errorf("conditional: hold %d resources: %w", len(sorted), err)
 }
 
 // Confirm makes holder's hold on resource final: the resource stays

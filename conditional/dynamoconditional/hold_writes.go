@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -81,13 +83,13 @@ func (h *Holds) settle(ctx context.Context, op, resource string, build func(now 
 	item, refused, err := h.write(ctx, resource, build)
 	switch {
 	case err != nil:
-		return fmt.Errorf("conditional: %s %q: %w", op, resource, err)
+		return errfmt.Errorf("conditional: %s %q: %w", op, resource, err)
 	case !refused:
 		return nil
 	case item == nil:
-		return fmt.Errorf("conditional: %s %q: %w", op, resource, ErrNotFound)
+		return errfmt.Errorf("conditional: %s %q: %w", op, resource, ErrNotFound)
 	}
-	return fmt.Errorf("conditional: %s %q: %w", op, resource, ErrNotHolder)
+	return errfmt.Errorf("conditional: %s %q: %w", op, resource, ErrNotHolder)
 }
 
 // write sends the update build makes for the clock's reading (Unix ms) as
@@ -107,7 +109,7 @@ func (h *Holds) write(ctx context.Context, resource string, build func(now int64
 		return item, refused, err
 	}
 	if item, err = getItem(ctx, h.client, h.table, h.key(resource)); err != nil {
-		return nil, true, fmt.Errorf("refused; reading the item: %w", err)
+		return nil, true, errfmt.Errorf("refused; reading the item: %w", err)
 	}
 	return item, true, nil
 }
@@ -119,7 +121,7 @@ func (h *Holds) write(ctx context.Context, resource string, build func(now int64
 func (h *Holds) retryConflicts(ctx context.Context, key string, op func(context.Context) error) error {
 	err := h.retry.retry(ctx, key, op, ddberr.TransactionConflict)
 	if errors.Is(err, backoff.ErrExhausted) {
-		return fmt.Errorf("%w: %w", ErrConflict, err)
+		return errfmt.Errorf("%w: %w", ErrConflict, err)
 	}
 	return err
 }

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -105,7 +107,7 @@ func WithBuckets(n int) StockOption {
 func NewStock(client DynamoDBAPI, table string, opts ...StockOption) (*Stock, error) {
 	cfg := stockConfig{buckets: 1, coalesce: true, maxBatch: 128}
 	if err := option.Apply(opts, func(o StockOption) { o.applyStock(&cfg) }); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if ddbarg.NilClient(client) {
 		return nil, condcore.Invalid("client is nil")
@@ -218,7 +220,7 @@ func (s *Stock) takeBucket(ctx context.Context, key string, bucket int, n int64)
 	if item, ok := ddberr.ConditionFailed(err); ok {
 		return false, item, nil
 	}
-	return false, nil, fmt.Errorf("conditional: take %q: %w", key, writeErr(err))
+	return false, nil, errfmt.Errorf("conditional: take %q: %w", key, writeErr(err))
 }
 
 // read returns every bucket's units, reading them one after another with
@@ -236,7 +238,7 @@ func (s *Stock) read(ctx context.Context, key string) (qty []int64, found bool, 
 		}
 		found = true
 		if qty[b], err = intAttr(item, QtyAttr); err != nil {
-			return nil, false, fmt.Errorf("bucket %d: %w", b, err)
+			return nil, false, errfmt.Errorf("bucket %d: %w", b, err)
 		}
 	}
 	return qty, found, nil
@@ -283,10 +285,10 @@ func (s *Stock) Put(ctx context.Context, key string, n int64) error {
 			ExpressionAttributeValues: map[string]types.AttributeValue{":n": numAttr(share), ":limit": numAttr(limit - share)},
 		}, ddberr.NoBlindRetries)
 		if _, ok := ddberr.ConditionFailed(err); ok {
-			return fmt.Errorf("conditional: put %q: bucket %d would exceed %d units (%d of %d units added)", key, b, limit, added, n)
+			return errfmt.Errorf("conditional: put %q: bucket %d would exceed %d units (%d of %d units added)", key, b, limit, added, n)
 		}
 		if err != nil {
-			return fmt.Errorf("conditional: put %q (%d of %d units added before): %w", key, added, n, writeErr(err))
+			return errfmt.Errorf("conditional: put %q (%d of %d units added before): %w", key, added, n, writeErr(err))
 		}
 		added += share
 	}
@@ -306,7 +308,7 @@ func (s *Stock) Available(ctx context.Context, key string) (int64, error) {
 	}
 	qty, found, err := s.read(ctx, key)
 	if err != nil {
-		return 0, fmt.Errorf("conditional: available %q: %w", key, err)
+		return 0, errfmt.Errorf("conditional: available %q: %w", key, err)
 	}
 	if !found {
 		return 0, ErrNotFound

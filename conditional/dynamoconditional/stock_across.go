@@ -8,8 +8,9 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -21,7 +22,7 @@ import (
 
 // errBucketsMoved marks an attempt to take across buckets that lost a race;
 // the next attempt reads the buckets again.
-var errBucketsMoved = fmt.Errorf("%w: buckets changed while taking across them", ErrConflict)
+var errBucketsMoved = errfmt.Errorf("%w: buckets changed while taking across them", ErrConflict)
 
 // takeAcross reads every bucket of key and takes n units: with one
 // conditional write to the fullest bucket when it covers n, else with one
@@ -32,7 +33,7 @@ func (s *Stock) takeAcross(ctx context.Context, key string, n int64) error {
 		qty, found, err := s.read(ctx, key)
 		switch {
 		case err != nil:
-			return fmt.Errorf("conditional: take %q: %w", key, err)
+			return errfmt.Errorf("conditional: take %q: %w", key, err)
 		case !found:
 			return ErrNotFound
 		}
@@ -57,7 +58,7 @@ func (s *Stock) takeAcross(ctx context.Context, key string, n int64) error {
 		return s.transact(ctx, key, n, qty)
 	}, func(err error) bool { return errors.Is(err, errBucketsMoved) })
 	if errors.Is(err, backoff.ErrExhausted) {
-		return fmt.Errorf("conditional: take %q across buckets: %w", key, err)
+		return errfmt.Errorf("conditional: take %q across buckets: %w", key, err)
 	}
 	return err
 }
@@ -91,10 +92,10 @@ func (s *Stock) transact(ctx context.Context, key string, n int64, qty []int64) 
 		// another transaction held it (TransactionConflict): read again.
 		return errBucketsMoved
 	case unsupported(err):
-		return fmt.Errorf("conditional: take %q across %d buckets needs TransactWriteItems: %w: %w",
+		return errfmt.Errorf("conditional: take %q across %d buckets needs TransactWriteItems: %w: %w",
 			key, len(items), errors.ErrUnsupported, err)
 	}
-	return fmt.Errorf("conditional: take %q across buckets: %w", key, writeErr(err))
+	return errfmt.Errorf("conditional: take %q across buckets: %w", key, writeErr(err))
 }
 
 // levelled returns how many units to take from each bucket, n in all

@@ -7,9 +7,10 @@ package dynamoconditional
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/observe"
@@ -72,7 +73,7 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 				// The refusal says what the bucket held: sum did not fit.
 				qty, err := intAttr(item, QtyAttr)
 				if err != nil {
-					return nil, fmt.Errorf("conditional: take %q: bucket %d: %w", k.key, k.bucket, err)
+					return nil, errfmt.Errorf("conditional: take %q: bucket %d: %w", k.key, k.bucket, err)
 				}
 				pending = firstFit(reqs, pending, qty, errs)
 				if len(pending) == 0 {
@@ -82,11 +83,11 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 			}
 		}
 		if round > len(reqs)+backoff.DefaultAttempts {
-			return nil, fmt.Errorf("%w: take %q: bucket %d kept changing", ErrConflict, k.key, k.bucket)
+			return nil, errfmt.Errorf("%w: take %q: bucket %d kept changing", ErrConflict, k.key, k.bucket)
 		}
 		item, err := getItem(ctx, s.client, s.table, s.itemKey(k.key, k.bucket))
 		if err != nil {
-			return nil, fmt.Errorf("conditional: take %q: %w", k.key, err)
+			return nil, errfmt.Errorf("conditional: take %q: %w", k.key, err)
 		}
 		if item == nil {
 			for _, i := range pending {
@@ -96,7 +97,7 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 		}
 		qty, err := intAttr(item, QtyAttr)
 		if err != nil {
-			return nil, fmt.Errorf("conditional: take %q: bucket %d: %w", k.key, k.bucket, err)
+			return nil, errfmt.Errorf("conditional: take %q: bucket %d: %w", k.key, k.bucket, err)
 		}
 		if pending = firstFit(reqs, pending, qty, errs); len(pending) == 0 {
 			return errs, nil

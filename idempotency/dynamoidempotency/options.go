@@ -1,9 +1,10 @@
 package dynamoidempotency
 
 import (
-	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/internal/option"
@@ -78,7 +79,7 @@ func WithObserver(o observe.Observer) Option {
 func newConfig(opts []Option) (config, error) {
 	cfg := config{retention: DefaultRetention, wait: DefaultWait, pk: "pk", now: time.Now}
 	if err := option.Apply(opts, func(o Option) { o(&cfg) }); err != nil {
-		return cfg, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return cfg, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return cfg, idemrecord.ValidTiming(cfg.retention, cfg.wait)
 }

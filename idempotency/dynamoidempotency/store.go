@@ -3,10 +3,11 @@ package dynamoidempotency
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -74,7 +75,7 @@ func New(client DynamoDBAPI, table string, opts ...Option) (*Store, error) {
 		return nil, idemrecord.Invalid("client is nil")
 	}
 	if err := ddbarg.Table("table", table); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -108,7 +109,7 @@ const (
 // own attributes.
 func validKeyAttrs(pk, sk string) error {
 	if err := ddbarg.KeyAttributes(pk, sk, attrFingerprint, attrResult, attrTerminal, attrCreated, attrExpires, attrTTL); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }
@@ -168,14 +169,14 @@ func (d *Store) do(ctx context.Context, scope, key string, fingerprint []byte, f
 			return res, err
 		}
 		if d.wait > 0 && time.Since(start) > d.wait {
-			return Result{}, fmt.Errorf("%w: key %q: %w", ErrInProgress, key, err)
+			return Result{}, errfmt.Errorf("%w: key %q: %w", ErrInProgress, key, err)
 		}
 		delay := d.policy.Delay(attempt + 1)
 		if onRetry != nil {
 			onRetry(attempt, err, delay)
 		}
 		if err := backoff.Sleep(ctx, delay); err != nil {
-			return Result{}, fmt.Errorf("%w: key %q: %w", ErrInProgress, key, err)
+			return Result{}, errfmt.Errorf("%w: key %q: %w", ErrInProgress, key, err)
 		}
 	}
 }
@@ -238,13 +239,13 @@ func (d *Store) once(ctx context.Context, scope, key string, fp []byte, fn Func)
 			_, again, _ = d.get(ctx, scope, key)
 		}
 		if again {
-			return Result{}, fmt.Errorf("%w: %w", errConflict, err)
+			return Result{}, errfmt.Errorf("%w: %w", errConflict, err)
 		}
-		return Result{}, fmt.Errorf("idempotency: key %q: transaction canceled, nothing written: %w", key, err)
+		return Result{}, errfmt.Errorf("idempotency: key %q: transaction canceled, nothing written: %w", key, err)
 	case ddberr.NotApplied(err):
-		return Result{}, fmt.Errorf("idempotency: key %q: %w", key, err)
+		return Result{}, errfmt.Errorf("idempotency: key %q: %w", key, err)
 	default:
-		return Result{}, fmt.Errorf("%w: key %q: %w", ErrAmbiguousCommit, key, err)
+		return Result{}, errfmt.Errorf("%w: key %q: %w", ErrAmbiguousCommit, key, err)
 	}
 }
 
@@ -273,7 +274,7 @@ func (d *Store) get(ctx context.Context, scope, key string) (Record, bool, error
 		TableName: aws.String(d.table), Key: d.itemKey(scope, key), ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return Record{}, false, fmt.Errorf("idempotency: get %q: %w", key, err)
+		return Record{}, false, errfmt.Errorf("idempotency: get %q: %w", key, err)
 	}
 	if out.Item == nil {
 		return Record{}, false, nil
@@ -291,7 +292,7 @@ func (d *Store) get(ctx context.Context, scope, key string) (Record, bool, error
 		ok3, ok4 = err1 == nil, err2 == nil
 	}
 	if !ok1 || !ok2 || !ok3 || !ok4 {
-		return Record{}, false, fmt.Errorf("idempotency: get %q: malformed record %v", key, out.Item)
+		return Record{}, false, errfmt.Errorf("idempotency: get %q: malformed record %v", key, out.Item)
 	}
 	rec.Fingerprint, rec.Terminal = fp.Value, term.Value
 	rec.CreatedAt, rec.ExpiresAt = time.UnixMilli(created), time.UnixMilli(expires)

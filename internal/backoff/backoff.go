@@ -18,9 +18,10 @@ package backoff
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 )
 
 // Defaults used for zero fields of a Policy.
@@ -68,13 +69,13 @@ func (p Policy) withDefaults() Policy {
 func (p Policy) Validate() error {
 	switch {
 	case p.Base < 0:
-		return fmt.Errorf("backoff: base %v is negative", p.Base)
+		return errfmt.Errorf("backoff: base %v is negative", p.Base)
 	case p.Cap < 0:
-		return fmt.Errorf("backoff: cap %v is negative", p.Cap)
+		return errfmt.Errorf("backoff: cap %v is negative", p.Cap)
 	case p.Cap != 0 && p.Base > p.Cap:
-		return fmt.Errorf("backoff: base %v exceeds cap %v", p.Base, p.Cap)
+		return errfmt.Errorf("backoff: base %v exceeds cap %v", p.Base, p.Cap)
 	case p.Attempts < 0:
-		return fmt.Errorf("backoff: attempts %d is negative", p.Attempts)
+		return errfmt.Errorf("backoff: attempts %d is negative", p.Attempts)
 	}
 	return nil
 }
@@ -142,7 +143,7 @@ func (p Policy) Retry(ctx context.Context, op func(ctx context.Context, attempt 
 			return err
 		}
 		if attempt >= p.Attempts {
-			return fmt.Errorf("%w after %d attempts: %w", ErrExhausted, attempt, err)
+			return errfmt.Errorf("%w after %d attempts: %w", ErrExhausted, attempt, err)
 		}
 		d := p.Delay(attempt + 1)
 		if attempt == 1 && p.Immediate != nil && p.Immediate(err) {
@@ -152,7 +153,7 @@ func (p Policy) Retry(ctx context.Context, op func(ctx context.Context, attempt 
 			onRetry(attempt, err, d)
 		}
 		if serr := Sleep(ctx, d); serr != nil {
-			return fmt.Errorf("%w; last failure: %w", serr, err)
+			return errfmt.Errorf("%w; last failure: %w", serr, err)
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/nolock/nolock/internal/errfmt"
 )
 
 var (
@@ -35,7 +37,7 @@ var (
 
 // Invalid returns an ErrInvalid that names what is wrong.
 func Invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return errfmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
 // CheckCtx returns an ErrInvalid if ctx is nil. Every exported call that
@@ -56,7 +58,7 @@ func NotSent(ctx context.Context, op, key string) error {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("cas: %s %q not sent: %w", op, key, err)
+		return errfmt.Errorf("cas: %s %q not sent: %w", op, key, err)
 	}
 	return nil
 }

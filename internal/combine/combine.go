@@ -17,11 +17,12 @@ package combine
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 )
 
 // Run executes one operation for a batch of requests of one key. It
@@ -159,7 +160,7 @@ func (c *Combiner[K, Req, Res]) operate(key K, batch []*call[Req, Res], reqs []R
 			return
 		}
 		p := recover()
-		err := fmt.Errorf("combine: the operation panicked: %v", p)
+		err := errfmt.Errorf("combine: the operation panicked: %v", p)
 		for _, cl := range batch {
 			cl.err = err
 			cl.state.Store(answered)

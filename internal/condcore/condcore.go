@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/nolock/nolock/internal/errfmt"
 )
 
 var (
@@ -52,7 +54,7 @@ const MaxKeyLen = 512
 
 // Invalid returns an ErrInvalid that names what is wrong.
 func Invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return errfmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
 // ValidArg checks a key-like argument (a key, resource or holder name): it
@@ -93,7 +95,7 @@ func Unsent(ctx context.Context, op string) error {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("conditional: %s: nothing sent: %w", op, err)
+		return errfmt.Errorf("conditional: %s: nothing sent: %w", op, err)
 	}
 	return nil
 }

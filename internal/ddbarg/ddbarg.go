@@ -6,10 +6,11 @@
 package ddbarg
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 )
@@ -33,26 +34,26 @@ const (
 func Table(param, name string) error {
 	if strings.HasPrefix(name, "arn:") {
 		if len(name) > MaxTableARNLen {
-			return fmt.Errorf("%s is an ARN of %d bytes, more than %d", param, len(name), MaxTableARNLen)
+			return errfmt.Errorf("%s is an ARN of %d bytes, more than %d", param, len(name), MaxTableARNLen)
 		}
 		for i := 0; i < len(name); i++ {
 			if name[i] <= ' ' || name[i] > '~' {
-				return fmt.Errorf("%s is an ARN with byte %#x at %d, not printable ASCII", param, name[i], i)
+				return errfmt.Errorf("%s is an ARN with byte %#x at %d, not printable ASCII", param, name[i], i)
 			}
 		}
 		return nil
 	}
 	switch {
 	case name == "":
-		return fmt.Errorf("%s is empty", param)
+		return errfmt.Errorf("%s is empty", param)
 	case len(name) < MinTableLen || len(name) > MaxTableLen:
-		return fmt.Errorf("%s is %d bytes; DynamoDB takes %d to %d", param, len(name), MinTableLen, MaxTableLen)
+		return errfmt.Errorf("%s is %d bytes; DynamoDB takes %d to %d", param, len(name), MinTableLen, MaxTableLen)
 	}
 	for i := 0; i < len(name); i++ {
 		switch c := name[i]; {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-', c == '.':
 		default:
-			return fmt.Errorf("%s has %q at byte %d; DynamoDB takes only a-z, A-Z, 0-9, '_', '-' and '.'", param, c, i)
+			return errfmt.Errorf("%s has %q at byte %d; DynamoDB takes only a-z, A-Z, 0-9, '_', '-' and '.'", param, c, i)
 		}
 	}
 	return nil
@@ -66,11 +67,11 @@ func Table(param, name string) error {
 func Attr(param, name string, max int) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("%s is empty", param)
+		return errfmt.Errorf("%s is empty", param)
 	case len(name) > max:
-		return fmt.Errorf("%s is %d bytes, more than %d", param, len(name), max)
+		return errfmt.Errorf("%s is %d bytes, more than %d", param, len(name), max)
 	case !utf8.ValidString(name):
-		return fmt.Errorf("%s is not valid UTF-8", param)
+		return errfmt.Errorf("%s is not valid UTF-8", param)
 	}
 	return nil
 }
@@ -88,12 +89,12 @@ func KeyAttributes(partition, sort string, own ...string) error {
 			return err
 		}
 		if sort == partition {
-			return fmt.Errorf("sort key attribute and partition key attribute are both %q", partition)
+			return errfmt.Errorf("sort key attribute and partition key attribute are both %q", partition)
 		}
 	}
 	for _, name := range []string{partition, sort} {
 		if slices.Contains(own, name) {
-			return fmt.Errorf("key attribute %q is one of the item's own attributes", name)
+			return errfmt.Errorf("key attribute %q is one of the item's own attributes", name)
 		}
 	}
 	return nil

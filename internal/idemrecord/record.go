@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/nolock/nolock/internal/errfmt"
 )
 
 var (
@@ -95,7 +97,7 @@ func Fingerprint(parts ...[]byte) []byte {
 
 // Invalid returns an ErrInvalid that names what is wrong.
 func Invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return errfmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
 // CheckCtx returns an ErrInvalid if ctx is nil. Every exported call that

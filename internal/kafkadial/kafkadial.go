@@ -6,9 +6,10 @@ package kafkadial
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"net"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -51,7 +52,7 @@ func dialFunc(d *kafka.Dialer) func(ctx context.Context, network, address string
 		}
 		address, err := lookupHost(ctx, address, d.Resolver)
 		if err != nil {
-			return nil, fmt.Errorf("failed to resolve host: %w", err)
+			return nil, errfmt.Errorf("failed to resolve host: %w", err)
 		}
 		dial := d.DialFunc
 		if dial == nil {
@@ -59,7 +60,7 @@ func dialFunc(d *kafka.Dialer) func(ctx context.Context, network, address string
 		}
 		conn, err := dial(ctx, network, address)
 		if err != nil {
-			return nil, fmt.Errorf("failed to open connection to %s: %w", address, err)
+			return nil, errfmt.Errorf("failed to open connection to %s: %w", address, err)
 		}
 		if d.TLS == nil {
 			return conn, nil
@@ -86,7 +87,7 @@ func lookupHost(ctx context.Context, address string, r kafka.Resolver) (string, 
 	if r != nil {
 		resolved, err := r.LookupHost(ctx, host)
 		if err != nil {
-			return "", fmt.Errorf("failed to resolve host %s: %w", host, err)
+			return "", errfmt.Errorf("failed to resolve host %s: %w", host, err)
 		}
 		if len(resolved) > 0 {
 			rhost, rport := splitHostPort(resolved[0])

@@ -17,11 +17,12 @@ package kafkatxn
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"sort"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
@@ -66,7 +67,7 @@ func New(rt kafka.RoundTripper, addr net.Addr, topic string, partition int, comm
 // connection) or ctx ended; the caller retries.
 func (f *Filter) Skip(ctx context.Context, m kafka.Message) (bool, error) {
 	if m.Topic != "" && (m.Topic != f.topic || m.Partition != f.partition) {
-		return false, fmt.Errorf("kafkatxn: message of %s/%d given to the filter of %s/%d", m.Topic, m.Partition, f.topic, f.partition)
+		return false, errfmt.Errorf("kafkatxn: message of %s/%d given to the filter of %s/%d", m.Topic, m.Partition, f.topic, f.partition)
 	}
 	for m.Offset < f.start || m.Offset >= f.end {
 		if err := f.load(ctx, m.Offset); err != nil {
@@ -104,14 +105,14 @@ func (f *Filter) load(ctx context.Context, offset int64) error {
 		}},
 	})
 	if err != nil {
-		return fmt.Errorf("kafkatxn: fetch %s/%d at %d: %w", f.topic, f.partition, offset, err)
+		return errfmt.Errorf("kafkatxn: fetch %s/%d at %d: %w", f.topic, f.partition, offset, err)
 	}
 	res, ok := msg.(*fetch.Response)
 	if !ok {
-		return fmt.Errorf("kafkatxn: fetch %s/%d: unexpected response %T", f.topic, f.partition, msg)
+		return errfmt.Errorf("kafkatxn: fetch %s/%d: unexpected response %T", f.topic, f.partition, msg)
 	}
 	if res.ErrorCode != 0 {
-		return fmt.Errorf("kafkatxn: fetch %s/%d at %d: %w", f.topic, f.partition, offset, kafka.Error(res.ErrorCode))
+		return errfmt.Errorf("kafkatxn: fetch %s/%d at %d: %w", f.topic, f.partition, offset, kafka.Error(res.ErrorCode))
 	}
 	var p *fetch.ResponsePartition
 	for i := range res.Topics {
@@ -122,14 +123,14 @@ func (f *Filter) load(ctx context.Context, offset int64) error {
 		}
 	}
 	if p == nil {
-		return fmt.Errorf("kafkatxn: fetch %s/%d: no answer for the partition", f.topic, f.partition)
+		return errfmt.Errorf("kafkatxn: fetch %s/%d: no answer for the partition", f.topic, f.partition)
 	}
 	if p.ErrorCode != 0 {
-		return fmt.Errorf("kafkatxn: fetch %s/%d at %d: %w", f.topic, f.partition, offset, kafka.Error(p.ErrorCode))
+		return errfmt.Errorf("kafkatxn: fetch %s/%d at %d: %w", f.topic, f.partition, offset, kafka.Error(p.ErrorCode))
 	}
 	skip, first, last, err := classify(p.RecordSet.Records, p.AbortedTransactions, f.committed)
 	if err != nil {
-		return fmt.Errorf("kafkatxn: fetch %s/%d at %d: %w", f.topic, f.partition, offset, err)
+		return errfmt.Errorf("kafkatxn: fetch %s/%d at %d: %w", f.topic, f.partition, offset, err)
 	}
 	if last < offset {
 		// Nothing at offset yet: the broker waited maxWait. Give the
@@ -176,7 +177,7 @@ func classify(records protocol.RecordReader, aborted []fetch.ResponseTransaction
 					break
 				}
 				if err != nil {
-					return nil, 0, 0, fmt.Errorf("control record: %w", err)
+					return nil, 0, 0, errfmt.Errorf("control record: %w", err)
 				}
 				seen(cr.Offset)
 				skip[cr.Offset] = true
@@ -215,7 +216,7 @@ func each(r protocol.RecordReader, fn func(int64)) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("record: %w", err)
+			return errfmt.Errorf("record: %w", err)
 		}
 		fn(rec.Offset)
 		if rec.Key != nil {

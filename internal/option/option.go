@@ -3,8 +3,9 @@
 package option
 
 import (
-	"fmt"
 	"reflect"
+
+	"github.com/nolock/nolock/internal/errfmt"
 )
 
 // Apply calls apply with each of opts in order. It stops at the first nil
@@ -14,7 +15,7 @@ import (
 func Apply[O any](opts []O, apply func(O)) error {
 	for i, o := range opts {
 		if isNil(o) {
-			return fmt.Errorf("option %d is nil", i)
+			return errfmt.Errorf("option %d is nil", i)
 		}
 		apply(o)
 	}

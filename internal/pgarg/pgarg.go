@@ -6,9 +6,10 @@
 package pgarg
 
 import (
-	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,16 +30,16 @@ const MaxIdentLen = 63
 func Ident(param, name string, suffixLen int) error {
 	switch max := MaxIdentLen - suffixLen; {
 	case name == "":
-		return fmt.Errorf("%s is empty", param)
+		return errfmt.Errorf("%s is empty", param)
 	case len(name) > max && suffixLen > 0:
-		return fmt.Errorf("%s is %d bytes, more than %d (PostgreSQL keeps %d, and names derived from it append up to %d)",
+		return errfmt.Errorf("%s is %d bytes, more than %d (PostgreSQL keeps %d, and names derived from it append up to %d)",
 			param, len(name), max, MaxIdentLen, suffixLen)
 	case len(name) > max:
-		return fmt.Errorf("%s is %d bytes, more than PostgreSQL's %d", param, len(name), max)
+		return errfmt.Errorf("%s is %d bytes, more than PostgreSQL's %d", param, len(name), max)
 	case strings.IndexByte(name, 0) >= 0:
-		return fmt.Errorf("%s contains a NUL byte", param)
+		return errfmt.Errorf("%s contains a NUL byte", param)
 	case !utf8.ValidString(name):
-		return fmt.Errorf("%s is not valid UTF-8", param)
+		return errfmt.Errorf("%s is not valid UTF-8", param)
 	}
 	return nil
 }

@@ -2,9 +2,10 @@ package pgerr
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
+
+	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/nolock/nolock/internal/pgmode"
 )
@@ -80,7 +81,7 @@ func (c *Committer) Commit(ctx context.Context, commit func(context.Context) err
 			return err
 		default:
 		}
-		return fmt.Errorf("%w: %w", ErrStoppedWaiting, ctx.Err())
+		return errfmt.Errorf("%w: %w", ErrStoppedWaiting, ctx.Err())
 	}
 }
 

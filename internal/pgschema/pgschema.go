@@ -12,6 +12,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/nolock/nolock/internal/errfmt"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -61,7 +63,7 @@ func CreateWith(ctx context.Context, db Beginner, ddl string) error {
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if _, err := tx.Exec(ctx, lockSQL); err != nil {
-		return fmt.Errorf("schema lock: %w", err)
+		return errfmt.Errorf("schema lock: %w", err)
 	}
 	if _, err := tx.Exec(ctx, ddl); err != nil {
 		return err

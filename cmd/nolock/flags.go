@@ -46,15 +46,7 @@ func withEnvDefaults(postgres, dynamodb *string) {
 
 // kafkaFlag defines -kafka: comma-separated brokers, no default.
 func kafkaFlag(fs *flag.FlagSet, p *[]string) {
-	fs.Func("kafka", "comma-separated Kafka `BROKERS` (host:port,host:port)", func(s string) error {
-		*p = nil
-		for _, b := range strings.Split(s, ",") {
-			if b = strings.TrimSpace(b); b != "" {
-				*p = append(*p, b)
-			}
-		}
-		return nil
-	})
+	listFlag(fs, p, "kafka", "comma-separated Kafka `BROKERS` (host:port,host:port)")
 }
 
 // searchPathDSN returns dsn with search_path (and application_name) set

@@ -5,6 +5,7 @@
 //	nolock demo    [-postgres DSN] [-kafka BROKERS] [-dynamodb URL] [-metrics ADDR]
 //	nolock bench   [-postgres DSN] [-redis ADDR] [-clients 1,4,16,64] [-duration 3s] [-svg FILE] [-metrics ADDR]
 //	nolock schema  [postgres | dynamodb]
+//	nolock doctor  [-postgres DSN] [-kafka BROKERS -topic TOPICS] [-dynamodb URL -dynamodb-table TABLES] [-json]
 //	nolock version
 //	nolock help    [command]
 //
@@ -81,6 +82,21 @@ DynamoDB-backed type, commented out so that the whole output stays SQL.
 prints only the DynamoDB commands, as a shell script. Nothing connects
 anywhere.`,
 		flags: schemaCommand,
+	},
+	{
+		name: "doctor", args: "[-postgres DSN] [-kafka BROKERS -topic TOPICS] [-dynamodb URL -dynamodb-table TABLES] [-json]",
+		summary: "check that a deployment is set up the way the patterns need",
+		about: `Connects to each service given, as your services do, and prints one line per
+check, pass, warn or fail, with the fix: the PostgreSQL server (a
+standby, an old release), the pooler in front of it and the pgx mode to
+use there (default_query_exec_mode in the DSN), durability
+(fsync, synchronous_commit, synchronous standbys), the default isolation
+level and nolock's tables on the search_path with their sizes; Kafka's
+brokers and each -topic's partitions, replication and
+min.insync.replicas; the DynamoDB endpoint and each -dynamodb-table's key
+schema and time to live. It changes nothing. Exit status 1 when a check
+fails.`,
+		flags: doctorCommand,
 	},
 	{
 		name: "version", summary: "print the module version",

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -74,9 +75,20 @@ func demoCommand(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Contex
 	kafkaFlag(fs, &cfg.kafka)
 	dynamodbFlag(fs, &cfg.dynamodb)
 	metricsFlag(fs, &metricsAddr)
+	run := fs.String("run", "", "run only the scenes whose name matches this `REGEXP` (Go syntax; none: every scene)")
 	return func(ctx context.Context) int {
 		if fs.NArg() > 0 {
 			return usageError(fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+		}
+		if *run != "" {
+			re, err := regexp.Compile(*run)
+			if err != nil {
+				return usageError(fs, fmt.Sprintf("-run: %v", err))
+			}
+			if len(selectScenes(re)) == 0 {
+				return usageError(fs, fmt.Sprintf("-run %q matches no scene; the scenes: %s", *run, sceneNames()))
+			}
+			cfg.run = re
 		}
 		withEnvDefaults(&cfg.postgres, &cfg.dynamodb)
 		obs, stop, err := withMetrics(metricsAddr, stderr)

@@ -2,7 +2,7 @@
 // the patterns against lock-based baselines on your own database, and
 // prints the tables the packages need.
 //
-//	nolock demo    [-postgres DSN] [-kafka BROKERS] [-dynamodb URL] [-metrics ADDR]
+//	nolock demo    [-postgres DSN] [-kafka BROKERS] [-dynamodb URL] [-run REGEXP] [-metrics ADDR]
 //	nolock bench   [-postgres DSN] [-redis ADDR] [-clients 1,4,16,64] [-duration 3s] [-svg FILE] [-metrics ADDR]
 //	nolock schema  [postgres | dynamodb]
 //	nolock doctor  [-postgres DSN] [-kafka BROKERS -topic TOPICS] [-dynamodb URL -dynamodb-table TABLES] [-json]
@@ -30,13 +30,21 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	ctx, stop := signalContext()
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// signalContext is cancelled by Ctrl-C (SIGINT) or SIGTERM: a command then
+// stops and removes what it created before it exits.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
 // command is one subcommand. flags defines its flags on fs and returns the
@@ -49,16 +57,19 @@ type command struct {
 
 var commands = []command{
 	{
-		name: "demo", args: "[-postgres DSN] [-kafka BROKERS] [-dynamodb URL] [-metrics ADDR]",
+		name: "demo", args: "[-postgres DSN] [-kafka BROKERS] [-dynamodb URL] [-run REGEXP] [-metrics ADDR]",
 		summary: "run the narrated cases on PostgreSQL, Kafka and a DynamoDB-API server",
-		about: `Runs the seed's cases on the real services, one after another, in a fresh
-PostgreSQL schema, Kafka topics and DynamoDB tables that it creates and
-drops: a paused lock holder, a flash sale, a wallet with retried
-payments, a nightly cron on six replicas, a leader-only job on
-PostgreSQL, a crashing Kafka worker and a paused partition owner. It prints a transcript and a table of what each
-case measured, and exits 1 if an invariant broke. The DynamoDB endpoint is
-a local server (the demo signs with fixed test credentials). scripts/demo
-starts local services and runs this with them.`,
+		about: `Runs the cases of the background article on the real services, one after
+another, in a fresh PostgreSQL schema, Kafka topics and DynamoDB tables
+that it creates and drops: a paused lock holder, a flash sale, a wallet
+with retried payments, a nightly cron on six replicas, a leader-only job
+on PostgreSQL, a crashing Kafka worker and a paused partition owner. It
+prints a transcript and a table of what each case measured, and exits 1
+if an invariant broke. -run picks scenes by name; a scene whose service
+(-kafka, -dynamodb) is not given is skipped with a line that says so.
+Ctrl-C or SIGTERM stops it and drops what it created. The DynamoDB
+endpoint is a local server (the demo signs with fixed test credentials).
+scripts/demo starts local services and runs this with them.`,
 		flags: demoCommand,
 	},
 	{

@@ -158,6 +158,9 @@ func (c *Child) Kill() {
 	}
 }
 
+// Terminate asks the child to stop (SIGTERM), as a service manager does.
+func (c *Child) Terminate() { c.signal(syscall.SIGTERM) }
+
 // Wait waits for the child to exit and returns its error (nil on exit 0).
 func (c *Child) Wait() error {
 	<-c.done

@@ -15,13 +15,13 @@
 # _ddb_vars: the pinned versions, ports and paths (set here so sourcing stays inert).
 _ddb_vars() {
   _ddb_dynalite_ver=4.0.0
-  _ddb_dynalite_port=18000
+  _ddb_dynalite_port=$(port 18000)
   _ddb_dynalite_dir=$NOLOCK_CACHE/dynalite-$_ddb_dynalite_ver
   _ddb_dynalite_pid=$NOLOCK_STATE/dynalite.pid
   _ddb_dynalite_log=$NOLOCK_STATE/dynalite.log
 
   _ddb_moto_ver=5.2.5
-  _ddb_moto_port=18001
+  _ddb_moto_port=$(port 18001)
   _ddb_moto_dir=$NOLOCK_CACHE/moto-$_ddb_moto_ver
   _ddb_moto_pid=$NOLOCK_STATE/moto.pid
   _ddb_moto_log=$NOLOCK_STATE/moto.log

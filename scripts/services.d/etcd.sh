@@ -4,8 +4,8 @@
 # takes etcd's own lock on it. The package's system service is not used
 # (it is not started in a container without an init, and would sit on
 # 2379 with /var/lib/etcd).
-ETCD_PORT=12379
-ETCD_PEER_PORT=12380
+ETCD_PORT=$(port 12379)
+ETCD_PEER_PORT=$(port 12380)
 ETCD_DIR=$NOLOCK_STATE/etcd
 ETCD_PID=$NOLOCK_STATE/etcd.pid
 ETCD_LOG=$NOLOCK_STATE/etcd.log

@@ -32,8 +32,8 @@ KAFKA_DEP_PLUGIN=org.apache.maven.plugins:maven-dependency-plugin:3.8.1
 KAFKA_LOG4J_FALLBACK=2.24.3
 
 KAFKA_HOME=$NOLOCK_CACHE/kafka-$KAFKA_VERSION
-KAFKA_PORT=19092
-KAFKA_CONTROLLER_PORT=19093
+KAFKA_PORT=$(port 19092)
+KAFKA_CONTROLLER_PORT=$(port 19093)
 KAFKA_DIR=$NOLOCK_STATE/kafka
 KAFKA_PID=$NOLOCK_STATE/kafka.pid
 KAFKA_HEAP=${KAFKA_HEAP:--Xms256m -Xmx512m}
@@ -397,7 +397,8 @@ kafka_env() { echo "export NOLOCK_TEST_KAFKA=127.0.0.1:$KAFKA_PORT"; }
 # A static three-voter quorum: any two nodes keep the cluster writable, and
 # with min.insync.replicas=2 an acks=all write survives losing one broker.
 
-kafka3_port() { echo "19${1}92"; }
+kafka3_port() { port "19${1}92"; }
+kafka3_controller_port() { port "19${1}93"; }
 kafka3_dir() { echo "$NOLOCK_STATE/kafka3-$1"; }
 kafka3_pid() { echo "$NOLOCK_STATE/kafka3-$1.pid"; }
 
@@ -412,9 +413,9 @@ kafka3_write_props() {
     kafka_common_props
     cat <<PROPS
 node.id=$n
-listeners=PLAINTEXT://127.0.0.1:19${n}92,CONTROLLER://127.0.0.1:19${n}93
-advertised.listeners=PLAINTEXT://127.0.0.1:19${n}92
-controller.quorum.voters=1@127.0.0.1:19193,2@127.0.0.1:19293,3@127.0.0.1:19393
+listeners=PLAINTEXT://127.0.0.1:$(kafka3_port "$n"),CONTROLLER://127.0.0.1:$(kafka3_controller_port "$n")
+advertised.listeners=PLAINTEXT://127.0.0.1:$(kafka3_port "$n")
+controller.quorum.voters=1@127.0.0.1:$(kafka3_controller_port 1),2@127.0.0.1:$(kafka3_controller_port 2),3@127.0.0.1:$(kafka3_controller_port 3)
 log.dirs=$dir/data
 default.replication.factor=3
 min.insync.replicas=2
@@ -533,5 +534,5 @@ kafka3_status() {
 }
 
 kafka3_env() {
-  echo "export NOLOCK_TEST_KAFKA3=127.0.0.1:19192,127.0.0.1:19292,127.0.0.1:19392"
+  echo "export NOLOCK_TEST_KAFKA3=127.0.0.1:$(kafka3_port 1),127.0.0.1:$(kafka3_port 2),127.0.0.1:$(kafka3_port 3)"
 }

@@ -3,7 +3,7 @@
 # auth on loopback. Every database name is passed through (a wildcard
 # entry), and each (database, user) pair gets its own pool of server
 # connections, opened as that user.
-PGB_PORT=16432
+PGB_PORT=$(port 16432)
 PGB_DIR=$NOLOCK_STATE/pgbouncer
 PGB_CONF=$PGB_DIR/pgbouncer.ini
 PGB_PID=$PGB_DIR/pgbouncer.pid

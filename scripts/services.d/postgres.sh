@@ -1,6 +1,6 @@
 # PostgreSQL from Debian's packages: a private cluster on 127.0.0.1:15432,
 # durable defaults (fsync and synchronous_commit on), trust auth on loopback.
-PG_PORT=15432
+PG_PORT=$(port 15432)
 PG_DATA=$NOLOCK_STATE/postgres
 PG_LOG=$NOLOCK_STATE/postgres.log
 

@@ -5,7 +5,7 @@
 # of the /metrics it serves, queries the HTTP API, and removes the file.
 # The package's system service is not used (no init in a container, and it
 # would sit on 9090 with /var/lib/prometheus).
-PROM_PORT=19090
+PROM_PORT=$(port 19090)
 PROM_DIR=$NOLOCK_STATE/prometheus
 PROM_TARGETS=$PROM_DIR/targets
 PROM_PID=$NOLOCK_STATE/prometheus.pid

@@ -1,7 +1,7 @@
 # Redis from Debian's packages: a private instance on 127.0.0.1:16379 for
 # `nolock bench`'s lock baseline (the seed's "efficiency lock"). Not
 # durable on purpose: no RDB snapshots, no AOF; the data is scratch.
-REDIS_PORT=16379
+REDIS_PORT=$(port 16379)
 REDIS_DIR=$NOLOCK_STATE/redis
 REDIS_PID=$NOLOCK_STATE/redis.pid
 REDIS_LOG=$NOLOCK_STATE/redis.log

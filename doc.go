@@ -40,12 +40,14 @@
 // good for efficiency: avoiding duplicate work, never preventing corruption.
 //
 // Every package has the same shape. Constructors take what they cannot do
-// without as arguments and everything else as functional options, whose
-// types are per constructor where the settings differ (a misplaced option
-// does not compile). Every argument and option is judged as given (an
-// explicit value is never read as the default) and one that cannot work is
-// refused with the package's ErrInvalid, naming it, before any I/O. Every
-// call that blocks takes a context. A nil logger or observer is silent.
+// without as arguments and everything else as functional options: one
+// Option type for a package's constructors, and one per call that takes
+// options of its own (lease's AcquireOption). Every argument and option is
+// judged as given (an explicit value is never read as the default) and one
+// that cannot work, or a setter given to a constructor it does not apply
+// to, is refused with the package's ErrInvalid, naming it, before any
+// I/O. Every call that blocks takes a context. A nil logger or observer is
+// silent.
 //
 // Start with docs/choosing.md in the repository; `nolock demo` runs the
 // cases on real services.

@@ -36,7 +36,7 @@ INSERT INTO counters VALUES ('hot', 0)`); err != nil {
 	if err := backend.CreateSchema(ctx); err != nil {
 		b.Fatal(err)
 	}
-	store := func(b *testing.B, ev *events, opts ...cas.StoreOption) *cas.Store[int64] {
+	store := func(b *testing.B, ev *events, opts ...cas.Option) *cas.Store[int64] {
 		s, err := cas.NewStore[int64](backend, nil, append(opts, ev.observer(), cas.WithAttempts(100000))...)
 		if err != nil {
 			b.Fatal(err)
@@ -62,7 +62,7 @@ INSERT INTO counters VALUES ('hot', 0)`); err != nil {
 		name string
 		run  func(b *testing.B, clients int)
 	}
-	casScenario := func(name string, opts []cas.StoreOption, per []cas.UpdateOption, perClientKey bool) scenario {
+	casScenario := func(name string, opts []cas.Option, per []cas.UpdateOption, perClientKey bool) scenario {
 		return scenario{name, func(b *testing.B, clients int) {
 			var ev events
 			s := store(b, &ev, opts...)
@@ -100,7 +100,7 @@ INSERT INTO counters VALUES ('hot', 0)`); err != nil {
 			})
 		}},
 		casScenario("raw", nil, []cas.UpdateOption{cas.NoCoalescing()}, false),
-		casScenario("admission", []cas.StoreOption{cas.WithCoalescing(false)}, nil, false),
+		casScenario("admission", []cas.Option{cas.WithCoalescing(false)}, nil, false),
 		casScenario("combined", nil, nil, false),
 		casScenario("manykeys", nil, []cas.UpdateOption{cas.NoCoalescing()}, true),
 	}

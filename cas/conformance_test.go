@@ -64,7 +64,7 @@ type doc struct {
 	N     int      `json:"n"`
 }
 
-func newStore(t *testing.T, b cas.Backend, opts ...cas.StoreOption) *cas.Store[doc] {
+func newStore(t *testing.T, b cas.Backend, opts ...cas.Option) *cas.Store[doc] {
 	t.Helper()
 	s, err := cas.NewStore[doc](b, nil, opts...)
 	if err != nil {

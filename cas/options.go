@@ -14,29 +14,34 @@ import (
 	"github.com/nolock/nolock/observe"
 )
 
-// Option configures both NewStore and Retry (and pgcas.Retry): the retry policy and its
-// observers.
+// Option configures NewStore, Retry and pgcas.Retry: the retry policy,
+// its observers and a Store's coalescing. Each setter applies to some of
+// them, and a call given one that does not apply to it returns ErrInvalid
+// naming the setter, before any I/O:
+//
+//   - WithBackoff, WithAttempts, WithObserver, WithLogger: NewStore, Retry
+//     and pgcas.Retry
+//   - WithCoalescing, WithMaxBatch: NewStore
+//
+// A nil Option is ErrInvalid too. One Update's own settings are an
+// UpdateOption.
 type Option func(*config)
 
-// StoreOption configures NewStore: an Option, or one for Stores only
-// (WithCoalescing, WithMaxBatch).
-type StoreOption interface{ applyStore(*config) }
+// The setters each constructor takes (see Option).
+var (
+	retrySetters = []string{"WithBackoff", "WithAttempts", "WithObserver", "WithLogger"}
+	storeSetters = []string{"WithBackoff", "WithAttempts", "WithObserver", "WithLogger", "WithCoalescing", "WithMaxBatch"}
+)
 
-// RetryOption configures Retry and pgcas.Retry: an Option. A Store-only option is not
-// one, so passing it to Retry does not compile.
-type RetryOption interface{ applyRetry(*config) }
-
-func (o Option) applyStore(c *config) { o(c) }
-func (o Option) applyRetry(c *config) { o(c) }
-
-// storeOnly is a StoreOption that Retry does not take.
-type storeOnly func(*config)
-
-func (o storeOnly) applyStore(c *config) { o(c) }
+// setter returns the Option named name that applies set.
+func setter(name string, set func(*config)) Option {
+	return func(c *config) { c.used.Add(name); set(c) }
+}
 
 // config is the settings Options make: the retry policy, the observers and
 // the Store's combining. Retry runs its attempts through it.
 type config struct {
+	used    option.Used
 	policy  backoff.Policy
 	combine bool
 	max     int
@@ -50,18 +55,16 @@ const DefaultAttempts = 10
 
 // newRetryConfig applies opts to the defaults and validates the result;
 // an invalid setting, or a nil option, is an ErrInvalid naming it.
-func newRetryConfig(opts []RetryOption) (config, error) {
-	c := defaults()
-	if err := option.Apply(opts, func(o RetryOption) { o.applyRetry(&c) }); err != nil {
-		return c, errfmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	return c.validate()
-}
+func newRetryConfig(opts []Option) (config, error) { return newConfig(opts, "Retry", retrySetters) }
 
 // newStoreConfig is newRetryConfig for NewStore's options.
-func newStoreConfig(opts []StoreOption) (config, error) {
+func newStoreConfig(opts []Option) (config, error) { return newConfig(opts, "NewStore", storeSetters) }
+
+// newConfig applies opts to the defaults, refuses a setter that ctor
+// (which takes allowed) does not take, and validates the result.
+func newConfig(opts []Option, ctor string, allowed []string) (config, error) {
 	c := defaults()
-	if err := option.Apply(opts, func(o StoreOption) { o.applyStore(&c) }); err != nil {
+	if err := option.ApplyTo(&c, &c.used, opts, ctor, allowed); err != nil {
 		return c, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return c.validate()
@@ -98,12 +101,14 @@ func (c config) validate() (config, error) {
 // serialization failure or deadlock, waits a uniform random time in
 // [0, min(cap, base·2^k)] (full jitter), k counting from 0.
 func WithBackoff(base, cap time.Duration) Option {
-	return func(c *config) { c.policy.Base, c.policy.Cap = base, cap }
+	return setter("WithBackoff", func(c *config) { c.policy.Base, c.policy.Cap = base, cap })
 }
 
 // WithAttempts bounds the attempts, the first included: at least 1,
 // default DefaultAttempts (10).
-func WithAttempts(n int) Option { return func(c *config) { c.policy.Attempts = n } }
+func WithAttempts(n int) Option {
+	return setter("WithAttempts", func(c *config) { c.policy.Attempts = n })
+}
 
 // WithObserver reports the package's events (EventConflict, EventRetry,
 // EventCommitted, EventGaveUp: their fields are in their docs) to o (nil:
@@ -113,7 +118,7 @@ func WithAttempts(n int) Option { return func(c *config) { c.policy.Attempts = n
 // coalesced writes run on its drainer, which o must never hold up), and
 // Close returns once o has had them all (see package observe).
 func WithObserver(o observe.Observer) Option {
-	return func(c *config) { c.obs = observe.Guard(o) }
+	return setter("WithObserver", func(c *config) { c.obs = observe.Guard(o) })
 }
 
 // WithLogger logs to l (nil, the default, discards): each retry at Debug
@@ -126,7 +131,7 @@ func WithLogger(l *slog.Logger) Option {
 	if l == nil {
 		l = discard
 	}
-	return func(c *config) { c.log = l }
+	return setter("WithLogger", func(c *config) { c.log = l })
 }
 
 // discard is the logger of a config without WithLogger: its Enabled is
@@ -154,10 +159,12 @@ func (c *config) gaveUp(ctx context.Context, key string, attempts int, err error
 // read-modify-write per key at a time in this process (the others wait
 // their turn instead of conflicting); conflicts then come only from other
 // processes. NoCoalescing takes one call out of both.
-func WithCoalescing(on bool) StoreOption { return storeOnly(func(c *config) { c.combine = on }) }
+func WithCoalescing(on bool) Option {
+	return setter("WithCoalescing", func(c *config) { c.combine = on })
+}
 
 // WithMaxBatch bounds how many Updates one combined write applies (default 128).
-func WithMaxBatch(n int) StoreOption { return storeOnly(func(c *config) { c.max = n }) }
+func WithMaxBatch(n int) Option { return setter("WithMaxBatch", func(c *config) { c.max = n }) }
 
 // committed records one successful write of n updates of key.
 func (c *config) committed(ctx context.Context, key string, n int) {

@@ -18,7 +18,7 @@ import (
 // effects beyond the write it makes. An error wrapping ErrAmbiguousCommit
 // is returned, never retried. pgcas.Retry runs op as a PostgreSQL
 // transaction.
-func Retry(ctx context.Context, op func(ctx context.Context) error, opts ...RetryOption) error {
+func Retry(ctx context.Context, op func(ctx context.Context) error, opts ...Option) error {
 	switch {
 	case ctx == nil:
 		return casstore.Invalid("ctx is nil")

@@ -242,6 +242,12 @@ func TestRetryAnyOp(t *testing.T) {
 	if err := cas.Retry(ctx, nil); !errors.Is(err, cas.ErrInvalid) {
 		t.Fatalf("nil op: %v, want ErrInvalid", err)
 	}
+	// A Store's setter given to Retry is refused before op runs, naming it.
+	ran := false
+	err := cas.Retry(ctx, func(context.Context) error { ran = true; return nil }, fast, cas.WithMaxBatch(2))
+	if !errors.Is(err, cas.ErrInvalid) || !strings.Contains(err.Error(), "WithMaxBatch does not apply to Retry") || ran {
+		t.Fatalf("Retry with WithMaxBatch: %v (op ran: %v); want ErrInvalid naming WithMaxBatch and Retry, op not run", err, ran)
+	}
 }
 
 func boolInt(b bool) int {

@@ -97,7 +97,7 @@ func validKey(key string) error {
 
 // NewStore returns a Store of T values on b, encoded with codec (nil means
 // JSON).
-func NewStore[T any](b Backend, codec Codec[T], opts ...StoreOption) (*Store[T], error) {
+func NewStore[T any](b Backend, codec Codec[T], opts ...Option) (*Store[T], error) {
 	if b == nil {
 		return nil, casstore.Invalid("backend is nil")
 	}

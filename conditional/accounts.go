@@ -7,7 +7,6 @@ import (
 	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/nolock/nolock/internal/condcore"
-	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
 )
 
@@ -26,9 +25,9 @@ import (
 // caller's transaction instead, so an idempotency key, a ledger row or an
 // order can commit with the debit, all or nothing.
 //
-// Accounts takes the Options it shares with Stock (buckets, home,
-// coalescing, batch size, timeout) and WithTable; its table defaults to "nolock_accounts" with the amount in a
-// column named balance. An Accounts is safe for concurrent use; Close it to
+// NewAccounts takes every setter NewStock takes (see Option); its table
+// defaults to "nolock_accounts", with the amount in a column named
+// balance. An Accounts is safe for concurrent use; Close it to
 // stop its goroutines.
 type Accounts struct {
 	s *Stock
@@ -40,10 +39,10 @@ const DefaultAccountsTable = "nolock_accounts"
 
 // NewAccounts returns Accounts on db, usually a *pgxpool.Pool. Run its
 // CreateSchema (or put its Schema in your migrations) first.
-func NewAccounts(db DB, opts ...AccountsOption) (*Accounts, error) {
-	cfg := stockDefaults(stockConfig{table: DefaultAccountsTable, column: "balance", keyArg: "account", amountArg: "amount"})
-	if err := option.Apply(opts, func(o AccountsOption) { o.applyAccounts(&cfg) }); err != nil {
-		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
+func NewAccounts(db DB, opts ...Option) (*Accounts, error) {
+	cfg := stockDefaults(config{table: DefaultAccountsTable, column: "balance", keyArg: "account", amountArg: "amount"})
+	if err := apply(&cfg, opts, "NewAccounts", stockSetters); err != nil {
+		return nil, err
 	}
 	s, err := newStock(db, cfg)
 	if err != nil {

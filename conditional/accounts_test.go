@@ -18,7 +18,7 @@ import (
 	"github.com/nolock/nolock/internal/testenv"
 )
 
-func newAccounts(t *testing.T, pool *pgxpool.Pool, opts ...conditional.AccountsOption) *conditional.Accounts {
+func newAccounts(t *testing.T, pool *pgxpool.Pool, opts ...conditional.Option) *conditional.Accounts {
 	t.Helper()
 	a, err := conditional.NewAccounts(pool, opts...)
 	if err != nil {

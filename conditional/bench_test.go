@@ -35,7 +35,7 @@ func BenchmarkStock(b *testing.B) {
 	mustExec(b, pool, `INSERT INTO plain SELECT 'c' || i, 1e15 FROM generate_series(0, 63) i UNION ALL SELECT 'hot', 1e15`)
 	const take1 = `UPDATE plain SET qty = qty - 1 WHERE key = $1 AND qty >= 1`
 
-	stock := func(b *testing.B, key string, opts ...conditional.StockOption) *conditional.Stock {
+	stock := func(b *testing.B, key string, opts ...conditional.Option) *conditional.Stock {
 		s, err := conditional.NewStock(pool, opts...)
 		if err != nil {
 			b.Fatal(err)
@@ -133,10 +133,10 @@ func BenchmarkStockSellOut(b *testing.B) {
 	pool, _ := testenv.PostgresSchema(b, 80)
 	for _, sc := range []struct {
 		name string
-		opts []conditional.StockOption
+		opts []conditional.Option
 	}{
-		{"buckets=64", []conditional.StockOption{conditional.WithBuckets(64)}},
-		{"buckets=64+endgame", []conditional.StockOption{conditional.WithBuckets(64), conditional.WithEndgame(500)}},
+		{"buckets=64", []conditional.Option{conditional.WithBuckets(64)}},
+		{"buckets=64+endgame", []conditional.Option{conditional.WithBuckets(64), conditional.WithEndgame(500)}},
 	} {
 		b.Run(sc.name, func(b *testing.B) {
 			s, err := conditional.NewStock(pool, append(sc.opts, conditional.WithTable("sellout"))...)

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/condcore"
-	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/observe"
@@ -48,21 +47,16 @@ type Fenced struct {
 	pg                *pgerr.Committer // its writes; Close waits for their commits
 }
 
-// FencedOption configures NewFenced: WithObserver.
-type FencedOption interface{ applyFenced(*fencedConfig) }
-
-type fencedConfig struct{ obs observe.Observer }
-
 // NewFenced returns a Fenced for table, whose rows are found by keyColumn
 // (a primary key or unique column: one key must name at most one row) and
 // carry their token in fenceColumn (an integer column, best NOT NULL
 // DEFAULT 0). The names are quoted, never interpolated raw; table is one
 // identifier, found through the search_path. Its one option is
-// WithObserver; a nil option is ErrInvalid.
-func NewFenced(table, keyColumn, fenceColumn string, opts ...FencedOption) (*Fenced, error) {
-	var cfg fencedConfig
-	if err := option.Apply(opts, func(o FencedOption) { o.applyFenced(&cfg) }); err != nil {
-		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
+// WithObserver (see Option).
+func NewFenced(table, keyColumn, fenceColumn string, opts ...Option) (*Fenced, error) {
+	var cfg config
+	if err := apply(&cfg, opts, "NewFenced", fencedSetters); err != nil {
+		return nil, err
 	}
 	for _, a := range []struct{ arg, name string }{{"table", table}, {"key column", keyColumn}, {"fence column", fenceColumn}} {
 		if err := validIdent(a.arg, a.name); err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/condcore"
-	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
@@ -60,20 +59,12 @@ var holdSQL string
 // otherwise.
 const DefaultHoldsTable = "nolock_holds"
 
-// HoldsOption configures NewHolds: WithTable or WithObserver.
-type HoldsOption interface{ applyHolds(*holdsConfig) }
-
-type holdsConfig struct {
-	table string
-	obs   observe.Observer
-}
-
 // NewHolds returns a Holds on db, usually a *pgxpool.Pool. Run its
 // CreateSchema (or put its Schema in your migrations) first.
-func NewHolds(db DB, opts ...HoldsOption) (*Holds, error) {
-	cfg := holdsConfig{table: DefaultHoldsTable}
-	if err := option.Apply(opts, func(o HoldsOption) { o.applyHolds(&cfg) }); err != nil {
-		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
+func NewHolds(db DB, opts ...Option) (*Holds, error) {
+	cfg := config{table: DefaultHoldsTable}
+	if err := apply(&cfg, opts, "NewHolds", holdsSetters); err != nil {
+		return nil, err
 	}
 	if pgarg.NilDB(db) {
 		return nil, condcore.Invalid("db is nil")

@@ -19,7 +19,7 @@ import (
 )
 
 // newHolds makes a Holds on db and creates its table.
-func newHolds(t *testing.T, db conditional.DB, opts ...conditional.HoldsOption) *conditional.Holds {
+func newHolds(t *testing.T, db conditional.DB, opts ...conditional.Option) *conditional.Holds {
 	t.Helper()
 	h, err := conditional.NewHolds(db, opts...)
 	if err != nil {

@@ -71,8 +71,8 @@ func (p saleProc) units() int {
 }
 
 // stockOptions are the Stock options of a process.
-func (p saleProc) stockOptions() []conditional.StockOption {
-	opts := []conditional.StockOption{conditional.WithBuckets(p.buckets)}
+func (p saleProc) stockOptions() []conditional.Option {
+	opts := []conditional.Option{conditional.WithBuckets(p.buckets)}
 	if p.home >= 0 {
 		opts = append(opts, conditional.WithHome(p.home))
 	}

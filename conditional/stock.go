@@ -19,7 +19,6 @@ import (
 	"github.com/nolock/nolock/internal/combine"
 	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/notify"
-	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
@@ -85,21 +84,21 @@ type bucketKey struct {
 
 // NewStock returns a Stock on db, usually a *pgxpool.Pool. Run its
 // CreateSchema (or put its Schema in your migrations) first.
-func NewStock(db DB, opts ...StockOption) (*Stock, error) {
-	cfg := stockDefaults(stockConfig{table: DefaultStockTable, column: "qty", keyArg: "key", amountArg: "n"})
-	if err := option.Apply(opts, func(o StockOption) { o.applyStock(&cfg) }); err != nil {
-		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
+func NewStock(db DB, opts ...Option) (*Stock, error) {
+	cfg := stockDefaults(config{table: DefaultStockTable, column: "qty", keyArg: "key", amountArg: "n"})
+	if err := apply(&cfg, opts, "NewStock", stockSetters); err != nil {
+		return nil, err
 	}
 	return newStock(db, cfg)
 }
 
 // stockDefaults sets the defaults both Stock and Accounts share.
-func stockDefaults(cfg stockConfig) stockConfig {
+func stockDefaults(cfg config) config {
 	cfg.buckets, cfg.coalesce, cfg.maxBatch, cfg.timeout = 1, true, 128, 10*time.Second
 	return cfg
 }
 
-func newStock(db DB, cfg stockConfig) (*Stock, error) {
+func newStock(db DB, cfg config) (*Stock, error) {
 	switch {
 	case pgarg.NilDB(db):
 		return nil, invalid("db is nil")

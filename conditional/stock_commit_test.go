@@ -61,14 +61,14 @@ func TestStockCommitOutlivesItsWait(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		opts []conditional.StockOption
+		opts []conditional.Option
 		qty  []int64 // per bucket
 		// cancels says the take's wait ends with the caller's ctx (a
 		// take across buckets), not with the statement timeout.
 		cancels bool
 	}{
-		{"across buckets", []conditional.StockOption{conditional.WithBuckets(2)}, []int64{2, 2}, true},
-		{"home steals", []conditional.StockOption{conditional.WithBuckets(2), conditional.WithHome(0),
+		{"across buckets", []conditional.Option{conditional.WithBuckets(2)}, []int64{2, 2}, true},
+		{"home steals", []conditional.Option{conditional.WithBuckets(2), conditional.WithHome(0),
 			conditional.WithStatementTimeout(testenv.Scale(time.Second))}, []int64{0, 5}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

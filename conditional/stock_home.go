@@ -47,11 +47,11 @@ import (
 // home in the caller's transaction, and across buckets when the home
 // cannot cover it. b must lie in [0, buckets) and needs WithBuckets > 1.
 func WithHome(b int) Option {
-	return func(c *stockConfig) { c.home, c.homeSet = b, true }
+	return setter("WithHome", func(c *config) { c.home, c.homeSet = b, true })
 }
 
 // validHome checks WithHome against the bucket count.
-func validHome(c stockConfig) error {
+func validHome(c config) error {
 	switch {
 	case !c.homeSet:
 		return nil

@@ -14,12 +14,12 @@ func TestWithHomeValidation(t *testing.T) {
 	var db struct{ DB } // never called: NewStock refuses before any I/O
 	for _, tc := range []struct {
 		name string
-		opts []StockOption
+		opts []Option
 		want string
 	}{
-		{"no buckets", []StockOption{WithHome(0)}, "home needs buckets > 1"},
-		{"negative", []StockOption{WithBuckets(4), WithHome(-1)}, "home -1 outside [0, 4)"},
-		{"past the last bucket", []StockOption{WithBuckets(4), WithHome(4)}, "home 4 outside [0, 4)"},
+		{"no buckets", []Option{WithHome(0)}, "home needs buckets > 1"},
+		{"negative", []Option{WithBuckets(4), WithHome(-1)}, "home -1 outside [0, 4)"},
+		{"past the last bucket", []Option{WithBuckets(4), WithHome(4)}, "home 4 outside [0, 4)"},
 	} {
 		if _, err := NewStock(db, tc.opts...); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want ErrInvalid saying %q", tc.name, err, tc.want)

@@ -4,39 +4,54 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nolock/nolock/internal/condcore"
+	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/observe"
 )
 
-// Option configures both NewStock and NewAccounts: how a key's rows are
-// written and read (WithBuckets, WithHome, WithEndgame, WithCoalescing,
-// WithMaxBatch, WithStatementTimeout, WithSoldOutCache; for Accounts a
-// "sold out" key is an empty account, a restock a credit).
-type Option func(*stockConfig)
+// Option configures this package's constructors: NewStock, NewAccounts,
+// NewHolds and NewFenced take it. Each setter applies to some of them, and
+// a constructor given one that does not apply to it returns ErrInvalid
+// naming the setter, before any I/O:
+//
+//   - WithTable: NewStock, NewAccounts, NewHolds (NewFenced takes its
+//     table as an argument)
+//   - WithObserver: every constructor
+//   - WithLogger, WithBuckets, WithHome, WithEndgame, WithCoalescing,
+//     WithMaxBatch, WithStatementTimeout, WithSoldOutCache: NewStock and
+//     NewAccounts (for Accounts a "sold out" key is an empty account, a
+//     restock a credit)
+//
+// A nil Option is ErrInvalid too.
+type Option func(*config)
 
-// StockOption configures NewStock: an Option, WithTable or WithObserver.
-type StockOption interface{ applyStock(*stockConfig) }
+// The setters each constructor takes (see Option).
+var (
+	stockSetters = []string{"WithTable", "WithObserver", "WithLogger", "WithBuckets", "WithHome", "WithEndgame",
+		"WithCoalescing", "WithMaxBatch", "WithStatementTimeout", "WithSoldOutCache"}
+	holdsSetters  = []string{"WithTable", "WithObserver"}
+	fencedSetters = []string{"WithObserver"}
+)
 
-// AccountsOption configures NewAccounts: an Option, WithTable or
-// WithObserver.
-type AccountsOption interface{ applyAccounts(*stockConfig) }
+// setter returns the Option named name that applies set.
+func setter(name string, set func(*config)) Option {
+	return func(c *config) { c.used.Add(name); set(c) }
+}
 
-func (o Option) applyStock(c *stockConfig)    { o(c) }
-func (o Option) applyAccounts(c *stockConfig) { o(c) }
-
-// TableOption is WithTable's option: NewStock, NewAccounts and NewHolds
-// take it (NewFenced takes its table as an argument).
-type TableOption string
+// apply applies opts to cfg, refusing a nil one or one that ctor, which
+// takes allowed, does not take.
+func apply(cfg *config, opts []Option, ctor string, allowed []string) error {
+	return condcore.Options(option.ApplyTo(cfg, &cfg.used, opts, ctor, allowed))
+}
 
 // WithTable names the table (defaults: DefaultStockTable,
 // DefaultAccountsTable, DefaultHoldsTable): one identifier of at most 63
 // bytes, found through the search_path, quoted, never interpolated raw.
-func WithTable(name string) TableOption { return TableOption(name) }
+func WithTable(name string) Option { return setter("WithTable", func(c *config) { c.table = name }) }
 
-func (o TableOption) applyStock(c *stockConfig)    { c.table = string(o) }
-func (o TableOption) applyAccounts(c *stockConfig) { c.table = string(o) }
-func (o TableOption) applyHolds(c *holdsConfig)    { c.table = string(o) }
-
-type stockConfig struct {
+// config is the settings Options make; each constructor reads its own.
+type config struct {
+	used       option.Used
 	table      string
 	column     string // the quantity's column: qty, or balance for Accounts
 	keyArg     string // what errors call a key: "key", or "account"
@@ -62,7 +77,7 @@ type stockConfig struct {
 // answers, not failures, and are not logged. Statements run in a caller's
 // transaction are that caller's to log. l is called on the goroutine that
 // sent the statement, never with a lock held.
-func WithLogger(l *slog.Logger) Option { return func(c *stockConfig) { c.log = l } }
+func WithLogger(l *slog.Logger) Option { return setter("WithLogger", func(c *config) { c.log = l }) }
 
 // WithBuckets spreads each key's stock over n rows (default 1). Takes go to
 // a random bucket, or to the Stock's home (WithHome); when it cannot cover
@@ -70,7 +85,7 @@ func WithLogger(l *slog.Logger) Option { return func(c *stockConfig) { c.log = l
 // always sell. Use buckets, with a home per process, when several
 // processes write one hot key; within one process coalescing is usually
 // enough. Measure before choosing.
-func WithBuckets(n int) Option { return func(c *stockConfig) { c.buckets = n } }
+func WithBuckets(n int) Option { return setter("WithBuckets", func(c *config) { c.buckets = n }) }
 
 // WithEndgame gathers a key's units into its first bucket once a take
 // across buckets finds at most units left (default 0: never). From then on
@@ -84,23 +99,27 @@ func WithBuckets(n int) Option { return func(c *stockConfig) { c.buckets = n } }
 // remembers up to 65536 gathered keys; one forgotten to make room is
 // routed at random until its next take across buckets. Only with
 // WithBuckets.
-func WithEndgame(units int64) Option { return func(c *stockConfig) { c.endgame = units } }
+func WithEndgame(units int64) Option {
+	return setter("WithEndgame", func(c *config) { c.endgame = units })
+}
 
 // WithCoalescing turns coalescing of concurrent takes of one key on (the
 // default) or off. Off, the Stock still admits only one statement per key
 // (bucket) at a time; the rest wait their turn in this process instead of
 // piling onto the row lock.
-func WithCoalescing(on bool) Option { return func(c *stockConfig) { c.coalesce = on } }
+func WithCoalescing(on bool) Option {
+	return setter("WithCoalescing", func(c *config) { c.coalesce = on })
+}
 
 // WithMaxBatch bounds how many takes one statement grants (default 128).
-func WithMaxBatch(n int) Option { return func(c *stockConfig) { c.maxBatch = n } }
+func WithMaxBatch(n int) Option { return setter("WithMaxBatch", func(c *config) { c.maxBatch = n }) }
 
 // WithStatementTimeout bounds each coalesced statement (default 10 s). A
 // take already sent waits for its statement's outcome at most this long,
 // then gets ErrAmbiguousCommit if the statement commits on: a commit is
 // not cancelled by this timeout (see pgoutcome.CommitTimeout).
 func WithStatementTimeout(d time.Duration) Option {
-	return func(c *stockConfig) { c.timeout = d }
+	return setter("WithStatementTimeout", func(c *config) { c.timeout = d })
 }
 
 // WithSoldOutCache lets Take answer ErrSoldOut without a query for d after
@@ -113,5 +132,5 @@ func WithStatementTimeout(d time.Duration) Option {
 // new ones and holds at most 65536 keys; a mark dropped early costs one
 // query.
 func WithSoldOutCache(d time.Duration) Option {
-	return func(c *stockConfig) { c.soldOutTTL = d }
+	return setter("WithSoldOutCache", func(c *config) { c.soldOutTTL = d })
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // newStock opens a Stock on a fresh schema and closes it when the test ends.
-func newStock(t *testing.T, pool *pgxpool.Pool, opts ...conditional.StockOption) *conditional.Stock {
+func newStock(t *testing.T, pool *pgxpool.Pool, opts ...conditional.Option) *conditional.Stock {
 	t.Helper()
 	s, err := conditional.NewStock(pool, opts...)
 	if err != nil {
@@ -120,7 +120,7 @@ func TestStockBadInput(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM nolock_stock").Scan(&rows); err != nil || rows != 1 {
 		t.Fatalf("rows %d (%v), want 1", rows, err)
 	}
-	for _, opts := range [][]conditional.StockOption{
+	for _, opts := range [][]conditional.Option{
 		{conditional.WithBuckets(0)}, {conditional.WithMaxBatch(0)}, {conditional.WithTable("")},
 		{conditional.WithStatementTimeout(0)}, {conditional.WithSoldOutCache(-1)},
 	} {
@@ -230,7 +230,7 @@ func TestStockSeveralProcessesStayExact(t *testing.T) {
 // lockedStock returns a Stock holding 10 units of "sku" whose row another
 // transaction has locked until release runs (or the test ends), so takes
 // block on it.
-func lockedStock(t *testing.T, pool *pgxpool.Pool, opts ...conditional.StockOption) (s *conditional.Stock, release func()) {
+func lockedStock(t *testing.T, pool *pgxpool.Pool, opts ...conditional.Option) (s *conditional.Stock, release func()) {
 	t.Helper()
 	ctx := context.Background()
 	s = newStock(t, pool, opts...)
@@ -414,7 +414,7 @@ func TestStockEndgameGathersTheLastUnits(t *testing.T) {
 			t.Fatalf("bucket %d holds %d after gathering, want 0 (buckets %v)", b+1, n, q)
 		}
 	}
-	for _, bad := range []conditional.StockOption{conditional.WithEndgame(-1)} {
+	for _, bad := range []conditional.Option{conditional.WithEndgame(-1)} {
 		if _, err := conditional.NewStock(pool, conditional.WithBuckets(4), bad); !errors.Is(err, conditional.ErrInvalid) || !strings.Contains(err.Error(), "WithEndgame") {
 			t.Fatalf("negative endgame: %v, want ErrInvalid naming endgame", err)
 		}

@@ -58,7 +58,7 @@ func TestWorkloadPostgres(t *testing.T) {
 			return pgcas.Exec(ctx, tx, `UPDATE docs SET body = 'x', version = version + 1 WHERE id = 1 AND version = $1`, version)
 		}
 	}
-	opts := []cas.RetryOption{cas.WithObserver(b.a.Observe), cas.WithBackoff(time.Millisecond, 2*time.Millisecond)}
+	opts := []cas.Option{cas.WithObserver(b.a.Observe), cas.WithBackoff(time.Millisecond, 2*time.Millisecond)}
 	conflicts, commits := 0, 0
 	for _, lose := range []int{1, 2, 0, 3} {
 		if err := pgcas.Retry(ctx, pool, edit(lose), opts...); err != nil {

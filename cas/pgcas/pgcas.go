@@ -37,7 +37,7 @@ type Beginner interface {
 // because the server connection did not keep pgx's named prepared
 // statement (PgBouncer in transaction pooling, pgx's cache_statement
 // mode) ran nothing: it is made again at once, its statements unnamed.
-func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) error, opts ...cas.RetryOption) error {
+func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) error, opts ...cas.Option) error {
 	switch {
 	case ctx == nil:
 		return casstore.Invalid("ctx is nil")

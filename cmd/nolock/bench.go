@@ -122,7 +122,7 @@ func granted(tag interface{ RowsAffected() int64 }, err error) error {
 }
 
 // stockTrial is a conditional.Stock scenario: Take one unit of one key.
-func stockTrial(opts ...conditional.StockOption) func(ctx context.Context, env *benchEnv) (trial, error) {
+func stockTrial(opts ...conditional.Option) func(ctx context.Context, env *benchEnv) (trial, error) {
 	return func(ctx context.Context, env *benchEnv) (trial, error) {
 		s, err := conditional.NewStock(env.pool, append(slices.Clip(opts), conditional.WithObserver(env.obs))...)
 		if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
-	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -47,10 +46,10 @@ type Accounts struct {
 // is the string attribute KeyAttr. client is usually a
 // *dynamodb.Client. Its one option is WithObserver; a nil option is
 // ErrInvalid.
-func NewAccounts(client DynamoDBAPI, table string, opts ...AccountsOption) (*Accounts, error) {
-	var cfg shared
-	if err := option.Apply(opts, func(o AccountsOption) { o.applyAccounts(&cfg) }); err != nil {
-		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
+func NewAccounts(client DynamoDBAPI, table string, opts ...Option) (*Accounts, error) {
+	var cfg config
+	if err := apply(&cfg, opts, "NewAccounts", accountsSetters); err != nil {
+		return nil, err
 	}
 	if ddbarg.NilClient(client) {
 		return nil, condcore.Invalid("client is nil")

@@ -16,7 +16,6 @@ import (
 	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
-	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -50,12 +49,12 @@ type Fenced struct {
 // NewFenced returns a Fenced for table, whose items have the
 // partition key attribute keyAttr and carry their token in the number
 // attribute fenceAttr. Names go as expression attribute names, never into
-// the expressions themselves. Its one option is WithObserver; a nil option
-// is ErrInvalid.
-func NewFenced(table, keyAttr, fenceAttr string, opts ...FencedOption) (*Fenced, error) {
-	var cfg shared
-	if err := option.Apply(opts, func(o FencedOption) { o.applyFenced(&cfg) }); err != nil {
-		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
+// the expressions themselves. Its one option is WithObserver (see
+// Option).
+func NewFenced(table, keyAttr, fenceAttr string, opts ...Option) (*Fenced, error) {
+	var cfg config
+	if err := apply(&cfg, opts, "NewFenced", fencedSetters); err != nil {
+		return nil, err
 	}
 	if err := validTable("table", table); err != nil {
 		return nil, err

@@ -17,7 +17,6 @@ import (
 	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
-	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -87,25 +86,20 @@ const (
 	holdConfirmed = "confirmed"
 )
 
-type holdsConfig struct {
-	shared
-	clock func() time.Time
-}
-
 // WithClock sets the clock that holds' ends are set from and
 // judged by (default time.Now). Every Holds on a table should read a
 // synchronised clock: see Holds.
-func WithClock(now func() time.Time) HoldsOption {
-	return holdsOnly(func(c *holdsConfig) { c.clock = now })
+func WithClock(now func() time.Time) Option {
+	return setter("WithClock", func(c *config) { c.clock = now })
 }
 
 // NewHolds returns a Holds on table, whose partition key is
 // the string attribute KeyAttr. client is usually a
 // *dynamodb.Client.
-func NewHolds(client DynamoDBAPI, table string, opts ...HoldsOption) (*Holds, error) {
-	cfg := holdsConfig{clock: time.Now}
-	if err := option.Apply(opts, func(o HoldsOption) { o.applyHolds(&cfg) }); err != nil {
-		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
+func NewHolds(client DynamoDBAPI, table string, opts ...Option) (*Holds, error) {
+	cfg := config{clock: time.Now}
+	if err := apply(&cfg, opts, "NewHolds", holdsSetters); err != nil {
+		return nil, err
 	}
 	if ddbarg.NilClient(client) {
 		return nil, condcore.Invalid("client is nil")

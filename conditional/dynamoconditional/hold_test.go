@@ -546,12 +546,12 @@ func TestDynamoHoldsBadInput(t *testing.T) {
 		name   string
 		client dynamoconditional.DynamoDBAPI
 		table  string
-		opts   []dynamoconditional.HoldsOption
+		opts   []dynamoconditional.Option
 		want   string
 	}{
 		{"nil client", nil, table, nil, "client is nil"},
 		{"empty table", client, "", nil, "table is empty"},
-		{"nil clock", client, table, []dynamoconditional.HoldsOption{dynamoconditional.WithClock(nil)}, "clock is nil"},
+		{"nil clock", client, table, []dynamoconditional.Option{dynamoconditional.WithClock(nil)}, "clock is nil"},
 	} {
 		if _, err := dynamoconditional.NewHolds(tc.client, tc.table, tc.opts...); !errors.Is(err, dynamoconditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("NewHolds with %s: %v, want ErrInvalid naming %q", tc.name, err, tc.want)

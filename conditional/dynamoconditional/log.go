@@ -6,43 +6,53 @@ import (
 	"time"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/condcore"
+	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/observe"
 )
 
-// Option configures both NewStock and NewHolds (WithLogger).
-type Option func(*shared)
+// Option configures this package's constructors: NewStock, NewAccounts,
+// NewHolds and NewFenced take it, as in package conditional. Each setter
+// applies to some of them, and a constructor given one that does not
+// apply to it returns ErrInvalid naming the setter, before any I/O:
+//
+//   - WithObserver: every constructor
+//   - WithLogger: NewStock and NewHolds
+//   - WithBuckets, WithCoalescing, WithMaxBatch: NewStock
+//   - WithClock: NewHolds
+//
+// A nil Option is ErrInvalid too.
+type Option func(*config)
 
-// shared is the settings Stock and Holds both take; obs is WithObserver's,
-// which Accounts and Fenced take too.
-type shared struct {
-	log *slog.Logger
-	obs observe.Observer
+// The setters each constructor takes (see Option).
+var (
+	stockSetters    = []string{"WithObserver", "WithLogger", "WithBuckets", "WithCoalescing", "WithMaxBatch"}
+	accountsSetters = []string{"WithObserver"}
+	holdsSetters    = []string{"WithObserver", "WithLogger", "WithClock"}
+	fencedSetters   = []string{"WithObserver"}
+)
+
+// config is the settings Options make; each constructor reads its own.
+type config struct {
+	used     option.Used
+	log      *slog.Logger
+	obs      observe.Observer
+	buckets  int
+	coalesce bool
+	maxBatch int
+	clock    func() time.Time
 }
 
-func (o Option) applyStock(c *stockConfig) { o(&c.shared) }
-func (o Option) applyHolds(c *holdsConfig) { o(&c.shared) }
+// setter returns the Option named name that applies set.
+func setter(name string, set func(*config)) Option {
+	return func(c *config) { c.used.Add(name); set(c) }
+}
 
-// StockOption configures NewStock: an Option, WithObserver, or
-// WithBuckets.
-type StockOption interface{ applyStock(*stockConfig) }
-
-// HoldsOption configures NewHolds: an Option, WithObserver, or
-// WithClock.
-type HoldsOption interface{ applyHolds(*holdsConfig) }
-
-// AccountsOption configures NewAccounts: WithObserver.
-type AccountsOption interface{ applyAccounts(*shared) }
-
-// FencedOption configures NewFenced: WithObserver.
-type FencedOption interface{ applyFenced(*shared) }
-
-type stockOnly func(*stockConfig)
-
-func (o stockOnly) applyStock(c *stockConfig) { o(c) }
-
-type holdsOnly func(*holdsConfig)
-
-func (o holdsOnly) applyHolds(c *holdsConfig) { o(c) }
+// apply applies opts to cfg, refusing a nil one or one that ctor, which
+// takes allowed, does not take.
+func apply(cfg *config, opts []Option, ctor string, allowed []string) error {
+	return condcore.Options(option.ApplyTo(cfg, &cfg.used, opts, ctor, allowed))
+}
 
 // WithLogger logs the retries of writes that met concurrent ones to l
 // (nil, the default, discards): each retry at Debug ("conditional:
@@ -52,7 +62,7 @@ func (o holdsOnly) applyHolds(c *holdsConfig) { o(c) }
 // changed under it; Holds a write that met a transaction in progress on
 // its item (key: the resource; for HoldAll, the resources joined by ",").
 // l is called on the calling goroutine.
-func WithLogger(l *slog.Logger) Option { return func(c *shared) { c.log = l } }
+func WithLogger(l *slog.Logger) Option { return setter("WithLogger", func(c *config) { c.log = l }) }
 
 // retrier retries a write with jittered backoff, logging as WithLogger
 // says.

@@ -11,11 +11,6 @@ import (
 	"github.com/nolock/nolock/observe"
 )
 
-// ObserverOption is WithObserver's option. Every constructor of this
-// package takes it: it is a StockOption, a HoldsOption, an AccountsOption
-// and a FencedOption.
-type ObserverOption func(*observe.Observer)
-
 // WithObserver reports each call's outcome to o (nil, the default: none),
 // on the calling goroutine, as package conditional's WithObserver does.
 // The events are the package's Event constants, whose docs say their
@@ -25,14 +20,9 @@ type ObserverOption func(*observe.Observer)
 // nothing); Holds each Hold, HoldAll, Confirm and Release (EventHeld,
 // EventConfirmed, EventReleased, EventRefused, EventFailed); Fenced each
 // Update (EventWritten, EventFenced, EventFailed).
-func WithObserver(o observe.Observer) ObserverOption {
-	return func(p *observe.Observer) { *p = observe.Guard(o) }
+func WithObserver(o observe.Observer) Option {
+	return setter("WithObserver", func(c *config) { c.obs = observe.Guard(o) })
 }
-
-func (o ObserverOption) applyStock(c *stockConfig) { o(&c.obs) }
-func (o ObserverOption) applyHolds(c *holdsConfig) { o(&c.obs) }
-func (o ObserverOption) applyAccounts(c *shared)   { o(&c.obs) }
-func (o ObserverOption) applyFenced(c *shared)     { o(&c.obs) }
 
 // eventKey is the Key of a Fenced event on key (see EventWritten).
 func eventKey(key map[string]types.AttributeValue, keyAttr string) string {

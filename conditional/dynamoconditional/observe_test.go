@@ -166,7 +166,7 @@ func TestNilObserverOption(t *testing.T) {
 		"NewAccounts": func() error { _, err := dynamoconditional.NewAccounts(client, "t", obs, nil); return err },
 		"NewFenced":   func() error { _, err := dynamoconditional.NewFenced("t", "pk", "fence", obs, nil); return err },
 		"NewFenced typed nil": func() error {
-			_, err := dynamoconditional.NewFenced("t", "pk", "fence", obs, dynamoconditional.ObserverOption(nil))
+			_, err := dynamoconditional.NewFenced("t", "pk", "fence", obs, dynamoconditional.Option(nil))
 			return err
 		},
 	} {
@@ -175,6 +175,43 @@ func TestNilObserverOption(t *testing.T) {
 		}
 	}
 }
+
+// noIO is a client whose every call panics (its DynamoDBAPI is nil): the
+// constructors judge their options before any I/O.
+type noIO struct{ dynamoconditional.DynamoDBAPI }
+
+// A setter given to a constructor it does not apply to is refused with
+// ErrInvalid naming the setter and the constructor, before any I/O; the
+// setters that apply are taken.
+func TestOptionsApplyOnlyWhereListed(t *testing.T) {
+	t.Parallel()
+	var c noIO
+	obs := dynamoconditional.WithObserver(nil)
+	clock := dynamoconditional.WithClock(time.Now)
+	for _, tc := range []struct {
+		name, want string // want: "" to accept, else the setter and constructor named
+		err        error
+	}{
+		{"NewAccounts with WithBuckets", "WithBuckets does not apply to NewAccounts", errOf(dynamoconditional.NewAccounts(c, "t", obs, dynamoconditional.WithBuckets(2)))},
+		{"NewStock with WithClock", "WithClock does not apply to NewStock", errOf(dynamoconditional.NewStock(c, "t", clock))},
+		{"NewHolds with WithMaxBatch", "WithMaxBatch does not apply to NewHolds", errOf(dynamoconditional.NewHolds(c, "t", dynamoconditional.WithMaxBatch(2)))},
+		{"NewFenced with WithLogger", "WithLogger does not apply to NewFenced", errOf(dynamoconditional.NewFenced("t", "pk", "fence", dynamoconditional.WithLogger(nil)))},
+		{"NewHolds with its setters", "", errOf(dynamoconditional.NewHolds(c, "holds", obs, clock, dynamoconditional.WithLogger(nil)))},
+		{"NewStock with its setters", "", errOf(dynamoconditional.NewStock(c, "stock", obs, dynamoconditional.WithBuckets(2), dynamoconditional.WithCoalescing(false)))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			switch {
+			case tc.want == "" && tc.err != nil:
+				t.Fatalf("refused: %v", tc.err)
+			case tc.want != "" && (!errors.Is(tc.err, dynamoconditional.ErrInvalid) || !strings.Contains(tc.err.Error(), tc.want)):
+				t.Fatalf("got %v; want ErrInvalid naming %q", tc.err, tc.want)
+			}
+		})
+	}
+}
+
+// errOf drops a constructor's value, keeping its error.
+func errOf[T any](_ T, err error) error { return err }
 
 // The events' names are what dashboards and alerts match: they never
 // change.

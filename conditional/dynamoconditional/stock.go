@@ -21,7 +21,6 @@ import (
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
 	"github.com/nolock/nolock/internal/notify"
-	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -86,28 +85,19 @@ type Stock struct {
 // them in one transaction, which holds at most 100 actions.
 const MaxBuckets = 100
 
-type stockConfig struct {
-	shared
-	buckets  int
-	coalesce bool
-	maxBatch int
-}
-
 // WithBuckets spreads each key's stock over n items (default 1, at
 // most MaxBuckets), so a key can take n times the writes one item
 // allows. Every Stock on a table must use the same n: a bucket it
 // does not know of is never read. Takes that one bucket cannot cover need
 // transactions (see Stock).
-func WithBuckets(n int) StockOption {
-	return stockOnly(func(c *stockConfig) { c.buckets = n })
-}
+func WithBuckets(n int) Option { return setter("WithBuckets", func(c *config) { c.buckets = n }) }
 
 // NewStock returns a Stock on table, whose partition key is the
 // string attribute KeyAttr. client is usually a *dynamodb.Client.
-func NewStock(client DynamoDBAPI, table string, opts ...StockOption) (*Stock, error) {
-	cfg := stockConfig{buckets: 1, coalesce: true, maxBatch: 128}
-	if err := option.Apply(opts, func(o StockOption) { o.applyStock(&cfg) }); err != nil {
-		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
+func NewStock(client DynamoDBAPI, table string, opts ...Option) (*Stock, error) {
+	cfg := config{buckets: 1, coalesce: true, maxBatch: 128}
+	if err := apply(&cfg, opts, "NewStock", stockSetters); err != nil {
+		return nil, err
 	}
 	if ddbarg.NilClient(client) {
 		return nil, condcore.Invalid("client is nil")

@@ -21,13 +21,13 @@ import (
 // flight, the takes that arrive meanwhile wait, and the next write grants
 // them together (at most WithMaxBatch of them): "SET qty = qty - :sum IF
 // qty >= :sum". Off, every take is its own write, sent at once.
-func WithCoalescing(on bool) StockOption {
-	return stockOnly(func(c *stockConfig) { c.coalesce = on })
+func WithCoalescing(on bool) Option {
+	return setter("WithCoalescing", func(c *config) { c.coalesce = on })
 }
 
 // WithMaxBatch bounds how many takes one write grants (default 128, at
 // most 10000).
-func WithMaxBatch(n int) StockOption { return stockOnly(func(c *stockConfig) { c.maxBatch = n }) }
+func WithMaxBatch(n int) Option { return setter("WithMaxBatch", func(c *config) { c.maxBatch = n }) }
 
 // bucketKey names one bucket's item: the unit of coalescing.
 type bucketKey struct {

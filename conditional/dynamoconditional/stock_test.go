@@ -177,13 +177,13 @@ func TestDynamoStockBadInput(t *testing.T) {
 		name   string
 		client dynamoconditional.DynamoDBAPI
 		table  string
-		opts   []dynamoconditional.StockOption
+		opts   []dynamoconditional.Option
 		want   string
 	}{
 		{"nil client", nil, table, nil, "client is nil"},
 		{"empty table", client, "", nil, "table is empty"},
-		{"zero buckets", client, table, []dynamoconditional.StockOption{dynamoconditional.WithBuckets(0)}, "WithBuckets(0)"},
-		{"too many buckets", client, table, []dynamoconditional.StockOption{dynamoconditional.WithBuckets(101)}, "WithBuckets(101)"},
+		{"zero buckets", client, table, []dynamoconditional.Option{dynamoconditional.WithBuckets(0)}, "WithBuckets(0)"},
+		{"too many buckets", client, table, []dynamoconditional.Option{dynamoconditional.WithBuckets(101)}, "WithBuckets(101)"},
 	} {
 		if _, err := dynamoconditional.NewStock(tc.client, tc.table, tc.opts...); !errors.Is(err, dynamoconditional.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("NewStock with %s: %v, want ErrInvalid naming %q", tc.name, err, tc.want)

@@ -746,7 +746,7 @@ func TestNilAndEmptyOptionsRefused(t *testing.T) {
 			return err
 		}),
 		r("conditional.NewHolds typed nil", conditional.ErrInvalid, nilOpt, func() error {
-			_, err := conditional.NewHolds(db, conditional.WithObserver(nil), conditional.ObserverOption(nil))
+			_, err := conditional.NewHolds(db, conditional.WithObserver(nil), conditional.Option(nil))
 			return err
 		}),
 		r("conditional.NewFenced", conditional.ErrInvalid, nilOpt, func() error {

@@ -57,6 +57,16 @@ func Invalid(format string, args ...any) error {
 	return errfmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
+// Options wraps an error of the constructors' options (a nil option, a
+// setter given to a constructor it does not apply to) in ErrInvalid; nil
+// stays nil.
+func Options(err error) error {
+	if err == nil {
+		return nil
+	}
+	return errfmt.Errorf("%w: %w", ErrInvalid, err)
+}
+
 // ValidArg checks a key-like argument (a key, resource or holder name): it
 // must be non-empty valid UTF-8 of at most MaxKeyLen bytes without NUL. The
 // error names the argument.

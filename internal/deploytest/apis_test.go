@@ -73,7 +73,7 @@ func must[T any](v T, err error) func(t *testing.T) T {
 }
 
 // stock makes the Stock's (or Accounts') table through a throwaway Stock.
-func stockSchema(opts ...conditional.StockOption) func(context.Context, *pgxpool.Pool) error {
+func stockSchema(opts ...conditional.Option) func(context.Context, *pgxpool.Pool) error {
 	return func(ctx context.Context, admin *pgxpool.Pool) error {
 		s, err := conditional.NewStock(admin, opts...)
 		if err != nil {

@@ -27,3 +27,19 @@ func TestApply(t *testing.T) {
 		}
 	}
 }
+
+func TestUsedCheck(t *testing.T) {
+	var u Used
+	u.Add("WithTable")
+	if err := u.Check("NewHolds", "WithTable", "WithObserver"); err != nil {
+		t.Fatalf("allowed setter: %v", err)
+	}
+	u.Add("WithBuckets")
+	err := u.Check("NewHolds", "WithTable", "WithObserver")
+	if err == nil || err.Error() != "WithBuckets does not apply to NewHolds, which takes WithTable, WithObserver" {
+		t.Fatalf("Check = %v", err)
+	}
+	if err := u.Check("NewFenced"); err == nil || !strings.Contains(err.Error(), "WithTable does not apply to NewFenced") {
+		t.Fatalf("Check with nothing allowed = %v", err)
+	}
+}

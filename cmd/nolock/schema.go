@@ -13,7 +13,6 @@ import (
 
 	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/conditional"
-	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/inbox"
 	"github.com/nolock/nolock/lease"
@@ -103,12 +102,12 @@ func dynamoTables() []dynamoTable {
 	return []dynamoTable{
 		{typ: "dynamolock.Client", table: "nolock_locks", hashKey: "key",
 			use: `dynamolock.New(client, "nolock_locks"); "key" is the default partition key attribute (WithKeyAttributes for others, or a sort key)`},
-		{typ: "dynamoconditional.Stock", table: "nolock_stock", hashKey: dynamoconditional.KeyAttr,
-			use: `dynamoconditional.NewStock(client, "nolock_stock")`},
-		{typ: "dynamoconditional.Accounts", table: "nolock_accounts", hashKey: dynamoconditional.KeyAttr,
-			use: `dynamoconditional.NewAccounts(client, "nolock_accounts")`},
-		{typ: "dynamoconditional.Holds", table: "nolock_holds", hashKey: dynamoconditional.KeyAttr,
-			use: `dynamoconditional.NewHolds(client, "nolock_holds")`},
+		{typ: "dynamoconditional.Stock", table: "nolock_stock", hashKey: "pk",
+			use: `dynamoconditional.NewStock(client, "nolock_stock"); "pk" is the default partition key attribute (WithKeyAttributes for others, or a sort key)`},
+		{typ: "dynamoconditional.Accounts", table: "nolock_accounts", hashKey: "pk",
+			use: `dynamoconditional.NewAccounts(client, "nolock_accounts"); "pk" is the default partition key attribute (WithKeyAttributes for others, or a sort key)`},
+		{typ: "dynamoconditional.Holds", table: "nolock_holds", hashKey: "pk",
+			use: `dynamoconditional.NewHolds(client, "nolock_holds"); "pk" is the default partition key attribute (WithKeyAttributes for others, or a sort key)`},
 		{typ: "dynamocas.Backend", table: "nolock_cas", hashKey: "pk",
 			use: `dynamocas.NewBackend(client, "nolock_cas"); "pk" is the default partition key attribute (WithKeyAttributes for others, or a sort key)`},
 		{typ: "dynamoidempotency.Store", table: "nolock_idempotency", hashKey: "pk",

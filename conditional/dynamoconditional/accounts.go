@@ -21,8 +21,8 @@ import (
 // change is one conditional UpdateItem, "SET balance = balance - :a IF
 // balance >= :a", and the item decides.
 //
-// Item layout: one item per account, whose partition key (KeyAttr,
-// "pk", a string) is the account's name and whose BalanceAttr
+// Item layout: one item per account, whose partition key
+// (WithKeyAttributes, default "pk", a string) is the account's name and whose BalanceAttr
 // ("balance", a number) is its balance. Open creates it; nothing here
 // deletes it.
 //
@@ -39,15 +39,16 @@ import (
 type Accounts struct {
 	client DynamoDBAPI
 	table  string
+	keys   keyAttrs
 	obs    observe.Observer
 }
 
-// NewAccounts returns an Accounts on table, whose partition key
-// is the string attribute KeyAttr. client is usually a
-// *dynamodb.Client. Its one option is WithObserver; a nil option is
-// ErrInvalid.
+// NewAccounts returns an Accounts on table, whose partition key is a
+// string attribute named "pk" unless WithKeyAttributes says otherwise.
+// client is usually a *dynamodb.Client. It takes WithObserver and
+// WithKeyAttributes (see Option).
 func NewAccounts(client DynamoDBAPI, table string, opts ...Option) (*Accounts, error) {
-	var cfg config
+	cfg := config{keys: defaultKeys}
 	if err := apply(&cfg, opts, "NewAccounts", accountsSetters); err != nil {
 		return nil, err
 	}
@@ -57,11 +58,14 @@ func NewAccounts(client DynamoDBAPI, table string, opts ...Option) (*Accounts, e
 	if err := validTable("table", table); err != nil {
 		return nil, err
 	}
-	return &Accounts{client: client, table: table, obs: cfg.obs}, nil
+	if err := cfg.keys.valid(BalanceAttr); err != nil {
+		return nil, err
+	}
+	return &Accounts{client: client, table: table, keys: cfg.keys, obs: cfg.obs}, nil
 }
 
 func (a *Accounts) key(account string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{KeyAttr: strAttr(account)}
+	return a.keys.item(account)
 }
 
 // Open creates account with balance if it does not exist. An account that
@@ -85,7 +89,7 @@ func (a *Accounts) Open(ctx context.Context, account string, balance int64) erro
 		Key:                       a.key(account),
 		UpdateExpression:          aws.String("SET #b = :b"),
 		ConditionExpression:       aws.String("attribute_not_exists(#k)"),
-		ExpressionAttributeNames:  map[string]string{"#k": KeyAttr, "#b": BalanceAttr},
+		ExpressionAttributeNames:  map[string]string{"#k": a.keys.pk, "#b": BalanceAttr},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":b": numAttr(balance)},
 	}, ddberr.NoBlindRetries)
 	if _, exists := ddberr.ConditionFailed(err); err == nil || exists {
@@ -211,7 +215,7 @@ func (a *Accounts) credit(account string, amount int64) (*types.Update, error) {
 		Key:                                 a.key(account),
 		UpdateExpression:                    aws.String("SET #b = #b + :a"),
 		ConditionExpression:                 aws.String("attribute_exists(#k) AND #b <= :limit"),
-		ExpressionAttributeNames:            map[string]string{"#k": KeyAttr, "#b": BalanceAttr},
+		ExpressionAttributeNames:            map[string]string{"#k": a.keys.pk, "#b": BalanceAttr},
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":a": numAttr(amount), ":limit": numAttr(math.MaxInt64 - amount)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, nil
@@ -233,7 +237,7 @@ func (a *Accounts) apply(ctx context.Context, op, account string, u *types.Updat
 		return errfmt.Errorf("conditional: %s %q: %w", op, account, writeErr(err))
 	}
 	if item == nil {
-		if item, err = getItem(ctx, a.client, a.table, a.key(account), KeyAttr); err != nil {
+		if item, err = getItem(ctx, a.client, a.table, a.key(account), a.keys.pk); err != nil {
 			return errfmt.Errorf("conditional: %s %q refused; reading the account: %w", op, account, err)
 		}
 	}

@@ -30,18 +30,53 @@ type DynamoDBAPI interface {
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 }
 
-// Attribute names of the items Stock and Accounts keep. The
-// table's partition key must be a string attribute named KeyAttr
-// (testenv.Table makes such tables).
+// Attribute names of the items Stock and Accounts keep, beside their key
+// attributes (WithKeyAttributes).
 const (
-	// KeyAttr is the partition key: "<key>#<bucket>" for a stock
-	// bucket, the account's name for an account.
-	KeyAttr = "pk"
 	// QtyAttr holds a stock bucket's units, a number never below 0.
 	QtyAttr = "qty"
 	// BalanceAttr holds an account's balance, a number never below 0.
 	BalanceAttr = "balance"
 )
+
+// SortKeyValue is the sort key value of every item Stock, Accounts and
+// Holds keep on a table with a sort key (WithKeyAttributes), so they can
+// share a table with other items.
+const SortKeyValue = "nolock-conditional"
+
+// WithKeyAttributes names the table's partition key attribute (a string;
+// default "pk") and its sort key attribute (a string; "" for none, the
+// default; with one, items use the sort key value SortKeyValue), for
+// NewStock, NewAccounts and NewHolds. The names must be valid, distinct,
+// and not one of the type's own attributes (QtyAttr, BalanceAttr, the
+// Hold*Attr); otherwise the constructor returns ErrInvalid naming them.
+// NewFenced takes the key attribute of your own table as an argument.
+func WithKeyAttributes(partition, sort string) Option {
+	return setter("WithKeyAttributes", func(c *config) { c.keys = keyAttrs{pk: partition, sk: sort} })
+}
+
+// keyAttrs are a table's key attribute names: pk always, sk if not "".
+type keyAttrs struct{ pk, sk string }
+
+// defaultKeys are the key attributes unless WithKeyAttributes says otherwise.
+var defaultKeys = keyAttrs{pk: "pk"}
+
+// valid checks the names against the item's own attributes.
+func (k keyAttrs) valid(own ...string) error {
+	if err := ddbarg.KeyAttributes(k.pk, k.sk, own...); err != nil {
+		return errfmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// item returns the key of the item whose partition key value is v.
+func (k keyAttrs) item(v string) map[string]types.AttributeValue {
+	key := map[string]types.AttributeValue{k.pk: strAttr(v)}
+	if k.sk != "" {
+		key[k.sk] = strAttr(SortKeyValue)
+	}
+	return key
+}
 
 // ErrConflict means every attempt lost a race with concurrent writers of
 // the same items, so the request was given up: nothing was changed, and

@@ -25,8 +25,8 @@ import (
 // service. Each change is one conditional UpdateItem (HoldAll: one
 // TransactWriteItems), and the item decides.
 //
-// Item layout: one item per resource, whose partition key (KeyAttr,
-// "pk", a string) is the resource's name, with HoldStateAttr
+// Item layout: one item per resource, whose partition key
+// (WithKeyAttributes, default "pk", a string) is the resource's name, with HoldStateAttr
 // ("free", "held" or "confirmed"), HolderAttr (held or confirmed)
 // and HoldUntilAttr (held only). Add creates the items; nothing here
 // deletes one. Keep other items out of the table.
@@ -58,12 +58,13 @@ import (
 type Holds struct {
 	client DynamoDBAPI
 	table  string
+	keys   keyAttrs
 	clock  func() time.Time
 	retry  retrier
 	obs    observe.Observer
 }
 
-// Attribute names of a Holds item, besides KeyAttr.
+// Attribute names of a Holds item, beside its key attributes.
 const (
 	// HoldStateAttr holds a resource's state, the string "free",
 	// "held" or "confirmed".
@@ -93,11 +94,11 @@ func WithClock(now func() time.Time) Option {
 	return setter("WithClock", func(c *config) { c.clock = now })
 }
 
-// NewHolds returns a Holds on table, whose partition key is
-// the string attribute KeyAttr. client is usually a
-// *dynamodb.Client.
+// NewHolds returns a Holds on table, whose partition key is a string
+// attribute named "pk" unless WithKeyAttributes says otherwise. client is
+// usually a *dynamodb.Client.
 func NewHolds(client DynamoDBAPI, table string, opts ...Option) (*Holds, error) {
-	cfg := config{clock: time.Now}
+	cfg := config{keys: defaultKeys, clock: time.Now}
 	if err := apply(&cfg, opts, "NewHolds", holdsSetters); err != nil {
 		return nil, err
 	}
@@ -107,16 +108,19 @@ func NewHolds(client DynamoDBAPI, table string, opts ...Option) (*Holds, error) 
 	if err := validTable("table", table); err != nil {
 		return nil, err
 	}
+	if err := cfg.keys.valid(HoldStateAttr, HolderAttr, HoldUntilAttr); err != nil {
+		return nil, err
+	}
 	if cfg.clock == nil {
 		return nil, condcore.Invalid("clock is nil")
 	}
 	return &Holds{
-		client: client, table: table, clock: cfg.clock, retry: newRetrier(cfg.log), obs: cfg.obs,
+		client: client, table: table, keys: cfg.keys, clock: cfg.clock, retry: newRetrier(cfg.log), obs: cfg.obs,
 	}, nil
 }
 
 func (h *Holds) key(resource string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{KeyAttr: strAttr(resource)}
+	return h.keys.item(resource)
 }
 
 // Add creates free resources, one conditional write each in sorted order;
@@ -143,7 +147,7 @@ func (h *Holds) Add(ctx context.Context, resources ...string) error {
 			Key:                       h.key(r),
 			UpdateExpression:          aws.String("SET #s = :free"),
 			ConditionExpression:       aws.String("attribute_not_exists(#k)"),
-			ExpressionAttributeNames:  map[string]string{"#k": KeyAttr, "#s": HoldStateAttr},
+			ExpressionAttributeNames:  map[string]string{"#k": h.keys.pk, "#s": HoldStateAttr},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":free": strAttr(holdFree)},
 		}, ddberr.NoBlindRetries)
 		if _, exists := ddberr.ConditionFailed(err); err != nil && !exists {

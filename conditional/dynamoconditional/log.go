@@ -17,6 +17,7 @@ import (
 // apply to it returns ErrInvalid naming the setter, before any I/O:
 //
 //   - WithObserver: every constructor
+//   - WithKeyAttributes: NewStock, NewAccounts and NewHolds
 //   - WithLogger: NewStock and NewHolds
 //   - WithBuckets, WithCoalescing, WithMaxBatch: NewStock
 //   - WithClock: NewHolds
@@ -26,15 +27,16 @@ type Option func(*config)
 
 // The setters each constructor takes (see Option).
 var (
-	stockSetters    = []string{"WithObserver", "WithLogger", "WithBuckets", "WithCoalescing", "WithMaxBatch"}
-	accountsSetters = []string{"WithObserver"}
-	holdsSetters    = []string{"WithObserver", "WithLogger", "WithClock"}
+	stockSetters    = []string{"WithObserver", "WithKeyAttributes", "WithLogger", "WithBuckets", "WithCoalescing", "WithMaxBatch"}
+	accountsSetters = []string{"WithObserver", "WithKeyAttributes"}
+	holdsSetters    = []string{"WithObserver", "WithKeyAttributes", "WithLogger", "WithClock"}
 	fencedSetters   = []string{"WithObserver"}
 )
 
 // config is the settings Options make; each constructor reads its own.
 type config struct {
 	used     option.Used
+	keys     keyAttrs
 	log      *slog.Logger
 	obs      observe.Observer
 	buckets  int

@@ -30,7 +30,7 @@ import (
 // the sum of the takes that write carries), and the item decides.
 //
 // Item layout: one item per bucket of a key, whose partition key
-// (KeyAttr, "pk", a string) is the key, "#" and the bucket's decimal
+// (WithKeyAttributes, default "pk", a string) is the key, "#" and the bucket's decimal
 // number ("sku-42#0", "sku-42#1", ...), and whose QtyAttr ("qty", a
 // number) holds the bucket's units. The mapping is one to one: the part
 // after the last "#" is the bucket. Put creates the items. Keep other items
@@ -72,6 +72,7 @@ import (
 type Stock struct {
 	client  DynamoDBAPI
 	table   string
+	keys    keyAttrs
 	buckets int
 	rand    func(n int) int
 	retry   retrier
@@ -92,10 +93,11 @@ const MaxBuckets = 100
 // transactions (see Stock).
 func WithBuckets(n int) Option { return setter("WithBuckets", func(c *config) { c.buckets = n }) }
 
-// NewStock returns a Stock on table, whose partition key is the
-// string attribute KeyAttr. client is usually a *dynamodb.Client.
+// NewStock returns a Stock on table, whose partition key is a string
+// attribute named "pk" unless WithKeyAttributes says otherwise. client is
+// usually a *dynamodb.Client.
 func NewStock(client DynamoDBAPI, table string, opts ...Option) (*Stock, error) {
-	cfg := config{buckets: 1, coalesce: true, maxBatch: 128}
+	cfg := config{keys: defaultKeys, buckets: 1, coalesce: true, maxBatch: 128}
 	if err := apply(&cfg, opts, "NewStock", stockSetters); err != nil {
 		return nil, err
 	}
@@ -105,13 +107,16 @@ func NewStock(client DynamoDBAPI, table string, opts ...Option) (*Stock, error) 
 	if err := validTable("table", table); err != nil {
 		return nil, err
 	}
+	if err := cfg.keys.valid(QtyAttr); err != nil {
+		return nil, err
+	}
 	if cfg.buckets < 1 || cfg.buckets > MaxBuckets {
 		return nil, condcore.Invalid("WithBuckets(%d): outside [1, %d]", cfg.buckets, MaxBuckets)
 	}
 	if cfg.maxBatch < 1 || cfg.maxBatch > 10000 {
 		return nil, condcore.Invalid("WithMaxBatch(%d): outside [1, 10000]", cfg.maxBatch)
 	}
-	s := &Stock{client: client, table: table, buckets: cfg.buckets, rand: rand.IntN, retry: newRetrier(cfg.log), obs: cfg.obs, drained: notify.New(cfg.obs, 1024)}
+	s := &Stock{client: client, table: table, keys: cfg.keys, buckets: cfg.buckets, rand: rand.IntN, retry: newRetrier(cfg.log), obs: cfg.obs, drained: notify.New(cfg.obs, 1024)}
 	if cfg.coalesce {
 		s.batch = combine.New(cfg.maxBatch, takeTimeout, ErrClosed, func(ctx context.Context, k bucketKey, reqs []int64) ([]struct{}, []error, error) {
 			errs, err := s.runTake(ctx, k, reqs)
@@ -127,7 +132,7 @@ const takeTimeout = 10 * time.Second
 
 // itemKey returns the key of one bucket's item.
 func (s *Stock) itemKey(key string, bucket int) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{KeyAttr: strAttr(key + "#" + strconv.Itoa(bucket))}
+	return s.keys.item(key + "#" + strconv.Itoa(bucket))
 }
 
 // Take takes n units of key: nil means all n are yours; ErrSoldOut means

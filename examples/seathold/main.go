@@ -97,7 +97,7 @@ func onDynamoDB(ctx context.Context, endpoint string) (*dynamoconditional.Holds,
 	}
 	db := localdynamo.Client(endpoint)
 	table := fmt.Sprintf("nolock_seats_%d", time.Now().UnixNano())
-	drop, err := localdynamo.CreateTable(ctx, db, table, dynamoconditional.KeyAttr)
+	drop, err := localdynamo.CreateTable(ctx, db, table, "pk") // NewHolds' default key attribute
 	if err != nil {
 		return nil, nil, err
 	}

@@ -17,9 +17,10 @@
 // is a lease: a holder paused past it (a GC pause, a stopped VM) wakes up
 // still running. If two holders at once would only waste work, that is
 // fine. If it would corrupt data, make the store refuse stale holders: pass
-// Token with every write and have the store compare it (Fence for your
-// DynamoDB items, ConditionCheck or Transact for transactions, and
-// conditional.Fenced for PostgreSQL rows).
+// Token with every write and have the store compare it
+// (dynamoconditional.Fenced for your DynamoDB items, conditional.Fenced
+// for PostgreSQL rows, ConditionCheck or Transact for a transaction
+// checked against the lock item).
 //
 // When not to use it: if the data sits in one database, let the row decide
 // with a conditional update (package conditional) or a versioned

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/dynamolock"
 	"github.com/nolock/nolock/internal/services"
 )
@@ -89,9 +90,10 @@ func ExampleClient_TryAcquire() {
 	// replica-b skips: replica-a runs it
 }
 
-// A write to your own DynamoDB item, fenced by the token: once a newer
-// token has written the item, an older one is refused.
-func ExampleLock_Fence() {
+// A write to your own DynamoDB item, fenced by the lock's token with
+// dynamoconditional.Fenced: once a newer token has written the item, an
+// older one is refused.
+func ExampleLock_Token() {
 	ctx := context.Background()
 	cfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {
@@ -105,25 +107,18 @@ func ExampleLock_Fence() {
 		log.Fatal(err)
 	}
 	defer lock.Close()
-	write := func(f dynamolock.Fence, body string) error {
-		in := &dynamodb.UpdateItemInput{
-			TableName:                 aws.String(table),
-			Key:                       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "doc-1"}},
-			UpdateExpression:          aws.String("SET #body = :body"),
-			ExpressionAttributeNames:  map[string]string{"#body": "body"},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":body": &types.AttributeValueMemberS{Value: body}},
-		}
-		if err := f.ApplyUpdate(in); err != nil { // adds the condition and "fence = token"
-			return err
-		}
-		_, err := ddb.UpdateItem(ctx, in)
-		return err
+	docs, err := dynamoconditional.NewFenced(table, "pk", "fence") // the fence attribute of your items
+	if err != nil {
+		log.Fatal(err)
 	}
-	fence, _ := lock.Fence("fence")
-	fmt.Println("holder writes:", write(fence, "v2"))
-	stale, _ := dynamolock.NewFence("fence", lock.Token()-1) // an earlier holder, paused
-	var ccf *types.ConditionalCheckFailedException
-	fmt.Println("earlier holder fenced:", errors.As(write(stale, "v1"), &ccf))
+	doc := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "doc-1"}}
+	write := func(token int64, body string) error {
+		return docs.Update(ctx, ddb, doc, token, map[string]types.AttributeValue{"body": &types.AttributeValueMemberS{Value: body}})
+	}
+	_, _ = ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: doc}) // the document exists
+	fmt.Println("holder writes:", write(lock.Token(), "v2"))
+	err = write(lock.Token()-1, "v1") // an earlier holder, paused
+	fmt.Println("earlier holder fenced:", errors.Is(err, dynamoconditional.ErrFenced))
 	// Output:
 	// holder writes: <nil>
 	// earlier holder fenced: true

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/dynamolock"
 	"github.com/nolock/nolock/internal/testenv"
 )
@@ -29,9 +30,11 @@ func readDoc(t *testing.T, api interface {
 	return attrS(out.Item, "body"), attrN(out.Item, "fence")
 }
 
-// Fenced writes to the caller's own DynamoDB items: the newer holder's
-// token is stored with its write, and the older holder's fenced update and
-// put are refused, while an unfenced write from it lands.
+// A lock's token fences writes to the caller's own DynamoDB items through
+// dynamoconditional.Fenced, the one fence for DynamoDB items: the newer
+// holder's token is stored with its write, and the older holder's fenced
+// update, put and Update are refused, while an unfenced write from it
+// lands.
 func TestFenceDynamoDBWrites(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -41,35 +44,34 @@ func TestFenceDynamoDBWrites(t *testing.T) {
 	old.Close()
 	cur := mustAcquire(t, c, "lock")
 	defer cur.Close()
+	docs, err := dynamoconditional.NewFenced(table, "pk", "fence")
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	update := func(l *dynamolock.Lock, body string) error {
-		f, err := l.Fence("fence")
-		if err != nil {
-			t.Fatal(err)
-		}
 		in := &dynamodb.UpdateItemInput{TableName: aws.String(table), Key: docKey("doc"),
 			UpdateExpression:          aws.String("SET #b = :b REMOVE #gone"),
 			ExpressionAttributeNames:  map[string]string{"#b": "body", "#gone": "gone"},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":b": &types.AttributeValueMemberS{Value: body}},
 		}
-		if err := f.ApplyUpdate(in); err != nil {
+		if err := docs.ApplyUpdate(in, l.Token()); err != nil {
 			t.Fatal(err)
 		}
 		_, err = api.UpdateItem(ctx, in)
 		return err
 	}
 	put := func(l *dynamolock.Lock, body string) error {
-		f, err := l.Fence("fence")
-		if err != nil {
-			t.Fatal(err)
-		}
 		in := &dynamodb.PutItemInput{TableName: aws.String(table), Item: map[string]types.AttributeValue{
 			"pk": &types.AttributeValueMemberS{Value: "doc"}, "body": &types.AttributeValueMemberS{Value: body}}}
-		if err := f.ApplyPut(in); err != nil {
+		if err := docs.ApplyPut(in, l.Token()); err != nil {
 			t.Fatal(err)
 		}
 		_, err = api.PutItem(ctx, in)
 		return err
+	}
+	set := func(l *dynamolock.Lock, body string) error {
+		return docs.Update(ctx, api, docKey("doc"), l.Token(), map[string]types.AttributeValue{"body": &types.AttributeValueMemberS{Value: body}})
 	}
 	if err := update(cur, "current holder"); err != nil {
 		t.Fatal(err)
@@ -81,11 +83,17 @@ func TestFenceDynamoDBWrites(t *testing.T) {
 	if err := put(old, "stale put"); !errors.As(err, &ccf) {
 		t.Fatalf("stale fenced put: %v; want a failed condition", err)
 	}
+	if err := set(old, "stale set"); !errors.Is(err, dynamoconditional.ErrFenced) {
+		t.Fatalf("stale Update: %v; want ErrFenced", err)
+	}
 	if body, fence := readDoc(t, api, table, "doc"); body != "current holder" || fence != "2" {
 		t.Fatalf("doc %q at fence %s; want the current holder's at 2", body, fence)
 	}
 	if err := put(cur, "current holder again"); err != nil {
 		t.Fatalf("equal token: %v", err)
+	}
+	if err := set(cur, "current holder's Update"); err != nil {
+		t.Fatalf("equal token, Update: %v", err)
 	}
 	// Without the fence, the stale holder's write lands.
 	if _, err := api.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: map[string]types.AttributeValue{
@@ -95,12 +103,11 @@ func TestFenceDynamoDBWrites(t *testing.T) {
 	if body, _ := readDoc(t, api, table, "doc"); body != "stale unfenced" {
 		t.Fatalf("doc %q", body)
 	}
-	if _, err := dynamolock.NewFence("fence", -1); !errors.Is(err, dynamolock.ErrInvalid) {
+	if err := docs.ApplyUpdate(&dynamodb.UpdateItemInput{Key: docKey("doc")}, -1); !errors.Is(err, dynamoconditional.ErrInvalid) {
 		t.Fatalf("negative token: %v", err)
 	}
-	f, _ := dynamolock.NewFence("fence", 1)
-	clash := &dynamodb.UpdateItemInput{ExpressionAttributeNames: f.Names}
-	if err := f.ApplyUpdate(clash); !errors.Is(err, dynamolock.ErrInvalid) {
+	clash := &dynamodb.UpdateItemInput{Key: docKey("doc"), ExpressionAttributeNames: map[string]string{"#nolockFence": "x"}}
+	if err := docs.ApplyUpdate(clash, 1); !errors.Is(err, dynamoconditional.ErrInvalid) {
 		t.Fatalf("placeholder clash: %v", err)
 	}
 }

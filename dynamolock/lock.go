@@ -35,8 +35,9 @@ import (
 // A Lock is a lease: a holder paused past it (a GC pause, a stopped VM)
 // wakes up still running its code, and Lost is closed only when its own
 // goroutine runs again. To keep such a holder from corrupting what the lock
-// protects, make the protected store check the fencing token (Token,
-// Fence, ConditionCheck, or conditional.Fenced on PostgreSQL). Methods are
+// protects, make the protected store check the fencing token (Token with
+// dynamoconditional.Fenced or conditional.Fenced, or ConditionCheck).
+// Methods are
 // safe for concurrent use.
 type Lock struct {
 	c       *Client
@@ -108,8 +109,10 @@ func (l *Lock) SortKey() string { return l.ac.sortKey }
 // Token returns the lock's fencing token: larger than the token of every
 // earlier acquisition of this key, constant for the lock's life (heartbeats
 // do not change it). Pass it with every write to the protected resource,
-// which must refuse a token lower than the highest it has seen. It is 0
-// when the Client was made WithoutFencing.
+// which must refuse a token lower than the highest it has seen
+// (dynamoconditional.Fenced for DynamoDB items, conditional.Fenced for
+// PostgreSQL rows). It is 0 when the Client was made WithoutFencing: such
+// a lock has no token to fence with.
 func (l *Lock) Token() int64 { return l.token }
 
 // Data returns the payload this acquisition stored (WithData), or nil.

@@ -508,7 +508,7 @@ func TestSortKey(t *testing.T) {
 }
 
 // Without fencing, release deletes the item (the Java client's default),
-// the token is 0 and the fencing helpers refuse.
+// the token is 0 and ConditionCheck refuses.
 func TestWithoutFencing(t *testing.T) {
 	t.Parallel()
 	api, table := newTable(t)
@@ -516,9 +516,6 @@ func TestWithoutFencing(t *testing.T) {
 	l := mustAcquire(t, c, "k")
 	if l.Token() != 0 {
 		t.Fatalf("token %d without fencing", l.Token())
-	}
-	if _, err := l.Fence("fence"); !errors.Is(err, dynamolock.ErrInvalid) {
-		t.Fatalf("Fence: %v", err)
 	}
 	if _, err := l.ConditionCheck(); !errors.Is(err, dynamolock.ErrInvalid) {
 		t.Fatalf("ConditionCheck: %v", err)

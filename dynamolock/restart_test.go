@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/dynamolock"
 	"github.com/nolock/nolock/internal/testenv"
 )
@@ -254,7 +255,7 @@ func (r *restartLoad) progressed(acquired bool) (bool, error) {
 // write guarded by l's fence: it applies only if no higher token has
 // written the item.
 func fencedAppend(ctx context.Context, api dynamolock.DynamoDBAPI, table, doc string, l *dynamolock.Lock) error {
-	f, err := l.Fence("fence")
+	f, err := dynamoconditional.NewFenced(table, "pk", "fence")
 	if err != nil {
 		return err
 	}
@@ -265,7 +266,7 @@ func fencedAppend(ctx context.Context, api dynamolock.DynamoDBAPI, table, doc st
 		ExpressionAttributeValues: map[string]types.AttributeValue{":none": &types.AttributeValueMemberL{},
 			":tok": &types.AttributeValueMemberL{Value: []types.AttributeValue{tok}}},
 	}
-	if err := f.ApplyUpdate(in); err != nil {
+	if err := f.ApplyUpdate(in, l.Token()); err != nil {
 		return err
 	}
 	_, err = api.UpdateItem(ctx, in)

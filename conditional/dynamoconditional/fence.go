@@ -29,15 +29,23 @@ import (
 // A holder that paused past the end of its lease and wakes up to write
 // after a newer holder has written is refused with ErrFenced; the item
 // decides, not the holder's belief. Tokens come from any source that only
-// grows per resource (dynamolock's token, a partition epoch); each holder
-// needs its own, since equal tokens pass (one holder writes many times).
-// An item without the fence attribute has never been fenced and accepts
-// any token; one whose fence is not a number refuses every token.
+// grows per resource (a dynamolock.Lock's Token, a partition epoch); each
+// holder needs its own, since equal tokens pass (one holder writes many
+// times). An item without the fence attribute has never been fenced and
+// accepts any token; one whose fence is not a number refuses every token.
+//
+// Fenced is the one fence for DynamoDB items in this library: Update
+// writes values, UpdateItem and CheckItem go into your own
+// TransactWriteItems, and ApplyUpdate and ApplyPut add the fence to an
+// UpdateItem or PutItem request you build (ADD, REMOVE, list_append, or
+// creating the item). Every write path to the item must be fenced: one
+// unguarded path reopens the window.
 //
 // Guarantee: on one item, the writes that apply carry non-decreasing
 // tokens, in the order DynamoDB applied them. Fenced does not issue
 // or check tokens, does not fence effects outside the item (put CheckItem
-// into your TransactWriteItems for that), and does not create items.
+// into your TransactWriteItems for that), and creates items only through
+// ApplyUpdate and ApplyPut.
 //
 // A Fenced holds only names and its observer: it is safe for concurrent
 // use, and one value serves any client.

@@ -1,7 +1,7 @@
 // Package apilist lists the exported API of Go packages, one line per
 // exported identifier, in the manner of Go's own api/*.txt files:
 //
-//	pkg github.com/nolock/nolock/cas, func NewStore[T any](b Backend, codec Codec[T], opts ...StoreOption) (*Store[T], error)
+//	pkg github.com/nolock/nolock/cas, func NewStore[T any](b Backend, codec Codec[T], opts ...Option) (*Store[T], error)
 //	pkg github.com/nolock/nolock/cas, method (*Store[T]) Get(ctx context.Context, key string) (Versioned[T], error)
 //	pkg github.com/nolock/nolock/cas, type Versioned[T any] struct, Version int64
 //

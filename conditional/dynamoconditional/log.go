@@ -6,55 +6,7 @@ import (
 	"time"
 
 	"github.com/nolock/nolock/internal/backoff"
-	"github.com/nolock/nolock/internal/condcore"
-	"github.com/nolock/nolock/internal/option"
-	"github.com/nolock/nolock/observe"
 )
-
-// Option configures this package's constructors: NewStock, NewAccounts,
-// NewHolds and NewFenced take it, as in package conditional. Each setter
-// applies to some of them, and a constructor given one that does not
-// apply to it returns ErrInvalid naming the setter, before any I/O:
-//
-//   - WithObserver: every constructor
-//   - WithKeyAttributes: NewStock, NewAccounts and NewHolds
-//   - WithLogger: NewStock and NewHolds
-//   - WithBuckets, WithCoalescing, WithMaxBatch: NewStock
-//   - WithClock: NewHolds
-//
-// A nil Option is ErrInvalid too.
-type Option func(*config)
-
-// The setters each constructor takes (see Option).
-var (
-	stockSetters    = []string{"WithObserver", "WithKeyAttributes", "WithLogger", "WithBuckets", "WithCoalescing", "WithMaxBatch"}
-	accountsSetters = []string{"WithObserver", "WithKeyAttributes"}
-	holdsSetters    = []string{"WithObserver", "WithKeyAttributes", "WithLogger", "WithClock"}
-	fencedSetters   = []string{"WithObserver"}
-)
-
-// config is the settings Options make; each constructor reads its own.
-type config struct {
-	used     option.Used
-	keys     keyAttrs
-	log      *slog.Logger
-	obs      observe.Observer
-	buckets  int
-	coalesce bool
-	maxBatch int
-	clock    func() time.Time
-}
-
-// setter returns the Option named name that applies set.
-func setter(name string, set func(*config)) Option {
-	return func(c *config) { c.used.Add(name); set(c) }
-}
-
-// apply applies opts to cfg, refusing a nil one or one that ctor, which
-// takes allowed, does not take.
-func apply(cfg *config, opts []Option, ctor string, allowed []string) error {
-	return condcore.Options(option.ApplyTo(cfg, &cfg.used, opts, ctor, allowed))
-}
 
 // WithLogger logs the retries of writes that met concurrent ones to l
 // (nil, the default, discards): each retry at Debug ("conditional:

@@ -146,12 +146,12 @@ func ExampleInbox_ReplayParked() {
 		_, err = tx.Exec(ctx, `INSERT INTO invoices VALUES ($1)`, strconv.FormatFloat(amount, 'f', 2, 64))
 		return err
 	}
-	parked, err := in.ListParked(ctx, "", 100) // a page; pass the last ID for the next
+	parked, err := in.ListParked(ctx, inbox.ParkedID{}, 100) // a page; pass the last ID for the next
 	if err != nil {
 		log.Fatal(err)
 	}
 	for _, p := range parked {
-		fmt.Printf("%s (%s/%d@%d, %d attempt): %s\n", p.ID, p.Msg.Topic, p.Msg.Partition, p.Msg.Offset, p.Attempts, p.Error)
+		fmt.Printf("%s (%s, %d attempt): %s\n", p.ID, p.MessageID, p.Attempts, p.Error)
 		// p.Msg holds the key, value and headers as stored.
 		err := in.ReplayParked(ctx, p.ID, charge) // the fixed handler: applied once, however many replay it
 		if err == nil {
@@ -200,9 +200,9 @@ func TestExamples(t *testing.T) {
 		run   func()
 		want  string
 	}{
-		{"Inbox_ReplayParked", parkForReplay, ExampleInbox_ReplayParked, `order-41 (orders/0@41, 1 attempt): amount "41.50" is not in cents
+		{"Inbox_ReplayParked", parkForReplay, ExampleInbox_ReplayParked, `orders/0@41 (order-41, 1 attempt): amount "41.50" is not in cents
   replayed
-order-42 (orders/0@42, 1 attempt): amount "forty-two" is not in cents
+orders/0@42 (order-42, 1 attempt): amount "forty-two" is not in cents
   still parked: inbox: handler failed on orders/0@42: strconv.ParseFloat: parsing "forty-two": invalid syntax
   purged
 invoices: 1

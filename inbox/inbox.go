@@ -106,10 +106,10 @@ type Inbox struct {
 	obs      observe.Observer
 	prefix   string
 
-	schema                                                  string
-	claimSQL, wmLockSQL, wmInitSQL, wmSetSQL                string
-	attemptSQL, parkSQL, clearSQL, reapSQL, reapAttemptsSQL string
-	parked                                                  parkedStatements
+	schema                                                    string
+	claimSQL, wmLockSQL, wmInitSQL, wmSetSQL                  string
+	attemptSQL, clearSQL, reapSQL, reapAttemptsSQL, recordSQL string
+	parked                                                    kafkapark.Store
 }
 
 // Option configures New.
@@ -209,9 +209,10 @@ func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
 		in.log = slog.New(slog.DiscardHandler)
 	}
 	q := func(suffix string) string { return pgx.Identifier{prefix + suffix}.Sanitize() }
-	t, wm, att, parked := q(""), q("_watermarks"), q("_attempts"), q("_parked")
+	t, wm, att := q(""), q("_watermarks"), q("_attempts")
+	in.parked = kafkapark.NewStore(prefix + "_parked")
 	in.schema = strings.NewReplacer("{{inbox}}", t, "{{inbox_processed_at}}", q("_processed_at"),
-		"{{watermarks}}", wm, "{{attempts}}", att, "{{parked}}", parked).Replace(schemaSQL)
+		"{{watermarks}}", wm, "{{attempts}}", att).Replace(schemaSQL) + in.parked.Schema()
 	// One statement claims a batch: the ids inserted are the new messages;
 	// an id already there (or repeated in the batch) is a duplicate. A
 	// concurrent claim of the same id waits on the unique index until the
@@ -224,13 +225,11 @@ ON CONFLICT DO NOTHING RETURNING id`
 	in.wmSetSQL = `UPDATE ` + wm + ` SET next = $4 WHERE consumer = $1 AND topic = $2 AND partition = $3`
 	in.attemptSQL = `INSERT INTO ` + att + ` AS a (consumer, id, attempts, last_error) VALUES ($1, $2, 1, $3)
 ON CONFLICT (consumer, id) DO UPDATE SET attempts = a.attempts + 1, last_error = $3, updated_at = now() RETURNING attempts`
-	in.parkSQL = `INSERT INTO ` + parked + ` (consumer, id, topic, partition, "offset", key, value, headers, error, attempts)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING`
 	in.clearSQL = `DELETE FROM ` + att + ` WHERE consumer = $1 AND id = $2`
 	in.reapSQL = `DELETE FROM ` + t + ` WHERE ctid = ANY (ARRAY(SELECT ctid FROM ` + t + `
 WHERE processed_at < now() - $1::interval AND consumer = $3 LIMIT $2))`
 	in.reapAttemptsSQL = `DELETE FROM ` + att + ` WHERE updated_at < now() - $1::interval AND consumer = $2`
-	in.parked = newParkedStatements(t, parked)
+	in.recordSQL = `INSERT INTO ` + t + ` (consumer, id) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 	return in, nil
 }
 

@@ -14,27 +14,12 @@ CREATE TABLE IF NOT EXISTS {{watermarks}} (
     next      bigint NOT NULL,
     PRIMARY KEY (consumer, topic, partition)
 );
--- failed attempts, counted outside the failing transaction,
+-- and failed attempts, counted outside the failing transaction.
 CREATE TABLE IF NOT EXISTS {{attempts}} (
     consumer   text        NOT NULL,
     id         text        NOT NULL,
     attempts   int         NOT NULL,
     last_error text        NOT NULL,
     updated_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (consumer, id)
-);
--- and messages parked after too many attempts or a permanent error.
-CREATE TABLE IF NOT EXISTS {{parked}} (
-    consumer  text        NOT NULL,
-    id        text        NOT NULL,
-    topic     text        NOT NULL,
-    partition int         NOT NULL,
-    "offset"  bigint      NOT NULL,
-    key       bytea,
-    value     bytea,
-    headers   jsonb       NOT NULL,
-    error     text        NOT NULL,
-    attempts  int         NOT NULL,
-    parked_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer, id)
 );

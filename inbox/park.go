@@ -36,15 +36,17 @@ func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error) (park
 		return false, nil
 	}
 	var fresh []bool
-	reason := kafkapark.Text(cause.Error())
+	parkedMessageID := id
+	if in.identity.watermark {
+		parkedMessageID = "" // recorded by the watermark, not by id
+	}
 	err = in.inTx(ctx, func(tx *pgerr.Tx) error {
 		var err error
 		if fresh, err = in.claim(ctx, tx, []kafka.Message{msg}, []string{id}); err != nil {
 			return err
 		}
 		if fresh[0] { // else processed meanwhile (by another member, or parked before): nothing to park
-			_, err = tx.Exec(ctx, in.parkSQL, in.consumer, id, msg.Topic, msg.Partition, msg.Offset, msg.Key, msg.Value, kafkapark.HeadersJSON(msg.Headers), reason, attempts)
-			if err != nil {
+			if err := in.parked.Park(ctx, tx, in.consumer, msg, cause, attempts, 0, parkedMessageID); err != nil {
 				return errfmt.Errorf("inbox: park: %w", err)
 			}
 		}

@@ -33,7 +33,7 @@ func parkAll(t *testing.T, in *inbox.Inbox, parked interface{ Load() int64 }, ms
 func listAll(t *testing.T, in *inbox.Inbox) []inbox.Parked {
 	t.Helper()
 	var all []inbox.Parked
-	after := ""
+	var after inbox.ParkedID
 	for {
 		page, err := in.ListParked(context.Background(), after, 2)
 		if err != nil {
@@ -70,7 +70,8 @@ func TestListParkedShowsWhatWasParked(t *testing.T) {
 	}
 	for i, p := range got {
 		m := msgs[i]
-		if p.ID != string(m.Headers[0].Value) || p.Msg.Topic != m.Topic || p.Msg.Partition != m.Partition || p.Msg.Offset != m.Offset ||
+		id := inbox.ParkedID{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
+		if p.ID != id || p.MessageID != string(m.Headers[0].Value) || p.Msg.Topic != m.Topic || p.Msg.Partition != m.Partition || p.Msg.Offset != m.Offset ||
 			string(p.Msg.Key) != string(m.Key) || string(p.Msg.Value) != string(m.Value) {
 			t.Errorf("parked %d: %s %s/%d@%d key %q value %q; want %+v", i, p.ID, p.Msg.Topic, p.Msg.Partition, p.Msg.Offset, p.Msg.Key, p.Msg.Value, m)
 		}
@@ -86,7 +87,7 @@ func TestListParkedShowsWhatWasParked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if page, err := other.ListParked(context.Background(), "", 10); err != nil || len(page) != 0 {
+	if page, err := other.ListParked(context.Background(), inbox.ParkedID{}, 10); err != nil || len(page) != 0 {
 		t.Fatalf("another consumer lists %d parked messages (%v), want 0", len(page), err)
 	}
 }
@@ -100,10 +101,9 @@ func TestReplayParkedAfterFix(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		identity inbox.Identity
-		id       string
 	}{
-		{"by header", inbox.ByHeader("id"), "pay-7"},
-		{"by watermark", inbox.ByWatermark(), "payments/0/7"},
+		{"by header", inbox.ByHeader("id")},
+		{"by watermark", inbox.ByWatermark()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -113,9 +113,10 @@ func TestReplayParkedAfterFix(t *testing.T) {
 			in := newInbox(t, pool, hook, inbox.WithIdentity(tc.identity))
 			m := msg("pay-7", 0, 7)
 			parkAll(t, in, parked, m)
+			id := inbox.ParkedID{Topic: m.Topic, Partition: 0, Offset: 7}
 
 			stillBroken := errors.New("still not a number")
-			err := in.ReplayParked(ctx, tc.id, func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+			err := in.ReplayParked(ctx, id, func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
 				if err := record(ctx, tx, m); err != nil {
 					return err
 				}
@@ -130,7 +131,7 @@ func TestReplayParkedAfterFix(t *testing.T) {
 				t.Fatalf("after a failing replay: parked %+v, effects %v; want still parked, 2 attempts, the new error, no effect", got, effects(t, pool))
 			}
 
-			if err := in.ReplayParked(ctx, tc.id, record); err != nil {
+			if err := in.ReplayParked(ctx, id, record); err != nil {
 				t.Fatalf("replay after the fix: %v", err)
 			}
 			if got := effects(t, pool); len(got) != 1 || got["pay-7"] != 1 {
@@ -139,7 +140,7 @@ func TestReplayParkedAfterFix(t *testing.T) {
 			if got := listAll(t, in); len(got) != 0 {
 				t.Fatalf("still parked after the replay: %+v", got)
 			}
-			if err := in.ReplayParked(ctx, tc.id, record); !errors.Is(err, inbox.ErrNotParked) {
+			if err := in.ReplayParked(ctx, id, record); !errors.Is(err, inbox.ErrNotParked) {
 				t.Fatalf("second replay: %v, want ErrNotParked", err)
 			}
 			if out, err := in.Process(ctx, []kafka.Message{m}, record); err != nil || out.Duplicates != 1 {
@@ -171,12 +172,13 @@ func TestConcurrentReplaysApplyOnce(t *testing.T) {
 			parked, hook := parkCounter()
 			in := newInbox(t, pool, hook)
 			parkAll(t, in, parked, msg("x", 0, 0))
+			x := inbox.ParkedID{Topic: msg("x", 0, 0).Topic, Partition: 0, Offset: 0}
 
 			entered, release := make(chan struct{}), make(chan struct{})
 			var once sync.Once
 			first := make(chan error, 1)
 			go func() {
-				first <- in.ReplayParked(ctx, "x", func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+				first <- in.ReplayParked(ctx, x, func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
 					once.Do(func() { close(entered) })
 					<-release
 					if err := record(ctx, tx, m); err != nil {
@@ -190,7 +192,7 @@ func TestConcurrentReplaysApplyOnce(t *testing.T) {
 			}()
 			<-entered
 			second := make(chan error, 1)
-			go func() { second <- in.ReplayParked(ctx, "x", record) }()
+			go func() { second <- in.ReplayParked(ctx, x, record) }()
 			testenv.WaitLockWaiters(t, pool, 1) // the second waits on the first's row lock
 			close(release)
 			err1, err2 := <-first, <-second
@@ -229,17 +231,18 @@ func TestPurgeParked(t *testing.T) {
 	parkAll(t, in, parked, msg("a", 0, 0), msg("b", 0, 1), msg("c", 0, 2), msg("d", 0, 3))
 	parkAll(t, other, otherParked, msg("a", 0, 0))
 
-	if err := in.PurgeParked(ctx, "b"); err != nil {
+	b := inbox.ParkedID{Topic: msg("b", 0, 1).Topic, Partition: 0, Offset: 1}
+	if err := in.PurgeParked(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	if err := in.PurgeParked(ctx, "b"); !errors.Is(err, inbox.ErrNotParked) {
+	if err := in.PurgeParked(ctx, b); !errors.Is(err, inbox.ErrNotParked) {
 		t.Fatalf("purging b again: %v, want ErrNotParked", err)
 	}
 	if ids := parkedIDs(t, in); ids != "a c d" {
 		t.Fatalf("parked after purging b: %s, want a c d", ids)
 	}
 
-	if _, err := pool.Exec(ctx, `UPDATE nolock_inbox_parked SET parked_at = now() - interval '8 days' WHERE id IN ('a', 'c')`); err != nil {
+	if _, err := pool.Exec(ctx, `UPDATE nolock_inbox_parked SET parked_at = now() - interval '8 days' WHERE message_id IN ('a', 'c')`); err != nil {
 		t.Fatal(err)
 	}
 	n, err := in.PurgeParkedOlderThan(ctx, 7*24*time.Hour)
@@ -258,7 +261,7 @@ func parkedIDs(t *testing.T, in *inbox.Inbox) string {
 	t.Helper()
 	var ids []string
 	for _, p := range listAll(t, in) {
-		ids = append(ids, p.ID)
+		ids = append(ids, p.MessageID)
 	}
 	return strings.Join(ids, " ")
 }
@@ -292,19 +295,24 @@ func TestParkedBadInput(t *testing.T) {
 	}
 	ctx := context.Background()
 	var nilCtx context.Context
+	x := inbox.ParkedID{Topic: "t"}
 	for _, tc := range []struct {
 		name string
 		err  error
 	}{
-		{"list: nil ctx", func() error { _, err := in.ListParked(nilCtx, "", 1); return err }()},
-		{"list: limit 0", func() error { _, err := in.ListParked(ctx, "", 0); return err }()},
-		{"list: after not UTF-8", func() error { _, err := in.ListParked(ctx, "\xff", 1); return err }()},
-		{"replay: nil ctx", in.ReplayParked(nilCtx, "x", record)},
-		{"replay: empty id", in.ReplayParked(ctx, "", record)},
-		{"replay: id with NUL", in.ReplayParked(ctx, "a\x00b", record)},
-		{"replay: nil handler", in.ReplayParked(ctx, "x", nil)},
-		{"purge: nil ctx", in.PurgeParked(nilCtx, "x")},
-		{"purge: empty id", in.PurgeParked(ctx, "")},
+		{"list: nil ctx", func() error { _, err := in.ListParked(nilCtx, inbox.ParkedID{}, 1); return err }()},
+		{"list: limit 0", func() error { _, err := in.ListParked(ctx, inbox.ParkedID{}, 0); return err }()},
+		{"list: after not UTF-8", func() error { _, err := in.ListParked(ctx, inbox.ParkedID{Topic: "\xff"}, 1); return err }()},
+		{"list: after a negative offset", func() error { _, err := in.ListParked(ctx, inbox.ParkedID{Topic: "t", Offset: -1}, 1); return err }()},
+		{"replay: nil ctx", in.ReplayParked(nilCtx, x, record)},
+		{"replay: empty id", in.ReplayParked(ctx, inbox.ParkedID{}, record)},
+		{"replay: topic with NUL", in.ReplayParked(ctx, inbox.ParkedID{Topic: "a\x00b"}, record)},
+		{"replay: negative partition", in.ReplayParked(ctx, inbox.ParkedID{Topic: "t", Partition: -1}, record)},
+		{"replay: nil handler", in.ReplayParked(ctx, x, nil)},
+		{"purge: nil ctx", in.PurgeParked(nilCtx, x)},
+		{"purge: empty id", in.PurgeParked(ctx, inbox.ParkedID{})},
+		{"purge: negative offset", in.PurgeParked(ctx, inbox.ParkedID{Topic: "t", Offset: -1})},
+		{"parse: no offset", func() error { _, err := inbox.ParseParkedID("t/1"); return err }()},
 		{"purge older: nil ctx", func() error { _, err := in.PurgeParkedOlderThan(nilCtx, time.Hour); return err }()},
 		{"purge older: zero retention", func() error { _, err := in.PurgeParkedOlderThan(ctx, 0); return err }()},
 		{"purge older: negative retention", func() error { _, err := in.PurgeParkedOlderThan(ctx, -time.Hour); return err }()},
@@ -314,5 +322,15 @@ func TestParkedBadInput(t *testing.T) {
 				t.Errorf("%v, want ErrInvalid", tc.err)
 			}
 		})
+	}
+}
+
+// ParseParkedID reads back what ParkedID.String writes, the Key of
+// EventParked.
+func TestParseParkedID(t *testing.T) {
+	id := inbox.ParkedID{Topic: "orders.v2", Partition: 3, Offset: 1 << 40}
+	got, err := inbox.ParseParkedID(id.String())
+	if err != nil || got != id || id.String() != "orders.v2/3@1099511627776" {
+		t.Fatalf("ParseParkedID(%q) = %v, %v; want %v", id.String(), got, err, id)
 	}
 }

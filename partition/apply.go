@@ -15,6 +15,7 @@ import (
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/handlerpanic"
+	"github.com/nolock/nolock/internal/kafkapark"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/observe"
 )
@@ -174,6 +175,22 @@ func (e *PanicError) Error() string {
 }
 
 func newPanicError(value any, stack []byte) error { return &PanicError{value, stack} }
+
+// HandlerError is a Handler's failure: Err is what it returned (or a
+// *PanicError), Msg the first message of the batch it failed on. A batch
+// of several that fails is split, so the error a message is parked with
+// names that message. ReplayParked returns one; EventRetry and EventParked
+// carry one as Err.
+type HandlerError struct {
+	Msg kafka.Message
+	Err error
+}
+
+func (e *HandlerError) Error() string {
+	return fmt.Sprintf("partition: handler failed on %s: %v", kafkapark.EventKey(e.Msg.Topic, e.Msg.Partition, e.Msg.Offset), e.Err)
+}
+
+func (e *HandlerError) Unwrap() error { return e.Err }
 
 // callHandler runs h, turning a panic into a *PanicError: the handler runs
 // on a kafka-go goroutine, where an unrecovered panic ends the process.

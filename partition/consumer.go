@@ -84,7 +84,7 @@ type Consumer struct {
 	handler     Handler       // Run's
 	events      *notify.Queue // Run's, nil without an observer
 	sql         statements
-	parked      parkedStatements
+	parked      kafkapark.Store
 	idleTimeout string // BatchTimeout in ms, for set_config
 	log         *slog.Logger
 	retry       backoff.Policy
@@ -131,7 +131,7 @@ func New(db DB, brokers []string, group string, topics []string, opts ...Option)
 		pg:          new(pgerr.Committer),
 		cfg:         cfg,
 		sql:         newStatements(cfg.Table),
-		parked:      newParkedStatements(cfg.Table),
+		parked:      kafkapark.NewStore(cfg.Table + parkedSuffix),
 		idleTimeout: strconv.FormatInt(cfg.BatchTimeout.Milliseconds(), 10),
 		log:         log.With("group", cfg.GroupID),
 		retry:       backoff.Policy{Base: 10 * time.Millisecond, Cap: time.Second},

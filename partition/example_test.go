@@ -194,7 +194,7 @@ func TestExamples(t *testing.T) {
 		{"Consumer_ReplayParked", parkForReplay, ExampleConsumer_ReplayParked, `transfers/0@7 key acct-1, 10 attempts: account acct-1 is frozen
   replayed
 transfers/0@8 key acct-1, 10 attempts: account acct-1 is frozen
-  still parked: partition: replay transfers/0@8: handler: strconv.ParseInt: parsing "ten": invalid syntax
+  still parked: partition: handler failed on transfers/0@8: strconv.ParseInt: parsing "ten": invalid syntax
   purged
 acct-1 balance: 125
 `},

@@ -97,6 +97,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/kafkaerr"
+	"github.com/nolock/nolock/internal/kafkapark"
 	"github.com/nolock/nolock/internal/pgerr"
 )
 
@@ -136,7 +137,7 @@ var schemaSQL string
 
 // statements holds the package's SQL for one table, quoted once.
 type statements struct {
-	schema, lock, bump, fence, read, park, isParked string
+	schema, lock, bump, fence, read, replayLock string
 }
 
 // idle sets the transaction's idle_in_transaction_session_timeout (the
@@ -152,10 +153,9 @@ const idle = `WITH idle AS (SELECT set_config('idle_in_transaction_session_timeo
 
 func newStatements(table string) statements {
 	t := pgx.Identifier{table}.Sanitize()
-	parked := pgx.Identifier{table + parkedSuffix}.Sanitize()
 	const key = `group_id = $1 AND topic = $2 AND partition_id = $3`
 	return statements{
-		schema: strings.NewReplacer("{{table}}", t, "{{parked}}", parked).Replace(schemaSQL),
+		schema: strings.ReplaceAll(schemaSQL, "{{table}}", t) + kafkapark.NewStore(table+parkedSuffix).Schema(),
 		lock: idle + `INSERT INTO ` + t + ` AS p (group_id, topic, partition_id) SELECT $1, $2, $3 FROM idle
 ON CONFLICT (group_id, topic, partition_id) DO UPDATE SET epoch = p.epoch
 RETURNING p.epoch, p.generation, p.member_id, p.next_offset`,
@@ -165,9 +165,11 @@ WHERE ` + key + ` RETURNING epoch, next_offset`,
 WHERE ` + key + ` AND epoch = $5 AND next_offset IS NOT DISTINCT FROM $6
   AND set_config('idle_in_transaction_session_timeout', $4::text, true) IS NOT NULL`,
 		read: `SELECT epoch, next_offset FROM ` + t + ` WHERE ` + key,
-		park: `INSERT INTO ` + parked + ` (group_id, topic, partition_id, "offset", key, value, headers, error, attempts, epoch)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING`,
-		isParked: `SELECT EXISTS (SELECT 1 FROM ` + parked + ` WHERE ` + key + ` AND "offset" = $4)`,
+		// replayLock takes the partition's row lock, as a batch's fence
+		// and a claim do, so a replay runs between the owner's batches,
+		// never beside one: the partition keeps one writer at a time. It
+		// also sets the frozen-owner timeout, as they do.
+		replayLock: idle + `SELECT 1 FROM ` + t + ` AS p, idle WHERE ` + key + ` FOR NO KEY UPDATE OF p`,
 	}
 }
 

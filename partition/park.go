@@ -63,14 +63,13 @@ func (c *Consumer) park(runCtx context.Context, cl Claim, prev *int64, m kafka.M
 		return false, !errors.Is(err, ErrFenced) && (ctx.Err() != nil || transient(err, tx)), err
 	}
 	if outcome == fenceApplied {
-		err := tx.QueryRow(ctx, c.sql.isParked, cl.GroupID, cl.Topic, cl.Partition, m.Offset).Scan(&parked)
+		parked, err := c.parked.Exists(ctx, tx, cl.GroupID, kafkapark.ID{Topic: cl.Topic, Partition: cl.Partition, Offset: m.Offset})
 		if err != nil {
 			return false, true, errfmt.Errorf("partition: park %s at offset %d: %w", cl, m.Offset, err)
 		}
 		return parked, false, nil
 	}
-	if _, err := tx.Exec(ctx, c.sql.park, cl.GroupID, cl.Topic, cl.Partition, m.Offset, m.Key, m.Value,
-		kafkapark.HeadersJSON(m.Headers), kafkapark.Text(ex.err.Error()), ex.attempts, cl.Epoch); err != nil {
+	if err := c.parked.Park(ctx, tx, cl.GroupID, m, ex.err, ex.attempts, cl.Epoch, ""); err != nil {
 		return false, ctx.Err() != nil || transient(err, tx), errfmt.Errorf("partition: park %s at offset %d: %w", cl, m.Offset, err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -3,10 +3,7 @@ package partition
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nolock/nolock/internal/errfmt"
 
@@ -27,15 +24,28 @@ var ErrNotParked = errors.New("partition: no such parked message")
 var ErrAmbiguousCommit = errors.New("partition: commit outcome unknown")
 
 // ParkedID names a parked message: its position in Kafka. The Consumer's
-// GroupID completes the key.
+// group completes the key. inbox.ParkedID is the same position, in the
+// same text.
 type ParkedID struct {
 	Topic     string
 	Partition int
 	Offset    int64
 }
 
-// String is "topic/partition@offset".
-func (id ParkedID) String() string { return fmt.Sprintf("%s/%d@%d", id.Topic, id.Partition, id.Offset) }
+// String is "topic/partition@offset", the Key of EventParked; ParseParkedID
+// reads it back.
+func (id ParkedID) String() string { return kafkapark.ID(id).String() }
+
+// ParseParkedID reads a ParkedID from its String, for an operator's
+// command: "topic/partition@offset" with a non-empty topic and decimal,
+// non-negative numbers. Anything else is ErrInvalid.
+func ParseParkedID(s string) (ParkedID, error) {
+	id, err := kafkapark.Parse(s)
+	if err != nil {
+		return ParkedID{}, invalid("parked id: %v", err)
+	}
+	return ParkedID(id), nil
+}
 
 // Parked is a parked message as stored in the parked table.
 type Parked struct {
@@ -57,31 +67,8 @@ type Parked struct {
 	ParkedAt time.Time
 }
 
-// parkedStatements is the SQL of the operator's calls on parked messages.
-type parkedStatements struct {
-	list, lock, take, failed, purge, purgeOlder string
-}
-
-func newParkedStatements(table string) parkedStatements {
-	t := pgx.Identifier{table}.Sanitize()
-	parked := pgx.Identifier{table + parkedSuffix}.Sanitize()
-	const key = `group_id = $1 AND topic = $2 AND partition_id = $3`
-	const cols = `topic, partition_id, "offset", key, value, headers, error, attempts, epoch, parked_at`
-	return parkedStatements{
-		list: `SELECT ` + cols + ` FROM ` + parked + `
-WHERE group_id = $1 AND (topic, partition_id, "offset") > ($2, $3, $4)
-ORDER BY topic, partition_id, "offset" LIMIT $5`,
-		// lock takes the partition's row lock, as a batch's fence and a
-		// claim do, so a replay runs between the owner's batches, never
-		// beside one: the partition keeps one writer at a time. It also
-		// sets the frozen-owner timeout, as they do.
-		lock: idle + `SELECT 1 FROM ` + t + ` AS p, idle WHERE ` + key + ` FOR NO KEY UPDATE OF p`,
-		// take deletes the row, holding its lock until the replay ends.
-		take:       `DELETE FROM ` + parked + ` WHERE ` + key + ` AND "offset" = $4 RETURNING ` + cols,
-		failed:     `UPDATE ` + parked + ` SET error = $5, attempts = attempts + 1 WHERE ` + key + ` AND "offset" = $4`,
-		purge:      `DELETE FROM ` + parked + ` WHERE ` + key + ` AND "offset" = $4`,
-		purgeOlder: `DELETE FROM ` + parked + ` WHERE group_id = $1 AND parked_at < now() - $2::interval`,
-	}
+func parkedOf(r kafkapark.Row) Parked {
+	return Parked{ID: ParkedID(r.ID), Msg: r.Msg, Error: r.Error, Attempts: r.Attempts, Epoch: r.Epoch, ParkedAt: r.ParkedAt}
 }
 
 // ListParked returns up to limit of the group's parked messages whose
@@ -105,37 +92,41 @@ func (c *Consumer) ListParked(ctx context.Context, after ParkedID, limit int) ([
 		return nil, errfmt.Errorf("partition: list parked: begin: %w", err)
 	}
 	defer rollback(tx)
-	rows, err := tx.Query(ctx, c.parked.list, c.cfg.GroupID, after.Topic, after.Partition, after.Offset, limit)
+	rows, err := c.parked.List(ctx, tx, c.cfg.GroupID, kafkapark.ID(after), limit)
 	if err != nil {
 		return nil, errfmt.Errorf("partition: list parked: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, scanParked)
-	if err != nil {
-		return nil, errfmt.Errorf("partition: list parked: %w", err)
+	out := make([]Parked, len(rows))
+	for i, r := range rows {
+		out[i] = parkedOf(r)
 	}
 	return out, nil
 }
 
 // ReplayParked runs h on the parked message id, alone, in one transaction
-// that takes the message off the parked table with h's effect: they commit together or not at all. So a parked
-// message is applied at most once by replays, however many run at once: a
-// concurrent replay of the same id waits for this one's transaction and
-// then, if it committed, returns ErrNotParked.
+// that takes the message off the parked table with h's effect: they commit
+// together or not at all. So a parked message is applied at most once by
+// replays, however many run at once: a concurrent replay of the same id
+// waits for this one's transaction and then, if it committed, returns
+// ErrNotParked.
 //
 // The transaction first takes the partition's row lock, so the replay runs
 // between the partition owner's batches, never beside one (it may wait for
 // the batch in flight). It is the operator's write, not the owner's: it
 // does not check or change the epoch or the stored offset, and it applies
 // the message after the partition's later messages, out of offset order.
-// h's ctx is ctx bounded by the batch timeout and carries no Claim
-// (FromContext reports false). ReplayParked does no Kafka I/O.
+// The transaction is bounded as a batch is (WithBatchTimeout: h's ctx ends
+// then, and the server ends a transaction left idle that long); h's ctx
+// carries no Claim (FromContext reports false). ReplayParked does no
+// Kafka I/O.
 //
 // If h fails (or panics: a *PanicError), nothing of the replay commits,
 // the message stays parked with its Error set to h's and its Attempts
-// counted, and the returned error wraps h's. A commit whose outcome is
-// unknown returns ErrAmbiguousCommit. An unknown id is ErrNotParked; a nil
-// ctx or h, or an id no message can have (empty topic, negative partition
-// or offset) is ErrInvalid, before any I/O.
+// counted, and the error returned is a *HandlerError wrapping h's. A
+// commit whose outcome is unknown returns ErrAmbiguousCommit: replay
+// again, which either applies it or reports ErrNotParked. An unknown id is
+// ErrNotParked; a nil ctx or h, or an id no message can have (empty topic,
+// negative partition or offset) is ErrInvalid, before any I/O.
 func (c *Consumer) ReplayParked(ctx context.Context, id ParkedID, h Handler) error {
 	switch {
 	case ctx == nil:
@@ -146,63 +137,49 @@ func (c *Consumer) ReplayParked(ctx context.Context, id ParkedID, h Handler) err
 	if err := id.check("id"); err != nil {
 		return err
 	}
-	p, err := c.replay(ctx, id, h)
-	if err == nil || p == nil {
+	err := c.replay(ctx, id, h)
+	var he *HandlerError
+	if !errors.As(err, &he) {
 		return err
 	}
 	// The replay rolled back: the message is still parked. Say why there.
-	if ferr := c.recordReplayFailure(ctx, id, err); ferr != nil {
-		return errfmt.Errorf("%w (recording the failure: %w)", err, ferr)
+	ferr := c.inTx(ctx, func(tx pgx.Tx) error { return c.parked.Failed(ctx, tx, c.cfg.GroupID, kafkapark.ID(id), he.Err) })
+	if ferr != nil {
+		return errfmt.Errorf("%w (recording the failure: %w)", he, ferr)
 	}
-	return err
+	return he
 }
 
-// replay runs one replay transaction. It returns the parked message with
-// the error when the Handler failed, and nil with any other error.
-func (c *Consumer) replay(ctx context.Context, id ParkedID, h Handler) (*Parked, error) {
+// replay runs one replay transaction; a Handler's failure is a
+// *HandlerError.
+func (c *Consumer) replay(ctx context.Context, id ParkedID, h Handler) error {
 	tctx, cancel := context.WithTimeout(ctx, c.cfg.BatchTimeout)
 	defer cancel()
 	tx, err := c.pg.Begin(tctx, c.db)
 	if err != nil {
-		return nil, errfmt.Errorf("partition: replay %s: begin: %w", id, err)
+		return errfmt.Errorf("partition: replay %s: begin: %w", id, err)
 	}
 	defer rollback(tx)
-	if _, err := tx.Exec(tctx, c.parked.lock, c.cfg.GroupID, id.Topic, id.Partition, c.idleTimeout); err != nil {
-		return nil, errfmt.Errorf("partition: replay %s: lock the partition: %w", id, err)
+	if _, err := tx.Exec(tctx, c.sql.replayLock, c.cfg.GroupID, id.Topic, id.Partition, c.idleTimeout); err != nil {
+		return errfmt.Errorf("partition: replay %s: lock the partition: %w", id, err)
 	}
-	rows, err := tx.Query(tctx, c.parked.take, c.cfg.GroupID, id.Topic, id.Partition, id.Offset)
-	if err != nil {
-		return nil, errfmt.Errorf("partition: replay %s: %w", id, err)
-	}
-	p, err := pgx.CollectExactlyOneRow(rows, scanParked)
+	r, err := c.parked.Take(tctx, tx, c.cfg.GroupID, kafkapark.ID(id))
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil, errfmt.Errorf("partition: replay %s: %w", id, ErrNotParked)
+	case errors.Is(err, kafkapark.ErrNotParked):
+		return errfmt.Errorf("partition: replay %s: %w", id, ErrNotParked)
 	case err != nil:
-		return nil, errfmt.Errorf("partition: replay %s: %w", id, err)
+		return errfmt.Errorf("partition: replay %s: %w", id, err)
 	}
-	if err := callHandler(tctx, h, tx.Handed(), []kafka.Message{p.Msg}); err != nil {
+	msgs := []kafka.Message{r.Msg}
+	if err := callHandler(tctx, h, tx.Handed(), msgs); err != nil {
 		tx.Learn(err)
-		return &p, errfmt.Errorf("partition: replay %s: handler: %w", id, err)
+		return &HandlerError{Msg: r.Msg, Err: err}
 	}
 	if err := tx.Commit(tctx); err != nil {
 		if pgerr.Ambiguous(err) {
-			return nil, errfmt.Errorf("partition: replay %s: %w: %w", id, ErrAmbiguousCommit, err)
+			return errfmt.Errorf("partition: replay %s: %w: %w", id, ErrAmbiguousCommit, err)
 		}
-		return nil, errfmt.Errorf("partition: replay %s: commit: %w", id, err)
-	}
-	return nil, nil
-}
-
-// recordReplayFailure stores a failed replay's error and counts it as an
-// attempt, on the row it left parked.
-func (c *Consumer) recordReplayFailure(ctx context.Context, id ParkedID, cause error) error {
-	err := c.inTx(ctx, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, c.parked.failed, c.cfg.GroupID, id.Topic, id.Partition, id.Offset, kafkapark.Text(cause.Error()))
-		return err
-	})
-	if err != nil {
-		return errfmt.Errorf("partition: replay %s: recording the failure: %w", id, err)
+		return errfmt.Errorf("partition: replay %s: commit: %w", id, err)
 	}
 	return nil
 }
@@ -218,16 +195,15 @@ func (c *Consumer) PurgeParked(ctx context.Context, id ParkedID) error {
 	if err := id.check("id"); err != nil {
 		return err
 	}
-	var n int64
-	err := c.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, c.parked.purge, c.cfg.GroupID, id.Topic, id.Partition, id.Offset)
-		n = tag.RowsAffected()
+	var found bool
+	err := c.inTx(ctx, func(tx pgx.Tx) (err error) {
+		found, err = c.parked.Purge(ctx, tx, c.cfg.GroupID, kafkapark.ID(id))
 		return err
 	})
 	switch {
 	case err != nil:
 		return errfmt.Errorf("partition: purge parked %s: %w", id, err)
-	case n == 0:
+	case !found:
 		return errfmt.Errorf("partition: purge parked %s: %w", id, ErrNotParked)
 	}
 	return nil
@@ -245,11 +221,9 @@ func (c *Consumer) PurgeParkedOlderThan(ctx context.Context, retention time.Dura
 	if retention <= 0 {
 		return 0, invalid("retention %v is not positive", retention)
 	}
-	iv := fmt.Sprintf("%d microseconds", retention.Microseconds())
 	var n int64
-	err := c.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, c.parked.purgeOlder, c.cfg.GroupID, iv)
-		n = tag.RowsAffected()
+	err := c.inTx(ctx, func(tx pgx.Tx) (err error) {
+		n, err = c.parked.PurgeOlder(ctx, tx, c.cfg.GroupID, retention)
 		return err
 	})
 	if err != nil {
@@ -280,31 +254,8 @@ func (c *Consumer) inTx(ctx context.Context, f func(pgx.Tx) error) error {
 
 // check refuses a position no message can have.
 func (id ParkedID) check(name string) error {
-	switch {
-	case id.Topic == "":
-		return invalid("%s: topic is empty", name)
-	case !utf8.ValidString(id.Topic) || strings.IndexByte(id.Topic, 0) >= 0:
-		return invalid("%s: topic %q is not UTF-8 without NUL", name, id.Topic)
-	case id.Partition < 0:
-		return invalid("%s: partition %d is negative", name, id.Partition)
-	case id.Offset < 0:
-		return invalid("%s: offset %d is negative", name, id.Offset)
+	if err := kafkapark.ID(id).Check(); err != nil {
+		return invalid("%s: %v", name, err)
 	}
 	return nil
-}
-
-// scanParked reads one parked row.
-func scanParked(row pgx.CollectableRow) (Parked, error) {
-	var p Parked
-	var headers []byte
-	err := row.Scan(&p.Msg.Topic, &p.Msg.Partition, &p.Msg.Offset, &p.Msg.Key, &p.Msg.Value,
-		&headers, &p.Error, &p.Attempts, &p.Epoch, &p.ParkedAt)
-	if err != nil {
-		return Parked{}, err
-	}
-	p.ID = ParkedID{Topic: p.Msg.Topic, Partition: p.Msg.Partition, Offset: p.Msg.Offset}
-	if p.Msg.Headers, err = kafkapark.HeadersFromJSON(headers); err != nil {
-		return Parked{}, errfmt.Errorf("parked %s: headers: %w", p.ID, err)
-	}
-	return p, nil
 }

@@ -16,20 +16,3 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     claimed_at   timestamptz,
     PRIMARY KEY (group_id, topic, partition_id)
 ) WITH (fillfactor = 70);
--- Messages parked after failing MaxAttempts times on their own: each row
--- committed in the same transaction that moved the partition's next_offset
--- past the message, under the worker's epoch. Kept until an operator acts.
-CREATE TABLE IF NOT EXISTS {{parked}} (
-    group_id     text        NOT NULL,
-    topic        text        NOT NULL,
-    partition_id integer     NOT NULL,
-    "offset"     bigint      NOT NULL,
-    key          bytea,
-    value        bytea,
-    headers      jsonb       NOT NULL,
-    error        text        NOT NULL,
-    attempts     integer     NOT NULL,
-    epoch        bigint      NOT NULL,
-    parked_at    timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (group_id, topic, partition_id, "offset")
-);

@@ -52,7 +52,7 @@ func BenchmarkConsume(b *testing.B) {
 		b.Run(fmt.Sprintf("inbox/batch=%d", batch), func(b *testing.B) {
 			pool, r := consumeSetup(b)
 			defer r.Close()
-			in, err := inbox.New(pool, "bench")
+			in, err := inbox.New(pool, "bench", inbox.WithMaxBatch(batch), inbox.WithBatchWait(5*time.Millisecond))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -65,7 +65,7 @@ func BenchmarkConsume(b *testing.B) {
 			b.ResetTimer()
 			start := time.Now()
 			go func() {
-				done <- in.Run(ctx, cr, record, inbox.WithMaxBatch(batch), inbox.WithBatchWait(5*time.Millisecond))
+				done <- in.Run(ctx, cr, record)
 			}()
 			for cr.committed.Load() < int64(b.N) { // offsets are committed after the transaction
 				time.Sleep(time.Millisecond)

@@ -32,7 +32,8 @@ func TestBrokerRestart(t *testing.T) {
 	k := testenv.Kafka3(t)
 	pool, _ := testenv.PostgresSchema(t, 12)
 	warnings := &logWriter{t: t} // what Run logs: the Kafka errors it rides out
-	in := newInbox(t, pool, inbox.WithLogger(slog.New(slog.NewTextHandler(warnings, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	in := newInbox(t, pool, inbox.WithLogger(slog.New(slog.NewTextHandler(warnings, &slog.HandlerOptions{Level: slog.LevelWarn}))),
+		inbox.WithMaxBatch(10), inbox.WithBatchWait(20*time.Millisecond), inbox.WithBackoff(20*time.Millisecond, time.Second))
 	const partitions = 4
 	rounds := testenv.Trials(2, 10)
 	topic := k.CreateTopic(partitions)
@@ -52,7 +53,7 @@ func TestBrokerRestart(t *testing.T) {
 		r := groupReader(brokers, topic, group)
 		go func() {
 			defer r.Close()
-			done <- in.Run(ctx, r, h, inbox.WithMaxBatch(10), inbox.WithBatchWait(20*time.Millisecond), inbox.WithBackoff(20*time.Millisecond, time.Second))
+			done <- in.Run(ctx, r, h)
 		}()
 	}
 	t.Cleanup(func() { // the Runs end before the test does, also when it fails

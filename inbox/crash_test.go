@@ -26,7 +26,8 @@ func TestRunSurvivesServerCrash(t *testing.T) {
 	srv := testenv.PostgresServer(t)
 	pool := testenv.Pool(t, srv.DSN(), 8)
 	var retries lineCounter // Run's warnings about failed batches it retries
-	in := newInbox(t, pool, inbox.WithLogger(slog.New(slog.NewTextHandler(&retries, nil))))
+	in := newInbox(t, pool, inbox.WithLogger(slog.New(slog.NewTextHandler(&retries, nil))),
+		inbox.WithMaxBatch(8), inbox.WithBatchWait(20*time.Millisecond), inbox.WithBackoff(10*time.Millisecond, 200*time.Millisecond))
 	brokers, topic := testenv.Topic(t, 1)
 	const n = 600
 	ids := make([]string, n)
@@ -53,7 +54,7 @@ func TestRunSurvivesServerCrash(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- in.Run(ctx, r, h, inbox.WithMaxBatch(8), inbox.WithBatchWait(20*time.Millisecond), inbox.WithBackoff(10*time.Millisecond, 200*time.Millisecond))
+		done <- in.Run(ctx, r, h)
 	}()
 	applied := func() int { // -1 while the server is down
 		var k int

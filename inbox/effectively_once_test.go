@@ -292,7 +292,7 @@ func TestChildConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	brokers, topic, group := testenv.Kafka(t), os.Getenv("INBOX_TOPIC"), os.Getenv("INBOX_GROUP")
-	in, err := inbox.New(pool, "billing")
+	in, err := inbox.New(pool, "billing", inbox.WithMaxBatch(10), inbox.WithBatchWait(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestChildConsumer(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // work: a kill at a random moment lands in a batch
 		return record(ctx, tx, m)
-	}, inbox.WithMaxBatch(10), inbox.WithBatchWait(20*time.Millisecond))
+	})
 	t.Fatalf("Run returned: %v", err)
 }
 

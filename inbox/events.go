@@ -15,7 +15,10 @@ const (
 	// Fields: Key, N (messages in the attempt), Attempt, Duration (the
 	// wait, for a batch), Err.
 	EventRetry = "inbox.retry"
-	// EventParked: a message's attempts ran out and it was parked. Fields:
-	// Key ("topic/partition@offset"), N (1), Attempt, Err.
+	// EventParked: a message's attempts ran out (or it failed Permanent, or
+	// had no identity) and it was parked. Fields: Key (its ParkedID's
+	// String, "topic/partition@offset": ParseParkedID reads it back, and
+	// ListParked shows the whole message), N (1), Attempt, Err (its last
+	// attempt's).
 	EventParked = "inbox.parked"
 )

@@ -317,7 +317,7 @@ func ExampleWithMaxBatch() {
 	group := "ledger"
 
 	consume := func(ctx context.Context) error {
-		in, err := inbox.New(pool, group) // consumer name: usually the group ID
+		in, err := inbox.New(pool, group, inbox.WithMaxBatch(100), inbox.WithBatchWait(10*time.Millisecond)) // consumer name: usually the group ID
 		if err != nil {
 			return err
 		}
@@ -333,7 +333,7 @@ func ExampleWithMaxBatch() {
 		return in.Run(ctx, r, func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
 			_, err := tx.Exec(ctx, `INSERT INTO ledger (payment, amount) VALUES ($1, $2)`, paymentID(m), amount(m))
 			return err // all work through tx
-		}, inbox.WithMaxBatch(100), inbox.WithBatchWait(10*time.Millisecond))
+		})
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -95,59 +96,18 @@ type DB interface {
 // stopped waiting (its ctx ended) runs on to its end on a goroutine of the
 // Inbox, at most pgoutcome.CommitTimeout; Close waits for those.
 type Inbox struct {
-	db       DB
-	pg       *pgerr.Committer // its writes; Close waits for their commits
-	over     pgmode.Override  // for statements on db outside a transaction
-	consumer string
-	identity Identity
-	max      int
-	hook     func(kafka.Message, error)
-	log      *slog.Logger
-	obs      observe.Observer
-	prefix   string
+	settings
+	db          DB
+	pg          *pgerr.Committer // its writes; Close waits for their commits
+	over        pgmode.Override  // for statements on db outside a transaction
+	consumer    string
+	idleTimeout string // batchTimeout in ms, for set_config
 
 	schema                                                    string
-	claimSQL, wmLockSQL, wmInitSQL, wmSetSQL                  string
+	claimSQL, wmLockSQL, wmInitSQL, wmSetSQL, idleSQL         string
 	attemptSQL, clearSQL, reapSQL, reapAttemptsSQL, recordSQL string
 	parked                                                    kafkapark.Store
 }
-
-// Option configures New.
-type Option func(*Inbox)
-
-// WithIdentity sets how messages are recognised (default ByHeader("id")).
-func WithIdentity(id Identity) Option { return func(in *Inbox) { in.identity = id } }
-
-// WithTable names the inbox's table (default "nolock_inbox"); its other
-// tables and index are named after it: name_watermarks, name_attempts,
-// name_parked and the index name_processed_at. Names are quoted, never
-// interpolated raw. The name must be 1 to 50 bytes of UTF-8 without NUL,
-// so that every name fits PostgreSQL's 63 bytes; New refuses any other.
-func WithTable(name string) Option {
-	return func(in *Inbox) { in.prefix = name }
-}
-
-// DefaultAttempts is how many failed attempts park a message unless
-// WithAttempts says otherwise; partition.DefaultAttempts is the same.
-const DefaultAttempts = 10
-
-// WithAttempts parks a message after n failed attempts (at least 1;
-// default DefaultAttempts, 10).
-func WithAttempts(n int) Option { return func(in *Inbox) { in.max = n } }
-
-// WithOnPark calls f after a message is parked, with its last error. f
-// must be safe for concurrent use.
-func WithOnPark(f func(msg kafka.Message, err error)) Option { return func(in *Inbox) { in.hook = f } }
-
-// WithLogger logs parked messages and retries (nil: discard).
-func WithLogger(l *slog.Logger) Option { return func(in *Inbox) { in.log = l } }
-
-// WithObserver reports what Process and Run do to o (EventCommitted,
-// EventDuplicate, EventRetry, EventParked: their fields are in their
-// docs): Process's on the goroutine that called it, Run's on a goroutine
-// of Run's own, in order, so a slow observer never delays a batch; nil
-// (the default) reports nothing.
-func WithObserver(o observe.Observer) Option { return func(in *Inbox) { in.obs = observe.Guard(o) } }
 
 // note reports e, named name (one of the Event constants), about msg's
 // partition ("topic/partition"), or about msg itself
@@ -171,6 +131,13 @@ func (in *Inbox) note(ctx context.Context, name string, msg kafka.Message, one b
 // queueKey carries Run's event queue in the contexts of its batches.
 type queueKey struct{}
 
+// idle sets the transaction's idle_in_transaction_session_timeout to the
+// batch timeout from within the transaction's first statement: one
+// statement, one round trip. set_config is volatile, so the CTE is not
+// inlined away; the statement's rows come from joining it.
+const idle = `WITH idle AS (SELECT set_config('idle_in_transaction_session_timeout', $%d::text, true))
+`
+
 // longestSuffix is the longest suffix New appends to the table name.
 const longestSuffix = "_processed_at"
 
@@ -181,24 +148,21 @@ var schemaSQL string
 // group ID: each consumer processes a message once). Run its CreateSchema,
 // or put its Schema in your migrations, first.
 func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
-	in := &Inbox{db: db, consumer: consumer, identity: ByHeader("id"), max: DefaultAttempts, prefix: "nolock_inbox"}
-	if err := option.Apply(opts, func(o Option) { o(in) }); err != nil {
+	in := &Inbox{db: db, consumer: consumer, settings: defaults()}
+	if err := option.Apply(opts, func(o Option) { o(&in.settings) }); err != nil {
 		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	prefix := in.prefix
+	prefix := in.table
 	switch {
 	case pgarg.NilDB(db):
 		return nil, invalid("db is nil")
-	case in.identity.bad != "":
-		return nil, invalid("%s", in.identity.bad)
 	case consumer == "":
 		return nil, invalid("consumer is empty")
 	case strings.IndexByte(consumer, 0) >= 0 || !utf8.ValidString(consumer):
 		return nil, invalid("consumer %q is not UTF-8 without NUL", consumer)
-	case in.identity.id == nil && !in.identity.watermark:
-		return nil, invalid("identity is empty: use ByHeader, ByFunc, ByOffset or ByWatermark")
-	case in.max < 1:
-		return nil, invalid("WithAttempts(%d): below 1", in.max)
+	}
+	if err := in.validate(); err != nil {
+		return nil, err
 	}
 	if err := pgarg.Ident("table prefix", prefix, len(longestSuffix)); err != nil {
 		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
@@ -218,9 +182,11 @@ func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
 	// concurrent claim of the same id waits on the unique index until the
 	// other transaction ends, then sees its row or inserts its own. Ids go
 	// in sorted order, so two batches sharing ids cannot deadlock.
-	in.claimSQL = `INSERT INTO ` + t + ` (consumer, id) SELECT $1, id FROM unnest($2::text[]) AS u(id) ORDER BY id
+	in.claimSQL = fmt.Sprintf(idle, 3) + `INSERT INTO ` + t + ` (consumer, id) SELECT $1, id FROM unnest($2::text[]) AS u(id), idle ORDER BY id
 ON CONFLICT DO NOTHING RETURNING id`
-	in.wmInitSQL = `INSERT INTO ` + wm + ` (consumer, topic, partition, next) VALUES ($1, $2, $3, 0) ON CONFLICT DO NOTHING`
+	in.wmInitSQL = fmt.Sprintf(idle, 4) + `INSERT INTO ` + wm + ` (consumer, topic, partition, next) SELECT $1, $2, $3, 0 FROM idle ON CONFLICT DO NOTHING`
+	in.idleSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1::text, true)`
+	in.idleTimeout = strconv.FormatInt(in.batchTimeout.Milliseconds(), 10)
 	in.wmLockSQL = `SELECT next FROM ` + wm + ` WHERE consumer = $1 AND topic = $2 AND partition = $3 FOR UPDATE`
 	in.wmSetSQL = `UPDATE ` + wm + ` SET next = $4 WHERE consumer = $1 AND topic = $2 AND partition = $3`
 	in.attemptSQL = `INSERT INTO ` + att + ` AS a (consumer, id, attempts, last_error) VALUES ($1, $2, 1, $3)

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
@@ -19,6 +20,8 @@ func TestMain(m *testing.M) {
 // unique constraint: a double apply shows as two rows).
 func newInbox(t *testing.T, pool *pgxpool.Pool, opts ...inbox.Option) *inbox.Inbox {
 	t.Helper()
+	// Fast retries unless the test says otherwise.
+	opts = append([]inbox.Option{inbox.WithBackoff(time.Millisecond, 5*time.Millisecond)}, opts...)
 	in, err := inbox.New(pool, "billing", opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -17,8 +17,11 @@ import (
 // (so it never runs again) and keeps it in the parked table, in one
 // transaction, then calls the hook. A message found processed meanwhile
 // (another member applied it, or it was parked before) is not parked
-// again. It reports whether msg is done with.
+// again. It reports whether msg is done with. It is bounded by the batch
+// timeout.
 func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error) (parked bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, in.batchTimeout)
+	defer cancel()
 	id, idErr := in.id(msg)
 	if idErr != nil {
 		// A message without an identity cannot be deduplicated: park it,
@@ -30,7 +33,7 @@ func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error) (park
 	if err := in.db.QueryRow(ctx, in.attemptSQL, in.over.Args(in.consumer, id, kafkapark.Text(cause.Error()))...).Scan(&attempts); err != nil {
 		return false, errfmt.Errorf("inbox: count attempt: %w", err)
 	}
-	if !IsPermanent(cause) && idErr == nil && attempts < in.max {
+	if !IsPermanent(cause) && idErr == nil && attempts < in.attempts {
 		in.log.Warn("inbox: handler failed; will retry", "topic", msg.Topic, "partition", msg.Partition, "offset", msg.Offset, "attempt", attempts, "err", cause)
 		in.note(ctx, EventRetry, msg, false, observe.Event{N: 1, Attempt: attempts, Err: cause})
 		return false, nil
@@ -58,8 +61,5 @@ func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error) (park
 	}
 	in.log.Error("inbox: message parked", "topic", msg.Topic, "partition", msg.Partition, "offset", msg.Offset, "attempts", attempts, "err", cause)
 	in.note(ctx, EventParked, msg, true, observe.Event{N: 1, Attempt: attempts, Err: cause})
-	if in.hook != nil {
-		in.hook(msg, cause)
-	}
 	return true, nil
 }

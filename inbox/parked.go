@@ -106,7 +106,9 @@ func (in *Inbox) ListParked(ctx context.Context, after ParkedID, limit int) ([]P
 // commit together or not at all. So a parked message is applied at most
 // once by replays, however many run at once: a concurrent replay of the
 // same id waits for this one's transaction and then, if it committed,
-// returns ErrNotParked.
+// returns ErrNotParked. The transaction is bounded as a batch is
+// (WithBatchTimeout: h's ctx ends then, and PostgreSQL ends a session left
+// idle in the transaction that long).
 //
 // If h fails (or panics: a *PanicError), nothing of the replay commits,
 // the message stays parked with its Error set to h's and its Attempts
@@ -128,8 +130,12 @@ func (in *Inbox) ReplayParked(ctx context.Context, id ParkedID, h Handler) error
 		return err
 	}
 	run := recovering(h)
-	tctx := ctx
+	tctx, cancel := context.WithTimeout(ctx, in.batchTimeout)
+	defer cancel()
 	err := in.inTx(tctx, func(tx *pgerr.Tx) error {
+		if _, err := tx.Exec(tctx, in.idleSQL, in.idleTimeout); err != nil {
+			return errfmt.Errorf("inbox: replay %s: %w", id, err)
+		}
 		r, err := in.parked.Take(tctx, tx, in.consumer, kafkapark.ID(id))
 		switch {
 		case errors.Is(err, kafkapark.ErrNotParked):

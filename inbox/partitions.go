@@ -29,9 +29,8 @@ type partitions struct {
 	in        *Inbox
 	r         Reader
 	h         Handler
-	cfg       runConfig
-	run, work context.Context
-	serial    *sync.Mutex // one batch at a time, for a DB that is one connection
+	run, work context.Context // work keeps run's values, not its end
+	serial    *sync.Mutex     // one batch at a time, for a DB that is one connection
 
 	queues map[topicPartition]chan kafka.Message
 	wg     sync.WaitGroup
@@ -58,7 +57,7 @@ func (p *partitions) dispatch() error {
 			}
 			failures++
 			p.in.log.Warn("inbox: fetch failed; retrying", "attempt", failures, "err", err)
-			if backoff.Sleep(p.run, p.cfg.retry.Delay(failures+1)) != nil {
+			if backoff.Sleep(p.run, p.in.retry.Delay(failures+1)) != nil {
 				return nil
 			}
 			continue
@@ -67,7 +66,7 @@ func (p *partitions) dispatch() error {
 		k := topicPartition{m.Topic, m.Partition}
 		q, ok := p.queues[k]
 		if !ok {
-			q = make(chan kafka.Message, max(partitionBuffer, 2*p.cfg.batch))
+			q = make(chan kafka.Message, max(partitionBuffer, 2*p.in.maxBatch))
 			p.queues[k] = q
 			p.wg.Add(1)
 			go p.consume(q)
@@ -81,8 +80,8 @@ func (p *partitions) dispatch() error {
 }
 
 // consume processes one partition's messages in order, a batch per
-// transaction, until run ends; then it finishes the batch in flight
-// (within the shutdown timeout) and leaves the queued messages for
+// transaction, until run ends; then it lets the attempt in flight end
+// (within the batch timeout), retries nothing, and leaves the rest for
 // redelivery.
 func (p *partitions) consume(q <-chan kafka.Message) {
 	defer p.wg.Done()
@@ -107,10 +106,12 @@ func (p *partitions) consume(q <-chan kafka.Message) {
 		}
 		var err error
 		if len(apply) > 0 {
-			err = p.in.handle(p.work, apply, p.h, p.cfg.retry)
+			err = p.in.handle(p.run, p.work, apply, p.h)
 		}
 		if err == nil {
-			err = p.r.CommitMessages(p.work, batch...)
+			cctx, cancel := context.WithTimeout(p.work, p.in.batchTimeout)
+			err = p.r.CommitMessages(cctx, batch...)
+			cancel()
 			if err != nil && p.run.Err() == nil {
 				// The effects are recorded; a lost commit only means a
 				// redelivery, which the inbox skips.
@@ -147,7 +148,7 @@ func (p *partitions) committed(f *kafkatxn.Filter, batch []kafka.Message) ([]kaf
 				return nil, false
 			}
 			p.in.log.Warn("inbox: classifying a record failed; retrying", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset, "attempt", attempt, "err", err)
-			if backoff.Sleep(p.run, p.cfg.retry.Delay(attempt+1)) != nil {
+			if backoff.Sleep(p.run, p.in.retry.Delay(attempt+1)) != nil {
 				return nil, false
 			}
 		}
@@ -155,8 +156,10 @@ func (p *partitions) committed(f *kafkatxn.Filter, batch []kafka.Message) ([]kaf
 	return apply, true
 }
 
-// take waits for one message of q, then takes up to batch-1 more that are
-// queued or arrive within linger. It returns nil once run ended.
+// take waits for one message of q, then takes up to maxBatch-1 more that
+// are queued, or that arrive within batchWait while Kafka reported more
+// (the last message's offset is below its high-water mark). It returns nil
+// once run ended.
 func (p *partitions) take(q <-chan kafka.Message) []kafka.Message {
 	var first kafka.Message
 	select {
@@ -165,16 +168,27 @@ func (p *partitions) take(q <-chan kafka.Message) []kafka.Message {
 		return nil
 	}
 	batch := []kafka.Message{first}
-	if p.cfg.batch == 1 {
-		return batch
-	}
-	linger := time.NewTimer(p.cfg.linger)
-	defer linger.Stop()
-	for len(batch) < p.cfg.batch {
+	var wait <-chan time.Time
+	for len(batch) < p.in.maxBatch {
 		select {
 		case m := <-q:
 			batch = append(batch, m)
-		case <-linger.C:
+			continue
+		default:
+		}
+		last := batch[len(batch)-1]
+		if last.Offset+1 >= last.HighWaterMark || p.in.batchWait == 0 {
+			return batch // the known backlog is read
+		}
+		if wait == nil {
+			t := time.NewTimer(p.in.batchWait)
+			defer t.Stop()
+			wait = t.C
+		}
+		select {
+		case m := <-q:
+			batch = append(batch, m)
+		case <-wait:
 			return batch
 		case <-p.run.Done():
 			return batch

@@ -26,7 +26,10 @@ type Outcome struct {
 
 // Process records msgs and runs h for each new one, in order, all in ONE
 // transaction: either every new message's effect and record commit, or
-// none does. A message already recorded is skipped and counted as a
+// none does. The transaction is bounded by the batch timeout
+// (WithBatchTimeout): h's ctx ends then, and PostgreSQL ends a session
+// left idle in the transaction that long; h's failure to finish in time is
+// a *HandlerError. A message already recorded is skipped and counted as a
 // duplicate. On a handler error the transaction rolls back and the error
 // is returned as a *HandlerError (with the message's position); nothing is
 // recorded, so the batch can be retried. A handler error on a connection
@@ -54,9 +57,11 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 	}
 	var out Outcome
 	start := time.Now()
-	err := in.inTx(ctx, func(tx *pgerr.Tx) error {
+	bctx, cancel := context.WithTimeout(ctx, in.batchTimeout)
+	defer cancel()
+	err := in.inTx(bctx, func(tx *pgerr.Tx) error {
 		out = Outcome{}
-		fresh, err := in.claim(ctx, tx, msgs, ids)
+		fresh, err := in.claim(bctx, tx, msgs, ids)
 		if err != nil {
 			return err
 		}
@@ -65,9 +70,9 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 				out.Duplicates++
 				continue
 			}
-			if err := h(ctx, tx.Handed(), m); err != nil {
+			if err := h(bctx, tx.Handed(), m); err != nil {
 				tx.Learn(err)
-				if tx.Conn().IsClosed() && !ownDeadline(ctx, err) {
+				if tx.Conn().IsClosed() && bctx.Err() == nil && !ownDeadline(bctx, err) {
 					// The connection died under the handler: the
 					// database's trouble, not the message's.
 					return &connLostError{errfmt.Errorf("inbox: message %d (%s/%d@%d): connection lost: %w", i, m.Topic, m.Partition, m.Offset, err)}
@@ -109,7 +114,7 @@ func (in *Inbox) claim(ctx context.Context, tx pgx.Tx, msgs []kafka.Message, ids
 	if in.identity.watermark {
 		return fresh, in.claimWatermarks(ctx, tx, msgs, fresh)
 	}
-	rows, err := tx.Query(ctx, in.claimSQL, in.consumer, ids)
+	rows, err := tx.Query(ctx, in.claimSQL, in.consumer, ids, in.idleTimeout)
 	if err != nil {
 		return nil, errfmt.Errorf("inbox: claim: %w", err)
 	}
@@ -150,7 +155,7 @@ func (in *Inbox) claimWatermarks(ctx context.Context, tx pgx.Tx, msgs []kafka.Me
 	})
 	next := map[tp]int64{}
 	for _, k := range order {
-		if _, err := tx.Exec(ctx, in.wmInitSQL, in.consumer, k.topic, k.partition); err != nil {
+		if _, err := tx.Exec(ctx, in.wmInitSQL, in.consumer, k.topic, k.partition, in.idleTimeout); err != nil {
 			return errfmt.Errorf("inbox: watermark: %w", err)
 		}
 		var n int64

@@ -43,16 +43,18 @@ func recovering(h Handler) Handler {
 // processes the messages one by one so a poison message is isolated. Other
 // failures (the database unreachable, a commit whose outcome is unknown)
 // are retried with backoff: the inbox makes a retry of a batch that did
-// commit a no-op.
-func (in *Inbox) handle(ctx context.Context, batch []kafka.Message, h Handler, retry backoff.Policy) error {
+// commit a no-op. Each attempt runs under work, bounded by the batch
+// timeout; once run ends, nothing is tried again and handle returns its
+// error.
+func (in *Inbox) handle(run, work context.Context, batch []kafka.Message, h Handler) error {
 	if len(batch) > 1 {
-		isolate, err := in.processBatch(ctx, batch, h, retry)
+		isolate, err := in.processBatch(run, work, batch, h)
 		if err != nil || !isolate {
 			return err
 		}
 	}
 	for _, m := range batch {
-		if err := in.handleOne(ctx, m, h, retry); err != nil {
+		if err := in.handleOne(run, work, m, h); err != nil {
 			return err
 		}
 	}
@@ -64,10 +66,10 @@ func (in *Inbox) handle(ctx context.Context, batch []kafka.Message, h Handler, r
 // handler twice in a row isolates the batch too: one message may be what
 // ends its connection every time, and one at a time it is counted and
 // parked (see handleOne) instead of stalling its partition.
-func (in *Inbox) processBatch(ctx context.Context, batch []kafka.Message, h Handler, retry backoff.Policy) (isolate bool, err error) {
+func (in *Inbox) processBatch(run, work context.Context, batch []kafka.Message, h Handler) (isolate bool, err error) {
 	lost := 0
 	for attempt := 1; ; attempt++ {
-		_, err := in.Process(ctx, batch, h)
+		_, err := in.Process(work, batch, h)
 		var he *HandlerError
 		var cl *connLostError
 		switch {
@@ -83,9 +85,9 @@ func (in *Inbox) processBatch(ctx context.Context, batch []kafka.Message, h Hand
 			lost = 0
 		}
 		in.log.Warn("inbox: batch failed; retrying", "attempt", attempt, "err", err)
-		delay := retry.Delay(attempt + 1)
-		in.note(ctx, EventRetry, batch[0], false, observe.Event{N: int64(len(batch)), Attempt: attempt, Duration: delay, Err: err})
-		if serr := backoff.Sleep(ctx, delay); serr != nil {
+		delay := in.retry.Delay(attempt + 1)
+		in.note(work, EventRetry, batch[0], false, observe.Event{N: int64(len(batch)), Attempt: attempt, Duration: delay, Err: err})
+		if serr := backoff.Sleep(run, delay); serr != nil {
 			return false, errfmt.Errorf("%w; last failure: %w", serr, err)
 		}
 	}
@@ -94,17 +96,17 @@ func (in *Inbox) processBatch(ctx context.Context, batch []kafka.Message, h Hand
 // handleOne processes m until it succeeds or is parked. Once it succeeds
 // after counted failures, it drops their counter (best effort: Reap drops
 // what is left).
-func (in *Inbox) handleOne(ctx context.Context, m kafka.Message, h Handler, retry backoff.Policy) error {
+func (in *Inbox) handleOne(run, work context.Context, m kafka.Message, h Handler) error {
 	counted, lost := false, 0
 	for attempt := 1; ; attempt++ {
-		_, err := in.Process(ctx, []kafka.Message{m}, h)
+		_, err := in.Process(work, []kafka.Message{m}, h)
 		var he *HandlerError
 		var cl *connLostError
 		if errors.As(err, &cl) {
 			// Once, the database's trouble; every time on this message
 			// (it ends its own backend, or idles past the server's
 			// timeout), the message's: counted, so it can be parked.
-			if lost++; lost > in.max {
+			if lost++; lost > in.attempts {
 				he = &HandlerError{Msg: m, Err: cl.error}
 				err = he
 			}
@@ -112,6 +114,8 @@ func (in *Inbox) handleOne(ctx context.Context, m kafka.Message, h Handler, retr
 		switch {
 		case err == nil:
 			if id, _ := in.id(m); counted {
+				ctx, cancel := context.WithTimeout(work, in.batchTimeout)
+				defer cancel()
 				if _, err := in.db.Exec(ctx, in.clearSQL, in.over.Args(in.consumer, id)...); err != nil {
 					in.log.Warn("inbox: clearing an attempt counter failed", "err", err)
 				}
@@ -122,7 +126,7 @@ func (in *Inbox) handleOne(ctx context.Context, m kafka.Message, h Handler, retr
 			if he != nil {
 				cause = he.Err
 			}
-			parked, ferr := in.fail(ctx, m, cause)
+			parked, ferr := in.fail(work, m, cause)
 			counted = counted || ferr == nil
 			if ferr != nil {
 				err = ferr // the database is in trouble: back off below
@@ -133,7 +137,7 @@ func (in *Inbox) handleOne(ctx context.Context, m kafka.Message, h Handler, retr
 		default:
 			in.log.Warn("inbox: message failed; retrying", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset, "attempt", attempt, "err", err)
 		}
-		if serr := backoff.Sleep(ctx, retry.Delay(attempt+1)); serr != nil {
+		if serr := backoff.Sleep(run, in.retry.Delay(attempt+1)); serr != nil {
 			return errfmt.Errorf("%w; last failure: %w", serr, err)
 		}
 	}

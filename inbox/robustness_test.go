@@ -17,6 +17,7 @@ import (
 
 	"github.com/nolock/nolock/inbox"
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 )
 
 // sliceReader hands out msgs in order, then blocks until ctx ends: Run
@@ -45,14 +46,17 @@ func (s *sliceReader) CommitMessages(context.Context, ...kafka.Message) error { 
 // minute), then stops Run.
 func runSlice(t *testing.T, in *inbox.Inbox, msgs []kafka.Message, h inbox.Handler, done func() bool) {
 	t.Helper()
-	runUntil(t, in, &sliceReader{msgs: msgs}, h, done,
-		inbox.WithBackoff(time.Millisecond, 5*time.Millisecond), inbox.WithShutdownTimeout(100*time.Millisecond))
+	runUntil(t, in, &sliceReader{msgs: msgs}, h, done)
 }
 
-// parkCounter is a WithOnPark hook that counts.
+// parkCounter is an observer that counts EventParked.
 func parkCounter() (*atomic.Int64, inbox.Option) {
 	var n atomic.Int64
-	return &n, inbox.WithOnPark(func(kafka.Message, error) { n.Add(1) })
+	return &n, inbox.WithObserver(func(_ context.Context, e observe.Event) {
+		if e.Name == inbox.EventParked {
+			n.Add(1)
+		}
+	})
 }
 
 // Identities PostgreSQL cannot store as text (a raw binary UUID, a NUL
@@ -295,7 +299,7 @@ func TestRunRecoversHandlerPanic(t *testing.T) {
 	t.Parallel()
 	pool := testenv.Postgres(t)
 	parked, hook := parkCounter()
-	in := newInbox(t, pool, inbox.WithAttempts(2), hook)
+	in := newInbox(t, pool, inbox.WithAttempts(2), hook, inbox.WithMaxBatch(1)) // one message per attempt: 2 runs
 	var boom atomic.Int64
 	h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
 		if string(m.Value) == "v-boom" {
@@ -330,7 +334,7 @@ func TestRunConnectionLostEveryTimeIsParked(t *testing.T) {
 			batch := c.batch
 			pool := testenv.PostgresVia(t, c.dep, 4)
 			parked, hook := parkCounter()
-			in := newInbox(t, pool, inbox.WithAttempts(2), hook)
+			in := newInbox(t, pool, inbox.WithAttempts(2), hook, inbox.WithMaxBatch(batch), inbox.WithBatchWait(testenv.Scale(100*time.Millisecond)))
 			h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
 				if string(m.Value) == "v-bad" {
 					_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
@@ -339,9 +343,7 @@ func TestRunConnectionLostEveryTimeIsParked(t *testing.T) {
 				return record(ctx, tx, m)
 			}
 			runUntil(t, in, &sliceReader{msgs: []kafka.Message{msg("bad", 0, 0), msg("next", 0, 1)}}, h,
-				func() bool { return parked.Load() == 1 && len(effects(t, pool)) == 1 },
-				inbox.WithMaxBatch(batch), inbox.WithBatchWait(testenv.Scale(100*time.Millisecond)),
-				inbox.WithBackoff(time.Millisecond, 5*time.Millisecond), inbox.WithShutdownTimeout(100*time.Millisecond))
+				func() bool { return parked.Load() == 1 && len(effects(t, pool)) == 1 })
 		})
 	}
 }

@@ -47,11 +47,11 @@ func groupReader(brokers []string, topic, group string) *kafka.Reader {
 
 // runUntil runs in.Run in the background until cond holds (or a minute,
 // scaled, passes), then stops it and checks that it returned nil.
-func runUntil(t *testing.T, in *inbox.Inbox, r inbox.Reader, h inbox.Handler, cond func() bool, opts ...inbox.RunOption) {
+func runUntil(t *testing.T, in *inbox.Inbox, r inbox.Reader, h inbox.Handler, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx, r, h, opts...) }()
+	go func() { done <- in.Run(ctx, r, h) }()
 	deadline := time.Now().Add(testenv.Scale(time.Minute))
 	for !cond() {
 		if time.Now().After(deadline) {
@@ -81,8 +81,8 @@ func count(t testing.TB, pool *pgxpool.Pool, sql string) int {
 func TestRunParksPoisonAndMovesOn(t *testing.T) {
 	t.Parallel()
 	pool := testenv.Postgres(t)
-	var hooked atomic.Int64
-	in := newInbox(t, pool, inbox.WithAttempts(3), inbox.WithOnPark(func(kafka.Message, error) { hooked.Add(1) }))
+	hooked, hook := parkCounter()
+	in := newInbox(t, pool, inbox.WithAttempts(3), hook, inbox.WithMaxBatch(4), inbox.WithBatchWait(50*time.Millisecond))
 	brokers, topic := testenv.Topic(t, 1)
 	ids := []string{"m0", "m1", "poison", "m3", "permanent", "m5", "", "m7"}
 	produce(t, brokers, topic, ids, func(id string) string { return "v-" + id })
@@ -97,8 +97,7 @@ func TestRunParksPoisonAndMovesOn(t *testing.T) {
 		}
 		return record(ctx, tx, m)
 	}
-	runUntil(t, in, r, h, func() bool { return count(t, pool, `SELECT count(*) FROM effects`) == 5 && hooked.Load() == 3 },
-		inbox.WithMaxBatch(4), inbox.WithBatchWait(50*time.Millisecond), inbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
+	runUntil(t, in, r, h, func() bool { return count(t, pool, `SELECT count(*) FROM effects`) == 5 && hooked.Load() == 3 })
 	got := effects(t, pool)
 	for _, id := range []string{"m0", "m1", "m3", "m5", "m7"} {
 		if got[id] != 1 {
@@ -169,7 +168,7 @@ func TestRunRedeliveryIsSkipped(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			pool := testenv.Postgres(t)
-			in := newInbox(t, pool, inbox.WithIdentity(tc.id))
+			in := newInbox(t, pool, inbox.WithIdentity(tc.id), inbox.WithMaxBatch(8), inbox.WithBatchWait(20*time.Millisecond))
 			brokers, topic := testenv.Topic(t, 1)
 			var ids []string
 			for i := 0; i < 60; i++ {
@@ -181,7 +180,7 @@ func TestRunRedeliveryIsSkipped(t *testing.T) {
 			h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error { calls.Add(1); return record(ctx, tx, m) }
 			for pass := 0; pass < 2; pass++ {
 				r := &countingReader{Reader: groupReader(brokers, topic, group), drop: true}
-				runUntil(t, in, r, h, func() bool { return r.done.Load() == int64(len(ids)) }, inbox.WithMaxBatch(8), inbox.WithBatchWait(20*time.Millisecond))
+				runUntil(t, in, r, h, func() bool { return r.done.Load() == int64(len(ids)) })
 				r.Close()
 			}
 			got := effects(t, pool)
@@ -204,8 +203,8 @@ func TestRunRedeliveryIsSkipped(t *testing.T) {
 func TestRunConnectionLossIsNotTheMessagesFault(t *testing.T) {
 	t.Parallel()
 	pool := testenv.Postgres(t)
-	var parked atomic.Int64
-	in := newInbox(t, pool, inbox.WithAttempts(1), inbox.WithOnPark(func(kafka.Message, error) { parked.Add(1) }))
+	parked, hook := parkCounter()
+	in := newInbox(t, pool, inbox.WithAttempts(1), hook, inbox.WithMaxBatch(4), inbox.WithBatchWait(20*time.Millisecond))
 	brokers, topic := testenv.Topic(t, 1)
 	ids := []string{"m0", "m1", "m2", "m3", "m4", "m5"}
 	produce(t, brokers, topic, ids, func(id string) string { return "v-" + id })
@@ -219,8 +218,7 @@ func TestRunConnectionLossIsNotTheMessagesFault(t *testing.T) {
 		}
 		return record(ctx, tx, m)
 	}
-	runUntil(t, in, r, h, func() bool { return parked.Load() > 0 || count(t, pool, `SELECT count(*) FROM effects`) == len(ids) },
-		inbox.WithMaxBatch(4), inbox.WithBatchWait(20*time.Millisecond), inbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
+	runUntil(t, in, r, h, func() bool { return parked.Load() > 0 || count(t, pool, `SELECT count(*) FROM effects`) == len(ids) })
 	got := effects(t, pool)
 	for _, id := range ids {
 		if got[id] != 1 {

@@ -55,8 +55,8 @@ func names(prefix string, n int) []string {
 func TestRunNoHeadOfLineStall(t *testing.T) {
 	t.Parallel()
 	pool := testenv.Postgres(t)
-	var parkedN atomic.Int64
-	in := newInbox(t, pool, inbox.WithAttempts(3), inbox.WithOnPark(func(kafka.Message, error) { parkedN.Add(1) }))
+	parkedN, parkHook := parkCounter()
+	in := newInbox(t, pool, inbox.WithAttempts(3), parkHook, inbox.WithMaxBatch(5), inbox.WithBatchWait(10*time.Millisecond))
 	brokers, topic := testenv.Topic(t, 2)
 	r := groupReader(brokers, topic, testenv.Name("g"))
 	defer r.Close()
@@ -78,7 +78,7 @@ func TestRunNoHeadOfLineStall(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- in.Run(ctx, r, h, inbox.WithMaxBatch(5), inbox.WithBatchWait(10*time.Millisecond), inbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
+		done <- in.Run(ctx, r, h)
 	}()
 	produceTo(t, brokers, topic, 0, "poison")
 	select {
@@ -161,8 +161,7 @@ func TestRunRidesOutRetriableKafkaErrors(t *testing.T) {
 	}
 	r := &faultyReader{Reader: groupReader(brokers, topic, testenv.Name("g")), faults: retriable}
 	defer r.Close()
-	runUntil(t, in, r, record, func() bool { return count(t, pool, `SELECT count(*) FROM effects`) == len(ids) },
-		inbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
+	runUntil(t, in, r, record, func() bool { return count(t, pool, `SELECT count(*) FROM effects`) == len(ids) })
 	if n := r.served.Load(); n != int64(len(retriable)) {
 		t.Fatalf("%d faults served, want %d", n, len(retriable))
 	}
@@ -175,7 +174,7 @@ func TestRunRidesOutRetriableKafkaErrors(t *testing.T) {
 	for _, perm := range []error{kafka.TopicAuthorizationFailed, kafka.GroupAuthorizationFailed, io.EOF} {
 		r := &faultyReader{Reader: groupReader(brokers, topic, testenv.Name("g")), faults: []error{kafka.RebalanceInProgress, perm}}
 		ctx, cancel := context.WithTimeout(context.Background(), testenv.Scale(time.Minute))
-		err := in.Run(ctx, r, record, inbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
+		err := in.Run(ctx, r, record)
 		expired := ctx.Err() != nil
 		cancel()
 		r.Close()

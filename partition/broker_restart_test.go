@@ -8,9 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 	"github.com/nolock/nolock/partition"
 )
 
@@ -67,7 +66,11 @@ func TestBrokerRestart(t *testing.T) {
 				t.Logf("member %s: %v released with %v", name, cl, err)
 			}
 		}))
-		cfg.with(partition.WithOnPark(func(kafka.Message, error) { parked.Add(1) }))
+		cfg.with(partition.WithObserver(func(_ context.Context, e observe.Event) {
+			if e.Name == partition.EventParked {
+				parked.Add(1)
+			}
+		}))
 		c, err := newConsumer(pool, cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -47,7 +47,7 @@ func TestSlowCommitNotCancelledNotRepeated(t *testing.T) {
 	cfg.with(partition.WithAttempts(1))
 	cfg.with(partition.WithMaxBatch(1))
 	var parked parkLog
-	cfg.with(partition.WithOnPark(parked.onPark))
+	cfg.with(partition.WithObserver(parked.observe))
 	m := startMember(t, b.pool, cfg)
 	if err := waitRows(ctx, b.pool, 5); err != nil {
 		t.Fatal(err)

@@ -9,16 +9,21 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/observe"
 )
 
 // Defaults of the settings an Option changes. The group timings are
-// kafka-go's.
+// kafka-go's. inbox has the same names, values and meanings for the
+// batching, retry and timeout settings.
 const (
 	DefaultTable             = "nolock_partition"
 	DefaultMaxBatch          = 100
 	DefaultBatchWait         = 50 * time.Millisecond
+	DefaultBatchTimeout      = 15 * time.Second
+	DefaultBackoffBase       = 100 * time.Millisecond
+	DefaultBackoffCap        = 5 * time.Second
 	DefaultHeartbeatInterval = 3 * time.Second
 	DefaultSessionTimeout    = 30 * time.Second
 	DefaultRebalanceTimeout  = 30 * time.Second
@@ -40,9 +45,16 @@ const parkedSuffix = "_parked"
 // text names it. New returns it before any I/O.
 var ErrInvalid = errors.New("partition: invalid argument")
 
-// Option changes a Consumer's setting from its default. New judges every
-// option's value as given (an explicit value is never read as the
-// default) and refuses one that cannot work with ErrInvalid naming it.
+// Option configures a Consumer, given to New: WithTable, WithMaxBatch,
+// WithBatchWait, WithBatchTimeout, WithAttempts, WithBackoff,
+// WithStartOffset, WithReadUncommitted, WithKafkaCommitInterval, the
+// group's WithHeartbeatInterval, WithSessionTimeout, WithRebalanceTimeout,
+// WithJoinGroupBackoff, WithPartitionWatchInterval, WithGroupBalancers,
+// WithRackID, the fetches' WithMinBytes, WithMaxBytes, WithMaxWait,
+// WithDialer, and WithLogger, WithObserver, WithOnClaim, WithOnRelease.
+// New judges every option's value as given (an explicit value is never
+// read as the default) and refuses one that cannot work with ErrInvalid
+// naming it.
 type Option func(*config)
 
 // config is a Consumer's settings: New's arguments, then the defaults,
@@ -61,6 +73,7 @@ type config struct {
 
 	StartOffset            int64
 	MaxAttempts            int
+	Retry                  backoff.Policy
 	KafkaCommitInterval    time.Duration
 	ReadUncommitted        bool
 	PartitionWatchInterval time.Duration
@@ -79,7 +92,6 @@ type config struct {
 
 	OnClaim   func(Claim)
 	OnRelease func(Claim, error)
-	OnPark    func(msg kafka.Message, err error)
 
 	nilOption bool
 }
@@ -91,13 +103,16 @@ type config struct {
 // epoch at 1 and unfences every old owner.
 func WithTable(name string) Option { return func(c *config) { c.Table = name } }
 
-// WithMaxBatch bounds the messages per Handler call (at least 1; default
-// 100).
+// WithMaxBatch bounds the messages per Handler call, one transaction (at
+// least 1; default DefaultMaxBatch, 100). A batch whose Handler fails is
+// split and its messages applied one at a time, so only the failing
+// message is retried and parked.
 func WithMaxBatch(n int) Option { return func(c *config) { c.MaxBatch = n } }
 
 // WithBatchWait bounds how long a batch waits for messages that Kafka
 // already reported (below the high watermark) but that have not arrived
-// yet; default 50 ms, 0 hands a batch over with what arrived. A batch
+// yet; default DefaultBatchWait (50 ms), 0 hands a batch over with what
+// arrived. Not negative. A batch
 // never waits for messages that were not yet produced: it is handed over
 // as soon as the partition's known backlog is read or the batch is full.
 func WithBatchWait(d time.Duration) Option { return func(c *config) { c.BatchWait = d } }
@@ -106,10 +121,13 @@ func WithBatchWait(d time.Duration) Option { return func(c *config) { c.BatchWai
 // sets it as the transaction's idle_in_transaction_session_timeout, so
 // PostgreSQL cuts off an owner frozen inside a transaction (which holds
 // the partition's row lock and would stall the next owner's claim).
-// Default half the rebalance timeout (WithRebalanceTimeout); it must be at least 1 ms and below
-// the rebalance timeout, because a member finishes its batches in flight
-// before it rejoins a rebalance, and the coordinator drops a member that
-// does not rejoin within the rebalance timeout.
+// A batch that times out in the Handler counts as a failed attempt.
+// ReplayParked's transaction has the same bound. Default
+// DefaultBatchTimeout (15 s), or half the rebalance timeout
+// (WithRebalanceTimeout) if that is shorter; it must be at least 1 ms and
+// below the rebalance timeout, because a member finishes its batches in
+// flight before it rejoins a rebalance, and the coordinator drops a member
+// that does not rejoin within the rebalance timeout.
 func WithBatchTimeout(d time.Duration) Option {
 	return func(c *config) { c.BatchTimeout, c.batchTimeout = d, true }
 }
@@ -256,6 +274,15 @@ func WithDialer(d *kafka.Dialer) Option {
 	}
 }
 
+// WithBackoff sets the wait between attempts at a failing batch or
+// message, and between tries of a claim, a fetch or a join that failed:
+// full jitter from base up to cap (defaults DefaultBackoffBase, 100 ms,
+// and DefaultBackoffCap, 5 s). Both must be positive, and base at most
+// cap.
+func WithBackoff(base, cap time.Duration) Option {
+	return func(c *config) { c.Retry.Base, c.Retry.Cap = base, cap }
+}
+
 // WithLogger sends claims, releases, retries and kafka-go's own logs to
 // l; nil (the default) discards them.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.Logger = l } }
@@ -282,14 +309,6 @@ func WithOnClaim(f func(Claim)) Option { return func(c *config) { c.OnClaim = f 
 // across partitions, and must return quickly.
 func WithOnRelease(f func(Claim, error)) Option { return func(c *config) { c.OnRelease = f } }
 
-// WithOnPark has f called after a message was parked (its row committed),
-// with the error of its last attempt; once per parked message by the
-// worker that parked it. It runs on the worker's goroutine, concurrently
-// across partitions, and must return quickly.
-func WithOnPark(f func(msg kafka.Message, err error)) Option {
-	return func(c *config) { c.OnPark = f }
-}
-
 // newConfig applies the defaults, then opts, then the defaults that
 // depend on other settings, and judges the result.
 func newConfig(brokers []string, group string, topics []string, opts []Option) (config, error) {
@@ -299,6 +318,7 @@ func newConfig(brokers []string, group string, topics []string, opts []Option) (
 		HeartbeatInterval: DefaultHeartbeatInterval, SessionTimeout: DefaultSessionTimeout,
 		RebalanceTimeout: DefaultRebalanceTimeout, JoinGroupBackoff: DefaultJoinGroupBackoff,
 		StartOffset: kafka.FirstOffset, MaxAttempts: DefaultAttempts,
+		Retry:                  backoff.Policy{Base: DefaultBackoffBase, Cap: DefaultBackoffCap},
 		PartitionWatchInterval: DefaultPartitionWatchInterval,
 		MinBytes:               DefaultMinBytes, MaxBytes: DefaultMaxBytes, MaxWait: DefaultMaxWait,
 	}
@@ -309,7 +329,7 @@ func newConfig(brokers []string, group string, topics []string, opts []Option) (
 		return c, invalid("WithDialer(nil): give a Dialer, or leave the option out for kafka.DefaultDialer")
 	}
 	if !c.batchTimeout {
-		c.BatchTimeout = c.RebalanceTimeout / 2
+		c.BatchTimeout = min(DefaultBatchTimeout, c.RebalanceTimeout/2)
 	}
 	if !c.balancers {
 		c.GroupBalancers = []kafka.GroupBalancer{kafka.RangeGroupBalancer{}, kafka.RoundRobinGroupBalancer{}}

@@ -94,7 +94,7 @@ func TestNewRefusesWhatCannotWork(t *testing.T) {
 		"a Dialer with a client ID": {partition.WithDialer(&kafka.Dialer{ClientID: "x"})},
 		"no commit to Kafka":        {partition.WithKafkaCommitInterval(0)},
 		"no batch wait":             {partition.WithBatchWait(0)},
-		"a nil logger and hooks":    {partition.WithLogger(nil), partition.WithOnClaim(nil), partition.WithOnPark(nil)},
+		"a nil logger and hooks":    {partition.WithLogger(nil), partition.WithOnClaim(nil), partition.WithObserver(nil)},
 	} {
 		if _, err := partition.New(&noDB{}, brokers, "g", topics, opts...); err != nil {
 			t.Errorf("%s: %v", name, err)

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/nolock/nolock/internal/errfmt"
 
@@ -134,7 +133,7 @@ func New(db DB, brokers []string, group string, topics []string, opts ...Option)
 		parked:      kafkapark.NewStore(cfg.Table + parkedSuffix),
 		idleTimeout: strconv.FormatInt(cfg.BatchTimeout.Milliseconds(), 10),
 		log:         log.With("group", cfg.GroupID),
-		retry:       backoff.Policy{Base: 10 * time.Millisecond, Cap: time.Second},
+		retry:       cfg.Retry,
 		kafka:       &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: tr, Timeout: cfg.SessionTimeout},
 		transport:   tr,
 	}, nil

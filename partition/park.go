@@ -15,7 +15,7 @@ import (
 )
 
 // parkRetrying parks m, whose attempts ran out, retrying transient
-// failures for as long as the generation lasts, then calls OnPark; parked
+// failures for as long as the generation lasts, then reports it; parked
 // reports that this call parked it (not an earlier attempt's commit found
 // applied without a parked row). It
 // returns an error wrapping ErrFenced if a newer owner exists, and any
@@ -28,9 +28,6 @@ func (c *Consumer) parkRetrying(runCtx, genCtx context.Context, cl Claim, prev *
 			if parked {
 				log.Error("partition: message parked", "offset", m.Offset, "attempts", ex.attempts, "err", ex.err)
 				c.note(runCtx, EventParked, cl, m.Offset, observe.Event{N: 1, Attempt: ex.attempts, Err: ex.err})
-				if c.cfg.OnPark != nil {
-					c.cfg.OnPark(m, ex.err)
-				}
 			}
 			return parked, nil
 		}

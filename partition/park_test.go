@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 	"github.com/nolock/nolock/partition"
 )
 
@@ -39,17 +40,27 @@ func readParked(ctx context.Context, pool *pgxpool.Pool, group, topic string) ([
 	})
 }
 
-// parkLog records OnPark calls.
+// parkLog records EventParked: each parked message's position (from the
+// event's Key) and its last error.
 type parkLog struct {
 	mu   sync.Mutex
 	msgs []kafka.Message
 	errs []error
 }
 
-func (l *parkLog) onPark(m kafka.Message, err error) {
+// observe is an observe.Observer.
+func (l *parkLog) observe(_ context.Context, e observe.Event) {
+	if e.Name != partition.EventParked {
+		return
+	}
+	id, err := partition.ParseParkedID(e.Key)
+	if err != nil {
+		panic(err) // the Key is a ParkedID's String
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.msgs, l.errs = append(l.msgs, m), append(l.errs, err)
+	l.msgs = append(l.msgs, kafka.Message{Topic: id.Topic, Partition: id.Partition, Offset: id.Offset})
+	l.errs = append(l.errs, e.Err)
 }
 
 func (l *parkLog) snapshot() ([]kafka.Message, []error) {
@@ -63,7 +74,7 @@ func (l *parkLog) snapshot() ([]kafka.Message, []error) {
 // transaction that moves partition 1's offset past it; every other message
 // of every partition, partition 1's later ones included, is applied
 // exactly once and in order; the group keeps running (both Runs return nil
-// when stopped) and OnPark is called once.
+// when stopped) and EventParked is reported once.
 func TestPoisonIsParkedPartitionGoesOn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -95,7 +106,7 @@ func TestPoisonIsParkedPartitionGoesOn(t *testing.T) {
 		name := fmt.Sprintf("m%d", i)
 		cfg := b.config(name, handler(name))
 		cfg.with(partition.WithAttempts(maxAttempts))
-		cfg.with(partition.WithOnPark(parked.onPark))
+		cfg.with(partition.WithObserver(parked.observe))
 		members[i] = startMember(t, b.pool, cfg)
 	}
 	if err := waitRows(ctx, b.pool, parts*per-1); err != nil {
@@ -147,7 +158,7 @@ func TestPoisonIsParkedPartitionGoesOn(t *testing.T) {
 	}
 	msgs, errs := parked.snapshot()
 	if len(msgs) != 1 || msgs[0].Partition != poisonPart || msgs[0].Offset != poisonOff || !errors.Is(errs[0], poison) {
-		t.Fatalf("OnPark calls %d (first %v); want one, for the poison, with the handler's error", len(msgs), errs)
+		t.Fatalf("EventParked %d times (first %v); want one, for the poison, with the handler's error", len(msgs), errs)
 	}
 	mu.Lock()
 	defer mu.Unlock()

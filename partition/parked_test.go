@@ -404,7 +404,7 @@ func TestRunParksThenReplay(t *testing.T) {
 	})
 	cfg.with(partition.WithAttempts(2))
 	var parked parkLog
-	cfg.with(partition.WithOnPark(parked.onPark))
+	cfg.with(partition.WithObserver(parked.observe))
 	m := startMember(t, b.pool, cfg)
 	testenv.Until(t, "the stored offset at the partition's end", func() (bool, error) {
 		r, err := readRow(ctx, b.pool, b.group, b.topic, 0)
@@ -441,6 +441,6 @@ func TestRunParksThenReplay(t *testing.T) {
 		t.Fatalf("stored offset %v (%v) after the replay, want %d", r.next, err, per)
 	}
 	if msgs, _ := parked.snapshot(); len(msgs) != 1 {
-		t.Fatalf("OnPark called %d times, want 1", len(msgs))
+		t.Fatalf("EventParked reported %d times, want 1", len(msgs))
 	}
 }

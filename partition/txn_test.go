@@ -10,6 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 	"github.com/nolock/nolock/partition"
 )
 
@@ -63,8 +64,14 @@ func TestTransactionalProducersReadCommitted(t *testing.T) {
 		mu.Unlock()
 		return rec(ctx, tx, msgs)
 	})
-	var parked []kafka.Message
-	cfg.with(partition.WithOnPark(func(m kafka.Message, _ error) { mu.Lock(); parked = append(parked, m); mu.Unlock() }))
+	var parked []string // EventParked keys
+	cfg.with(partition.WithObserver(func(_ context.Context, e observe.Event) {
+		if e.Name == partition.EventParked {
+			mu.Lock()
+			parked = append(parked, e.Key)
+			mu.Unlock()
+		}
+	}))
 	m := startMember(t, b.pool, cfg)
 	last := batches[len(batches)-1]
 	testenv.Until(t, "the last transaction applied", func() (bool, error) {
@@ -106,7 +113,7 @@ func TestTransactionalProducersReadCommitted(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	t.Logf("committed %d: applied %d, doubled %d, aborted applied %d; control records handed over %d; parked %d (OnPark %d)",
+	t.Logf("committed %d: applied %d, doubled %d, aborted applied %d; control records handed over %d; parked %d (events %d)",
 		len(committed), applied, doubled, aborted, len(strange), nParked, len(parked))
 	if applied != len(committed) || len(strange) != 0 || nParked != 0 || len(parked) != 0 {
 		t.Fatalf("want every committed record applied once and nothing else; first handed-over control records: %v", strange[:min(3, len(strange))])

@@ -120,6 +120,11 @@ func (c config) validate() error {
 		return invalid("WithBatchTimeout(%v): below 1ms, PostgreSQL's idle_in_transaction_session_timeout resolution", c.BatchTimeout)
 	case c.rack && c.RackID == "":
 		return invalid("WithRackID(\"\"): empty")
+	case c.Retry.Base <= 0 || c.Retry.Cap <= 0:
+		return invalid("WithBackoff(%v, %v): not positive", c.Retry.Base, c.Retry.Cap)
+	}
+	if err := c.Retry.Validate(); err != nil {
+		return invalid("WithBackoff: %v", err)
 	}
 	return c.validateKafka()
 }

@@ -62,7 +62,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, err
 	}
 	defer pool.Exec(context.WithoutCancel(ctx), `DROP TABLE `+ledger)
-	in, err := inbox.New(pool, group, inbox.WithObserver(cfg.Observer))
+	in, err := inbox.New(pool, group, inbox.WithObserver(cfg.Observer), inbox.WithMaxBatch(25), inbox.WithBatchWait(10*time.Millisecond))
 	if err != nil {
 		return Report{}, err
 	}
@@ -122,7 +122,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 		return apply(ctx, tx, m)
 	}
-	if err := in.Run(ctx1, crashing, applyThenCrash, inbox.WithMaxBatch(25), inbox.WithBatchWait(10*time.Millisecond)); err != nil {
+	if err := in.Run(ctx1, crashing, applyThenCrash); err != nil {
 		return rep, err
 	}
 	crashing.Close()
@@ -139,7 +139,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	defer stop()
 	done := make(chan error, 1)
 	go func() {
-		done <- in.Run(ctx2, r, apply, inbox.WithMaxBatch(25), inbox.WithBatchWait(10*time.Millisecond))
+		done <- in.Run(ctx2, r, apply)
 	}()
 	for deadline := time.Now().Add(time.Minute); rep.Applied < cfg.Payments && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)

@@ -401,11 +401,11 @@ func TestNilContextRefused(t *testing.T) {
 		}),
 		e(inbox.ErrInvalid, "Inbox.Reap", func() error { _, err := in.Reap(c, time.Hour, 10); return err }),
 		e(inbox.ErrInvalid, "Inbox.Run", func() error { return in.Run(c, nil, nil) }),
-		e(inbox.ErrInvalid, "Inbox.ListParked", func() error { _, err := in.ListParked(c, "", 10); return err }),
+		e(inbox.ErrInvalid, "Inbox.ListParked", func() error { _, err := in.ListParked(c, inbox.ParkedID{}, 10); return err }),
 		e(inbox.ErrInvalid, "Inbox.ReplayParked", func() error {
-			return in.ReplayParked(c, "t/0/1", func(context.Context, pgx.Tx, kafka.Message) error { return nil })
+			return in.ReplayParked(c, inbox.ParkedID{Topic: "t", Offset: 1}, func(context.Context, pgx.Tx, kafka.Message) error { return nil })
 		}),
-		e(inbox.ErrInvalid, "Inbox.PurgeParked", func() error { return in.PurgeParked(c, "t/0/1") }),
+		e(inbox.ErrInvalid, "Inbox.PurgeParked", func() error { return in.PurgeParked(c, inbox.ParkedID{Topic: "t", Offset: 1}) }),
 		e(inbox.ErrInvalid, "Inbox.PurgeParkedOlderThan", func() error { _, err := in.PurgeParkedOlderThan(c, time.Hour); return err }),
 
 		e(partition.ErrInvalid, "Consumer.CreateSchema", func() error { return consumer.CreateSchema(c) }),
@@ -659,19 +659,6 @@ WHERE n.nspname = $1 AND c.relkind IN ('r', 'p')`, schema)
 	}
 }
 
-// noReader is a Kafka reader that fails the test on any call.
-type noReader struct{ t *testing.T }
-
-func (r noReader) FetchMessage(context.Context) (kafka.Message, error) {
-	r.t.Errorf("FetchMessage called: bad input reached Kafka")
-	return kafka.Message{}, context.Canceled
-}
-
-func (r noReader) CommitMessages(context.Context, ...kafka.Message) error {
-	r.t.Errorf("CommitMessages called: bad input reached Kafka")
-	return context.Canceled
-}
-
 // Every constructor and every call that takes options refuses a nil one
 // (a nil func, or an interface option holding a nil func), and an
 // explicit empty value that would otherwise be read as the default, with
@@ -683,8 +670,6 @@ func TestNilAndEmptyOptionsRefused(t *testing.T) {
 	pgBackend, ddbBackend, store := casFixtures(t, db, ddb)
 	idem, err := idempotency.New(db)
 	must(t, err)
-	in, err := inbox.New(db, "c")
-	must(t, err)
 	leases, err := lease.New(db)
 	must(t, err)
 	defer leases.Close()
@@ -694,7 +679,6 @@ func TestNilAndEmptyOptionsRefused(t *testing.T) {
 
 	txFn := func(context.Context, pgx.Tx) error { return nil }
 	inc := func(v int) (int, error) { return v + 1, nil }
-	handler := func(context.Context, pgx.Tx, kafka.Message) error { return nil }
 	nilOpt := "option 1 is nil"
 	r := func(name string, want error, names string, call func() error) refusal {
 		return refusal{name, want, names, call}
@@ -785,9 +769,6 @@ func TestNilAndEmptyOptionsRefused(t *testing.T) {
 			_, err := inbox.New(db, "c", inbox.WithAttempts(2), nil)
 			return err
 		}),
-		r("inbox.Inbox.Run", inbox.ErrInvalid, nilOpt, func() error {
-			return in.Run(ctx, noReader{t}, handler, inbox.WithMaxBatch(2), nil)
-		}),
 		r("lease.New", lease.ErrInvalid, nilOpt, func() error {
 			_, err := lease.New(db, lease.WithLease(time.Minute), nil)
 			return err
@@ -852,10 +833,20 @@ func TestNilAndEmptyOptionsRefused(t *testing.T) {
 			return err
 		}),
 		r("inbox WithBackoff base 0", inbox.ErrInvalid, "WithBackoff(0s, 1s)", func() error {
-			return in.Run(ctx, noReader{t}, handler, inbox.WithBackoff(0, time.Second))
+			_, err := inbox.New(db, "c", inbox.WithBackoff(0, time.Second))
+			return err
 		}),
 		r("inbox WithBackoff cap 0", inbox.ErrInvalid, "WithBackoff(0s, 0s)", func() error {
-			return in.Run(ctx, noReader{t}, handler, inbox.WithBackoff(0, 0))
+			_, err := inbox.New(db, "c", inbox.WithBackoff(0, 0))
+			return err
+		}),
+		r("partition WithBackoff base 0", partition.ErrInvalid, "WithBackoff(0s, 1s)", func() error {
+			_, err := newPartition(db, partition.WithBackoff(0, time.Second))
+			return err
+		}),
+		r("inbox WithBatchTimeout 0", inbox.ErrInvalid, "WithBatchTimeout(0s)", func() error {
+			_, err := inbox.New(db, "c", inbox.WithBatchTimeout(0))
+			return err
 		}),
 		r("cas.NewStore WithBackoff base 0", cas.ErrInvalid, "WithBackoff base 0s", func() error {
 			_, err := cas.NewStore[int](pgBackend, nil, cas.WithBackoff(0, time.Second))

@@ -52,19 +52,6 @@ func checkCtx(ctx context.Context) error {
 	return nil
 }
 
-// permanentError marks a handler error that retrying will not fix.
-type permanentError struct{ err error }
-
-func (p permanentError) Error() string { return p.err.Error() }
-func (p permanentError) Unwrap() error { return p.err }
-
-// Permanent marks a handler's error as permanent: the message is parked at
-// once instead of being retried.
-func Permanent(err error) error { return permanentError{err} }
-
-// IsPermanent reports whether err was marked with Permanent.
-func IsPermanent(err error) bool { return errors.As(err, new(permanentError)) }
-
 // Handler applies one message's effect inside tx. It must do all its work
 // through tx: that is what makes the effect and the inbox record commit
 // together. It may run more than once for a message whose earlier attempt

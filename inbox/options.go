@@ -84,11 +84,16 @@ func WithBatchWait(d time.Duration) Option { return func(s *settings) { s.batchW
 // each partition finishes within it; nothing is retried after.
 func WithBatchTimeout(d time.Duration) Option { return func(s *settings) { s.batchTimeout = d } }
 
-// WithAttempts parks a message after n failed attempts (at least 1;
-// default DefaultAttempts, 10). A Permanent error, or a message without
-// identity, is parked at once. A connection lost under the handler is the
-// database's trouble, not the message's: it is retried without counting,
-// up to n times in a row; each one after that counts.
+// WithAttempts parks a message after n failed attempts that count (at
+// least 1; default DefaultAttempts, 10): the handler's own errors, its
+// timeout, its panic. A Permanent error, or a message without identity,
+// is parked at once. A serialization failure or deadlock (40001, 40P01),
+// a lost connection or another database trouble raised in the handler is
+// not the message's fault: it is retried without counting, up to n times
+// in a row; each one after that counts, so a message that causes it every
+// time is still parked. A batch of several whose handler fails so is
+// split at once (Database trouble: once it counts). partition's option
+// means the same.
 func WithAttempts(n int) Option { return func(s *settings) { s.attempts = n } }
 
 // WithBackoff sets the wait between attempts at a failing batch or

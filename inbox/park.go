@@ -19,7 +19,7 @@ import (
 // (another member applied it, or it was parked before) is not parked
 // again. It reports whether msg is done with. It is bounded by the batch
 // timeout.
-func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error) (parked bool, err error) {
+func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error, permanent bool) (parked bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, in.batchTimeout)
 	defer cancel()
 	id, idErr := in.id(msg)
@@ -33,7 +33,7 @@ func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error) (park
 	if err := in.db.QueryRow(ctx, in.attemptSQL, in.over.Args(in.consumer, id, kafkapark.Text(cause.Error()))...).Scan(&attempts); err != nil {
 		return false, errfmt.Errorf("inbox: count attempt: %w", err)
 	}
-	if !IsPermanent(cause) && idErr == nil && attempts < in.attempts {
+	if !permanent && idErr == nil && attempts < in.attempts {
 		in.log.Warn("inbox: handler failed; will retry", "topic", msg.Topic, "partition", msg.Partition, "offset", msg.Offset, "attempt", attempts, "err", cause)
 		in.note(ctx, EventRetry, msg, false, observe.Event{N: 1, Attempt: attempts, Err: cause})
 		return false, nil

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/nolock/nolock/internal/handlerfail"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/observe"
 )
@@ -72,12 +72,13 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 			}
 			if err := h(bctx, tx.Handed(), m); err != nil {
 				tx.Learn(err)
-				if tx.Conn().IsClosed() && bctx.Err() == nil && !ownDeadline(bctx, err) {
+				expired := bctx.Err() != nil
+				if tx.Conn().IsClosed() && !expired && !ownDeadline(bctx, err) {
 					// The connection died under the handler: the
 					// database's trouble, not the message's.
 					return &connLostError{errfmt.Errorf("inbox: message %d (%s/%d@%d): connection lost: %w", i, m.Topic, m.Partition, m.Offset, err)}
 				}
-				return &HandlerError{Msg: m, Index: i, Err: err}
+				return &HandlerError{Msg: m, Index: i, Err: err, kind: handlerfail.Classify(err, false, expired)}
 			}
 			out.Processed++
 		}
@@ -94,19 +95,6 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 	}
 	return out, nil
 }
-
-// HandlerError is a handler's failure on one message of a batch.
-type HandlerError struct {
-	Msg   kafka.Message
-	Index int
-	Err   error
-}
-
-func (e *HandlerError) Error() string {
-	return fmt.Sprintf("inbox: handler failed on %s/%d@%d: %v", e.Msg.Topic, e.Msg.Partition, e.Msg.Offset, e.Err)
-}
-
-func (e *HandlerError) Unwrap() error { return e.Err }
 
 // claim marks which of msgs are new, recording them in tx.
 func (in *Inbox) claim(ctx context.Context, tx pgx.Tx, msgs []kafka.Message, ids []string) ([]bool, error) {

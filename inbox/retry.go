@@ -3,7 +3,6 @@ package inbox
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/nolock/nolock/internal/errfmt"
 
@@ -11,23 +10,10 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/handlerfail"
 	"github.com/nolock/nolock/internal/handlerpanic"
 	"github.com/nolock/nolock/observe"
 )
-
-// PanicError is a handler's panic that Run recovered: the message counts
-// as failed (and is parked after the attempts), the process lives on.
-type PanicError struct {
-	Value any    // what the handler panicked with
-	Stack []byte // the handler's goroutine's stack at the panic
-}
-
-// Error gives the panic's value, then the stack.
-func (e *PanicError) Error() string {
-	return fmt.Sprintf("inbox: handler panicked: %v\n%s", e.Value, e.Stack)
-}
-
-func newPanicError(value any, stack []byte) error { return &PanicError{value, stack} }
 
 // recovering turns a panic of h into a *PanicError, so that one poison
 // message makes Run park it rather than crash the process on every
@@ -61,28 +47,22 @@ func (in *Inbox) handle(run, work context.Context, batch []kafka.Message, h Hand
 	return nil
 }
 
-// processBatch retries batch as a whole until it commits, a handler fails
-// (isolate: go one by one), or ctx ends. A connection lost under the
-// handler twice in a row isolates the batch too: one message may be what
-// ends its connection every time, and one at a time it is counted and
-// parked (see handleOne) instead of stalling its partition.
+// processBatch retries batch as a whole until it commits, a handler's
+// failure counts (isolate: go one by one), or run ends. A failure that is
+// the database's trouble under the handler (a deadlock, a lost
+// connection) is retried without counting while it came at most the
+// attempts in a row: one message may be what causes it every time, and
+// one at a time it is counted and parked (see handleOne) instead of
+// stalling its partition.
 func (in *Inbox) processBatch(run, work context.Context, batch []kafka.Message, h Handler) (isolate bool, err error) {
-	lost := 0
+	tally := handlerfail.Tally{Bound: in.attempts}
 	for attempt := 1; ; attempt++ {
 		_, err := in.Process(work, batch, h)
-		var he *HandlerError
-		var cl *connLostError
-		switch {
-		case err == nil:
+		if err == nil {
 			return false, nil
-		case errors.As(err, &he) || errors.Is(err, ErrNoID):
+		}
+		if kind, _, ok := failureOf(err); ok && tally.Counts(kind) {
 			return true, nil
-		case errors.As(err, &cl):
-			if lost++; lost >= 2 {
-				return true, nil
-			}
-		default:
-			lost = 0
 		}
 		in.log.Warn("inbox: batch failed; retrying", "attempt", attempt, "err", err)
 		delay := in.retry.Delay(attempt + 1)
@@ -93,26 +73,17 @@ func (in *Inbox) processBatch(run, work context.Context, batch []kafka.Message, 
 	}
 }
 
-// handleOne processes m until it succeeds or is parked. Once it succeeds
-// after counted failures, it drops their counter (best effort: Reap drops
-// what is left).
+// handleOne processes m until it succeeds or is parked. A failure that
+// counts (see processBatch) is counted in the attempts table, which parks
+// m once the attempts ran out; a Permanent one, or a message without
+// identity, parks at once. Once m succeeds after counted failures, it
+// drops their counter (best effort: Reap drops what is left).
 func (in *Inbox) handleOne(run, work context.Context, m kafka.Message, h Handler) error {
-	counted, lost := false, 0
+	counted := false
+	tally := handlerfail.Tally{Bound: in.attempts}
 	for attempt := 1; ; attempt++ {
 		_, err := in.Process(work, []kafka.Message{m}, h)
-		var he *HandlerError
-		var cl *connLostError
-		if errors.As(err, &cl) {
-			// Once, the database's trouble; every time on this message
-			// (it ends its own backend, or idles past the server's
-			// timeout), the message's: counted, so it can be parked.
-			if lost++; lost > in.attempts {
-				he = &HandlerError{Msg: m, Err: cl.error}
-				err = he
-			}
-		}
-		switch {
-		case err == nil:
+		if err == nil {
 			if id, _ := in.id(m); counted {
 				ctx, cancel := context.WithTimeout(work, in.batchTimeout)
 				defer cancel()
@@ -121,12 +92,9 @@ func (in *Inbox) handleOne(run, work context.Context, m kafka.Message, h Handler
 				}
 			}
 			return nil
-		case errors.As(err, &he) || errors.Is(err, ErrNoID):
-			cause := err
-			if he != nil {
-				cause = he.Err
-			}
-			parked, ferr := in.fail(work, m, cause)
+		}
+		if kind, cause, ok := failureOf(err); ok && tally.Counts(kind) {
+			parked, ferr := in.fail(work, m, cause, kind == handlerfail.Permanent)
 			counted = counted || ferr == nil
 			if ferr != nil {
 				err = ferr // the database is in trouble: back off below
@@ -134,11 +102,29 @@ func (in *Inbox) handleOne(run, work context.Context, m kafka.Message, h Handler
 			} else if parked {
 				return nil
 			}
-		default:
+		} else {
 			in.log.Warn("inbox: message failed; retrying", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset, "attempt", attempt, "err", err)
 		}
 		if serr := backoff.Sleep(run, in.retry.Delay(attempt+1)); serr != nil {
 			return errfmt.Errorf("%w; last failure: %w", serr, err)
 		}
 	}
+}
+
+// failureOf tells a failure of Process on the handler's side (ok) from the
+// database's outside it, which is retried uncounted for as long as Run
+// lasts: its kind, and the cause to count and park the message with. A
+// message without identity parks at once.
+func failureOf(err error) (kind handlerfail.Kind, cause error, ok bool) {
+	var he *HandlerError
+	var cl *connLostError
+	switch {
+	case errors.As(err, &he):
+		return he.kind, he.Err, true
+	case errors.As(err, &cl):
+		return handlerfail.Database, cl.error, true
+	case errors.Is(err, ErrNoID):
+		return handlerfail.Permanent, err, true
+	}
+	return 0, nil, false
 }

@@ -67,7 +67,7 @@ func benchBatchTransaction(b *testing.B, batch int) {
 	fenced := func(p int) error {
 		msgs := msgsAt(p, nextF[p])
 		prev, end := nextF[p], nextF[p]+int64(batch)
-		if _, err := c.apply(ctx, Claim{GroupID: "g", Topic: "t", Partition: p, Epoch: 1}, &prev, end, msgs); err != nil {
+		if _, _, err := c.apply(ctx, Claim{GroupID: "g", Topic: "t", Partition: p, Epoch: 1}, &prev, end, msgs); err != nil {
 			return err
 		}
 		nextF[p] = end

@@ -166,17 +166,21 @@ func WithJoinGroupBackoff(d time.Duration) Option {
 // rules.
 func WithStartOffset(offset int64) Option { return func(c *config) { c.StartOffset = offset } }
 
-// WithAttempts bounds how often one message is tried on its own when
-// it fails with an error that is not transient (typically the Handler's
-// own); then it is parked: a row in the parked table commits in the same
-// fenced transaction that moves the partition's stored offset past it,
-// and the partition goes on with the next message. A batch of several
-// messages that fails so is split at once and its messages applied one at
-// a time, so only the failing message is parked. Transient errors (lost
-// connections, serialization failures, deadlocks, a commit whose outcome
-// is unknown) are retried for as long as the generation lasts and never
-// count, except a connection lost under the handler twice in a row, which
-// counts. At least 1; default 10.
+// WithAttempts bounds how often one message is tried on its own when it
+// fails with an error that counts (typically the Handler's own, its
+// timeout or panic); then it is parked: a row in the parked table commits
+// in the same fenced transaction that moves the partition's stored offset
+// past it, and the partition goes on with the next message. A batch of
+// several messages that fails so is split at once and its messages
+// applied one at a time, so only the failing message is parked. A
+// Permanent error parks it on its first attempt alone. A serialization
+// failure or deadlock (40001, 40P01), a lost connection or another
+// database trouble raised in the Handler is not the message's fault: it is
+// retried without counting, up to n times in a row; each one after that
+// counts. The package's own statements' transient failures (and a commit
+// whose outcome is unknown) are retried for as long as the generation
+// lasts and never count. At least 1; default DefaultAttempts, 10; inbox's
+// option means the same.
 func WithAttempts(n int) Option { return func(c *config) { c.MaxAttempts = n } }
 
 // WithKafkaCommitInterval also commits each partition's stored offset to

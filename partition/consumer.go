@@ -46,7 +46,8 @@ import (
 // ctx carries the Claim (FromContext) and ends after the batch timeout
 // (WithBatchTimeout). A returned error rolls the batch back; a batch of
 // several messages is then tried again one message at a time, and a
-// message that keeps failing is parked (see WithAttempts). So a Handler may run more than once for
+// message that keeps failing, or fails with a Permanent error, is parked
+// (see WithAttempts). So a Handler may run more than once for
 // a message, and only a committed run counts; effects outside tx are not
 // fenced.
 //

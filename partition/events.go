@@ -15,11 +15,11 @@ const (
 	// the wait. Fields: Key, Token, N, Attempt (the one that failed),
 	// Duration (the wait), Err.
 	EventRetry = "partition.retry"
-	// EventParked: a message's attempts ran out
+	// EventParked: a message's attempts ran out (or it failed Permanent)
 	// and it was parked. Fields: Key (its ParkedID's String,
 	// "topic/partition@offset": ParseParkedID reads it back, and ListParked
 	// shows the whole message), Token, N (1), Attempt, Err (its last
-	// attempt's).
+	// attempt's, a *HandlerError for a Handler's failure).
 	EventParked = "partition.parked"
 	// EventFenced: a newer owner's epoch refused this worker. Fields: Key,
 	// Token, Err (ErrFenced).

@@ -320,7 +320,7 @@ func rollback(tx pgx.Tx) {
 // fresh attempt: the connection failed or the server gave up on it
 // (SQLSTATE classes 08, 53, 57; 25P03, the frozen-owner timeout; 55P03), or
 // a serialization failure or deadlock. Other errors count toward
-// MaxAttempts. For the handler's errors, see handlerTransient.
+// MaxAttempts. For the handler's errors, see handlerfail.Classify.
 func transient(err error, tx pgx.Tx) bool {
 	if err == nil || errors.Is(err, ErrFenced) {
 		return false

@@ -100,6 +100,7 @@ func (b *bed) config(member string, h partition.Handler) spec {
 		partition.WithMaxBatch(testMaxBatch), partition.WithHeartbeatInterval(testHeartbeat), partition.WithSessionTimeout(testSession),
 		partition.WithRebalanceTimeout(testRebalance), partition.WithJoinGroupBackoff(200 * time.Millisecond),
 		partition.WithBatchTimeout(testBatchTimeout), partition.WithLogger(testLogger(member)),
+		partition.WithBackoff(10*time.Millisecond, time.Second),
 	}}
 }
 

@@ -200,7 +200,7 @@ func WithKafkaCommitInterval(d time.Duration) Option {
 // offset, so a record is applied only once its transaction committed, and
 // a record of an aborted transaction is never applied. Either way Kafka's
 // control records (the commit and abort markers of transactional
-// producers) never reach the Handler, the park callback or the parked
+// producers) never reach the Handler, the parked event or the parked
 // table. kafka-go's Reader hands over both aborted and control records,
 // so each fetched range is fetched once more to classify its record
 // batches (see docs/partition.md).

@@ -14,6 +14,10 @@
 // parked messages (ListParked), replay them once a fix is deployed
 // (ReplayParked: exactly once, in the transaction that takes them off the
 // parked table) or purge them (PurgeParked, PurgeParkedOlderThan).
+// Each batch's transaction is bounded by WithBatchTimeout, so a hung
+// handler holds its partition, a connection and its row locks no longer
+// than that. The options, the parked messages and the judgement of a
+// handler's failures are package partition's.
 //
 // When not to use it: when effects leave the database (an e-mail, an HTTP
 // call), which the transaction does not cover: send those with an

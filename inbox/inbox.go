@@ -88,7 +88,7 @@ type Inbox struct {
 	pg          *pgerr.Committer // its writes; Close waits for their commits
 	over        pgmode.Override  // for statements on db outside a transaction
 	consumer    string
-	idleTimeout string // batchTimeout in ms, for set_config
+	idleTimeout any // batchTimeout in ms, for set_config; nil: leave it (see New)
 
 	schema                                                    string
 	claimSQL, wmLockSQL, wmInitSQL, wmSetSQL, idleSQL         string
@@ -121,9 +121,15 @@ type queueKey struct{}
 // idle sets the transaction's idle_in_transaction_session_timeout to the
 // batch timeout from within the transaction's first statement: one
 // statement, one round trip. set_config is volatile, so the CTE is not
-// inlined away; the statement's rows come from joining it.
-const idle = `WITH idle AS (SELECT set_config('idle_in_transaction_session_timeout', $%d::text, true))
+// inlined away; the statement's rows come from joining it. A NULL timeout
+// keeps the current one.
+const idle = `WITH idle AS (SELECT ` + setIdle + `)
 `
+
+// setIdle sets idle_in_transaction_session_timeout to parameter $%d, or
+// leaves it if that is NULL.
+const setIdle = `set_config('idle_in_transaction_session_timeout',
+  coalesce($%d::text, current_setting('idle_in_transaction_session_timeout')), true)`
 
 // longestSuffix is the longest suffix New appends to the table name.
 const longestSuffix = "_processed_at"
@@ -172,8 +178,13 @@ func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
 	in.claimSQL = fmt.Sprintf(idle, 3) + `INSERT INTO ` + t + ` (consumer, id) SELECT $1, id FROM unnest($2::text[]) AS u(id), idle ORDER BY id
 ON CONFLICT DO NOTHING RETURNING id`
 	in.wmInitSQL = fmt.Sprintf(idle, 4) + `INSERT INTO ` + wm + ` (consumer, topic, partition, next) SELECT $1, $2, $3, 0 FROM idle ON CONFLICT DO NOTHING`
-	in.idleSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1::text, true)`
+	in.idleSQL = `SELECT ` + fmt.Sprintf(setIdle, 1)
 	in.idleTimeout = strconv.FormatInt(in.batchTimeout.Milliseconds(), 10)
+	if _, ok := db.(pgx.Tx); ok {
+		// Its savepoints' SET LOCAL would outlive them, binding the
+		// caller's transaction: the handler's ctx alone bounds a batch.
+		in.idleTimeout = nil
+	}
 	in.wmLockSQL = `SELECT next FROM ` + wm + ` WHERE consumer = $1 AND topic = $2 AND partition = $3 FOR UPDATE`
 	in.wmSetSQL = `UPDATE ` + wm + ` SET next = $4 WHERE consumer = $1 AND topic = $2 AND partition = $3`
 	in.attemptSQL = `INSERT INTO ` + att + ` AS a (consumer, id, attempts, last_error) VALUES ($1, $2, 1, $3)

@@ -78,7 +78,8 @@ func WithBatchWait(d time.Duration) Option { return func(s *settings) { s.batchW
 // transaction rolls back. It is also set as the transaction's
 // idle_in_transaction_session_timeout, so PostgreSQL ends the session of a
 // handler stalled outside a statement (releasing the connection and the
-// row locks its transaction holds). A batch that times out counts as a
+// row locks its transaction holds); not when the DB is a pgx.Tx, whose
+// transaction is the caller's. A batch that times out counts as a
 // failed attempt. Default DefaultBatchTimeout (15 s); at least 1 ms,
 // PostgreSQL's resolution. When Run's ctx ends, the attempt in flight of
 // each partition finishes within it; nothing is retried after.

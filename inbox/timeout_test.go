@@ -135,3 +135,46 @@ func TestBatchTimeoutBadInput(t *testing.T) {
 		}
 	}
 }
+
+// With a pgx.Tx as its DB, Process leaves the caller's transaction's
+// idle_in_transaction_session_timeout alone (a SET LOCAL in a savepoint
+// would outlive it); with a pool, the batch's transaction gets the batch
+// timeout.
+func TestBatchTimeoutLeavesTheCallersTx(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	newInbox(t, pool) // the tables
+	ctx := context.Background()
+	outer, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Rollback(ctx)
+	var before, inside, after string
+	if err := outer.QueryRow(ctx, `SHOW idle_in_transaction_session_timeout`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	show := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+		return tx.QueryRow(ctx, `SHOW idle_in_transaction_session_timeout`).Scan(&inside)
+	}
+	in, err := inbox.New(outer, "billing", inbox.WithBatchTimeout(7*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Process(ctx, []kafka.Message{msg("a", 0, 0)}, show); err != nil {
+		t.Fatal(err)
+	}
+	if err := outer.QueryRow(ctx, `SHOW idle_in_transaction_session_timeout`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if inside != before || after != before {
+		t.Fatalf("idle_in_transaction_session_timeout %q before, %q in the handler, %q after; want it left alone", before, inside, after)
+	}
+	byPool, err := inbox.New(pool, "billing", inbox.WithBatchTimeout(7*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := byPool.Process(ctx, []kafka.Message{msg("b", 0, 1)}, show); err != nil || inside != "7s" {
+		t.Fatalf("in a pool's transaction: %q (%v), want 7s", inside, err)
+	}
+}

@@ -25,6 +25,13 @@ const (
 // WithBackoff, WithLogger, WithObserver. New judges every value as given
 // (an explicit value is never read as the default) and refuses one that
 // cannot work with ErrInvalid naming it.
+//
+// The batching, retry and timeout settings have one meaning and one
+// default in inbox and partition: WithMaxBatch (messages per transaction,
+// 100), WithBatchWait (the wait for messages Kafka already reported,
+// 50 ms), WithBatchTimeout (a batch's and a replay's transaction, 15 s),
+// WithAttempts (counted failures before a message is parked, 10) and
+// WithBackoff (100 ms to 5 s, full jitter).
 type Option func(*settings)
 
 // settings is an Inbox's configuration: the defaults, then the options.

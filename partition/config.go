@@ -55,6 +55,14 @@ var ErrInvalid = errors.New("partition: invalid argument")
 // New judges every option's value as given (an explicit value is never
 // read as the default) and refuses one that cannot work with ErrInvalid
 // naming it.
+//
+// The batching, retry and timeout settings have one meaning and one
+// default in inbox and partition: WithMaxBatch (messages per transaction,
+// 100), WithBatchWait (the wait for messages Kafka already reported,
+// 50 ms), WithBatchTimeout (a batch's and a replay's transaction, 15 s;
+// here at most half the rebalance timeout), WithAttempts (counted
+// failures before a message is parked, 10) and WithBackoff (100 ms to
+// 5 s, full jitter).
 type Option func(*config)
 
 // config is a Consumer's settings: New's arguments, then the defaults,

@@ -100,3 +100,45 @@ func TestHandlerFailureKinds(t *testing.T) {
 		})
 	}
 }
+
+// A Permanent error from a batch of several splits it at once, and the
+// message that fails alone is parked on that first attempt: the Handler
+// sees it alone once, whatever WithAttempts says.
+func TestPermanentInABatchParksAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBed(t, 1)
+	produce(t, b.brokers, b.topic, 1, 0, 6)
+	rec := record("m")
+	var alone atomic.Int64
+	cfg := b.config("m", func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
+		for _, m := range msgs {
+			if m.Offset == 3 {
+				if len(msgs) == 1 {
+					alone.Add(1)
+				}
+				return partition.Permanent(errors.New("malformed payload"))
+			}
+		}
+		return rec(ctx, tx, msgs)
+	})
+	cfg.with(partition.WithAttempts(5))
+	m := startMember(t, b.pool, cfg)
+	if err := waitRows(ctx, b.pool, 5); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Until(t, "the stored offset at 6", func() (bool, error) {
+		r, err := readRow(ctx, b.pool, b.group, b.topic, 0)
+		return r.next != nil && *r.next == 6, err
+	})
+	if err := m.stop(); err != nil {
+		t.Fatalf("Run: %v; want nil", err)
+	}
+	rows, err := readParked(ctx, b.pool, b.group, b.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].offset != 3 || rows[0].attempts != 1 || alone.Load() != 1 {
+		t.Fatalf("parked %+v after %d calls alone; want offset 3 after 1 attempt, 1 call", rows, alone.Load())
+	}
+}

@@ -5,11 +5,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/nolock/nolock/internal/errfmt"
-
+	"github.com/nolock/nolock/internal/lockcore"
 	"github.com/nolock/nolock/internal/option"
 )
 
-// AcquireOption configures one Acquire or TryAcquire.
+// AcquireOption configures one Acquire or TryAcquire: WithWait,
+// WithMaxHold, WithSortKey, WithData.
 type AcquireOption func(*acquireConfig)
 
 type acquireConfig struct {
@@ -36,7 +37,8 @@ func WithWait(d time.Duration) AcquireOption {
 // acquiring write was sent, the lock stops heartbeating, Lost is closed
 // (a *LostError with Cause MaxHold) and the item is released. A hung holder
 // (stuck in a loop while its heartbeat goroutine keeps running) cannot keep
-// the lock forever. It must be positive; the default is no limit.
+// the lock forever. It must be positive (it may be shorter than the
+// lease); the default is no limit.
 func WithMaxHold(d time.Duration) AcquireOption {
 	return func(a *acquireConfig) { a.maxHold, a.set.maxHold = d, true }
 }
@@ -62,6 +64,9 @@ func (c *Client) acquireConfig(key string, opts []AcquireOption) (acquireConfig,
 	if err := option.Apply(opts, func(o AcquireOption) { o(&ac) }); err != nil {
 		return ac, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if err := lockcore.CheckAcquire(ac.wait, ac.set.wait, ac.maxHold, ac.set.maxHold); err != nil {
+		return ac, errfmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	switch {
 	case key == "":
 		return ac, invalid("key is empty")
@@ -77,10 +82,6 @@ func (c *Client) acquireConfig(key string, opts []AcquireOption) (acquireConfig,
 		return ac, invalid("sort key %q given, but the Client has no sort key attribute (WithKeyAttributes)", ac.sortKey)
 	case len(ac.sortKey) > MaxSortKeyLen:
 		return ac, invalid("sort key is %d bytes, more than %d", len(ac.sortKey), MaxSortKeyLen)
-	case ac.set.wait && ac.wait <= 0:
-		return ac, invalid("wait %v must be positive", ac.wait)
-	case ac.set.maxHold && ac.maxHold <= 0:
-		return ac, invalid("max hold %v must be positive", ac.maxHold)
 	case len(ac.data) > MaxDataLen:
 		return ac, invalid("data is %d bytes, more than %d", len(ac.data), MaxDataLen)
 	}

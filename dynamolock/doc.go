@@ -44,7 +44,7 @@
 // or safety against clock rate differences larger than the lease's slack.
 //
 // Cost: an uncontended acquire and release are one conditional UpdateItem
-// each; a heartbeat is one UpdateItem; a waiter reads the item once per poll
+// each; a heartbeat is one UpdateItem per lock, spread over the period; a waiter reads the item once per poll
 // (on servers that return the item with a failed condition, as DynamoDB
 // does, a refused acquisition needs no read).
 package dynamolock

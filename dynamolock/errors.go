@@ -3,7 +3,6 @@ package dynamolock
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/nolock/nolock/internal/errfmt"
 )
@@ -45,11 +44,11 @@ func invalid(format string, args ...any) error {
 // said when it was last read; the holder may have changed since. It is a
 // value: read it from any goroutine, do not modify Data.
 type HeldError struct {
-	Key     string        // the lock's partition key value
-	SortKey string        // the lock's sort key value, if the table has one
-	Owner   string        // the holder's owner name
-	Lease   time.Duration // the holder's lease duration
-	Data    []byte        // the holder's data payload, nil if none
+	Key     string // the lock's partition key value
+	SortKey string // the lock's sort key value, if the table has one
+	Owner   string // the holder's owner name ("" if the item was not seen)
+	Token   int64  // the holder's fencing token (0 if not seen, or written without one)
+	Data    []byte // the holder's data payload, nil if none
 }
 
 // Error names the lock and its holder.
@@ -60,9 +59,11 @@ func (e *HeldError) Error() string {
 // Unwrap returns ErrNotAcquired.
 func (e *HeldError) Unwrap() error { return ErrNotAcquired }
 
-// Cause says why a lock was lost. It is a plain value.
+// Cause says why a lock was lost. It is a plain value, with lease.Cause's
+// values.
 type Cause int
 
+// The causes of a loss.
 const (
 	// TakenOver: a heartbeat found that another client had written the lock
 	// item (it took the lock over, or the item was released or deleted).
@@ -97,6 +98,7 @@ type LostError struct {
 	Key, SortKey string
 	Cause        Cause
 	Owner        string // for TakenOver: the owner name the item carried, if any
+	Token        int64  // for TakenOver: the fencing token the item carried, if any
 	Last         error
 }
 
@@ -105,7 +107,7 @@ type LostError struct {
 func (e *LostError) Error() string {
 	s := fmt.Sprintf("dynamolock: %s lost: %s", lockName(e.Key, e.SortKey), e.Cause)
 	if e.Owner != "" {
-		s += fmt.Sprintf(" (item owned by %q)", e.Owner)
+		s += fmt.Sprintf(" (item owned by %q, token %d)", e.Owner, e.Token)
 	}
 	if e.Last != nil {
 		s += fmt.Sprintf(" (last error: %v)", e.Last)

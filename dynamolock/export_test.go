@@ -5,8 +5,4 @@ import "time"
 // ValidUntil returns the end of the lock's local validity: the send time
 // of its last write known to have applied, plus the lease, on this
 // process's clock. The tests compare it with other holders' acquisitions.
-func (l *Lock) ValidUntil() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.validUntil
-}
+func (l *Lock) ValidUntil() time.Time { return l.h.ValidUntil() }

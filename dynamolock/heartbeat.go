@@ -2,236 +2,58 @@ package dynamolock
 
 import (
 	"context"
-	"errors"
-	"time"
 
 	"github.com/nolock/nolock/internal/errfmt"
+	"github.com/nolock/nolock/internal/lockcore"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/ddberr"
 )
 
-// beat is the result of one heartbeat call.
-type beat struct {
-	s   sent
-	err error
-}
+// backend is what the lock core needs from a Client: its writes.
+type backend struct{ c *Client }
 
-// beats is the state of a Lock's heartbeat goroutine (run); only that
-// goroutine touches it.
-type beats struct {
-	l     *Lock
-	ctx   context.Context // cancelled when the heartbeats must stop
-	retry backoff.Policy  // delays after failed heartbeats
-	next  time.Time       // when the next heartbeat is due
-	maxAt time.Time       // the end of the maximum hold; zero: none
-
-	results    chan beat          // the answer of the heartbeat in flight
-	cancelCall context.CancelFunc // non-nil while a heartbeat is in flight
-	callAt     time.Time          // when it was started
-	failures   int                // heartbeats in a row that failed
-	last       error              // the last one's error; nil after one that applied
-}
-
-// run is the heartbeat goroutine: it writes a new RVN every heartbeat
-// period, watches the local validity and the maximum hold, and ends the
-// lock when one of them runs out or a heartbeat is refused. A heartbeat
-// call runs in its own goroutine, so a slow one delays neither the warning
-// nor the end of the lock, and is cut off after callTimeout, so one whose
-// answer never comes is retried (conditional on its RVN too) well within
-// the lease. When it returns, no heartbeat is in flight.
-func (l *Lock) run(ctx context.Context) {
-	defer l.c.wg.Done()
-	defer close(l.done)
-	hb := l.c.cfg.heartbeat
-	b := &beats{l: l, ctx: ctx, next: l.start.Add(hb), results: make(chan beat, 1),
-		retry: backoff.Policy{Base: max(hb/8, time.Millisecond), Cap: max(hb/2, time.Millisecond)}}
-	if l.ac.maxHold > 0 {
-		b.maxAt = l.start.Add(l.ac.maxHold)
+// Renew sends the heartbeat of one lock (the core renews each lock with a
+// call of its own, at its own time, and bounds the call).
+func (b backend) Renew(ctx context.Context, hs []*lockcore.Hold) []lockcore.Renewed {
+	out := make([]lockcore.Renewed, len(hs))
+	for i, h := range hs {
+		s, err := h.Ref.(*Lock).heartbeat(ctx)
+		out[i] = lockcore.Renewed{At: s.at, Valid: s.at.Add(b.c.cfg.Lease), Err: err}
 	}
-	defer b.settle()
-	for {
-		now := l.c.cfg.now()
-		l.mu.Lock()
-		valid, warned := l.validUntil, l.warned
-		l.mu.Unlock()
-		if !b.maxAt.IsZero() && !now.Before(b.maxAt) {
-			b.endMaxHold()
-			return
-		}
-		warnAt := b.warnAt(valid)
-		if !warned && !now.Before(warnAt) {
-			l.mu.Lock()
-			first := l.warnLocked()
-			l.mu.Unlock()
-			if first {
-				l.event(EventExpiring, 0, nil)
-			}
-			warned = true
-		}
-		if !now.Before(valid) {
-			b.expire(now)
-			return
-		}
-		if b.cancelCall == nil && !now.Before(b.next) && !b.start(now, valid) {
-			return
-		}
-		if !b.wait(now, b.wake(valid, warnAt, warned)) {
-			return
-		}
-	}
+	return out
 }
 
-// settle cancels the heartbeat in flight, if any, and waits for it, so
-// that the RVNs it may have written are known.
-func (b *beats) settle() {
-	if b.cancelCall != nil {
-		b.cancelCall()
-		<-b.results
-		b.ended()
-	}
-}
-
-// ended records that the heartbeat in flight has answered.
-func (b *beats) ended() {
-	b.cancelCall = nil
-	b.l.mu.Lock()
-	b.l.inFlight = false
-	b.l.mu.Unlock()
-}
-
-// endMaxHold ends the lock at its maximum hold: Lost first, then the
-// release, written once no heartbeat is in flight (waiting at most a
-// lease).
-func (b *beats) endMaxHold() {
-	l := b.l
-	l.lose(&LostError{Key: l.ac.key, SortKey: l.ac.sortKey, Cause: MaxHold})
-	b.settle()
-	rctx, cancel := context.WithTimeout(context.Background(), l.c.cfg.lease)
-	l.releaseItem(rctx)
-	cancel()
-}
-
-// expire ends the lock whose local validity ran out at now, with the last
-// heartbeat's error; a heartbeat still on the wire is named as having had
-// no answer (DynamoDB, or the way to it, hangs), so that the loss does not
-// read like a paused process.
-func (b *beats) expire(now time.Time) {
-	last := b.last
-	if b.cancelCall != nil {
-		hung := errfmt.Errorf("dynamolock: a heartbeat sent %v before the lease ran out had no answer: %w",
-			now.Sub(b.callAt).Round(time.Millisecond), context.DeadlineExceeded)
-		if last != nil {
-			hung = errfmt.Errorf("%w (the heartbeat before it failed: %w)", hung, last)
-		}
-		last = hung
-	}
-	l := b.l
-	l.lose(&LostError{Key: l.ac.key, SortKey: l.ac.sortKey, Cause: Expired, Last: last})
-}
-
-// warnAt returns when Expiring is due: the warning margin before the end
-// of the local validity or of the maximum hold, whichever is first.
-func (b *beats) warnAt(valid time.Time) time.Time {
-	w := b.l.c.cfg.warning
-	warnAt := valid.Add(-w)
-	if !b.maxAt.IsZero() && b.maxAt.Add(-w).Before(warnAt) {
-		warnAt = b.maxAt.Add(-w)
-	}
-	return warnAt
-}
-
-// start sends a heartbeat in its own goroutine, unless Release has begun
-// (then it returns false: the heartbeats end).
-func (b *beats) start(now, valid time.Time) bool {
-	l := b.l
+// Release writes h's release, conditional on every RVN of ours the item
+// may carry (no heartbeat is in flight: the core waited for it).
+func (b backend) Release(ctx context.Context, h *lockcore.Hold) error {
+	l := h.Ref.(*Lock)
 	l.mu.Lock()
-	stopping := l.stopping
-	l.inFlight = !stopping
+	rvns := l.rvnsLocked()
 	l.mu.Unlock()
-	if stopping {
-		return false
-	}
-	var callCtx context.Context
-	callCtx, b.cancelCall = context.WithCancel(b.ctx)
-	b.callAt = now
-	go func() {
-		s, err := l.heartbeat(callCtx, valid)
-		b.results <- beat{s, err}
-	}()
-	return true
+	return b.c.writeRelease(ctx, l.ac, rvns)
 }
 
-// wake returns when run must next look: the end of the local validity,
-// the next heartbeat (unless one is in flight), the maximum hold, or the
-// warning, whichever is first.
-func (b *beats) wake(valid, warnAt time.Time, warned bool) time.Time {
-	wake := valid
-	if b.cancelCall == nil && b.next.Before(wake) {
-		wake = b.next
-	}
-	if !b.maxAt.IsZero() && b.maxAt.Before(wake) {
-		wake = b.maxAt
-	}
-	if !warned && warnAt.Before(wake) {
-		wake = warnAt
-	}
-	return wake
-}
-
-// wait waits until wake or the answer of the heartbeat in flight, and
-// handles that answer: a *LostError ends the lock; a failure schedules a
-// retry after a growing backoff; a confirmed write schedules the next
-// heartbeat a period after it was sent. It returns false when the
-// heartbeats must end.
-func (b *beats) wait(now, wake time.Time) bool {
-	t := time.NewTimer(wake.Sub(now))
-	defer t.Stop()
-	select {
-	case <-b.ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	case r := <-b.results:
-		b.cancelCall()
-		b.ended()
-		l := b.l
-		var le *LostError
-		switch {
-		case errors.As(r.err, &le):
-			l.lose(le)
-			return false
-		case r.err != nil:
-			b.failures++
-			b.last = r.err
-			b.next = l.c.cfg.now().Add(b.retry.Delay(b.failures + 2))
-			l.c.log.Debug("dynamolock: heartbeat failed; retrying", "key", lockName(l.ac.key, l.ac.sortKey), "err", r.err)
-			l.event(EventRenewFailed, l.c.cfg.now().Sub(b.callAt), r.err)
-		default:
-			b.failures = 0
-			b.last = nil
-			l.event(EventRenewed, l.c.cfg.now().Sub(r.s.at), nil)
-			b.next = r.s.at.Add(l.c.cfg.heartbeat)
-		}
-		return true
-	}
+// Lost returns the *LostError of a loss of h.
+func (b backend) Lost(h *lockcore.Hold, loss *lockcore.Loss) error {
+	l := h.Ref.(*Lock)
+	return &LostError{Key: l.ac.key, SortKey: l.ac.sortKey, Cause: Cause(loss.Cause), Owner: loss.Owner, Token: loss.Token, Last: loss.Last}
 }
 
 // heartbeat writes a new RVN conditional on one of ours, waiting for the
-// answer at most until valid or callTimeout. It returns the write when it
+// answer until ctx ends (the core bounds it). It returns the write when it
 // is known to have applied (its answer, or a read that finds it); a
-// *LostError when the item carries another client's RVN (or is released or
-// gone); any other error when the outcome is unknown (the write stays
+// *lockcore.Loss when the item carries another client's RVN (or is
+// released or gone); any other error when the outcome is unknown (the write stays
 // pending: a later heartbeat's condition accepts it) or the write was not
 // sent or refused (it is forgotten). Local validity is extended only by a
 // write known to have applied.
-func (l *Lock) heartbeat(ctx context.Context, valid time.Time) (sent, error) {
+func (l *Lock) heartbeat(ctx context.Context) (sent, error) {
 	c := l.c
-	s := sent{rvn: newRVN(), at: c.cfg.now()}
+	s := sent{rvn: newRVN(), at: c.cfg.Now()}
 	l.mu.Lock()
 	cond := l.rvnsLocked()
 	l.pending = append(l.pending, s)
@@ -240,9 +62,7 @@ func (l *Lock) heartbeat(ctx context.Context, valid time.Time) (sent, error) {
 	}
 	l.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(ctx, min(valid.Sub(s.at), c.cfg.callTimeout()))
-	defer cancel()
-	values := map[string]types.AttributeValue{":new": str(s.rvn), ":lease": str(formatLease(c.cfg.lease))}
+	values := map[string]types.AttributeValue{":new": str(s.rvn), ":lease": str(formatLease(c.cfg.Lease))}
 	_, err := c.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(c.table), Key: c.itemKey(l.ac),
 		UpdateExpression:                    aws.String("SET #rvn = :new, #lease = :lease"),
@@ -260,15 +80,15 @@ func (l *Lock) heartbeat(ctx context.Context, valid time.Time) (sent, error) {
 		l.mu.Lock()
 		l.pending = drop(l.pending, s.rvn) // not sent, or refused: it never applied
 		l.mu.Unlock()
-		return sent{}, err
+		return s, err
 	}
 	if ctx.Err() != nil {
-		return sent{}, err // stopped, or out of validity: nothing to gain from a read
+		return s, err // stopped, or out of time: nothing to gain from a read
 	}
 	if item == nil {
 		it, rerr := c.get(ctx, l.ac)
 		if rerr != nil {
-			return sent{}, errfmt.Errorf("%w; reading the item back: %w", err, rerr)
+			return s, errfmt.Errorf("%w; reading the item back: %w", err, rerr)
 		}
 		item = it
 	}
@@ -282,14 +102,15 @@ func (l *Lock) heartbeat(ctx context.Context, valid time.Time) (sent, error) {
 		l.confirm(p) // a write of ours applied after all
 		return p, nil
 	case rec.exists && !rec.released && rec.rvn == cur.rvn && !ccf:
-		return sent{}, err // not applied (yet); it may still apply, so it stays pending
+		return s, err // not applied (yet); it may still apply, so it stays pending
 	}
-	return sent{}, &LostError{Key: l.ac.key, SortKey: l.ac.sortKey, Cause: TakenOver, Owner: rec.owner}
+	return s, &lockcore.Loss{Cause: lockcore.TakenOver, Owner: rec.owner, Token: rec.token}
 }
 
-// confirm records that write s applied: it becomes the lock's RVN, the
-// writes sent before it can no longer apply (their conditions name older
-// RVNs only), and local validity extends to s.at plus the lease.
+// confirm records that write s applied: it becomes the lock's RVN, and
+// the writes sent before it can no longer apply (their conditions name
+// older RVNs only). The core extends the local validity to s.at plus the
+// lease.
 func (l *Lock) confirm(s sent) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -303,7 +124,4 @@ func (l *Lock) confirm(s sent) {
 		}
 	}
 	l.pending = keep
-	if v := s.at.Add(l.c.cfg.lease); v.After(l.validUntil) {
-		l.validUntil = v
-	}
 }

@@ -2,15 +2,15 @@ package dynamolock
 
 import (
 	"context"
-	"errors"
-	"github.com/nolock/nolock/observe"
 	"sync"
-	"time"
+
+	"github.com/nolock/nolock/internal/lockcore"
 )
 
 // The algorithm. Its parts: acquire.go takes a lock, heartbeat.go keeps
 // it, writes.go holds the requests (the acquiring write, the read, the
-// release), and this file the Lock and how it ends.
+// release), and this file the Lock; internal/lockcore, shared with package
+// lease, runs the heartbeats, the deadlines and the Lock's end.
 //
 // A lock is an item. Acquiring writes it with one conditional UpdateItem:
 // the item is absent, or released, or (takeover) still carries the record
@@ -40,32 +40,17 @@ import (
 // Methods are
 // safe for concurrent use.
 type Lock struct {
-	c       *Client
-	ac      acquireConfig
-	token   int64
-	start   time.Time // when the acquiring write was sent
-	stopHB  context.CancelFunc
-	done    chan struct{} // closed when the heartbeat goroutine has ended
-	stopped sync.Once
+	h     *lockcore.Hold
+	c     *Client
+	ac    acquireConfig
+	token int64
 
-	lost, expiring chan struct{}
-	ctx            context.Context
-	cancelCtx      context.CancelCauseFunc
-
-	mu         sync.Mutex
-	rvn        sent   // the last write known to have applied
-	pending    []sent // later writes whose outcome is unknown
-	validUntil time.Time
-	err        error
-	warned     bool
-	stopping   bool // Release has begun: no new heartbeat may start
-	inFlight   bool // a heartbeat is on the wire
-
-	release    sync.Once
-	releaseErr error
+	mu      sync.Mutex
+	rvn     sent   // the last write known to have applied
+	pending []sent // later writes whose outcome is unknown
 }
 
-// newLock makes the Lock of write s, which applied, and starts its
+// newLock makes the Lock of write s, which applied, and registers it for
 // heartbeats; its Context carries the values of caller, the acquiring
 // context, but not its cancellation. If the Client was closed meanwhile,
 // it releases the item instead (waiting at most a lease) and returns
@@ -74,29 +59,12 @@ func (c *Client) newLock(caller context.Context, ac acquireConfig, s sent, token
 	if !c.cfg.fencing {
 		token = 0
 	}
-	hbCtx, stop := context.WithCancel(context.Background())
-	l := &Lock{
-		c: c, ac: ac, token: token, start: s.at, stopHB: stop, done: make(chan struct{}),
-		lost: make(chan struct{}), expiring: make(chan struct{}),
-		rvn: s, validUntil: s.at.Add(c.cfg.lease),
-	}
-	l.ctx, l.cancelCtx = context.WithCancelCause(context.WithoutCancel(caller))
+	l := &Lock{c: c, ac: ac, token: token, rvn: s, h: c.k.NewHold(caller, eventKey(ac.key, ac.sortKey), token, s.at, ac.maxHold)}
+	l.h.Ref = l
 	c.seen.forget(ac.key + "\x00" + ac.sortKey)
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		stop()
-		close(l.done)
-		l.lose(ErrReleased)
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.lease)
-		defer cancel()
-		_ = c.writeRelease(ctx, ac, []string{s.rvn})
-		return nil, ErrClosed
+	if err := c.k.Add(l.h); err != nil {
+		return nil, err
 	}
-	c.locks[l] = struct{}{}
-	c.wg.Add(1)
-	c.mu.Unlock()
-	go l.run(hbCtx)
 	return l, nil
 }
 
@@ -125,7 +93,7 @@ func (l *Lock) Data() []byte { return l.ac.data }
 // maximum hold passed, or Release or Close was called. Err says which.
 // It is closed before a release is written, so a holder watching it learns
 // of the end before anyone else can acquire the lock.
-func (l *Lock) Lost() <-chan struct{} { return l.lost }
+func (l *Lock) Lost() <-chan struct{} { return l.h.Lost() }
 
 // Expiring returns a channel closed when less than the Client's expiry
 // warning margin is left of the lock's local validity (its last confirmed
@@ -134,65 +102,21 @@ func (l *Lock) Lost() <-chan struct{} { return l.lost }
 // lock is found already expired (after a pause of the whole process), and
 // always before Lost is closed for an expiry or the maximum hold. It is
 // not closed by a release or a takeover: watch Lost for those.
-func (l *Lock) Expiring() <-chan struct{} { return l.expiring }
+func (l *Lock) Expiring() <-chan struct{} { return l.h.Expiring() }
 
 // Context returns a context cancelled when Lost is closed, with Err as its
 // cause (context.Cause), for work that should stop when the lock ends. It
 // carries the values of the context Acquire or TryAcquire was called with
 // (a trace ID, say), but not its deadline or cancellation: only the lock's
 // end cancels it.
-func (l *Lock) Context() context.Context { return l.ctx }
+func (l *Lock) Context() context.Context { return l.h.Context() }
 
 // Err returns nil while the lock is held; then ErrReleased after Release
 // or Close, or a *LostError wrapping ErrLockLost that says why it was lost.
-func (l *Lock) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
-}
-
-// lose ends the lock with err (the first reason sticks). For an expiry or
-// the maximum hold it closes Expiring first, if it is still open.
-func (l *Lock) lose(err error) {
-	var le *LostError
-	l.mu.Lock()
-	if l.err != nil {
-		l.mu.Unlock()
-		return
-	}
-	// A late wake-up may find the warning's time passed too.
-	warned := errors.As(err, &le) && (le.Cause == Expired || le.Cause == MaxHold) && l.warnLocked()
-	l.err = err
-	close(l.lost)
-	l.cancelCtx(err)
-	l.mu.Unlock()
-	if warned {
-		l.event(EventExpiring, 0, nil)
-	}
-	if le != nil {
-		l.c.log.Warn("dynamolock: lock lost", "key", lockName(l.ac.key, l.ac.sortKey), "err", err)
-		l.event(EventLost, 0, err)
-	}
-}
-
-// warnLocked closes Expiring, once, and reports whether it did. l.mu must
-// be held.
-func (l *Lock) warnLocked() bool {
-	if l.warned {
-		return false
-	}
-	l.warned = true
-	close(l.expiring)
-	return true
-}
-
-// event reports an event of the lock to the Client's observer.
-func (l *Lock) event(name string, d time.Duration, err error) {
-	l.c.events.Notify(l.ctx, observe.Event{Name: name, Key: eventKey(l.ac.key, l.ac.sortKey), Token: l.token, Duration: d, Err: err})
-}
+func (l *Lock) Err() error { return l.h.Err() }
 
 // Release ends the lock: it stops the heartbeats (cancelling one in
-// flight, and waiting for the goroutine), closes Lost, and writes the
+// flight, and waiting for its answer), closes Lost, and writes the
 // release conditional on the item still carrying one of this lock's record
 // version numbers, so it can neither release a newer holder's lock nor be
 // undone by a late heartbeat. With fencing on the item stays, marked
@@ -205,59 +129,18 @@ func (l *Lock) event(name string, d time.Duration, err error) {
 // if nobody took the lock over, to spare the next holder a lease of
 // waiting); or the error that kept the release from being written (then
 // the item is released by its lease expiring). Release is idempotent: later
-// calls (and Close) return the first one's result.
+// calls (and Close) return the first one's result. A nil ctx is refused
+// with ErrInvalid before anything: the Lock is still held, and renewed.
 func (l *Lock) Release(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("ctx is nil")
 	}
-	// Stop the heartbeats. Without one in flight, the RVNs are final at
-	// once and the release need not wait for the goroutine to notice;
-	// with one, its outcome must be known first.
-	l.mu.Lock()
-	l.stopping = true
-	inFlight := l.inFlight
-	l.mu.Unlock()
-	l.stopped.Do(l.stopHB)
-	if inFlight {
-		<-l.done
-	}
-	l.lose(ErrReleased)
-	l.releaseItem(ctx)
-	<-l.done
-	if err := l.Err(); !errors.Is(err, ErrReleased) {
-		return err
-	}
-	if l.releaseErr == nil {
-		l.event(EventReleased, l.c.cfg.now().Sub(l.start), nil)
-	}
-	return l.releaseErr
-}
-
-// releaseItem writes the release once, unless the lock was taken over
-// (then there is nothing of ours to release). No heartbeat may be in
-// flight.
-func (l *Lock) releaseItem(ctx context.Context) {
-	l.release.Do(func() {
-		defer l.c.forget(l)
-		l.mu.Lock()
-		err := l.err
-		rvns := l.rvnsLocked()
-		l.mu.Unlock()
-		var le *LostError
-		if errors.As(err, &le) && le.Cause == TakenOver {
-			return
-		}
-		l.releaseErr = l.c.writeRelease(ctx, l.ac, rvns)
-	})
+	return l.h.Release(ctx)
 }
 
 // Close is Release with a context bounded by the lease, for defer: a
 // release whose answer is lost is retried (several times) within it.
-func (l *Lock) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), l.c.cfg.lease)
-	defer cancel()
-	return l.Release(ctx)
-}
+func (l *Lock) Close() error { return l.h.Close() }
 
 // rvnsLocked returns every RVN of ours the item may carry. l.mu must be
 // held.

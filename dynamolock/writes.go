@@ -2,7 +2,6 @@ package dynamolock
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/nolock/nolock/internal/errfmt"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/ddberr"
+	"github.com/nolock/nolock/internal/lockcore"
 )
 
 // The requests a Client sends for a lock item: the acquiring write, the
@@ -76,8 +76,8 @@ func (c *Client) itemKey(ac acquireConfig) map[string]types.AttributeValue {
 func (c *Client) writeAcquire(ctx context.Context, ac acquireConfig, rvn string, takeover *string) (*dynamodb.UpdateItemOutput, error) {
 	names := map[string]string{"#pk": c.cfg.pkName, "#own": OwnerAttr, "#rvn": RVNAttr, "#lease": LeaseAttr,
 		"#rel": ReleasedAttr, "#tok": TokenAttr, "#data": DataAttr}
-	values := map[string]types.AttributeValue{":own": str(c.cfg.owner), ":rvn": str(rvn),
-		":lease": str(formatLease(c.cfg.lease)), ":relv": str(releasedValue), ":one": num(1)}
+	values := map[string]types.AttributeValue{":own": str(c.cfg.Owner), ":rvn": str(rvn),
+		":lease": str(formatLease(c.cfg.Lease)), ":relv": str(releasedValue), ":one": num(1)}
 	update := "SET #own = :own, #rvn = :rvn, #lease = :lease"
 	remove := " REMOVE #rel"
 	if ac.data != nil {
@@ -96,7 +96,7 @@ func (c *Client) writeAcquire(ctx context.Context, ac acquireConfig, rvn string,
 			values[":old"] = str(*takeover)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.lease)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Lease)
 	defer cancel()
 	return c.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(c.table), Key: c.itemKey(ac),
@@ -110,7 +110,7 @@ func (c *Client) writeAcquire(ctx context.Context, ac acquireConfig, rvn string,
 // get reads the lock item with a strongly consistent read (nil if absent),
 // waiting at most a lease for the answer.
 func (c *Client) get(ctx context.Context, ac acquireConfig) (map[string]types.AttributeValue, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.lease)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Lease)
 	defer cancel()
 	out, err := c.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(c.table), Key: c.itemKey(ac), ConsistentRead: aws.Bool(true)})
 	if err != nil {
@@ -119,32 +119,11 @@ func (c *Client) get(ctx context.Context, ac acquireConfig) (map[string]types.At
 	return out.Item, nil
 }
 
-// cleanup releases, in the background, an item that one of ours (writes
-// whose outcome is unknown) may have taken, after Acquire gave up. Close
-// waits for it; it gives up after a lease.
-func (c *Client) cleanup(ac acquireConfig, ours []sent) {
-	c.mu.Lock()
-	c.wg.Add(1) // even when closed: Close waits for it
-	c.mu.Unlock()
-	rvns := make([]string, len(ours))
-	for i, s := range ours {
-		rvns[i] = s.rvn
-	}
-	go func() {
-		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.lease)
-		defer cancel()
-		if err := c.writeRelease(ctx, ac, rvns); err != nil && !errors.Is(err, ErrLockLost) {
-			c.log.Debug("dynamolock: cleanup after a given-up acquisition failed", "key", lockName(ac.key, ac.sortKey), "err", err)
-		}
-	}()
-}
-
 // writeRelease releases the item if it carries one of rvns: with fencing,
 // it marks the item released under a fresh RVN (kept in the condition, so
 // a retry after a lost answer succeeds again); without, it deletes it. It
-// returns nil once the release is known to have applied, and a *LostError
-// when another client owns the item. An attempt whose outcome is unknown
+// returns nil once the release is known to have applied, and a
+// *lockcore.Loss when another client owns the item. An attempt whose outcome is unknown
 // is retried until ctx ends, so that the outcome is learned. An attempt
 // that changed nothing (not sent, or refused: the SDK has already retried
 // throttling and failed dials) ends it with that error, unless an earlier
@@ -152,7 +131,7 @@ func (c *Client) cleanup(ac acquireConfig, ours []sent) {
 func (c *Client) writeRelease(ctx context.Context, ac acquireConfig, rvns []string) error {
 	name := lockName(ac.key, ac.sortKey)
 	rel := newRVN()
-	bo := backoff.Policy{Base: max(c.cfg.poll/16, time.Millisecond), Cap: c.cfg.poll}
+	bo := backoff.Policy{Base: max(c.cfg.Poll/16, time.Millisecond), Cap: c.cfg.Poll}
 	unknown := false // an attempt may have applied
 	for attempt := 1; ; attempt++ {
 		if err := backoff.Sleep(ctx, bo.Delay(attempt)); err != nil {
@@ -170,7 +149,7 @@ func (c *Client) writeRelease(ctx context.Context, ac acquireConfig, rvns []stri
 				return errfmt.Errorf("dynamolock: release %s: %w", name, err)
 			}
 			unknown = unknown || ddberr.Of(err) == ddberr.Unknown
-			c.log.Debug("dynamolock: release failed; retrying", "key", name, "outcome", ddberr.Of(err), "err", err)
+			c.k.Log().Debug("dynamolock: release failed; retrying", "key", name, "outcome", ddberr.Of(err), "err", err)
 			continue
 		}
 		if item == nil {
@@ -189,7 +168,7 @@ func (c *Client) writeRelease(ctx context.Context, ac acquireConfig, rvns []stri
 		case !c.cfg.fencing && !rec.exists && unknown:
 			return nil // presumably ours applied; see WithoutFencing
 		}
-		return &LostError{Key: ac.key, SortKey: ac.sortKey, Cause: TakenOver, Owner: rec.owner}
+		return &lockcore.Loss{Cause: lockcore.TakenOver, Owner: rec.owner, Token: rec.token}
 	}
 }
 

@@ -6,11 +6,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/nolock/nolock/internal/errfmt"
-
+	"github.com/nolock/nolock/internal/lockcore"
 	"github.com/nolock/nolock/internal/option"
 )
 
-// AcquireOption configures one Acquire or TryAcquire.
+// AcquireOption configures one Acquire or TryAcquire: WithWait,
+// WithMaxHold, WithData.
 type AcquireOption func(*acquireConfig)
 
 type acquireConfig struct {
@@ -35,8 +36,8 @@ func WithWait(d time.Duration) AcquireOption {
 // acquiring statement was sent, the lock stops renewing, Lost is closed
 // (a *LostError with Cause MaxHold) and the row is released. A hung holder
 // (stuck in a loop while its renewals keep running) cannot keep the lock
-// forever. It must be at least the Client's lease; the default is no
-// limit.
+// forever. It must be positive (it may be shorter than the lease); the
+// default is no limit.
 func WithMaxHold(d time.Duration) AcquireOption {
 	return func(a *acquireConfig) { a.maxHold, a.set.maxHold = d, true }
 }
@@ -59,11 +60,10 @@ func (c *Client) acquireConfig(key string, opts []AcquireOption) (acquireConfig,
 	if err := validKey(key); err != nil {
 		return ac, err
 	}
+	if err := lockcore.CheckAcquire(ac.wait, ac.set.wait, ac.maxHold, ac.set.maxHold); err != nil {
+		return ac, errfmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	switch {
-	case ac.set.wait && ac.wait <= 0:
-		return ac, invalid("wait %v must be positive", ac.wait)
-	case ac.set.maxHold && ac.maxHold < c.cfg.lease:
-		return ac, invalid("max hold %v is shorter than the lease %v", ac.maxHold, c.cfg.lease)
 	case len(ac.data) > MaxDataLen:
 		return ac, invalid("data is %d bytes, more than %d", len(ac.data), MaxDataLen)
 	}

@@ -2,21 +2,17 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
-
-	"github.com/nolock/nolock/internal/errfmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/nolock/nolock/internal/notify"
+	"github.com/nolock/nolock/internal/errfmt"
+	"github.com/nolock/nolock/internal/lockcore"
 	"github.com/nolock/nolock/internal/option"
-	"github.com/nolock/nolock/internal/owner"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
@@ -37,34 +33,28 @@ type DB interface {
 
 // Defaults.
 const (
-	DefaultTable   = "nolock_lease"
-	DefaultLease   = 20 * time.Second // lease of a lock without a renewal
-	DefaultPollMax = time.Second      // a waiter tries at least this often (lease/4 if shorter)
+	DefaultTable = "nolock_lease"
+	DefaultLease = lockcore.DefaultLease // lease of a lock without a renewal
 )
 
 // Limits checked before any I/O.
 const (
 	MaxKeyLen   = 1024       // bytes of a key (a B-tree entry must fit in a third of a page)
 	MaxDataLen  = 256 * 1024 // bytes of a data payload
-	MaxLease    = 24 * time.Hour
-	maxTableLen = 63 // PostgreSQL's identifier limit: longer names would be truncated
-	maxOwnerLen = 1024
-	maxPending  = 32 // acquiring statements with an unknown outcome one call remembers
+	maxTableLen = 63         // PostgreSQL's identifier limit: longer names would be truncated
+	maxPending  = 32         // acquiring statements with an unknown outcome one call remembers
 )
 
 // config is a Client's settings after its options.
 type config struct {
-	table                        string
-	lease, heartbeat, poll, warn time.Duration
-	lockDelay                    time.Duration
-	set                          struct{ heartbeat, poll, warn, owner bool }
-	owner                        string
-	logger                       *slog.Logger
-	observer                     observe.Observer
-	now                          func() time.Time
+	lockcore.Settings
+	table     string
+	lockDelay time.Duration
 }
 
-// Option configures a Client. Options are applied in order, then validated
+// Option configures a Client: WithTable, WithLease, WithHeartbeat,
+// WithPoll, WithExpiryWarning, WithLockDelay, WithOwner, WithLogger,
+// WithObserver, WithClock. Options are applied in order, then validated
 // together by New.
 type Option func(*config)
 
@@ -76,21 +66,21 @@ func WithTable(name string) Option { return func(c *config) { c.table = name } }
 // WithLease sets the lease: how long a lock stays valid after its last
 // renewal, on the database's clock (and, for the holder's own belief, a
 // little less: see the package doc). Default DefaultLease; it must be at
-// least a millisecond and at most MaxLease.
-func WithLease(d time.Duration) Option { return func(c *config) { c.lease = d } }
+// least a millisecond and at most 24 hours.
+func WithLease(d time.Duration) Option { return func(c *config) { c.Lease = d } }
 
 // WithHeartbeat sets how often a held lock renews its lease. It must be
 // positive and at most half the lease; the default is a quarter of the
 // lease.
 func WithHeartbeat(d time.Duration) Option {
-	return func(c *config) { c.heartbeat, c.set.heartbeat = d, true }
+	return func(c *config) { c.Heartbeat, c.Set.Heartbeat = d, true }
 }
 
 // WithPoll sets how often a waiting Acquire retries (each wait is jittered
 // down to half of it, and cut short when the database says the holder's
 // lease ends sooner). It must be positive and at most the lease. Default:
 // a second, or a quarter of the lease if that is shorter.
-func WithPoll(d time.Duration) Option { return func(c *config) { c.poll, c.set.poll = d, true } }
+func WithPoll(d time.Duration) Option { return func(c *config) { c.Poll, c.Set.Poll = d, true } }
 
 // WithExpiryWarning sets the margin of (*Lock).Expiring: it is closed when
 // less than margin of the lock's local validity (or of its maximum hold)
@@ -98,25 +88,25 @@ func WithPoll(d time.Duration) Option { return func(c *config) { c.poll, c.set.p
 // heartbeat, so it stays silent while renewals succeed; the default is a
 // quarter of the lease.
 func WithExpiryWarning(margin time.Duration) Option {
-	return func(c *config) { c.warn, c.set.warn = margin, true }
+	return func(c *config) { c.Warn, c.Set.Warn = margin, true }
 }
 
 // WithLockDelay sets Chubby's lock-delay: a lock whose holder's lease ran
 // out without a release cannot be acquired until d after its expiry (on
 // the database's clock), so that the lapsed holder's requests still in
 // flight can drain. A released lock is free at once. It must be at least
-// 0 (the default: no delay) and at most MaxLease.
+// 0 (the default: no delay) and at most 24 hours.
 func WithLockDelay(d time.Duration) Option { return func(c *config) { c.lockDelay = d } }
 
 // WithOwner sets the owner name written to the lock rows, for people and
 // tools reading the table and for HeldError (it plays no part in
 // ownership, which the token decides). The default is the host name, a
 // dash and a random UUID; an explicit name must not be empty.
-func WithOwner(name string) Option { return func(c *config) { c.owner, c.set.owner = name, true } }
+func WithOwner(name string) Option { return func(c *config) { c.Owner, c.Set.Owner = name, true } }
 
 // WithLogger sets the logger (nil, the default, discards). The Client logs
 // retries at debug level and lost locks at warn level.
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.Logger = l } }
 
 // WithObserver reports the Client's events (EventAcquired,
 // EventNotAcquired, EventContended, EventRenewed, EventRenewFailed,
@@ -125,14 +115,14 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // in order, never blocking a renewal; Close waits until o has had them
 // all.
 func WithObserver(o observe.Observer) Option {
-	return func(c *config) { c.observer = observe.Guard(o) }
+	return func(c *config) { c.Observer = observe.Guard(o) }
 }
 
 // WithClock replaces time.Now as the Client's clock for its own deadlines.
 // Only differences of its readings are used (time.Now's carry a monotonic
 // reading, so a wall clock step changes nothing); waiting still uses real
 // timers, and expiry on the database uses the database's clock. For tests.
-func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+func WithClock(now func() time.Time) Option { return func(c *config) { c.Now = now } }
 
 // Client acquires locks stored as rows of one PostgreSQL table and keeps
 // them alive with renewals. Run CreateSchema (or put Schema in your
@@ -143,47 +133,34 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 // reentrant (acquiring a key this Client holds waits like anyone else).
 // Close releases every lock it still holds and waits for its goroutines.
 type Client struct {
-	db     DB
-	cfg    config
-	log    *slog.Logger
-	events *notify.Queue    // nil without an observer
-	pg     *pgerr.Committer // its writes; Close waits for their commits
-	over   pgmode.Override
-	sql    statements
-
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
-
-	mu     sync.Mutex
-	closed bool
-	locks  map[*Lock]struct{}
-	wg     sync.WaitGroup // Acquire calls, renewal and cleanup goroutines
-
-	closeOnce sync.Once
-	closeErr  error
+	db   DB
+	cfg  config
+	k    *lockcore.Keeper
+	pg   *pgerr.Committer // its writes; Close waits for their commits
+	over pgmode.Override
+	sql  statements
 }
 
 // New returns a Client on db. Options are validated before any I/O:
 // invalid settings return an error wrapping ErrInvalid that names them.
 // New does not contact the database.
 func New(db DB, opts ...Option) (*Client, error) {
-	cfg := config{table: DefaultTable, lease: DefaultLease, now: time.Now}
+	cfg := config{Settings: lockcore.Defaults(), table: DefaultTable}
 	if err := option.Apply(opts, func(o Option) { o(&cfg) }); err != nil {
 		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := cfg.validate(db); err != nil {
 		return nil, err
 	}
-	log := cfg.logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
 	pg := new(pgerr.Committer)
-	return &Client{
-		db: db, cfg: cfg, log: log, events: notify.New(cfg.observer, 1024), pg: pg, over: pg.For(db), sql: newStatements(cfg.table),
-		ctx: ctx, cancel: cancel, locks: make(map[*Lock]struct{}),
-	}, nil
+	c := &Client{db: db, cfg: cfg, pg: pg, over: pg.For(db), sql: newStatements(cfg.table)}
+	c.k = lockcore.NewKeeper(lockcore.Config{
+		Settings: cfg.Settings, Batch: true,
+		Prefix: "lease", Renewal: "renewal", Calls: "statements", Store: "database",
+		Events: lockcore.EventsOf("lease"),
+		Closed: ErrClosed, Released: ErrReleased, LockLost: ErrLockLost, NotAcquired: ErrNotAcquired,
+	}, backend{c})
+	return c, nil
 }
 
 func (c *config) validate(db DB) error {
@@ -198,53 +175,21 @@ func (c *config) validate(db DB) error {
 		return invalid("table name %q must be 1 to %d bytes", c.table, maxTableLen)
 	case strings.IndexByte(c.table, 0) >= 0 || !utf8.ValidString(c.table):
 		return invalid("table name %q must be valid UTF-8 without NUL", c.table)
-	case c.lease < time.Millisecond || c.lease > MaxLease:
-		return invalid("lease %v must be between 1ms and %v", c.lease, MaxLease)
-	case c.lockDelay < 0 || c.lockDelay > MaxLease:
-		return invalid("lock-delay %v must be between 0 and %v", c.lockDelay, MaxLease)
-	case c.now == nil:
-		return invalid("clock is nil")
+	case c.lockDelay < 0 || c.lockDelay > lockcore.MaxLease:
+		return invalid("lock-delay %v must be between 0 and %v", c.lockDelay, lockcore.MaxLease)
 	}
-	if !c.set.heartbeat {
-		c.heartbeat = c.lease / 4
-	}
-	if c.heartbeat <= 0 || c.heartbeat > c.lease/2 {
-		return invalid("heartbeat %v must be positive and at most half the lease %v", c.heartbeat, c.lease)
-	}
-	if !c.set.poll {
-		c.poll = min(DefaultPollMax, c.lease/4)
-	}
-	if c.poll <= 0 || c.poll > c.lease {
-		return invalid("poll %v must be positive and at most the lease %v", c.poll, c.lease)
-	}
-	if !c.set.warn {
-		c.warn = c.lease / 4
-	}
-	if c.warn < 0 || c.warn >= c.lease-c.heartbeat {
-		return invalid("expiry warning %v must be at least 0 and less than the lease minus the heartbeat (%v)", c.warn, c.lease-c.heartbeat)
-	}
-	if c.set.owner && c.owner == "" {
-		return invalid("WithOwner(\"\"): give a name, or leave the option out for a generated one")
-	}
-	if !c.set.owner {
-		c.owner = owner.Default()
-	}
-	if len(c.owner) > maxOwnerLen || strings.IndexByte(c.owner, 0) >= 0 || !utf8.ValidString(c.owner) {
-		return invalid("owner name %q must be at most %d bytes of UTF-8 without NUL", c.owner, maxOwnerLen)
+	if err := c.Check(); err != nil {
+		return errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }
 
-// callTimeout bounds one renewal so that one whose answer never comes
-// leaves about two retries within the lease.
-func (c *config) callTimeout() time.Duration { return (c.lease - c.heartbeat) / 3 }
-
 // releaseTimeout bounds one release attempt, so that a release whose
 // answer never comes is retried within Close's budget of one lease.
-func (c *config) releaseTimeout() time.Duration { return c.lease / 4 }
+func (c *config) releaseTimeout() time.Duration { return c.Lease / 4 }
 
 // Owner returns the owner name this Client writes to its lock rows.
-func (c *Client) Owner() string { return c.cfg.owner }
+func (c *Client) Owner() string { return c.cfg.Owner }
 
 // Schema returns the DDL of the Client's table, for a migration tool.
 func (c *Client) Schema() string { return c.sql.schema }
@@ -262,17 +207,6 @@ func (c *Client) CreateSchema(ctx context.Context) error {
 	return nil
 }
 
-// enter registers a goroutine or a call that Close must wait for.
-func (c *Client) enter() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return ErrClosed
-	}
-	c.wg.Add(1)
-	return nil
-}
-
 // Close releases every lock the Client still holds (each as by
 // (*Lock).Close), makes blocked Acquire calls return ErrClosed, and waits
 // for all of the Client's goroutines to end, and for the commits of its
@@ -281,38 +215,5 @@ func (c *Client) enter() error {
 // call's result: nil, or the releases that failed for another reason than
 // a lost lock. Later calls of Acquire or TryAcquire return ErrClosed.
 func (c *Client) Close() error {
-	c.closeOnce.Do(func() {
-		c.mu.Lock()
-		c.closed = true
-		locks := make([]*Lock, 0, len(c.locks))
-		for l := range c.locks {
-			locks = append(locks, l)
-		}
-		c.mu.Unlock()
-		c.cancel()
-		errs := make([]error, len(locks))
-		var wg sync.WaitGroup
-		for i, l := range locks {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := l.Close(); err != nil && !errors.Is(err, ErrLockLost) {
-					errs[i] = err
-				}
-			}()
-		}
-		wg.Wait()
-		c.wg.Wait()
-		c.pg.Close() // commits whose callers stopped waiting
-		c.events.Close()
-		c.closeErr = errors.Join(errs...)
-	})
-	return c.closeErr
-}
-
-// forget removes a lock that has ended from the Client's set.
-func (c *Client) forget(l *Lock) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.locks, l)
+	return c.k.Close(c.pg.Close) // then the commits whose callers stopped waiting
 }

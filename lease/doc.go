@@ -64,7 +64,8 @@
 // writing under a lock before releasing it, since until the lost
 // release's lease runs out FenceSQL still admits its token.
 //
-// Cost: an uncontended acquire and release are one statement each; a
-// renewal is one statement; a waiter tries with one statement per poll
-// (after its first refusal, which one more statement explains).
+// Cost: an uncontended acquire and release are one statement each; the
+// renewals of all the locks a Client holds are one statement per
+// heartbeat; a waiter tries with one statement per poll (after its first
+// refusal, which one more statement explains).
 package lease

@@ -53,9 +53,11 @@ func (e *HeldError) Error() string {
 // Unwrap returns ErrNotAcquired.
 func (e *HeldError) Unwrap() error { return ErrNotAcquired }
 
-// Cause says why a lock was lost. It is a plain value.
+// Cause says why a lock was lost. It is a plain value, with
+// dynamolock.Cause's values.
 type Cause int
 
+// The causes of a loss.
 const (
 	// TakenOver: the row carries a newer token (another client acquired
 	// the lock after this lease ran out), or it was marked released.

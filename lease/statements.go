@@ -42,10 +42,16 @@ SELECT false, token, owner, nonce, data,
   (extract(epoch FROM expires_at + $6::bigint * interval '1 microsecond' - clock_timestamp()) * 1000000)::bigint
 FROM {{table}} WHERE key = $1::text AND NOT EXISTS (SELECT FROM won)`
 
-	// renewSQL extends the lease of the holder of token, if its lease
-	// has not run out on the database's clock.
-	renewSQL = `UPDATE {{table}} SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
-WHERE key = $1::text AND token = $2::bigint AND NOT released AND expires_at > clock_timestamp()`
+	// renewSQL extends the leases of the locks of keys $1 with tokens
+	// $2 (arrays of one length), each if its holder still has it and its
+	// lease has not run out on the database's clock, in one statement. It
+	// returns the keys and tokens it renewed.
+	renewSQL = `WITH renewed AS (
+UPDATE {{table}} AS t SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
+FROM unnest($1::text[], $2::bigint[]) AS h(key, token)
+WHERE t.key = h.key AND t.token = h.token AND NOT t.released AND t.expires_at > clock_timestamp()
+RETURNING t.key, t.token)
+SELECT coalesce(array_agg(key), '{}'), coalesce(array_agg(token), '{}') FROM renewed`
 
 	// releaseSQL marks the row of token's holder released; the row and its
 	// token stay. Its commit is asynchronous (synchronous_commit off for
@@ -65,6 +71,12 @@ WHERE key = $1::text AND token = $2::bigint AND NOT released`
 	readSQL = `SELECT token, owner, released, (extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint
 FROM {{table}} WHERE key = $1::text`
 
+	// readAllSQL reads the rows of keys $1 as readSQL does, as arrays.
+	readAllSQL = `SELECT coalesce(array_agg(key), '{}'), coalesce(array_agg(token), '{}'), coalesce(array_agg(owner), '{}'),
+  coalesce(array_agg(released), '{}'),
+  coalesce(array_agg((extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint), '{}')
+FROM {{table}} WHERE key = ANY($1::text[])`
+
 	// fenceSQL is the condition of FenceSQL.
 	fenceSQL = `EXISTS (SELECT FROM {{table}} WHERE key = $K::text AND token = $T::bigint AND NOT released
   AND expires_at > clock_timestamp() FOR SHARE)`
@@ -72,14 +84,14 @@ FROM {{table}} WHERE key = $1::text`
 
 // statements are a Client's SQL texts for its table.
 type statements struct {
-	schema, take, acquire, renew, release, cleanup, read, fence string
+	schema, take, acquire, renew, release, cleanup, read, readAll, fence string
 }
 
 func newStatements(table string) statements {
 	r := strings.NewReplacer("{{table}}", pgx.Identifier{table}.Sanitize())
 	return statements{
 		schema: r.Replace(schemaSQL), take: r.Replace(takeSQL), acquire: r.Replace(acquireSQL), renew: r.Replace(renewSQL),
-		release: r.Replace(releaseSQL), cleanup: r.Replace(cleanupSQL), read: r.Replace(readSQL),
+		release: r.Replace(releaseSQL), cleanup: r.Replace(cleanupSQL), read: r.Replace(readSQL), readAll: r.Replace(readAllSQL),
 		fence: r.Replace(fenceSQL),
 	}
 }
@@ -89,6 +101,7 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 
 // row is a lock row as read.
 type row struct {
+	key      string
 	exists   bool
 	token    int64
 	owner    string
@@ -109,4 +122,20 @@ func (c *Client) read(ctx context.Context, key string) (row, error) {
 	}
 	r.left = time.Duration(left) * time.Microsecond
 	return r, nil
+}
+
+// readAll reads the rows of keys, by key (a key without a row is absent).
+func (c *Client) readAll(ctx context.Context, keys []string) (map[string]row, error) {
+	var ks, owners []string
+	var tokens, lefts []int64
+	var released []bool
+	err := c.over.QueryRow(ctx, c.db, c.sql.readAll, keys).Scan(&ks, &tokens, &owners, &released, &lefts)
+	if err != nil {
+		return nil, err
+	}
+	rows := make(map[string]row, len(ks))
+	for i, k := range ks {
+		rows[k] = row{key: k, exists: true, token: tokens[i], owner: owners[i], released: released[i], left: time.Duration(lefts[i]) * time.Microsecond}
+	}
+	return rows, nil
 }

@@ -1,0 +1,222 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// The renewal loop: one goroutine per Client renews every lock it holds.
+// Each lock has its own deadlines on the Client's clock: the next renewal
+// (a heartbeat after the last confirmed one was sent; after a failure, a
+// growing backoff), the Expiring warning, the end of its local validity
+// and of its maximum hold. The loop wakes at the earliest of them all.
+// A renewal runs in a goroutine of its own, so a slow one delays neither
+// another lock's deadlines nor its own warning and expiry; a lock never
+// has two renewals in flight, and each waits at most three quarters of
+// the time its lock (the soonest of a batch) has left, which leaves room
+// for one more within the lease when an answer never comes. Deadlines are instants of
+// the clock and timers run on the monotonic clock, so a process that
+// resumes after a pause finds them passed at once.
+
+// run is the renewal loop; it ends when Close cancels the Keeper.
+func (k *Keeper) run() {
+	defer k.wg.Done()
+	defer close(k.loopDone)
+	for {
+		wake := k.tick()
+		var t *time.Timer
+		var tc <-chan time.Time
+		if !wake.IsZero() {
+			t = time.NewTimer(wake.Sub(k.cfg.Now()))
+			tc = t.C
+		}
+		select {
+		case <-k.ctx.Done():
+		case <-tc:
+		case <-k.nudge:
+		case r := <-k.results:
+			k.settle(r)
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if k.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// tick does what is due for every live lock and starts the renewals that
+// are due: in batch mode, once one lock is due, every lock with no renewal
+// in flight joins its call, so that the locks of a Client, acquired at
+// different moments, renew together from then on, one call per heartbeat.
+// It returns the next instant something is due (zero: nothing).
+func (k *Keeper) tick() time.Time {
+	now := k.cfg.Now()
+	k.mu.Lock()
+	hs := make([]*Hold, 0, len(k.live))
+	for h := range k.live {
+		hs = append(hs, h)
+	}
+	k.mu.Unlock()
+	var wake time.Time
+	soonest := func(t time.Time) {
+		if wake.IsZero() || t.Before(wake) {
+			wake = t
+		}
+	}
+	var due, early []*Hold
+	for _, h := range hs {
+		w, renew, ok := h.check(now)
+		if !ok {
+			continue
+		}
+		soonest(w)
+		switch {
+		case !renew:
+		case !now.Before(h.next):
+			due = append(due, h)
+		case k.cfg.Batch:
+			early = append(early, h) // renewed with the due ones: one call per period
+
+		}
+	}
+	if len(due) == 0 {
+		return wake
+	}
+	if k.cfg.Batch {
+		k.start(append(due, early...), now)
+	} else {
+		for _, h := range due {
+			k.start([]*Hold{h}, now)
+		}
+	}
+	return now // look again at once: the started locks' wakes changed
+}
+
+// check does what is due for h at now: the end of its maximum hold, the
+// warning, the expiry. It returns when h next needs the loop, whether a
+// renewal may start (none is in flight), and false if h has ended.
+func (h *Hold) check(now time.Time) (wake time.Time, renew, ok bool) {
+	k := h.k
+	h.mu.Lock()
+	valid, warned, c, ended := h.valid, h.warned, h.call, h.err != nil || h.stopping
+	h.mu.Unlock()
+	if ended {
+		return time.Time{}, false, false
+	}
+	if !h.maxAt.IsZero() && !now.Before(h.maxAt) {
+		h.endMaxHold()
+		return time.Time{}, false, false
+	}
+	warnAt := valid.Add(-k.cfg.Warn)
+	if !h.maxAt.IsZero() && h.maxAt.Add(-k.cfg.Warn).Before(warnAt) {
+		warnAt = h.maxAt.Add(-k.cfg.Warn)
+	}
+	if !warned && !now.Before(warnAt) {
+		h.mu.Lock()
+		first := h.warnLocked()
+		h.mu.Unlock()
+		if first {
+			h.event(k.cfg.Events.Expiring, 0, nil)
+		}
+		warned = true
+	}
+	if !now.Before(valid) {
+		if c != nil && !k.cfg.Batch {
+			c.cancel() // its answer no longer matters
+		}
+		h.end(&Loss{Cause: Expired, Last: k.hung(h.last, c, now)})
+		return time.Time{}, false, false
+	}
+	wake = valid
+	if c == nil && h.next.Before(wake) {
+		wake = h.next
+	}
+	if !h.maxAt.IsZero() && h.maxAt.Before(wake) {
+		wake = h.maxAt
+	}
+	if !warned && warnAt.Before(wake) {
+		wake = warnAt
+	}
+	return wake, c == nil, true
+}
+
+// start sends one renewal call for hs in a goroutine of its own. The call
+// waits at most three quarters of the time the soonest-expiring of them
+// has left: a slow store gets nearly all of it (cutting a call short does
+// not stop the store from running it, so an early cut and a retry would
+// only add to its load), and the last quarter is left for one retry when
+// an answer never comes.
+func (k *Keeper) start(hs []*Hold, now time.Time) {
+	ctx, cancel := context.WithCancel(k.ctx)
+	c := &call{at: now, cancel: cancel, done: make(chan struct{})}
+	var on []*Hold
+	var left time.Duration
+	for _, h := range hs {
+		h.mu.Lock()
+		if h.err == nil && !h.stopping && h.call == nil {
+			h.call = c
+			on = append(on, h)
+			if l := h.valid.Sub(now); left == 0 || l < left {
+				left = l
+			}
+		}
+		h.mu.Unlock()
+	}
+	if len(on) == 0 {
+		cancel()
+		close(c.done)
+		return
+	}
+	ctx, stop := context.WithTimeout(ctx, max(left-left/4, time.Millisecond))
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		rs := k.be.Renew(ctx, on)
+		stop()
+		cancel()
+		close(c.done)
+		select {
+		case k.results <- results{c: c, hs: on, rs: rs}:
+		case <-k.loopDone:
+		}
+	}()
+}
+
+// settle handles a renewal call's answers: a *Loss ends its lock; a
+// failure schedules a retry after a growing backoff; a confirmed renewal
+// extends the local validity and schedules the next a heartbeat after it
+// was sent.
+func (k *Keeper) settle(r results) {
+	now := k.cfg.Now()
+	for i, h := range r.hs {
+		h.mu.Lock()
+		if h.call == r.c {
+			h.call = nil
+		}
+		ended := h.err != nil
+		h.mu.Unlock()
+		if ended {
+			continue
+		}
+		res := r.rs[i]
+		var loss *Loss
+		switch {
+		case errors.As(res.Err, &loss):
+			h.end(loss)
+		case res.Err != nil:
+			h.failures++
+			h.last = res.Err
+			h.next = now.Add(k.retry.Delay(h.failures + 2))
+			k.log.Debug(k.cfg.Prefix+": "+k.cfg.Renewal+" failed; retrying", "key", h.Key, "err", res.Err)
+			h.event(k.cfg.Events.RenewFailed, now.Sub(r.c.at), res.Err)
+		default:
+			h.failures, h.last = 0, nil
+			h.extend(res.Valid)
+			h.event(k.cfg.Events.Renewed, now.Sub(res.At), nil)
+			h.next = res.At.Add(k.cfg.Heartbeat)
+		}
+	}
+}

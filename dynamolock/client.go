@@ -40,6 +40,7 @@ const (
 	MaxSortKeyLen = 1024       // bytes of a sort key value (DynamoDB's limit)
 	MaxDataLen    = 350 * 1024 // bytes of a data payload, leaving room in DynamoDB's 400 KB item
 	maxPending    = 32         // RVNs of writes with unknown outcome a lock remembers
+	maxHeartbeats = 64         // heartbeat calls a Client has in flight at once
 )
 
 // config is a Client's settings after its options.
@@ -154,7 +155,7 @@ func New(client DynamoDBAPI, table string, opts ...Option) (*Client, error) {
 	}
 	c := &Client{api: client, table: table, cfg: cfg, seen: newSightings(defaultSightings)}
 	c.k = lockcore.NewKeeper(lockcore.Config{
-		Settings: cfg.Settings, WaitRenewal: true,
+		Settings: cfg.Settings, WaitRenewal: true, MaxCalls: maxHeartbeats,
 		Prefix: "dynamolock", Renewal: "heartbeat", Calls: "DynamoDB calls", Store: "DynamoDB",
 		Events: lockcore.EventsOf("dynamolock"),
 		Closed: ErrClosed, Released: ErrReleased, LockLost: ErrLockLost, NotAcquired: ErrNotAcquired,

@@ -57,11 +57,16 @@ type Config struct {
 	// WaitRenewal makes Release and the maximum hold wait for a renewal
 	// in flight, whose outcome the release needs (dynamolock's RVNs).
 	WaitRenewal bool
-	Prefix      string // the package's name, for messages
-	Renewal     string // what a renewal is called in messages ("renewal", "heartbeat")
-	Calls       string // what the store's calls are called ("statements", "DynamoDB calls")
-	Store       string // the store's name in messages ("database", "DynamoDB")
-	Events      Events
+	// MaxCalls bounds the renewal calls in flight at once without Batch
+	// (0: no bound). Beyond it, due locks wait, those with the least time
+	// left first: a store slower than the locks' heartbeats then serves
+	// the calls it can, instead of a queue of calls that all time out.
+	MaxCalls int
+	Prefix   string // the package's name, for messages
+	Renewal  string // what a renewal is called in messages ("renewal", "heartbeat")
+	Calls    string // what the store's calls are called ("statements", "DynamoDB calls")
+	Store    string // the store's name in messages ("database", "DynamoDB")
+	Events   Events
 	// The package's sentinels.
 	Closed, Released, LockLost, NotAcquired error
 }
@@ -84,6 +89,7 @@ type Keeper struct {
 	held     map[*Hold]struct{} // not yet released: Close releases them
 	live     map[*Hold]struct{} // not yet ended: the loop renews them
 	looping  bool
+	calls    int            // renewal calls in flight; the loop's own
 	wg       sync.WaitGroup // calls, the loop, renewals, background releases
 	nudge    chan struct{}
 	results  chan results

@@ -1,10 +1,20 @@
 package lockcore
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/nolock/nolock/internal/testenv"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestCheckDefaultsAndRefusals(t *testing.T) {
 	s := Defaults()
@@ -49,5 +59,135 @@ func TestEventsOf(t *testing.T) {
 	e := EventsOf("lease")
 	if e.Acquired != "lease.acquired" || e.RenewFailed != "lease.renew_failed" || e.NotAcquired != "lease.not_acquired" {
 		t.Fatalf("%+v", e)
+	}
+}
+
+// fake is a Backend whose renewals count how many run at once.
+type fake struct {
+	mu          sync.Mutex
+	now, most   int
+	renewed     map[*Hold]int
+	lease       time.Duration
+	hold        chan struct{} // each renewal waits for a value, or its end
+	released    int
+	batchesSeen []int
+}
+
+func (f *fake) Renew(ctx context.Context, hs []*Hold) []Renewed {
+	f.mu.Lock()
+	f.now++
+	f.most = max(f.most, f.now)
+	f.batchesSeen = append(f.batchesSeen, len(hs))
+	f.mu.Unlock()
+	select {
+	case <-f.hold:
+	case <-ctx.Done():
+	}
+	at := time.Now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now--
+	out := make([]Renewed, len(hs))
+	for i, h := range hs {
+		f.renewed[h]++
+		out[i] = Renewed{At: at, Valid: at.Add(f.lease)}
+	}
+	return out
+}
+
+func (f *fake) Release(ctx context.Context, h *Hold) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released++
+	return nil
+}
+
+func (f *fake) Lost(h *Hold, loss *Loss) error { return errLost }
+
+var (
+	errLost     = errors.New("test: lost")
+	errReleased = errors.New("test: released")
+	errClosed   = errors.New("test: closed")
+)
+
+// keep runs n locks on a Keeper with cfg's Batch and MaxCalls over a fake
+// backend until each was renewed three times, and returns the backend.
+func keep(t *testing.T, batch bool, maxCalls, n int) *fake {
+	t.Helper()
+	s := Defaults()
+	s.Lease, s.Heartbeat, s.Set.Heartbeat = time.Minute, 20*time.Millisecond, true
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	f := &fake{renewed: map[*Hold]int{}, lease: s.Lease, hold: make(chan struct{})}
+	k := NewKeeper(Config{Settings: s, Batch: batch, MaxCalls: maxCalls, Prefix: "test", Events: EventsOf("test"),
+		Closed: errClosed, Released: errReleased, LockLost: errLost, NotAcquired: errors.New("test: held")}, f)
+	hs := make([]*Hold, n)
+	for i := range hs {
+		hs[i] = k.NewHold(context.Background(), fmt.Sprint(i), 1, time.Now(), 0)
+		if err := k.Add(hs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop, fed := make(chan struct{}), make(chan struct{})
+	go func() { // lets the renewals answer, one at a time
+		defer close(fed)
+		for {
+			select {
+			case f.hold <- struct{}{}:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	testenv.Until(t, "three renewals of every lock", func() (bool, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, h := range hs {
+			if f.renewed[h] < 3 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	close(stop)
+	<-fed
+	if err := k.Close(nil); err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range hs {
+		if err := h.Err(); !errors.Is(err, errReleased) {
+			t.Fatalf("lock %d after Close: %v", i, err)
+		}
+	}
+	if f.released != n {
+		t.Fatalf("%d releases; want %d", f.released, n)
+	}
+	return f
+}
+
+// Without batching, at most MaxCalls renewals run at once, and every lock
+// is still renewed.
+func TestMaxCalls(t *testing.T) {
+	f := keep(t, false, 3, 20)
+	if f.most > 3 {
+		t.Fatalf("%d renewals at once; want at most 3", f.most)
+	}
+}
+
+// With batching, one call renews every lock, and calls never overlap.
+func TestBatchOneCall(t *testing.T) {
+	f := keep(t, true, 0, 20)
+	if f.most != 1 {
+		t.Fatalf("%d renewal calls at once; want 1", f.most)
+	}
+	full := 0
+	for _, n := range f.batchesSeen {
+		if n == 20 {
+			full++
+		}
+	}
+	if full < 2 {
+		t.Fatalf("batches %v; want the locks renewed together", f.batchesSeen)
 	}
 }

@@ -3,6 +3,7 @@ package lockcore
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -79,25 +80,38 @@ func (k *Keeper) tick() time.Time {
 			due = append(due, h)
 		case k.cfg.Batch:
 			early = append(early, h) // renewed with the due ones: one call per period
-
+			soonest(h.next)
+		default:
+			soonest(h.next)
 		}
+	}
+	switch {
+	case len(due) == 0:
+		return wake
+	case k.cfg.Batch:
+		k.start(append(due, early...), now)
+		return now // look again at once: the started locks' wakes changed
+	}
+	// One call per lock, at most MaxCalls at once, the locks with the
+	// least time left first. A due lock left waiting is looked at again
+	// when a call answers.
+	if room := k.cfg.MaxCalls - k.calls; k.cfg.MaxCalls > 0 && room < len(due) {
+		slices.SortFunc(due, func(a, b *Hold) int { return a.ValidUntil().Compare(b.ValidUntil()) })
+		due = due[:max(room, 0)]
+	}
+	for _, h := range due {
+		k.start([]*Hold{h}, now)
 	}
 	if len(due) == 0 {
 		return wake
 	}
-	if k.cfg.Batch {
-		k.start(append(due, early...), now)
-	} else {
-		for _, h := range due {
-			k.start([]*Hold{h}, now)
-		}
-	}
-	return now // look again at once: the started locks' wakes changed
+	return now
 }
 
 // check does what is due for h at now: the end of its maximum hold, the
-// warning, the expiry. It returns when h next needs the loop, whether a
-// renewal may start (none is in flight), and false if h has ended.
+// warning, the expiry. It returns when h next needs the loop for those
+// (its next renewal aside), whether a renewal may start (none is in
+// flight), and false if h has ended.
 func (h *Hold) check(now time.Time) (wake time.Time, renew, ok bool) {
 	k := h.k
 	h.mu.Lock()
@@ -131,9 +145,6 @@ func (h *Hold) check(now time.Time) (wake time.Time, renew, ok bool) {
 		return time.Time{}, false, false
 	}
 	wake = valid
-	if c == nil && h.next.Before(wake) {
-		wake = h.next
-	}
 	if !h.maxAt.IsZero() && h.maxAt.Before(wake) {
 		wake = h.maxAt
 	}
@@ -171,6 +182,7 @@ func (k *Keeper) start(hs []*Hold, now time.Time) {
 		return
 	}
 	ctx, stop := context.WithTimeout(ctx, max(left-left/4, time.Millisecond))
+	k.calls++
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
@@ -190,6 +202,7 @@ func (k *Keeper) start(hs []*Hold, now time.Time) {
 // extends the local validity and schedules the next a heartbeat after it
 // was sent.
 func (k *Keeper) settle(r results) {
+	k.calls--
 	now := k.cfg.Now()
 	for i, h := range r.hs {
 		h.mu.Lock()

@@ -164,7 +164,10 @@ func BenchmarkHeldLocks(b *testing.B) {
 			secs := time.Since(start).Seconds()
 			lost := 0
 			for _, l := range locks {
-				if l.Err() != nil {
+				if err := l.Err(); err != nil {
+					if lost == 0 {
+						b.Logf("first lost: %v", err)
+					}
 					lost++
 				}
 			}

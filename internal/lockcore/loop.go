@@ -16,9 +16,9 @@ import (
 // another lock's deadlines nor its own warning and expiry; a lock never
 // has two renewals in flight, and each waits at most three quarters of
 // the time its lock (the soonest of a batch) has left, which leaves room
-// for one more within the lease when an answer never comes. Deadlines are instants of
-// the clock and timers run on the monotonic clock, so a process that
-// resumes after a pause finds them passed at once.
+// for one more within the lease when an answer never comes. Deadlines are
+// instants of the clock and timers run on the monotonic clock, so a
+// process that resumes after a pause finds them passed at once.
 
 // run is the renewal loop; it ends when Close cancels the Keeper.
 func (k *Keeper) run() {
@@ -198,9 +198,10 @@ func (k *Keeper) start(hs []*Hold, now time.Time) {
 }
 
 // settle handles a renewal call's answers: a *Loss ends its lock; a
-// failure schedules a retry after a growing backoff; a confirmed renewal
-// extends the local validity and schedules the next a heartbeat after it
-// was sent.
+// failure schedules a retry after a growing backoff (at once after a call
+// cut off at its bound, whose retry has only the time left); a confirmed
+// renewal extends the local validity and schedules the next a heartbeat
+// after it was sent.
 func (k *Keeper) settle(r results) {
 	k.calls--
 	now := k.cfg.Now()
@@ -223,6 +224,9 @@ func (k *Keeper) settle(r results) {
 			h.failures++
 			h.last = res.Err
 			h.next = now.Add(k.retry.Delay(h.failures + 2))
+			if errors.Is(res.Err, context.DeadlineExceeded) {
+				h.next = now // cut off at its bound: the last quarter is the retry's, all of it
+			}
 			k.log.Debug(k.cfg.Prefix+": "+k.cfg.Renewal+" failed; retrying", "key", h.Key, "err", res.Err)
 			h.event(k.cfg.Events.RenewFailed, now.Sub(r.c.at), res.Err)
 		default:

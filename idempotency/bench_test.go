@@ -33,11 +33,8 @@ import (
 //	advisory   BEGIN; pg_advisory_xact_lock(key); SELECT the key; UPDATE; INSERT the key; COMMIT
 //	do         Store.Do with the UPDATE as fn, a new key each time
 //	exec       Store.Exec with the UPDATE … RETURNING, a new key each time
-//	           (one call of the statement's function)
-//	exec-shared  exec through a Store made WithSharedRoundTrip
 //	stmt       the UPDATE … RETURNING alone, autocommit, no key
 //	exec-stmt  exec against stmt as its baseline: the key's cost over one statement
-//	exec-noread  exec-shared's statement alone, without the read that shares its round trip
 //	read       SELECT a stored result by key, no transaction (the baseline of replay)
 //	replay     Store.Do on a key already used: the stored result, fn not run
 //	           (after a few, Do reads first)
@@ -46,12 +43,8 @@ import (
 //	exec-replay  Store.Exec on a key already used (after a few, Exec reads first)
 //	read-record  the read a replay needs: every column of the key's record, and whether it expired
 //	exec-replay-record  exec-replay against read-record: what Exec adds to that read
-//	exec-replay-claim  exec-replay with Exec kept claiming first (where its
-//	             function cannot be made), as a rare replay among first runs finds it
-//	exec-replay-function  exec-replay with Exec kept calling its function, as a
-//	             rare replay among first runs finds it
-//	exec-replay-shared  exec-replay through the WithSharedRoundTrip Store,
-//	             kept sharing the round trip
+//	exec-replay-claim  exec-replay with Exec kept claiming first, as a rare
+//	             replay among first runs finds it
 //	exec-v7    exec with keys that are UUIDv7s (time-ordered), against exec
 //	           with random UUIDs (v4) as its baseline: what time-ordered keys
 //	           do to the record's index inserts
@@ -63,8 +56,8 @@ import (
 //	           answer is back, or it would run on a replay), the UPDATE (fn),
 //	           [INSERT the record; COMMIT]: bare's three round trips, one
 //	           read and one insert more
-//	bound-exec no library and no lock: what an Exec plan without a
-//	           function must do at least. [BEGIN; read the key's record]
+//	bound-exec no library and no lock: what an Exec plan that creates
+//	           nothing on the server must do at least. [BEGIN; read the key's record]
 //	           (the statement may run only once that answer is back),
 //	           [the UPDATE; INSERT the record; COMMIT]: two round trips
 //
@@ -82,8 +75,8 @@ func BenchmarkDebit(b *testing.B) {
 	})
 }
 
-// BenchmarkDebitOverNetwork runs bare, do, exec, exec-shared, read,
-// replay, replay-claim, exec-replay and exec-replay-shared of BenchmarkDebit through a proxy that delays every chunk by
+// BenchmarkDebitOverNetwork runs bare, do, exec, read, replay,
+// replay-claim and exec-replay of BenchmarkDebit through a proxy that delays every chunk by
 // 1 ms each way, as a database across a network would: on loopback a round
 // trip costs next to nothing, so BenchmarkDebit weighs only server work.
 // (Go's timers here round sleeps up to about a millisecond, so a shorter
@@ -92,7 +85,7 @@ func BenchmarkDebitOverNetwork(b *testing.B) {
 	_, schema := testenv.PostgresSchema(b, 1)
 	oneWay := testenv.Delay(time.Millisecond)
 	dsn := testenv.Proxy(b, testenv.PostgresDSNFor(b, schema), oneWay, oneWay)
-	benchDebit(b, testenv.Pool(b, dsn, 80), []int{1, 16, 64}, []string{"bare", "do", "exec", "exec-shared", "read", "replay", "replay-claim", "exec-replay", "exec-replay-shared"}, nil)
+	benchDebit(b, testenv.Pool(b, dsn, 80), []int{1, 16, 64}, []string{"bare", "do", "exec", "read", "replay", "replay-claim", "exec-replay"}, nil)
 }
 
 // benchDebit runs the scenarios named in only (nil: all) on pool. When
@@ -120,10 +113,6 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 			err = fmt.Errorf("not debited")
 		}
 		return err
-	}
-	shared, err := idempotency.New(pool, idempotency.WithSharedRoundTrip())
-	if err != nil {
-		b.Fatal(err)
 	}
 	type op func(ctx context.Context, client int) error
 	const replayKeys = 1000
@@ -164,17 +153,13 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 		}
 		return err
 	}
-	// execReplayOn is the exec-replay scenario through s.
-	execReplayOn := func(s *idempotency.Store) op {
-		return func(ctx context.Context, c int) error {
-			res, err := s.Exec(ctx, "bench", fmt.Sprint("old-", seq.Add(1)%replayKeys), nil, debitReturning, wallet(c))
-			if err == nil && !res.Replayed {
-				err = fmt.Errorf("not a replay")
-			}
-			return err
+	execReplay := func(ctx context.Context, c int) error {
+		res, err := store.Exec(ctx, "bench", fmt.Sprint("old-", seq.Add(1)%replayKeys), nil, debitReturning, wallet(c))
+		if err == nil && !res.Replayed {
+			err = fmt.Errorf("not a replay")
 		}
+		return err
 	}
-	execReplay := execReplayOn(store)
 	// execKeyed is the exec scenario through s, with keys from key.
 	execKeyed := func(s *idempotency.Store, key func() string) op {
 		return func(ctx context.Context, c int) error {
@@ -299,11 +284,6 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 			return err
 		}, bare},
 		{"exec", execKeyed(store, func() string { return next("e") }), bare},
-		{"exec-shared", execKeyed(shared, func() string { return next("x") }), bare},
-		{"exec-noread", func(ctx context.Context, c int) error {
-			_, err := store.ExecStatementOnly(ctx, "bench", next("n"), debitReturning, wallet(c))
-			return err
-		}, bare},
 		{"stmt", stmt, bare},
 		{"exec-stmt", func(ctx context.Context, c int) error {
 			_, err := store.Exec(ctx, "bench", next("s"), nil, debitReturning, wallet(c))
@@ -323,16 +303,8 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 			store.PinPlan("claim")
 			return execReplay(ctx, c)
 		}, read},
-		{"exec-replay-function", func(ctx context.Context, c int) error {
-			store.PinPlan("function")
-			return execReplay(ctx, c)
-		}, read},
 		{"bound-do", boundDo, bare},
 		{"bound-exec", boundExec, bare},
-		{"exec-replay-shared", func(ctx context.Context, c int) error {
-			shared.PinPlan("shared")
-			return execReplayOn(shared)(ctx, c)
-		}, read},
 	}
 	for _, sc := range scenarios {
 		if only != nil && !slices.Contains(only, sc.name) {

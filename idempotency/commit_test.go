@@ -23,7 +23,6 @@ func TestCallerDeadlineNeverCancelsTheCommit(t *testing.T) {
 	}{
 		{"do", "claim", func(ctx context.Context, b *bed) (idempotency.Result, error) { return b.payOnce(ctx, "pay-1", 500) }},
 		{"exec-claim", "claim", func(ctx context.Context, b *bed) (idempotency.Result, error) { return b.execPay(ctx, "pay-1", 500) }},
-		{"exec-shared", "shared", func(ctx context.Context, b *bed) (idempotency.Result, error) { return b.execPay(ctx, "pay-1", 500) }},
 		{"exec-readfirst", "readfirst", func(ctx context.Context, b *bed) (idempotency.Result, error) { return b.execPay(ctx, "pay-1", 500) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -269,12 +269,11 @@ func TestLateRequestIsRefusedByTheKeysRecord(t *testing.T) {
 		forEachPlan(t, func(t *testing.T, pin func(*idempotency.Store)) {
 			b := newBed(t)
 			clients := newLateClients(t, b.schema, trialWorkers/4, pin)
-			shared := strings.HasSuffix(t.Name(), "/shared") || strings.HasSuffix(t.Name(), "/function") // the read and the statement leave together
-			trials := lateRequestTrials(t, b, clients, shared, func(ctx context.Context, s *idempotency.Store, account, payment string, amount int64) (idempotency.Result, error) {
+			trials := lateRequestTrials(t, b, clients, false, func(ctx context.Context, s *idempotency.Store, account, payment string, amount int64) (idempotency.Result, error) {
 				return s.Exec(ctx, account, payment, fingerprint(account, payment, amount), debitSQL, account, amount)
 			})
 			if !t.Failed() {
-				figures(t, trials, shared)
+				figures(t, trials, false)
 			}
 		})
 	})

@@ -51,12 +51,16 @@ func settled(ctx context.Context, attempt func() (Result, error)) (Result, error
 }
 
 // retryable reports whether Do may run the whole transaction again: it
-// rolled back for a reason a new attempt may not meet.
+// rolled back for a reason a new attempt may not meet. That includes a
+// statement pgx had prepared that no longer fits the table (0A000 from
+// the server's revalidation, after a change to a column's type): pgx
+// drops it, and the next attempt prepares it again.
 func retryable(err error) bool {
 	if errors.Is(err, ErrAmbiguousCommit) {
 		return false
 	}
 	var pgErr *pgconn.PgError
 	return errors.Is(err, errVanished) || pgmode.MissingNamed(err) ||
-		errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+		errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01" ||
+			pgErr.Code == "0A000" && pgErr.Routine == "RevalidateCachedQuery")
 }

@@ -248,10 +248,9 @@ func TestExecSimpleProtocolStatement(t *testing.T) {
 	}
 }
 
-// Exec's shared round trip uses statements it prepares on the connection;
-// a DEALLOCATE ALL (as a pooler's reset runs) leaves pgx believing they
-// exist. Exec drops the names, prepares again and goes on: nothing is
-// lost or applied twice.
+// A DEALLOCATE ALL (as a pooler's reset runs) leaves pgx believing the
+// statements it prepared still exist. Exec goes on: nothing is lost or
+// applied twice.
 func TestExecAfterDeallocateAll(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -261,7 +260,6 @@ func TestExecAfterDeallocateAll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store.PinPlan("shared")
 	pay := func(key string) (idempotency.Result, error) {
 		return store.Exec(ctx, "alice", key, nil, debitSQL, "alice", int64(10))
 	}
@@ -276,8 +274,6 @@ func TestExecAfterDeallocateAll(t *testing.T) {
 	if res, err := pay("pay-1"); err != nil || !res.Replayed {
 		t.Fatalf("a used key after DEALLOCATE ALL: %+v, %v; want a replay", res, err)
 	}
-	// Reading first, the statement runs alone: not through the name pgx
-	// still lists for it, which only the shared round trip would drop.
 	mustExec(t, pool, `DEALLOCATE ALL`)
 	store.PinPlan("readfirst")
 	if res, err := pay("pay-3"); err != nil || res.Replayed {
@@ -288,9 +284,8 @@ func TestExecAfterDeallocateAll(t *testing.T) {
 	}
 }
 
-// Where transactions are Serializable by default, the read's predicate
-// locks would share the statement's transaction and fail concurrent first
-// runs of neighbouring keys (40001): Exec reads first there.
+// Where transactions are Serializable by default, concurrent first runs of
+// neighbouring keys do not fail each other (40001).
 func TestExecSerializableDefaultDistinctKeys(t *testing.T) {
 	t.Parallel()
 	b := newBed(t)
@@ -299,7 +294,6 @@ func TestExecSerializableDefaultDistinctKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store.PinPlan("shared")
 	var failed atomic.Int64
 	var first atomic.Value
 	var wg sync.WaitGroup
@@ -318,37 +312,6 @@ func TestExecSerializableDefaultDistinctKeys(t *testing.T) {
 	wg.Wait()
 	if n := failed.Load(); n > 0 {
 		t.Fatalf("%d of 320 Execs of distinct keys failed; first: %v", n, first.Load())
-	}
-}
-
-// Exec prepares statements on each connection for the first 64 statement
-// texts it meets, and no more: SQL built afresh for each call does not
-// fill the server's memory. Every call still runs and replays.
-func TestExecBoundsPreparedStatements(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	b := newBed(t)
-	pool := testenv.Pool(t, testenv.PostgresDSNFor(t, b.schema), 1)
-	store, err := idempotency.New(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store.PinPlan("shared")
-	for i := 0; i < 80; i++ {
-		sql := fmt.Sprintf(`SELECT $1::int + %d AS v`, i)
-		for _, replay := range []bool{false, true} {
-			res, err := store.Exec(ctx, "s", fmt.Sprint("k", i), nil, sql, 1)
-			if err != nil || res.Replayed != replay || string(res.Body) != fmt.Sprintf(`[{"v":%d}]`, i+1) {
-				t.Fatalf("statement %d: %+v, %v", i, res, err)
-			}
-		}
-	}
-	var named int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'nolock\_%'`).Scan(&named); err != nil {
-		t.Fatal(err)
-	}
-	if named != 64+1 { // the gate's read, and 64 statements
-		t.Fatalf("%d statements prepared by name on the connection, want 65", named)
 	}
 }
 
@@ -403,14 +366,13 @@ $$ BEGIN RAISE EXCEPTION 'not supported here' USING ERRCODE = 'feature_not_suppo
 	})
 }
 
-// After a change to the record's column types, Exec's prepared statements
-// no longer fit ("cached plan must not change result type"): Exec prepares
-// them again and goes on.
+// After a change to the record's column types, the statements pgx
+// prepared no longer fit ("cached plan must not change result type"):
+// Exec goes on.
 func TestExecAfterColumnTypeChange(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := newBed(t)
-	b.store.PinPlan("shared")
 	if _, err := b.execPay(ctx, "pay-1", 10); err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,8 @@ var storeSQL string
 
 // The statements, with {{table}} replaced by the quoted table name.
 const (
-	// claimSQL claims a key. It first takes the key's advisory lock, the
-	// one Exec's function waits on (see keyLock), so that the two queue for
-	// each other without an error. Under Read Committed an insert that meets
+	// claimSQL claims a key. It first takes the key's advisory lock (see
+	// keyLock). Under Read Committed an insert that meets
 	// another transaction's uncommitted row for the key waits for it: if it
 	// rolls back, the insert claims the key; if it commits, the insert does
 	// nothing. A committed row (live or expired) makes it do nothing at
@@ -32,16 +31,11 @@ RETURNING created_at, expires_at, set_config('lock_timeout', current_setting('no
 	// readSQL reads a key's record, whether it has expired and whether the
 	// server has a synchronous standby (see found): the row a failed claim
 	// met (with a snapshot taken after the claim's wait), or the one Get
-	// and Exec look up. "+ interval '0 s'" keeps the planner
+	// and a call that reads first look up. "+ interval '0 s'" keeps the planner
 	// on the primary key rather than the expiry index.
 	readSQL = `SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now(),
        current_setting('synchronous_standby_names') <> ''
 FROM {{table}} WHERE scope = $1 AND key = $2`
-	// expireSQL deletes an expired record, for Exec to insert a new one.
-	// Its wait is bounded like the claim's: a takeover by Do holds the row.
-	expireSQL = `DELETE FROM {{table}}
-USING (SELECT set_config('lock_timeout', coalesce($3, current_setting('lock_timeout')), true)) AS bound
-WHERE scope = $1 AND key = $2 AND expires_at + interval '0 s' <= now()`
 	// takeoverSQL claims a key whose record has expired, in place, its wait
 	// bounded like the claim's, under the key's advisory lock like the
 	// claim. Two takers queue on the row lock; the second re-checks the row
@@ -64,8 +58,7 @@ SELECT 1 / count(*) FROM r`
 )
 
 // keyLock, in a claim's source row, takes the key's transaction-level
-// advisory lock, the one Exec's function takes (a hash of scope and key
-// seeded with the table's OID), after lock_timeout is set and before the
+// advisory lock (a hash of scope and key seeded with the table's OID), after lock_timeout is set and before the
 // claim's insert or update. A key whose live record the statement's
 // snapshot sees is not locked: the claim then returns no row without
 // waiting, and the replay that follows (its read, its commit, on a server
@@ -81,59 +74,14 @@ const keyLock = `CASE WHEN EXISTS (SELECT FROM {{table}} WHERE scope = $1 AND ke
 // then waits until the standby holds the WAL up to it.
 const syncMarkSQL = `SELECT pg_logical_emit_message(true, 'nolock', '') WHERE current_setting('synchronous_standby_names') <> ''`
 
-// execSQL wraps the caller's statement (%[1]s) so that its effect and the
-// key's record are written by one statement, in one implicit transaction.
-// Parameters $%[2]d to $%[6]d follow the caller's own.
-//
-//   - nolock_bound runs first (the effect is pulled only through a LATERAL
-//     join on it, and a MATERIALIZED CTE is not folded into its user): it
-//     bounds every lock wait of the statement by lock_timeout ($%[2]d), for
-//     this implicit transaction only. Not just the key's: a duplicate of a
-//     request in flight usually waits first for the effect's rows, which
-//     that request holds, so a bound on the key's wait alone would bound
-//     nothing (TestExecWaitsForInFlightDuplicate).
-//   - nolock_effect is the caller's statement; its RETURNING rows become
-//     the record's result (a JSON array; no row at all is stored as a
-//     terminal outcome, such as a debit refused for insufficient funds).
-//   - The INSERT writes the record. A record for the key, committed since
-//     Exec read it or by a concurrent duplicate this insert waited for on
-//     the key's index entry, makes it fail with a unique violation, and the
-//     effect rolls back with it: no effect ever commits without its key.
-//     That error is the only guard, and it costs nothing until it fires
-//     (an ON CONFLICT clause with a check of its outcome in the same
-//     statement costs every first run about 10 %, by pgbench).
-const execSQL = `WITH nolock_bound AS MATERIALIZED (
-  SELECT set_config('lock_timeout', coalesce($%[2]d, current_setting('lock_timeout')), true) AS lock_timeout),
-nolock_effect AS (%[1]s
-)
-INSERT INTO {{table}} (scope, key, fingerprint, result, terminal, expires_at)
-SELECT $%[3]d, $%[4]d, $%[5]d, convert_to(coalesce(r.rows, '[]'), 'UTF8'), r.rows IS NULL,
-       now() + $%[6]d::bigint * interval '1 microsecond'
-FROM nolock_bound b, LATERAL (SELECT json_agg(e)::text AS rows FROM nolock_effect e WHERE b.lock_timeout IS NOT NULL) r
-RETURNING created_at, expires_at, result, terminal`
-
-// gateSQL is Exec's read when it shares a round trip with the statement:
-// the key's record, as readSQL returns it, and then, if there was one, an
-// error, so that the server skips the statement sent after it (a pipeline
-// skips everything after an error until its Sync). The error is a cast of
-// the CTE's text column to boolean (the planner cannot see through a
-// MATERIALIZED CTE, so it never folds the cast into an error at planning
-// time). The server logs that error, gateMarker, once per call that finds
-// a record while sharing (a replay, a mismatch or an expired record).
-const gateSQL = `WITH r AS MATERIALIZED (
-  SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now() AS expired,
-         current_setting('synchronous_standby_names') <> '' AS standby, '` + gateMarker + `'::text AS gate
-  FROM {{table}} WHERE scope = $1 AND key = $2)
-SELECT fingerprint, terminal, result, created_at, expires_at, expired, standby FROM r
-UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM r WHERE r.gate::boolean`
-
-const gateMarker = "nolock idempotency: this key has a record, so the statement sent with this read is skipped (a replay, not a failure)"
-
 // claimedSQL wraps the caller's statement (%[1]s) for Exec's default, in
 // the transaction that claimed the key: it runs the effect and stores its
 // RETURNING rows in the claimed row, in one statement sent with COMMIT.
-// nolock_bound bounds the effect's lock waits as in execSQL. If the
+// nolock_bound runs first (the effect is pulled only through a LATERAL
+// join on it, and a MATERIALIZED CTE is not folded into its user): it
+// bounds every lock wait of the statement by lock_timeout ($%[2]d), for
+// the rest of the transaction; the effect's rows may be held by another
+// request in flight. If the
 // claimed row is gone (the statement deleted it), the statement fails
 // (1 / 0), and the COMMIT behind it never runs. Parameters $%[2]d to
 // $%[4]d follow the caller's own.

@@ -65,25 +65,18 @@ type Store struct {
 	wait      time.Duration
 	policy    backoff.Policy
 
-	table string // unquoted, for matching errors' TableName
+	schemaSQL, claimSQL, readSQL, takeoverSQL, recordSQL, reapSQL string
 
-	schemaSQL, claimSQL, readSQL, gateSQL, expireSQL, takeoverSQL, recordSQL, reapSQL string
-
-	// execSQL and claimedSQL are formats: Exec puts the caller's
-	// statement and its parameters' count in.
-	execSQL, claimedSQL, execFuncSQL string
-	shared                           bool // WithSharedRoundTrip
-	noFunc                           bool // Exec never runs through its function (tests)
+	// claimedSQL is a format: Exec puts the caller's statement and its
+	// parameters' count in.
+	claimedSQL string
 	// statements keeps each statement given to Exec, wrapped (see
-	// statement); plan chooses how Exec sends them.
-	statements                  sync.Map      // string → wrapped
-	describing                  chan struct{} // a semaphore: one describe at a time
-	sharedTexts, describedTexts int           // guarded by describing
-	funcTexts                   int           // statements with a function, guarded by describing
-	isolation                   string        // default_transaction_isolation, guarded by describing
-	execPlan                    plan          // Exec's
-	doPlan                      plan          // Do's
-	gateName                    string
+	// statement).
+	statements     sync.Map      // string → wrapped
+	describing     chan struct{} // a semaphore: one describe at a time
+	describedTexts int           // guarded by describing
+	execPlan       plan          // Exec's
+	doPlan         plan          // Do's
 }
 
 // Defaults for New.
@@ -117,7 +110,6 @@ type config struct {
 	attempts  int
 	obs       observe.Observer
 	log       *slog.Logger
-	shared    bool
 }
 
 // WithObserver reports each Do and Exec call's outcome (EventRan,
@@ -166,22 +158,6 @@ func WithRetention(d time.Duration) Option { return func(c *config) { c.retentio
 // the context ends. A context deadline shortens it, so that the database
 // gives up first and the connection survives.
 func WithWait(d time.Duration) Option { return func(c *config) { c.wait = d } }
-
-// WithSharedRoundTrip makes Exec send its read of the key's record and its
-// statement in one round trip, one implicit transaction, rather than claim
-// the key in a transaction and then run the statement with COMMIT: a first
-// run costs one round trip instead of two (only through a pool in pgx's
-// default cache_statement mode, where transactions are Read Committed by
-// default, for the first 64 statement texts; elsewhere it reads first,
-// two round trips). The outcomes are the same, but the server logs an
-// ERROR line and counts a rollback for every call that finds a record
-// while sharing (a replay, a mismatch, an expired record:
-// an error is how the server skips the statement), and for each concurrent
-// duplicate (a unique violation on the key). Exec also takes the effect's
-// locks before the key's, so a concurrent duplicate waits on the effect's
-// rows, and Exec and Do on one key with overlapping rows can deadlock (the
-// loser is retried, WithAttempts). See docs/idempotency.md.
-func WithSharedRoundTrip() Option { return func(c *config) { c.shared = true } }
 
 // WithAttempts bounds how many times Do and Exec run the transaction when it fails
 // with a deadlock or a serialization failure (default DefaultAttempts,
@@ -233,10 +209,9 @@ func New(db DB, opts ...Option) (*Store, error) {
 		"{{table_literal}}", strings.ReplaceAll(literal, "%", "%%")).Replace
 	pg := new(pgerr.Committer)
 	return &Store{
-		db: db, pg: pg, over: pg.For(db), shared: cfg.shared,
-		execSQL: format(execSQL), claimedSQL: format(claimedSQL), execFuncSQL: format(execFuncSQL),
+		db: db, pg: pg, over: pg.For(db), claimedSQL: format(claimedSQL),
 		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts}, obs: cfg.obs, log: idemrecord.Logger(cfg.log),
-		schemaSQL: sql(storeSQL), table: cfg.table, claimSQL: sql(claimSQL), readSQL: sql(readSQL), gateSQL: sql(gateSQL), gateName: preparedName(sql(gateSQL)), describing: make(chan struct{}, 1), expireSQL: sql(expireSQL),
+		schemaSQL: sql(storeSQL), claimSQL: sql(claimSQL), readSQL: sql(readSQL), describing: make(chan struct{}, 1),
 		takeoverSQL: sql(takeoverSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),
 	}, nil
 }
@@ -322,7 +297,7 @@ type found struct {
 	expired, standby bool
 }
 
-// scan reads readSQL's columns (gateSQL's have the same layout).
+// scan reads readSQL's columns.
 func (f *found) scan(row interface{ Scan(...any) error }) error {
 	return row.Scan(&f.Fingerprint, &f.Terminal, &f.Body, &f.CreatedAt, &f.ExpiresAt, &f.expired, &f.standby)
 }

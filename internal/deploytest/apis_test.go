@@ -16,7 +16,6 @@ import (
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/inbox"
-	"github.com/nolock/nolock/internal/testenv"
 )
 
 // api is one public PostgreSQL write as the matrix drives it, on a key of
@@ -402,26 +401,12 @@ var apis = []api{{
 	},
 	rerun: true,
 }, {
-	// One call of the statement's function, which commits on its own.
+	// Exec claims the key (sent with BEGIN), then sends the statement and
+	// the record with COMMIT, as a role that may not create objects.
 	name: "idempotency.Exec", amb: idempotency.ErrAmbiguousCommit,
-	before: `."nolock_exec_`, after: "SELECT 1",
-	schema: walletSchema, seed: walletSeed, applied: walletPaid,
-	open:  execDebit(),
-	rerun: true,
-}, {
-	// A role that may not create Exec's function: Exec claims the key
-	// (sent with BEGIN), then sends the statement and the record with
-	// COMMIT.
-	name: "idempotency.Exec claiming", amb: idempotency.ErrAmbiguousCommit,
 	tx: true, before: "INSERT 0 1", after: "COMMIT", app: true,
 	schema: walletSchema, seed: walletSeed, applied: walletPaid,
-	open:  execClaiming,
-	rerun: true,
-}, {
-	name: "idempotency.Exec shared", amb: idempotency.ErrAmbiguousCommit,
-	before: `UPDATE wallets SET balance`, after: "INSERT 0 1",
-	schema: walletSchema, seed: walletSeed, applied: walletPaid,
-	open:  execDebit(idempotency.WithSharedRoundTrip()),
+	open:  execDebit(),
 	rerun: true,
 }, {
 	name: "inbox.Process", amb: inbox.ErrAmbiguousCommit,
@@ -470,23 +455,4 @@ func execDebit(opts ...idempotency.Option) func(t *testing.T, db *pgxpool.Pool) 
 			return err
 		}
 	}
-}
-
-// execClaiming is execDebit after one call with a key of its own, which
-// finds that the role may not make the statement's function (a check in
-// a transaction that commits): the cell's COMMIT is then the write's.
-func execClaiming(t *testing.T, db *pgxpool.Pool) func(context.Context, string) error {
-	call := execDebit()(t, db)
-	ctx, cancel := context.WithTimeout(context.Background(), testenv.Scale(30*time.Second))
-	defer cancel()
-	if err := call(ctx, testenv.Name("warm")); err != nil {
-		t.Fatalf("the first call: %v", err)
-	}
-	var made int
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE proname LIKE 'nolock\_exec\_%' AND pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())`, pgx.QueryExecModeSimpleProtocol).Scan(&made); err != nil {
-		t.Fatalf("count Exec's functions: %v", err)
-	} else if made != 0 {
-		t.Fatalf("%d functions made: the role may create them, Exec would not claim", made)
-	}
-	return call
 }

@@ -19,7 +19,9 @@ import (
 )
 
 // Do runs fn at most once per (scope, key): it claims the key, runs fn,
-// and stores fn's result with the key, in one transaction (Read Committed).
+// and stores fn's result with the key, in one transaction (Read Committed;
+// on a Store made on a pgx.Tx, a savepoint of the caller's transaction,
+// committed by the caller: see DB).
 //
 //   - A key not used yet (or whose record expired): fn runs; if it
 //     succeeds, or fails with an error marked Terminal, its writes and the
@@ -92,42 +94,36 @@ func (s *Store) once(ctx context.Context, p *plan, scope, key string, fp []byte,
 	if res, done, err := s.replayFirst(ctx, p, scope, key, fp); done {
 		return res, err
 	}
-	c, err := s.db.Acquire(ctx)
+	h, err := s.acquire(ctx)
 	if err != nil {
-		return Result{}, errfmt.Errorf("idempotency: acquire a connection: %w", pgerr.MarkUnsent(err))
+		return Result{}, err
 	}
 	// A connection left inside a transaction is closed, not reused. The
 	// commit releases it itself: it may outlive this call (see detached).
-	release := c.Release
-	defer func() {
-		if release != nil {
-			release()
-		}
-	}()
-	conn := c.Conn()
+	defer h.done()
 
 	rec := Record{Scope: scope, Key: key, Fingerprint: fp}
-	tx, claimed, err := s.claim(ctx, conn, s.claimSQL, &rec)
+	tx, claimed, err := s.claim(ctx, h, s.claimSQL, &rec)
 	if err != nil {
 		return Result{}, err
 	}
 	p.observe(!claimed)
 	if !claimed {
-		res, expired, err := s.replay(ctx, conn, tx, &release, scope, key, fp)
+		res, expired, err := s.replay(ctx, h, tx, scope, key, fp)
 		if !expired {
 			return res, err
 		}
 		// An expired record counts as absent: take the key over.
-		if tx, claimed, err = s.claim(ctx, conn, s.takeoverSQL, &rec); err != nil {
+		if tx, claimed, err = s.claim(ctx, h, s.takeoverSQL, &rec); err != nil {
 			return Result{}, err
 		}
 		if !claimed { // another taker committed first, or it was reaped
-			end(ctx, conn, tx)
+			h.rollback(ctx, tx)
 			return Result{}, errVanished
 		}
 		s.obs.Notify(ctx, observe.Event{Name: EventExpired, Key: key})
 	}
-	if err := finish(ctx, s, conn, tx, &release, &rec); err != nil {
+	if err := finish(ctx, s, h, tx, &rec); err != nil {
 		return Result{}, err
 	}
 	return Result{Record: rec}, nil
@@ -152,20 +148,20 @@ func (s *Store) replayFirst(ctx context.Context, p *plan, scope, key string, fp 
 }
 
 // finisher writes the effect of a call and its result in rec, in tx, the
-// key's claimed transaction on conn, and commits it through s.commit; or
+// key's claimed transaction on h, and commits it through s.commit; or
 // rolls it back and says why.
-type finisher func(ctx context.Context, s *Store, conn *pgx.Conn, tx pgx.Tx, release *func(), rec *Record) error
+type finisher func(ctx context.Context, s *Store, h *handle, tx pgx.Tx, rec *Record) error
 
 // runAndRecord is Do's finisher: fn, then its result stored with COMMIT.
 func runAndRecord(fn Func) finisher {
-	return func(ctx context.Context, s *Store, conn *pgx.Conn, tx pgx.Tx, release *func(), rec *Record) error {
-		body, terminal, err := runFn(ctx, s.pg, conn, tx, rec.Key, fn)
+	return func(ctx context.Context, s *Store, h *handle, tx pgx.Tx, rec *Record) error {
+		body, terminal, err := runFn(ctx, s.pg, h, tx, rec.Key, fn)
 		if err != nil {
 			return err
 		}
 		b := &pgx.Batch{}
 		b.Queue(s.recordSQL, rec.Scope, rec.Key, body, terminal)
-		if err := s.commit(ctx, conn, tx, release, rec.Key, b); err != nil {
+		if err := s.commit(ctx, h, tx, rec.Key, b); err != nil {
 			return err
 		}
 		rec.Body, rec.Terminal = body, terminal
@@ -185,7 +181,7 @@ func runAndRecord(fn Func) finisher {
 // replay never acknowledges a record that a failover could lose (one whose
 // own wait for the standby was cancelled). Without a synchronous standby
 // it commits nothing.
-func (s *Store) replay(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *func(), scope, key string, fp []byte) (res Result, expired bool, err error) {
+func (s *Store) replay(ctx context.Context, h *handle, tx pgx.Tx, scope, key string, fp []byte) (res Result, expired bool, err error) {
 	var stored found
 	var ok bool
 	b := &pgx.Batch{}
@@ -195,11 +191,15 @@ func (s *Store) replay(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *
 		return noRows(err)
 	})
 	b.Queue(syncMarkSQL)
-	b.Queue("commit")
-	err = s.detached(ctx, release, func(ctx context.Context) error {
-		err := s.pg.SendBatch(ctx, conn, b).Close()
-		s.pg.Learn(conn, err)
-		end(ctx, conn, tx)
+	ending, _ := h.ending()
+	b.Queue(ending)
+	err = s.detached(ctx, h, func(ctx context.Context) error {
+		err := s.pg.SendBatch(ctx, h.conn, b).Close()
+		s.pg.Learn(h.conn, err)
+		if err != nil || !h.nested() {
+			h.rollback(ctx, tx)
+		}
+		h.saved = false
 		return err
 	})
 	switch {
@@ -223,7 +223,7 @@ func (s *Store) replay(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *
 // returned as is; so is a success after a failed statement (as an error).
 // A tx that fn ended itself is reported: its effect may have committed
 // without the key.
-func runFn(ctx context.Context, pg *pgerr.Committer, conn *pgx.Conn, tx pgx.Tx, key string, fn Func) (body []byte, terminal bool, err error) {
+func runFn(ctx context.Context, pg *pgerr.Committer, h *handle, tx pgx.Tx, key string, fn Func) (body []byte, terminal bool, err error) {
 	ftx := &fnTx{Tx: tx, pg: pg, closed: new(atomic.Bool)}
 	body, ferr := func() ([]byte, error) {
 		defer ftx.closed.Store(true)
@@ -231,13 +231,13 @@ func runFn(ctx context.Context, pg *pgerr.Committer, conn *pgx.Conn, tx pgx.Tx, 
 	}()
 	terminal = ferr != nil && idemrecord.IsTerminal(ferr)
 	if ferr != nil && !terminal {
-		rollback(ctx, tx)
+		h.rollback(ctx, tx)
 		return nil, false, ferr
 	}
-	switch conn.PgConn().TxStatus() {
+	switch h.conn.PgConn().TxStatus() {
 	case 'T':
 	case 'E':
-		rollback(ctx, tx)
+		h.rollback(ctx, tx)
 		return nil, false, errfmt.Errorf("idempotency: key %q: fn returned success but a statement of its transaction failed; rolled back", key)
 	default:
 		return nil, false, errfmt.Errorf("idempotency: key %q: fn ended the transaction itself; its effect may have committed without the key", key)
@@ -246,40 +246,55 @@ func runFn(ctx context.Context, pg *pgerr.Committer, conn *pgx.Conn, tx pgx.Tx, 
 }
 
 // commit sends b, the statements that store the key's result in its
-// claimed row, and COMMIT, in one round trip. The commit runs to its end
-// on the server's terms even if the caller stops waiting (see detached).
-// nil means the effect and the record committed together; an error says
-// what it proves (see commitError).
-func (s *Store) commit(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, release *func(), key string, b *pgx.Batch) error {
+// claimed row, and COMMIT (inside the caller's transaction, the release
+// of the attempt's savepoint), in one round trip. The commit runs to its
+// end on the server's terms even if the caller stops waiting (see
+// detached). nil means the effect and the record committed together (or,
+// inside the caller's transaction, are kept in it); an error says what it
+// proves (see commitError).
+func (s *Store) commit(ctx context.Context, h *handle, tx pgx.Tx, key string, b *pgx.Batch) error {
 	var tag pgconn.CommandTag
-	b.Queue("commit").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
-	err := s.detached(ctx, release, func(ctx context.Context) error {
-		err := s.pg.SendBatch(ctx, conn, b).Close()
+	ending, want := h.ending()
+	b.Queue(ending).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	err := s.detached(ctx, h, func(ctx context.Context) error {
+		err := s.pg.SendBatch(ctx, h.conn, b).Close()
 		if err != nil {
-			s.pg.Learn(conn, err)
-			end(ctx, conn, tx) // when the record failed, the COMMIT was skipped
+			s.pg.Learn(h.conn, err)
+			h.rollback(ctx, tx) // when the record failed, the COMMIT was skipped
 		}
+		h.saved = false
 		return err
 	})
-	if err != nil {
+	switch {
+	case err != nil && h.nested():
+		return errfmt.Errorf("idempotency: key %q: record: %w", key, pgmode.Explain(err))
+	case err != nil:
 		return commitError(key, err)
-	}
-	if tag.String() != "COMMIT" {
+	case tag.String() != want:
 		return errfmt.Errorf("idempotency: key %q: commit rolled back (%s)", key, tag)
 	}
 	return nil
 }
 
-// detached runs fn, which ends with a commit on the connection *release
-// releases, under the Store's Committer: ctx cannot cancel it. If ctx
-// ends first, detached returns pgerr.ErrStoppedWaiting at once, sets
-// *release to nil and leaves the release to fn's goroutine (which Close
-// waits for), which releases the connection when fn returns. Otherwise
-// the connection stays with the caller.
-func (s *Store) detached(ctx context.Context, release *func(), fn func(context.Context) error) error {
+// detached runs fn, which ends with a commit on h's connection, under the
+// Store's Committer: ctx cannot cancel it. If ctx ends first, detached
+// returns pgerr.ErrStoppedWaiting at once and leaves h's release to fn's
+// goroutine (which Close waits for), which releases the connection when
+// fn returns. Otherwise the connection stays with the caller. Through a
+// *pgx.Conn, detached waits for fn whatever ctx does (a caller's next
+// statement on the connection would otherwise meet the commit's), and
+// inside the caller's transaction, where nothing commits, fn runs under
+// ctx.
+func (s *Store) detached(ctx context.Context, h *handle, fn func(context.Context) error) error {
+	switch s.via {
+	case viaTx:
+		return fn(ctx)
+	case viaConn:
+		ctx = context.WithoutCancel(ctx)
+	}
 	var mu sync.Mutex
 	left, ended := false, false
-	done := *release
+	done := h.release
 	err := s.pg.Commit(ctx, func(ctx context.Context) error {
 		err := fn(ctx)
 		mu.Lock()
@@ -292,7 +307,7 @@ func (s *Store) detached(ctx context.Context, release *func(), fn func(context.C
 	if errors.Is(err, pgerr.ErrStoppedWaiting) {
 		mu.Lock()
 		defer mu.Unlock()
-		*release = nil
+		h.release = nil
 		if left = true; ended {
 			done()
 		}
@@ -300,20 +315,25 @@ func (s *Store) detached(ctx context.Context, release *func(), fn func(context.C
 	return err
 }
 
-// claim begins a transaction on conn and runs the claim (or takeover)
-// statement sql in the same round trip, filling rec's times when it claims
-// the key. The transaction is left open either way, unless an error is
-// returned.
-func (s *Store) claim(ctx context.Context, conn *pgx.Conn, sql string, rec *Record) (tx pgx.Tx, claimed bool, err error) {
+// claim begins the attempt's transaction on h (inside the caller's
+// transaction, a savepoint) and runs the claim (or takeover) statement
+// sql in the same round trip, filling rec's times when it claims the key.
+// The transaction is left open either way, unless an error is returned.
+func (s *Store) claim(ctx context.Context, h *handle, sql string, rec *Record) (tx pgx.Tx, claimed bool, err error) {
 	wait, bound := s.bound(ctx)
 	opts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 	b := &pgx.Batch{}
-	unnamed := s.pg.Unnamed(conn)
-	if unnamed { // the begin on its own round trip (see pgmode.Modes.SendBatch)
-		if tx, err = conn.BeginTx(ctx, opts); err != nil {
+	unnamed := s.pg.Unnamed(h.conn)
+	switch {
+	case h.nested():
+		tx = h.outer
+		b.Queue("savepoint " + savepoint)
+		h.saved = true
+	case unnamed: // the begin on its own round trip (see pgmode.Modes.SendBatch)
+		if tx, err = h.conn.BeginTx(ctx, opts); err != nil {
 			return nil, false, claimError(rec.Key, wait, err)
 		}
-	} else {
+	default:
 		b.BeginTx(opts)
 	}
 	var restored string
@@ -322,13 +342,13 @@ func (s *Store) claim(ctx context.Context, conn *pgx.Conn, sql string, rec *Reco
 		claimed = err == nil
 		return noRows(err)
 	})
-	br := s.pg.SendBatch(ctx, conn, b)
-	if !unnamed {
+	br := s.pg.SendBatch(ctx, h.conn, b)
+	if tx == nil {
 		tx = br.Tx()
 	}
 	if err := br.Close(); err != nil {
-		end(ctx, conn, tx)
-		if s.pg.Learn(conn, err) { // nothing ran: claim again, unnamed
+		h.rollback(ctx, tx)
+		if s.pg.Learn(h.conn, err) { // nothing ran: claim again, unnamed
 			return nil, false, errfmt.Errorf("%w: %w", errVanished, err)
 		}
 		return nil, false, claimError(rec.Key, wait, err)

@@ -17,7 +17,8 @@ import (
 
 // Exec is Do for an effect that is one SQL statement: an INSERT, UPDATE or
 // DELETE with a RETURNING clause (or a SELECT), with its arguments. Exec
-// claims the key as Do does (BEGIN and the claim in one round trip), then
+// claims the key as Do does (BEGIN and the claim in one round trip; on a
+// Store made on a pgx.Tx, in a savepoint of it: see DB), then
 // sends the statement, wrapped so that it also stores its RETURNING rows
 // in the claimed record (claimedSQL), with COMMIT: two round trips, as a
 // bare transaction of the statement costs. It creates nothing on the
@@ -96,13 +97,13 @@ func (s *Store) exec(ctx context.Context, scope, key string, fingerprint []byte,
 // statement that ran out is ErrInProgress; any other error of the
 // statement rolls everything back and is returned.
 func runClaimed(stmt wrapped, args []any) finisher {
-	return func(ctx context.Context, s *Store, conn *pgx.Conn, tx pgx.Tx, release *func(), rec *Record) error {
+	return func(ctx context.Context, s *Store, h *handle, tx pgx.Tx, rec *Record) error {
 		wait, bound := s.bound(ctx)
 		b := &pgx.Batch{}
 		b.Queue(stmt.text, append(slices.Clip(args), bound, rec.Scope, rec.Key)...).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&rec.Body, &rec.Terminal)
 		})
-		err := s.commit(ctx, conn, tx, release, rec.Key, b)
+		err := s.commit(ctx, h, tx, rec.Key, b)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // an ERROR: never ambiguous
 			return errfmt.Errorf("%w: key %q: a lock the statement needed was not granted within %v: %w",
@@ -122,7 +123,11 @@ func runClaimed(stmt wrapped, args []any) finisher {
 // pgerr.ErrStoppedWaiting and nothing was run.
 func (s *Store) replayFound(ctx context.Context, f found, fp []byte) (Result, error) {
 	if f.standby {
-		if _, err := s.pg.Exec(ctx, s.db, syncMarkSQL, s.over.Args()...); err != nil {
+		err := s.onDB(ctx, func(ctx context.Context) error {
+			_, err := s.pg.Exec(ctx, s.db, syncMarkSQL, s.over.Args()...)
+			return err
+		})
+		if err != nil {
 			return Result{}, errfmt.Errorf("idempotency: key %q: replay: waiting for its record to reach the synchronous standby: %w; nothing was run", f.Key, err)
 		}
 	}

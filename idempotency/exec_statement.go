@@ -69,12 +69,19 @@ func (s *Store) statement(ctx context.Context, sql string, args []any) (wrapped,
 // describe without the server's answer (a connection lost); sql is
 // described again on the next call.
 func (s *Store) describe(ctx context.Context, sql string, args []any) (wrapped, error) {
-	c, err := s.db.Acquire(ctx)
+	h, err := s.acquire(ctx)
 	if err != nil {
-		return wrapped{}, errfmt.Errorf("idempotency: acquire a connection: %w", pgerr.MarkUnsent(err))
+		return wrapped{}, err
 	}
-	defer c.Release()
-	conn := c.Conn()
+	defer h.done()
+	conn := h.conn
+	if h.nested() { // a refused describe must not abort the caller's transaction
+		if _, err := conn.Exec(ctx, "savepoint "+savepoint); err != nil {
+			return wrapped{}, errfmt.Errorf("idempotency: describe the statement: %w", err)
+		}
+		h.saved = true
+		defer h.rollback(ctx, nil)
+	}
 	d, err := conn.Prepare(ctx, "", sql)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P18" && !pgerr.Ambiguous(err) {

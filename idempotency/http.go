@@ -136,10 +136,15 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 // draft). The handler must write its whole response through the
 // ResponseWriter it is given (it is buffered; Flush and Hijack are not
 // available) and must not act outside the transaction. The middleware is
-// safe for concurrent use.
+// safe for concurrent use. Give it a Store on a pool: on a *pgx.Conn the
+// requests take turns on the one connection, and a Store on a pgx.Tx is
+// refused (ErrInvalid), as requests must not share a transaction.
 func Middleware(store *Store, opts ...MiddlewareOption) (func(http.Handler) http.Handler, error) {
 	if store == nil {
 		return nil, idemrecord.Invalid("store is nil")
+	}
+	if store.via == viaTx {
+		return nil, idemrecord.Invalid("store is on a pgx.Tx: requests must not share a transaction; give the middleware a Store on a pool")
 	}
 	proto := middleware{store: store, methods: []string{http.MethodPost, http.MethodPatch}, maxBody: 1 << 20}
 	if err := option.Apply(opts, func(o MiddlewareOption) { o(&proto) }); err != nil {

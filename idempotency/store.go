@@ -13,7 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/idemrecord"
@@ -25,12 +24,38 @@ import (
 	"github.com/nolock/nolock/observe"
 )
 
-// DB is what a Store needs from pgx: a *pgxpool.Pool satisfies it. Do
-// holds one connection for the whole transaction, so that it can begin the
-// transaction in the claim's round trip and commit in the record's. It may
-// grow in later versions.
+// DB is what a Store needs from pgx: a *pgxpool.Pool, a *pgx.Conn or a
+// pgx.Tx satisfies it. It may grow in later versions. New accepts those
+// three (and any type with the pool's Acquire method); what each gives:
+//
+//   - A pool: each call of Do or Exec holds one connection for its
+//     transaction, which it begins in the claim's round trip and commits
+//     in the record's. Calls run concurrently; a commit whose caller
+//     stopped waiting runs on, and Close waits for it.
+//   - A *pgx.Conn: the same, one call at a time (a *pgx.Conn is not safe
+//     for concurrent use: the Store's calls queue for it, and you must
+//     not use it yourself while one runs). A call waits for its commit to
+//     end, whatever its ctx does (at most pgoutcome.CommitTimeout), so
+//     that nothing runs on the connection once the call has returned.
+//   - A pgx.Tx, your transaction: Do and Exec run in a savepoint of it
+//     and commit nothing: the effect and the record commit when you
+//     commit it, so both are yours to make durable, and a failed COMMIT
+//     of yours is your ambiguity to settle (call Do again with the same
+//     key in a new transaction). The key's lock and row stay held until
+//     then, so a duplicate elsewhere waits for your transaction. A
+//     deadlock or serialization failure is returned rather than retried
+//     (roll your transaction back and run it again), and a replay on a
+//     server with a synchronous standby is safe to acknowledge only once
+//     your COMMIT has returned. The Store's calls queue for the
+//     transaction, which is not safe for concurrent use either. Run it
+//     Read Committed: under Repeatable Read or Serializable, a duplicate
+//     that waited for another transaction's key fails with a
+//     serialization failure.
+//
+// Get, Reap and CreateSchema run on each of them (on a pgx.Tx, inside
+// it); Middleware needs a Store on a pool (see Middleware).
 type DB interface {
-	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
@@ -57,6 +82,8 @@ type Func func(ctx context.Context, tx pgx.Tx) (result []byte, err error)
 // at most pgoutcome.CommitTimeout; Close waits for those.
 type Store struct {
 	db        DB
+	via       via           // how db is reached (see DB)
+	turn      chan struct{} // one call at a time on a *pgx.Conn or pgx.Tx
 	obs       observe.Observer
 	log       *slog.Logger     // never nil
 	pg        *pgerr.Committer // its writes; Close waits for their commits
@@ -182,19 +209,23 @@ func newConfig(opts []Option) (config, error) {
 	return cfg, nil
 }
 
-// New returns a Store on db, usually a *pgxpool.Pool. db must not be a
-// transaction: Do begins and commits its own. Run CreateSchema (or put
-// Schema in your migrations) first.
+// New returns a Store on db: a *pgxpool.Pool (the usual), a *pgx.Conn or
+// a pgx.Tx (see DB for what each gives). Run CreateSchema (or put Schema
+// in your migrations) first.
 func New(db DB, opts ...Option) (*Store, error) {
 	if pgarg.NilDB(db) {
 		return nil, idemrecord.Invalid("db is nil")
 	}
-	if _, ok := db.(pgx.Tx); ok {
-		return nil, idemrecord.Invalid("db is a transaction; pass a pool")
+	via, err := viaOf(db)
+	if err != nil {
+		return nil, err
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
+	}
+	if via == viaTx {
+		cfg.attempts = 1 // the transaction is the caller's to run again
 	}
 	// The server would cut longer names (and the index's) short, and Exec
 	// would not recognise its own table in errors.
@@ -209,7 +240,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 		"{{table_literal}}", strings.ReplaceAll(literal, "%", "%%")).Replace
 	pg := new(pgerr.Committer)
 	return &Store{
-		db: db, pg: pg, over: pg.For(db), claimedSQL: format(claimedSQL),
+		db: db, via: via, turn: make(chan struct{}, 1), pg: pg, over: pg.For(db), claimedSQL: format(claimedSQL),
 		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts}, obs: cfg.obs, log: idemrecord.Logger(cfg.log),
 		schemaSQL: sql(storeSQL), claimSQL: sql(claimSQL), readSQL: sql(readSQL), describing: make(chan struct{}, 1),
 		takeoverSQL: sql(takeoverSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),
@@ -236,7 +267,7 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 	if err := idemrecord.CheckCtx(ctx); err != nil {
 		return err
 	}
-	if err := pgschema.Create(ctx, s.db, s.schemaSQL); err != nil {
+	if err := s.onDB(ctx, func(ctx context.Context) error { return pgschema.Create(ctx, s.db, s.schemaSQL) }); err != nil {
 		return errfmt.Errorf("idempotency: create schema: %w", err)
 	}
 	return nil
@@ -306,7 +337,9 @@ func (f *found) scan(row interface{ Scan(...any) error }) error {
 // if there is none.
 func (s *Store) lookup(ctx context.Context, scope, key string) (found, error) {
 	f := found{Record: Record{Scope: scope, Key: key}}
-	err := f.scan(s.over.QueryRow(ctx, s.db, s.readSQL, scope, key))
+	err := s.onDB(ctx, func(ctx context.Context) error {
+		return f.scan(s.over.QueryRow(ctx, s.db, s.readSQL, scope, key))
+	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return found{}, ErrNotFound
@@ -334,7 +367,12 @@ func (s *Store) Reap(ctx context.Context, batch int) (int64, error) {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		tag, err := s.over.Exec(ctx, s.db, s.reapSQL, batch)
+		var tag pgconn.CommandTag
+		err := s.onDB(ctx, func(ctx context.Context) error {
+			var err error
+			tag, err = s.over.Exec(ctx, s.db, s.reapSQL, batch)
+			return err
+		})
 		if err != nil {
 			return total, errfmt.Errorf("idempotency: reap: %w", pgmode.Explain(err))
 		}

@@ -128,10 +128,13 @@ func end(ctx context.Context, conn *pgx.Conn, tx pgx.Tx) {
 	}
 }
 
+// rollbackTimeout bounds a rollback, which no caller's ctx cancels.
+const rollbackTimeout = 10 * time.Second
+
 // rollback ends tx even when ctx is cancelled. A failure closes the
 // connection, which the pool then drops; a closed tx returns ErrTxClosed.
 func rollback(ctx context.Context, tx pgx.Tx) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
 	_ = tx.Rollback(ctx)
 }

@@ -23,6 +23,11 @@ func (d noIO) Acquire(context.Context) (*pgxpool.Conn, error) {
 	return nil, errors.New("no I/O")
 }
 
+func (d noIO) Begin(context.Context) (pgx.Tx, error) {
+	d.t.Error("Begin called")
+	return nil, errors.New("no I/O")
+}
+
 func (d noIO) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
 	d.t.Error("Exec called")
 	return pgconn.CommandTag{}, errors.New("no I/O")
@@ -31,6 +36,17 @@ func (d noIO) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
 func (d noIO) QueryRow(context.Context, string, ...any) pgx.Row {
 	d.t.Error("QueryRow called")
 	return nil
+}
+
+// beginOnly is a DB with none of the types New accepts.
+type beginOnly struct{ d noIO }
+
+func (b beginOnly) Begin(ctx context.Context) (pgx.Tx, error) { return b.d.Begin(ctx) }
+func (b beginOnly) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return b.d.Exec(ctx, sql, args...)
+}
+func (b beginOnly) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return b.d.QueryRow(ctx, sql, args...)
 }
 
 func TestBadInputIsRefusedBeforeIO(t *testing.T) {
@@ -106,6 +122,7 @@ func TestNewRefusesBadSettings(t *testing.T) {
 		{"negative wait", noIO{t}, []idempotency.Option{idempotency.WithWait(-time.Second)}, "WithWait"},
 		{"wait past lock_timeout", noIO{t}, []idempotency.Option{idempotency.WithWait(30 * 24 * time.Hour)}, "PostgreSQL's longest lock_timeout"},
 		{"zero attempts", noIO{t}, []idempotency.Option{idempotency.WithAttempts(0)}, "WithAttempts"},
+		{"neither pool, conn nor tx", beginOnly{noIO{t}}, nil, "pass a *pgxpool.Pool (or a type with its Acquire method), a *pgx.Conn or a pgx.Tx"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := idempotency.New(tc.db, tc.opts...); !errors.Is(err, idempotency.ErrInvalid) || !strings.Contains(err.Error(), tc.names) {

@@ -3,7 +3,6 @@ package idempotency
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,10 +37,12 @@ import (
 //   - A key with a live record and another fingerprint: fn does not run;
 //     Do returns a *MismatchError holding the stored record (ErrMismatch).
 //   - A key claimed by a transaction still running (a concurrent
-//     duplicate): Do waits for it, bounded by WithWait and ctx's deadline.
-//     If it commits, Do replays its result (or reports a mismatch); if it
-//     rolls back, Do claims the key and runs fn. If the bound runs out, Do
-//     returns ErrInProgress and nothing ran.
+//     duplicate): Do waits for it, bounded by WithWait and ctx's deadline,
+//     holding no connection meanwhile (a call of the same Store waits in
+//     the process; another's is polled, with backoff from 2 ms up to 50
+//     ms). If it commits, Do replays its result (or reports a mismatch);
+//     if it rolls back, Do claims the key and runs fn. If the bound runs
+//     out (or ctx ends), Do returns ErrInProgress and nothing ran.
 //
 // ErrAmbiguousCommit means the connection failed after COMMIT was sent;
 // call Do again with the same key to learn the outcome: it replays the
@@ -76,7 +77,7 @@ func (s *Store) do(ctx context.Context, scope, key string, fingerprint []byte, f
 	if fingerprint == nil {
 		fingerprint = []byte{}
 	}
-	return s.retried(ctx, key, func(ctx context.Context) (Result, error) {
+	return s.retried(ctx, scope, key, func(ctx context.Context) (Result, error) {
 		return s.once(ctx, &s.doPlan, scope, key, fingerprint, runAndRecord(fn))
 	})
 }
@@ -276,49 +277,13 @@ func (s *Store) commit(ctx context.Context, h *handle, tx pgx.Tx, key string, b 
 	return nil
 }
 
-// detached runs fn, which ends with a commit on h's connection, under the
-// Store's Committer: ctx cannot cancel it. If ctx ends first, detached
-// returns pgerr.ErrStoppedWaiting at once and leaves h's release to fn's
-// goroutine (which Close waits for), which releases the connection when
-// fn returns. Otherwise the connection stays with the caller. Through a
-// *pgx.Conn, detached waits for fn whatever ctx does (a caller's next
-// statement on the connection would otherwise meet the commit's), and
-// inside the caller's transaction, where nothing commits, fn runs under
-// ctx.
-func (s *Store) detached(ctx context.Context, h *handle, fn func(context.Context) error) error {
-	switch s.via {
-	case viaTx:
-		return fn(ctx)
-	case viaConn:
-		ctx = context.WithoutCancel(ctx)
-	}
-	var mu sync.Mutex
-	left, ended := false, false
-	done := h.release
-	err := s.pg.Commit(ctx, func(ctx context.Context) error {
-		err := fn(ctx)
-		mu.Lock()
-		defer mu.Unlock()
-		if ended = true; left {
-			done()
-		}
-		return err
-	})
-	if errors.Is(err, pgerr.ErrStoppedWaiting) {
-		mu.Lock()
-		defer mu.Unlock()
-		h.release = nil
-		if left = true; ended {
-			done()
-		}
-	}
-	return err
-}
-
 // claim begins the attempt's transaction on h (inside the caller's
 // transaction, a savepoint) and runs the claim (or takeover) statement
 // sql in the same round trip, filling rec's times when it claims the key.
-// The transaction is left open either way, unless an error is returned.
+// The transaction is left open either way, unless an error is returned:
+// errBusy when a request in flight holds the key (the transaction is then
+// ended with a COMMIT of nothing, which the server does not count as a
+// rollback).
 func (s *Store) claim(ctx context.Context, h *handle, sql string, rec *Record) (tx pgx.Tx, claimed bool, err error) {
 	wait, bound := s.bound(ctx)
 	opts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
@@ -337,10 +302,10 @@ func (s *Store) claim(ctx context.Context, h *handle, sql string, rec *Record) (
 		b.BeginTx(opts)
 	}
 	var restored string
+	var created, expires *time.Time
+	free := true
 	b.Queue(sql, rec.Scope, rec.Key, rec.Fingerprint, s.retention.Microseconds(), bound).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&rec.CreatedAt, &rec.ExpiresAt, &restored)
-		claimed = err == nil
-		return noRows(err)
+		return row.Scan(&created, &expires, &free, &restored)
 	})
 	br := s.pg.SendBatch(ctx, h.conn, b)
 	if tx == nil {
@@ -352,6 +317,21 @@ func (s *Store) claim(ctx context.Context, h *handle, sql string, rec *Record) (
 			return nil, false, errfmt.Errorf("%w: %w", errVanished, err)
 		}
 		return nil, false, claimError(rec.Key, wait, err)
+	}
+	if !free {
+		if h.nested() {
+			h.rollback(ctx, tx)
+		} else {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+			defer cancel()
+			if err := tx.Commit(ctx); err != nil {
+				end(ctx, h.conn, tx)
+			}
+		}
+		return nil, false, errBusy
+	}
+	if created != nil && expires != nil {
+		rec.CreatedAt, rec.ExpiresAt, claimed = *created, *expires, true
 	}
 	return tx, claimed, nil
 }

@@ -11,9 +11,9 @@
 // the same COMMIT: either both commit or neither does. A retry with the
 // same key and request replays the stored result without running anything;
 // the same key with another request is refused (ErrMismatch, HTTP 422); a
-// duplicate arriving while the first is still running waits for it on the
-// key's index entry, then replays its result, or runs if the first rolled
-// back (bounded: ErrInProgress, HTTP 409).
+// duplicate arriving while the first is still running waits for it,
+// holding no connection, then replays its result, or runs if the first
+// rolled back (bounded: ErrInProgress, HTTP 409).
 //
 // Store is the PostgreSQL ledger (Do, Get, Reap; Exec when the effect is
 // one SQL statement, which then carries the record too); Middleware wraps a

@@ -154,7 +154,7 @@ func TestExecWaitsForInFlightDuplicate(t *testing.T) {
 			}
 			got <- err
 		}()
-		testenv.WaitLockWaiters(t, b.pool, 1)
+		waitBusy(t, patient, "the duplicate finds the key held", 0)
 		release(nil)
 		if err := <-first; err != nil {
 			t.Fatal(err)
@@ -226,7 +226,7 @@ func TestExecRunsWhenTheRecordWaitedForHasExpired(t *testing.T) {
 			}
 			got <- err
 		}()
-		testenv.WaitLockWaiters(t, b.pool, 1)
+		waitBusy(t, b.store, "the duplicate finds the key held", 0)
 		time.Sleep(5 * time.Millisecond) // past the first's record's 1 ms
 		release(nil)
 		if err := <-first; err != nil {

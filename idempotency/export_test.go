@@ -34,3 +34,7 @@ func (s *Store) PinDoPlan(readFirst bool) {
 		s.doPlan.lean.Store(-planMemory)
 	}
 }
+
+// BusyAttempts is how many attempts of the Store's calls found their key
+// held by a request in flight, and waited.
+func (s *Store) BusyAttempts() int64 { return s.busy.Load() }

@@ -2,6 +2,8 @@ package idempotency
 
 import (
 	"context"
+	"errors"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -136,4 +138,43 @@ func (s *Store) onDB(ctx context.Context, fn func(ctx context.Context) error) er
 		ctx = context.WithoutCancel(ctx)
 	}
 	return fn(ctx)
+}
+
+// detached runs fn, which ends with a commit on h's connection, under the
+// Store's Committer: ctx cannot cancel it. If ctx ends first, detached
+// returns pgerr.ErrStoppedWaiting at once and leaves h's release to fn's
+// goroutine (which Close waits for), which releases the connection when
+// fn returns. Otherwise the connection stays with the caller. Through a
+// *pgx.Conn, detached waits for fn whatever ctx does (a caller's next
+// statement on the connection would otherwise meet the commit's), and
+// inside the caller's transaction, where nothing commits, fn runs under
+// ctx.
+func (s *Store) detached(ctx context.Context, h *handle, fn func(context.Context) error) error {
+	switch s.via {
+	case viaTx:
+		return fn(ctx)
+	case viaConn:
+		ctx = context.WithoutCancel(ctx)
+	}
+	var mu sync.Mutex
+	left, ended := false, false
+	done := h.release
+	err := s.pg.Commit(ctx, func(ctx context.Context) error {
+		err := fn(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if ended = true; left {
+			done()
+		}
+		return err
+	})
+	if errors.Is(err, pgerr.ErrStoppedWaiting) {
+		mu.Lock()
+		defer mu.Unlock()
+		h.release = nil
+		if left = true; ended {
+			done()
+		}
+	}
+	return err
 }

@@ -101,6 +101,7 @@ func quietDo(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
 		first <- err
 	}()
 	<-started
+	busy := store.BusyAttempts()
 	second := make(chan idempotency.Result, 1)
 	go func() {
 		res, err := store.Do(ctx, "quiet", "dup", []byte("a"), debit(10))
@@ -109,7 +110,7 @@ func quietDo(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
 		}
 		second <- res
 	}()
-	lockWaiters(t, pool, "the duplicate waiting on the key", 1, nil)
+	waitBusy(t, store, "the duplicate waiting for the key", busy)
 	close(hold)
 	if err := <-first; err != nil {
 		t.Fatal(err)
@@ -149,6 +150,7 @@ func quietExec(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
 	// transaction holds, with the key claimed; the second waits on the key,
 	// then replays the first's result. The holder commits, as it would.
 	holder := holdAlice(t, pool)
+	busy := store.BusyAttempts()
 	results := make(chan idempotency.Result, 2)
 	for range 2 {
 		go func() {
@@ -159,7 +161,8 @@ func quietExec(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
 			results <- res
 		}()
 	}
-	lockWaiters(t, pool, "the first waiting for alice's row, the second on the key", 2, nil)
+	lockWaiters(t, pool, "the first waiting for alice's row", 1, nil)
+	waitBusy(t, store, "the second waiting for the key", busy)
 	if err := holder.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -231,11 +234,12 @@ func quietMixed(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
 	case o := <-first:
 		t.Fatalf("Do returned before its fn ran: %q, %v", o.res.Body, o.err)
 	}
+	busy := store.BusyAttempts()
 	go func() {
 		res, err := store.Exec(ctx, "quiet-mixed", "do-first", []byte("a"), quietDebitSQL, int64(10))
 		second <- outcome{res, err}
 	}()
-	lockWaiters(t, pool, "Exec waiting on the key Do holds", 1, func() bool { return len(second) > 0 })
+	waitBusy(t, store, "Exec waiting for the key Do holds", busy)
 	release()
 	if o, d := both(first, second); o.err != nil || d.err != nil || o.res.Replayed || !d.res.Replayed || string(d.res.Body) != "paid" {
 		t.Fatalf("Do then Exec: %q replayed %v (%v), then %q replayed %v (%v); want Do's run, then its replay", o.res.Body, o.res.Replayed, o.err, d.res.Body, d.res.Replayed, d.err)
@@ -249,11 +253,12 @@ func quietMixed(t *testing.T, pool *pgxpool.Pool, store *idempotency.Store) {
 		first <- outcome{res, err}
 	}()
 	lockWaiters(t, pool, "Exec waiting for alice's row", 1, func() bool { return len(first) > 0 })
+	busy = store.BusyAttempts()
 	go func() {
 		res, err := store.Do(ctx, "quiet-mixed", "exec-first", []byte("a"), notRun)
 		second <- outcome{res, err}
 	}()
-	lockWaiters(t, pool, "Exec waiting for alice's row, Do on the key", 2, func() bool { return len(second) > 0 })
+	waitBusy(t, store, "Do waiting for the key Exec holds", busy)
 	if err := holder.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

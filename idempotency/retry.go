@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/nolock/nolock/internal/errfmt"
 
@@ -16,11 +17,32 @@ import (
 // retried makes attempt until it succeeds or fails for good: at once
 // again while it ends in errVanished (see settled), and after a backoff
 // while it fails retryably, within the Store's WithAttempts.
-func (s *Store) retried(ctx context.Context, key string, attempt func(context.Context) (Result, error)) (Result, error) {
+//
+// A call of the Store with the key in flight is waited for first, and
+// while a request in flight holds the key (errBusy), attempt is made
+// again after a pause; both up to the Store's wait (see keywait.go).
+func (s *Store) retried(ctx context.Context, scope, key string, attempt func(context.Context) (Result, error)) (Result, error) {
 	var res Result
-	err := s.policy.Retry(ctx, func(ctx context.Context, _ int) error {
+	wait := s.waitFor(ctx)
+	start := time.Now()
+	leave, err := s.queueKey(ctx, scope, key, start, wait)
+	if err != nil {
+		return Result{}, err
+	}
+	defer leave()
+	err = s.policy.Retry(ctx, func(ctx context.Context, _ int) error {
 		var err error
-		res, err = settled(ctx, func() (Result, error) { return attempt(ctx) })
+		res, err = settled(ctx, func() (Result, error) {
+			for n := 1; ; n++ {
+				res, err := attempt(ctx)
+				if !errors.Is(err, errBusy) {
+					return res, err
+				}
+				if err := s.awaitKey(ctx, key, n, start, wait); err != nil {
+					return Result{}, err
+				}
+			}
+		})
 		return err
 	}, retryable, idemrecord.RetryLogger(ctx, s.log, key))
 	if errors.Is(err, backoff.ErrExhausted) {

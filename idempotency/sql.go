@@ -7,27 +7,27 @@ var storeSQL string
 
 // The statements, with {{table}} replaced by the quoted table name.
 const (
-	// claimSQL claims a key. It first takes the key's advisory lock (see
-	// keyLock). Under Read Committed an insert that meets
-	// another transaction's uncommitted row for the key waits for it: if it
-	// rolls back, the insert claims the key; if it commits, the insert does
-	// nothing. A committed row (live or expired) makes it do nothing at
-	// once, without writing anything.
+	// claimSQL claims a key, unless another transaction holds it: its
+	// source row (claimBound) tries the key's advisory lock (see keyLock),
+	// and the insert runs only if it was not refused. A committed row
+	// (live or expired) makes the insert do nothing at once, without
+	// writing anything. It returns one row: the claimed record's times
+	// (NULL if the key was not claimed) and whether the key was free (false:
+	// a request in flight holds it; the caller ends the transaction and
+	// tries again later, holding no connection meanwhile).
 	//
-	// The wait is bounded by lock_timeout ($5; NULL keeps the connection's
-	// own) for this statement only: the source row sets it, saving the
-	// connection's value, before the insert can wait, and RETURNING
-	// restores it once the key is claimed (fn runs with the connection's
-	// setting). When the claim fails, the transaction ends without fn, so
-	// there is nothing to restore. All in one statement: each statement in
-	// a pipeline costs as much as a small query.
-	claimSQL = `INSERT INTO {{table}} (scope, key, fingerprint, expires_at)
-SELECT $1, $2, $3, now() + $4::bigint * interval '1 microsecond'
-FROM (SELECT set_config('nolock.lock_timeout', current_setting('lock_timeout'), true),
-             set_config('lock_timeout', coalesce($5, current_setting('lock_timeout')), true),
-             ` + keyLock + `) AS bound
-ON CONFLICT (scope, key) DO NOTHING
-RETURNING created_at, expires_at, set_config('lock_timeout', current_setting('nolock.lock_timeout'), true)`
+	// The insert could still wait for an uncommitted row of the key whose
+	// writer took no lock (none of this package's statements): that wait
+	// is bounded by lock_timeout ($5; NULL keeps the connection's own) for
+	// this statement only, restored by the last column, so fn runs with
+	// the connection's setting. All in one statement: each statement in a
+	// pipeline costs as much as a small query.
+	claimSQL = claimBound + `,
+w AS (INSERT INTO {{table}} (scope, key, fingerprint, expires_at)
+  SELECT $1, $2, $3, now() + $4::bigint * interval '1 microsecond' FROM bound WHERE free IS NOT FALSE
+  ON CONFLICT (scope, key) DO NOTHING
+  RETURNING created_at, expires_at)
+` + claimResult
 	// readSQL reads a key's record, whether it has expired and whether the
 	// server has a synchronous standby (see found): the row a failed claim
 	// met (with a snapshot taken after the claim's wait), or the one Get
@@ -36,17 +36,15 @@ RETURNING created_at, expires_at, set_config('lock_timeout', current_setting('no
 	readSQL = `SELECT fingerprint, terminal, result, created_at, expires_at, expires_at + interval '0 s' <= now(),
        current_setting('synchronous_standby_names') <> ''
 FROM {{table}} WHERE scope = $1 AND key = $2`
-	// takeoverSQL claims a key whose record has expired, in place, its wait
-	// bounded like the claim's, under the key's advisory lock like the
-	// claim. Two takers queue on the row lock; the second re-checks the row
-	// the first left and takes it only if the first rolled back.
-	takeoverSQL = `UPDATE {{table}} SET fingerprint = $3, terminal = false, result = NULL, created_at = now(),
-  expires_at = now() + $4::bigint * interval '1 microsecond'
-FROM (SELECT set_config('nolock.lock_timeout', current_setting('lock_timeout'), true),
-             set_config('lock_timeout', coalesce($5, current_setting('lock_timeout')), true),
-             ` + keyLock + `) AS bound
-WHERE scope = $1 AND key = $2 AND expires_at + interval '0 s' <= now()
-RETURNING created_at, expires_at, set_config('lock_timeout', current_setting('nolock.lock_timeout'), true)`
+	// takeoverSQL claims a key whose record has expired, in place, as
+	// claimSQL claims a new one, with the same result row. Of two takers,
+	// the second finds the key's lock taken, and tries again later.
+	takeoverSQL = claimBound + `,
+w AS (UPDATE {{table}} SET fingerprint = $3, terminal = false, result = NULL, created_at = now(),
+    expires_at = now() + $4::bigint * interval '1 microsecond'
+  FROM bound WHERE free IS NOT FALSE AND scope = $1 AND key = $2 AND expires_at + interval '0 s' <= now()
+  RETURNING created_at, expires_at)
+` + claimResult
 	// recordSQL stores fn's result in the claimed row. It is pipelined with
 	// COMMIT, so it must fail rather than update nothing if the row is gone
 	// (fn deleted it): 1/0 raises, and the COMMIT behind it never runs.
@@ -57,15 +55,33 @@ SELECT 1 / count(*) FROM r`
 ) e WHERE t.scope = e.scope AND t.key = e.key AND t.expires_at <= now()`
 )
 
-// keyLock, in a claim's source row, takes the key's transaction-level
-// advisory lock (a hash of scope and key seeded with the table's OID), after lock_timeout is set and before the
-// claim's insert or update. A key whose live record the statement's
-// snapshot sees is not locked: the claim then returns no row without
-// waiting, and the replay that follows (its read, its commit, on a server
-// with a synchronous standby its wait for the standby) holds nothing that
-// other calls of the key wait on.
+// claimBound is the source row of a claim (claimSQL, takeoverSQL): it
+// saves the connection's lock_timeout, sets the claim's ($5), and tries
+// the key's lock (keyLock) in column free, in that order, once.
+const claimBound = `WITH bound AS MATERIALIZED (
+  SELECT set_config('nolock.lock_timeout', current_setting('lock_timeout'), true) AS saved,
+         set_config('lock_timeout', coalesce($5, current_setting('lock_timeout')), true) AS bounded,
+         ` + keyLock + ` AS free)`
+
+// claimResult is a claim's one result row: the claimed record's times
+// (NULL: not claimed), whether the key was free, and the restore of the
+// connection's lock_timeout.
+const claimResult = `SELECT w.created_at, w.expires_at, b.free IS NOT FALSE,
+  set_config('lock_timeout', current_setting('nolock.lock_timeout'), true)
+FROM bound b LEFT JOIN w ON true`
+
+// keyLock, in a claim's source row, tries the key's transaction-level
+// advisory lock (a hash of scope and key seeded with the table's OID):
+// true if this transaction now holds it, false if another one does (a
+// request for the key in flight: no statement ever waits for it). A key
+// whose live record the statement's snapshot sees is not locked (NULL):
+// the claim then meets the record without waiting, and the replay that
+// follows (its read, its commit, on a server with a synchronous standby
+// its wait for the standby) holds nothing that other calls of the key
+// wait for. Two keys share a lock only on a 64-bit collision, which costs
+// a wait, nothing else.
 const keyLock = `CASE WHEN EXISTS (SELECT FROM {{table}} WHERE scope = $1 AND key = $2 AND expires_at + interval '0 s' > now()) THEN NULL
-  ELSE pg_advisory_xact_lock(hashtextextended(length($1) || ':' || $1 || $2, {{table_literal}}::regclass::oid::bigint))::text END`
+  ELSE pg_try_advisory_xact_lock(hashtextextended(length($1) || ':' || $1 || $2, {{table_literal}}::regclass::oid::bigint)) END`
 
 // syncMarkSQL writes a WAL record in its transaction (a transactional
 // logical message, ignored by logical decoding unless asked for) when the

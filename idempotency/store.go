@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nolock/nolock/internal/errfmt"
@@ -81,9 +82,18 @@ type Func func(ctx context.Context, tx pgx.Tx) (result []byte, err error)
 // waiting (its ctx ended) runs on to its end on a goroutine of the Store,
 // at most pgoutcome.CommitTimeout; Close waits for those.
 type Store struct {
-	db        DB
-	via       via           // how db is reached (see DB)
-	turn      chan struct{} // one call at a time on a *pgx.Conn or pgx.Tx
+	db   DB
+	via  via           // how db is reached (see DB)
+	turn chan struct{} // one call at a time on a *pgx.Conn or pgx.Tx
+	busy atomic.Int64  // waits for a key held (tests)
+	// keys holds each (scope, key) of a call in flight, closed when the
+	// call ends (see queueKey).
+	keysMu sync.Mutex
+	keys   map[string]chan struct{}
+	// poll spaces the attempts of a call that waits for a request in
+	// flight with its key: full jitter from 2 ms, doubling, capped at 50
+	// ms, so a duplicate learns the first's outcome within about 50 ms.
+	poll      backoff.Policy
 	obs       observe.Observer
 	log       *slog.Logger     // never nil
 	pg        *pgerr.Committer // its writes; Close waits for their commits
@@ -180,10 +190,11 @@ func WithTable(name string) Option { return func(c *config) { c.table = name } }
 func WithRetention(d time.Duration) Option { return func(c *config) { c.retention = d } }
 
 // WithWait bounds how long Do and Exec wait for a concurrent request with
-// the same key to finish (default 5 s), and Exec each lock wait of its
-// statement, before returning ErrInProgress. 0 means until
-// the context ends. A context deadline shortens it, so that the database
-// gives up first and the connection survives.
+// the same key to finish (default 5 s; they hold no connection while they
+// wait), and Exec each lock wait of its statement (lock_timeout), before
+// returning ErrInProgress. 0 means until the context ends. A context
+// deadline shortens it (less a margin), so that the wait, or the
+// database, gives up first and the connection survives.
 func WithWait(d time.Duration) Option { return func(c *config) { c.wait = d } }
 
 // WithAttempts bounds how many times Do and Exec run the transaction when it fails
@@ -240,8 +251,8 @@ func New(db DB, opts ...Option) (*Store, error) {
 		"{{table_literal}}", strings.ReplaceAll(literal, "%", "%%")).Replace
 	pg := new(pgerr.Committer)
 	return &Store{
-		db: db, via: via, turn: make(chan struct{}, 1), pg: pg, over: pg.For(db), claimedSQL: format(claimedSQL),
-		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts}, obs: cfg.obs, log: idemrecord.Logger(cfg.log),
+		db: db, via: via, turn: make(chan struct{}, 1), keys: make(map[string]chan struct{}), pg: pg, over: pg.For(db), claimedSQL: format(claimedSQL),
+		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts}, poll: backoff.Policy{Base: 2 * time.Millisecond, Cap: 50 * time.Millisecond}, obs: cfg.obs, log: idemrecord.Logger(cfg.log),
 		schemaSQL: sql(storeSQL), claimSQL: sql(claimSQL), readSQL: sql(readSQL), describing: make(chan struct{}, 1),
 		takeoverSQL: sql(takeoverSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),
 	}, nil

@@ -250,6 +250,14 @@ func (b *bed) holdFirst(ctx context.Context) (release func(error), done <-chan e
 	return release, out
 }
 
+// waitBusy waits until an attempt of store's calls found its key held by
+// a request in flight since store counted since attempts: a duplicate is
+// then waiting for it, holding no connection.
+func waitBusy(t *testing.T, store *idempotency.Store, what string, since int64) {
+	t.Helper()
+	testenv.Until(t, what, func() (bool, error) { return store.BusyAttempts() > since, nil })
+}
+
 func TestDuplicateWaitsThenReplays(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -263,7 +271,7 @@ func TestDuplicateWaitsThenReplays(t *testing.T) {
 		}
 		second <- res
 	}()
-	testenv.WaitLockWaiters(t, b.pool, 1) // the duplicate waits on the key's index entry
+	waitBusy(t, b.store, "the duplicate finds the key held", 0)
 	select {
 	case res := <-second:
 		t.Fatalf("the duplicate returned %+v while the first was still running", res)
@@ -296,7 +304,7 @@ func TestDuplicateRunsAfterFirstRollsBack(t *testing.T) {
 		}
 		second <- res
 	}()
-	testenv.WaitLockWaiters(t, b.pool, 1)
+	waitBusy(t, b.store, "the duplicate finds the key held", 0)
 	boom := errors.New("card network down")
 	release(boom)
 	if err := <-first; !errors.Is(err, boom) {

@@ -401,10 +401,11 @@ var apis = []api{{
 	},
 	rerun: true,
 }, {
-	// Exec claims the key (sent with BEGIN), then sends the statement and
-	// the record with COMMIT, as a role that may not create objects.
+	// Exec claims the key (sent with BEGIN; its tag is the claim's
+	// SELECT), then sends the statement and the record with COMMIT, as a
+	// role that may not create objects.
 	name: "idempotency.Exec", amb: idempotency.ErrAmbiguousCommit,
-	tx: true, before: "INSERT 0 1", after: "COMMIT", app: true,
+	tx: true, before: "SELECT 1", after: "COMMIT", app: true,
 	schema: walletSchema, seed: walletSeed, applied: walletPaid,
 	open:  execDebit(),
 	rerun: true,

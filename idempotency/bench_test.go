@@ -61,6 +61,11 @@ import (
 //	           (the statement may run only once that answer is back),
 //	           [the UPDATE; INSERT the record; COMMIT]: two round trips
 //
+// do, exec, replay and exec-replay also report x-bound: their rate over
+// that of the least any plan with their guarantees must do, measured in
+// the same rounds (bound-do, bound-exec, and read-record for the
+// replays), so 1.0 means the library adds nothing to that least.
+//
 // Each scenario also reports, per operation of its own, the ERROR lines
 // it made the server log (errors/op) and the transactions it rolled back
 // (rollbacks/op), counted on a database of the benchmark's own: its
@@ -306,6 +311,9 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 		{"bound-do", boundDo, bare},
 		{"bound-exec", boundExec, bare},
 	}
+	// bounds holds, per scenario, the least any plan with its guarantees
+	// does (x-bound).
+	bounds := map[string]op{"do": boundDo, "exec": boundExec, "replay": readRecord, "exec-replay": readRecord}
 	for _, sc := range scenarios {
 		if only != nil && !slices.Contains(only, sc.name) {
 			continue
@@ -313,7 +321,7 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 		for _, clients := range clientCounts {
 			b.Run(fmt.Sprintf("%s/clients=%d", sc.name, clients), func(b *testing.B) {
 				if counts == nil {
-					runAgainst(b, clients, sc.op, sc.baseline)
+					runAgainst(b, clients, sc.op, sc.baseline, bounds[sc.name])
 					return
 				}
 				errors, rollbacks := counts()
@@ -321,12 +329,12 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 				// again (and prepare their statements) before measuring, or
 				// the first round, the baseline's, pays for it.
 				ops := 4 * clients
-				for _, f := range []op{sc.baseline, sc.op} {
+				for _, f := range []op{sc.baseline, bounds[sc.name], sc.op} {
 					if f != nil {
 						runClients(b, clients, 4*clients, f)
 					}
 				}
-				ops += runAgainst(b, clients, sc.op, sc.baseline)
+				ops += runAgainst(b, clients, sc.op, sc.baseline, bounds[sc.name])
 				errorsAfter, rollbacksAfter := counts()
 				b.ReportMetric(float64(errorsAfter-errors)/float64(ops), "errors/op")
 				b.ReportMetric(float64(rollbacksAfter-rollbacks)/float64(ops), "rollbacks/op")
@@ -354,8 +362,9 @@ func onConn(ctx context.Context, pool *pgxpool.Pool, fn func(*pgx.Conn) error) e
 // runAgainst runs b.N operations of op over clients goroutines, reports
 // units/s, and returns how many of op it ran. With a baseline, it runs as
 // many of the baseline too, in four alternating rounds, and reports
-// x-baseline: op's rate over the baseline's.
-func runAgainst(b *testing.B, clients int, op, baseline func(ctx context.Context, client int) error) int {
+// x-baseline: op's rate over the baseline's; with a bound too, as many of
+// the bound in the same rounds, and x-bound: op's rate over the bound's.
+func runAgainst(b *testing.B, clients int, op, baseline, bound func(ctx context.Context, client int) error) int {
 	if baseline == nil {
 		d := runClients(b, clients, b.N, op)
 		b.ReportMetric(float64(b.N)/d.Seconds(), "units/s")
@@ -363,7 +372,7 @@ func runAgainst(b *testing.B, clients int, op, baseline func(ctx context.Context
 	}
 	const rounds = 4
 	per := b.N/rounds + 1
-	var tOp, tBase time.Duration
+	var tOp, tBase, tBound time.Duration
 	for r := 0; r < rounds; r++ {
 		if r%2 == 0 {
 			tBase += runClients(b, clients, per, baseline)
@@ -372,9 +381,15 @@ func runAgainst(b *testing.B, clients int, op, baseline func(ctx context.Context
 			tOp += runClients(b, clients, per, op)
 			tBase += runClients(b, clients, per, baseline)
 		}
+		if bound != nil {
+			tBound += runClients(b, clients, per, bound)
+		}
 	}
 	b.ReportMetric(float64(per*rounds)/tOp.Seconds(), "units/s")
 	b.ReportMetric(tBase.Seconds()/tOp.Seconds(), "x-baseline")
+	if bound != nil {
+		b.ReportMetric(tBound.Seconds()/tOp.Seconds(), "x-bound")
+	}
 	return per * rounds
 }
 

@@ -331,17 +331,18 @@ func ExampleWithScope() {
 	if _, err := pool.Exec(ctx, `CREATE TABLE payments (id bigserial PRIMARY KEY, account text)`); err != nil {
 		log.Fatal(err)
 	}
-	accountOf := func(r *http.Request) string { return r.Header.Get("Account") } // after authentication
+	accountOf := func(r *http.Request, _ []byte) string { return r.Header.Get("Account") } // after authentication
 	mux := http.NewServeMux()
 	serve := func() error {
-		mw, err := idempotency.Middleware(store, idempotency.WithScope(accountOf))
+		mw, err := idempotency.Middleware(store, idempotency.WithScope(accountOf),
+			idempotency.WithFingerprint(idempotency.JSONFingerprint)) // reordered JSON keys: the same request
 		if err != nil {
 			return err
 		}
 		mux.Handle("/payments", mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			tx, _ := idempotency.TxFromContext(r.Context()) // make the effect through tx
 			var id int64
-			if err := tx.QueryRow(r.Context(), `INSERT INTO payments (account) VALUES ($1) RETURNING id`, accountOf(r)).Scan(&id); err != nil {
+			if err := tx.QueryRow(r.Context(), `INSERT INTO payments (account) VALUES ($1) RETURNING id`, accountOf(r, nil)).Scan(&id); err != nil {
 				http.Error(w, "payment failed", http.StatusInternalServerError) // rolled back, not stored
 				return
 			}

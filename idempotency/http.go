@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
-	"strings"
 
 	"github.com/nolock/nolock/internal/errfmt"
 
@@ -35,14 +34,16 @@ const (
 // MiddlewareOption configures Middleware.
 type MiddlewareOption func(*middleware)
 
-// WithScope makes scope(r) the scope of the request's key, so that two
-// clients sending the same key do not share a record: use the
-// authenticated account. Without it every client shares the scope "",
-// and a client that reuses another's key receives that client's stored
-// response without its handler, or its authorization check, running.
-// scope must not be nil, and must return a valid scope (see ValidKey);
-// otherwise the request fails with 500.
-func WithScope(scope func(r *http.Request) string) MiddlewareOption {
+// WithScope makes scope(r, body) the scope of the request's key, so that
+// two clients sending the same key do not share a record: use the
+// authenticated account (from the request, or from the body, which the
+// middleware has read whole: the handler gets the same bytes, so the
+// scope and the effect read one account). Without it every client shares
+// the scope "", and a client that reuses another's key receives that
+// client's stored response without its handler, or its authorization
+// check, running. scope must not be nil, and must return a valid scope
+// (see ValidKey); otherwise the request fails with 500.
+func WithScope(scope func(r *http.Request, body []byte) string) MiddlewareOption {
 	return func(m *middleware) { m.scope, m.scopeSet = scope, true }
 }
 
@@ -55,29 +56,6 @@ func WithMethods(methods ...string) MiddlewareOption {
 	return func(m *middleware) { m.methods = slices.Clone(methods) }
 }
 
-// knownMethods are the methods WithMethods accepts.
-var knownMethods = []string{
-	http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
-	http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace,
-}
-
-// validMethods checks WithMethods' list.
-func validMethods(methods []string) error {
-	if len(methods) == 0 {
-		return idemrecord.Invalid("methods is empty: the middleware would protect no request")
-	}
-	for i, m := range methods {
-		if slices.Contains(knownMethods, m) {
-			continue
-		}
-		if up := strings.ToUpper(m); slices.Contains(knownMethods, up) {
-			return idemrecord.Invalid("methods[%d] is %q: methods are case-sensitive, and requests carry %q", i, m, up)
-		}
-		return idemrecord.Invalid("methods[%d] %q is not an HTTP method of net/http", i, m)
-	}
-	return nil
-}
-
 // WithOptionalKey lets requests without an Idempotency-Key through to the
 // handler, outside any transaction of the middleware (TxFromContext
 // reports false). By default they are refused with 400.
@@ -88,13 +66,17 @@ func WithOptionalKey() MiddlewareOption { return func(m *middleware) { m.optiona
 func WithMaxBody(n int64) MiddlewareOption { return func(m *middleware) { m.maxBody = n } }
 
 type middleware struct {
-	store    *Store
-	next     http.Handler
-	scope    func(*http.Request) string
-	scopeSet bool // WithScope was given
-	methods  []string
-	optional bool
-	maxBody  int64
+	store          *Store
+	next           http.Handler
+	scope          func(*http.Request, []byte) string
+	scopeSet       bool // WithScope was given
+	fingerprint    func(*http.Request, []byte) ([]byte, error)
+	fingerprintSet bool // WithFingerprint was given
+	problem        func(http.ResponseWriter, *http.Request, Problem)
+	problemSet     bool // WithProblemWriter was given
+	methods        []string
+	optional       bool
+	maxBody        int64
 }
 
 type txKey struct{}
@@ -121,7 +103,8 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 //     handler's writes and is stored (4xx as a terminal outcome); a 5xx
 //     response rolls everything back and is passed on, not stored, so the
 //     client may retry.
-//   - The same key and request again (method, path and query, body): the
+//   - The same key and request again (method, path and query, body; or
+//     as WithFingerprint says, such as JSONFingerprint): the
 //     stored response is replayed, with Idempotent-Replayed: true.
 //   - The same key with another request: 422.
 //   - The same key while the first request is still running: the
@@ -131,6 +114,10 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 //     MaxKeyLen bytes, not UTF-8): 400; a body over the limit: 413.
 //   - A commit whose outcome is unknown, or another failure: 500; the
 //     client may retry with the same key.
+//
+// The middleware's own answers (all of the above but the handler's and
+// replayed responses) are RFC 9457 problem details whose type says why
+// (see Problem), unless WithProblemWriter writes them otherwise.
 //
 // The key may be sent bare (Stripe) or as a quoted string (the IETF
 // draft). The handler must write its whole response through the
@@ -146,12 +133,19 @@ func Middleware(store *Store, opts ...MiddlewareOption) (func(http.Handler) http
 	if store.via == viaTx {
 		return nil, idemrecord.Invalid("store is on a pgx.Tx: requests must not share a transaction; give the middleware a Store on a pool")
 	}
-	proto := middleware{store: store, methods: []string{http.MethodPost, http.MethodPatch}, maxBody: 1 << 20}
+	proto := middleware{store: store, methods: []string{http.MethodPost, http.MethodPatch}, maxBody: 1 << 20,
+		fingerprint: defaultFingerprint, problem: WriteProblem}
 	if err := option.Apply(opts, func(o MiddlewareOption) { o(&proto) }); err != nil {
 		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if proto.scopeSet && proto.scope == nil {
 		return nil, idemrecord.Invalid("WithScope(nil): give a scope function, or leave the option out for the shared scope \"\"")
+	}
+	if proto.fingerprintSet && proto.fingerprint == nil {
+		return nil, idemrecord.Invalid("WithFingerprint(nil): give a fingerprint function, or leave the option out for the default")
+	}
+	if proto.problemSet && proto.problem == nil {
+		return nil, idemrecord.Invalid("WithProblemWriter(nil): give a writer, or leave the option out for application/problem+json")
 	}
 	if proto.maxBody <= 0 {
 		return nil, idemrecord.Invalid("WithMaxBody(%d): not positive", proto.maxBody)
@@ -179,22 +173,29 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			m.next.ServeHTTP(w, r)
 			return
 		}
-		http.Error(w, "idempotency: the "+HeaderKey+" header is required", http.StatusBadRequest)
+		m.problem(w, r, problemOf("key-missing", http.StatusBadRequest, "the "+HeaderKey+" header is required"))
 		return
 	}
 	scope, body, ok := m.read(w, r, key)
 	if !ok {
 		return
 	}
-	fp := Fingerprint([]byte(r.Method), []byte(r.URL.RequestURI()), body)
+	fp, err := m.fingerprint(r, body)
+	if err == nil && len(fp) > MaxFingerprintLen {
+		err = errfmt.Errorf("idempotency: the fingerprint is %d bytes, more than %d", len(fp), MaxFingerprintLen)
+	}
+	if err != nil {
+		m.problem(w, r, problemOf("fingerprint", http.StatusBadRequest, err.Error()))
+		return
+	}
 	res, err := m.store.Do(r.Context(), scope, key, fp, m.handle(r, body))
 	if err != nil {
-		writeError(w, err)
+		m.writeError(w, r, err)
 		return
 	}
 	resp, err := decodeResponse(res.Body)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		m.problem(w, r, problemOf("failed", http.StatusInternalServerError, "the stored response cannot be read"))
 		return
 	}
 	resp.write(w, res.Replayed)
@@ -204,15 +205,8 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // limit. ok false means it has answered the request itself (400, 413, or
 // 500 for a scope function's invalid scope).
 func (m *middleware) read(w http.ResponseWriter, r *http.Request, key string) (scope string, body []byte, ok bool) {
-	if m.scope != nil {
-		scope = m.scope(r)
-		if err := idemrecord.ValidText("scope", scope, MaxScopeLen, true); err != nil {
-			http.Error(w, "idempotency: bad scope", http.StatusInternalServerError)
-			return "", nil, false
-		}
-	}
 	if err := idemrecord.ValidText("key", key, MaxKeyLen, false); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		m.problem(w, r, problemOf("key-invalid", http.StatusBadRequest, err.Error()))
 		return "", nil, false
 	}
 	limit := m.maxBody
@@ -221,12 +215,19 @@ func (m *middleware) read(w http.ResponseWriter, r *http.Request, key string) (s
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit))
 	if err != nil {
-		http.Error(w, "idempotency: reading the body: "+err.Error(), http.StatusBadRequest)
+		m.problem(w, r, problemOf("body-unreadable", http.StatusBadRequest, "reading the body: "+err.Error()))
 		return "", nil, false
 	}
 	if int64(len(body)) > m.maxBody {
-		http.Error(w, fmt.Sprintf("idempotency: body over %d bytes", m.maxBody), http.StatusRequestEntityTooLarge)
+		m.problem(w, r, problemOf("body-too-large", http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", m.maxBody)))
 		return "", nil, false
+	}
+	if m.scope != nil {
+		scope = m.scope(r, body)
+		if err := idemrecord.ValidText("scope", scope, MaxScopeLen, true); err != nil {
+			m.problem(w, r, problemOf("failed", http.StatusInternalServerError, "the request's scope is invalid"))
+			return "", nil, false
+		}
 	}
 	return scope, body, true
 }
@@ -271,35 +272,21 @@ func (m *middleware) handle(r *http.Request, body []byte) Func {
 // the handler's run (a *serverError) as it is, 422 for a mismatch, 409 with Retry-After while the
 // key is in progress, 500 otherwise (details stay out of the answer: they
 // name tables and constraints).
-func writeError(w http.ResponseWriter, err error) {
+func (m *middleware) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var failed *serverError
 	switch {
 	case errors.As(err, &failed):
 		failed.resp.write(w, false)
 	case errors.Is(err, ErrMismatch):
-		http.Error(w, "idempotency: this key was used for another request", http.StatusUnprocessableEntity)
+		m.problem(w, r, problemOf("key-mismatch", http.StatusUnprocessableEntity, "this key was used for another request"))
 	case errors.Is(err, ErrInProgress):
 		w.Header().Set("Retry-After", "1")
-		http.Error(w, "idempotency: a request with this key is in progress", http.StatusConflict)
+		m.problem(w, r, problemOf("in-progress", http.StatusConflict, "a request with this key is in progress"))
 	case errors.Is(err, ErrAmbiguousCommit):
-		http.Error(w, "idempotency: the outcome is unknown; retry with the same key", http.StatusInternalServerError)
+		m.problem(w, r, problemOf("outcome-unknown", http.StatusInternalServerError, "the outcome is unknown; retry with the same key"))
 	default:
-		http.Error(w, "idempotency: the request failed and was rolled back; retry with the same key", http.StatusInternalServerError)
+		m.problem(w, r, problemOf("failed", http.StatusInternalServerError, "the request failed and was rolled back; retry with the same key"))
 	}
-}
-
-// headerKey returns the Idempotency-Key header's value, unquoted if it is
-// a structured-field string ("…", with \" and \\ escapes).
-func headerKey(h http.Header) (string, bool) {
-	vs := h.Values(HeaderKey)
-	if len(vs) == 0 {
-		return "", false
-	}
-	v := strings.TrimSpace(vs[0])
-	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
-		v = strings.NewReplacer(`\"`, `"`, `\\`, `\`).Replace(v[1 : len(v)-1])
-	}
-	return v, true
 }
 
 // response is a recorded HTTP response.

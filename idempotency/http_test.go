@@ -260,7 +260,7 @@ func TestMiddlewareConcurrentRetriesTakeEffectOnce(t *testing.T) {
 // Two clients (scopes) may use the same key without sharing a record.
 func TestMiddlewareScope(t *testing.T) {
 	t.Parallel()
-	h := newHTTPBed(t, nil, nil, idempotency.WithScope(func(r *http.Request) string { return r.Header.Get("X-Payment") }))
+	h := newHTTPBed(t, nil, nil, idempotency.WithScope(func(r *http.Request, _ []byte) string { return r.Header.Get("X-Payment") }))
 	a, b := h.post("same-key", "pay-a", 100), h.post("same-key", "pay-b", 200)
 	if a.status != http.StatusCreated || b.status != http.StatusCreated || b.header.Get(idempotency.HeaderReplayed) != "" {
 		t.Fatalf("same key in two scopes: %+v, %+v; want two fresh 201s", a, b)

@@ -866,7 +866,7 @@ func TestNilAndEmptyOptionsRefused(t *testing.T) {
 	if leases.Owner() == "" {
 		t.Error("lease: no owner name generated without WithOwner")
 	}
-	if _, err := idempotency.Middleware(idem, idempotency.WithScope(func(*http.Request) string { return "a" })); err != nil {
+	if _, err := idempotency.Middleware(idem, idempotency.WithScope(func(*http.Request, []byte) string { return "a" })); err != nil {
 		t.Errorf("WithScope(f): %v", err)
 	}
 }

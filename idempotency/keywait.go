@@ -66,6 +66,23 @@ func keyOf(scope, key string) string {
 	return string(rune(len(scope))) + scope + "\x00" + key
 }
 
+// mayBeFree reports whether (scope, key) has a live record or its lock is
+// free, with probeSQL: one round trip, outside a transaction, so that a
+// call waiting for another process's request polls cheaply before it makes
+// an attempt. Inside the caller's transaction (viaTx), where the lock
+// would stay taken, and after an error, it reports true: the attempt
+// then decides.
+func (s *Store) mayBeFree(ctx context.Context, scope, key string) bool {
+	if s.via == viaTx {
+		return true
+	}
+	var free bool
+	err := s.onDB(ctx, func(ctx context.Context) error {
+		return s.over.QueryRow(ctx, s.db, s.probeSQL, scope, key).Scan(&free)
+	})
+	return err != nil || free
+}
+
 // awaitKey pauses a call that found its key held for the n-th time, with
 // no connection held, and returns ErrInProgress when the call has waited
 // wait since start (0: until ctx ends) or ctx ends first.

@@ -38,8 +38,13 @@ func (s *Store) retried(ctx context.Context, scope, key string, attempt func(con
 				if !errors.Is(err, errBusy) {
 					return res, err
 				}
-				if err := s.awaitKey(ctx, key, n, start, wait); err != nil {
-					return Result{}, err
+				for ; ; n++ { // until the key may be free: one round trip each
+					if err := s.awaitKey(ctx, key, n, start, wait); err != nil {
+						return Result{}, err
+					}
+					if s.mayBeFree(ctx, scope, key) {
+						break
+					}
 				}
 			}
 		})

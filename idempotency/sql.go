@@ -70,6 +70,11 @@ const claimResult = `SELECT w.created_at, w.expires_at, b.free IS NOT FALSE,
   set_config('lock_timeout', current_setting('nolock.lock_timeout'), true)
 FROM bound b LEFT JOIN w ON true`
 
+// probeSQL says whether a key has a live record or its lock is free (and
+// then takes it until the statement's implicit transaction ends, at
+// once): whether a waiting call should make an attempt.
+const probeSQL = `SELECT coalesce(` + keyLock + `, true)`
+
 // keyLock, in a claim's source row, tries the key's transaction-level
 // advisory lock (a hash of scope and key seeded with the table's OID):
 // true if this transaction now holds it, false if another one does (a

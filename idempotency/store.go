@@ -102,7 +102,7 @@ type Store struct {
 	wait      time.Duration
 	policy    backoff.Policy
 
-	schemaSQL, claimSQL, readSQL, takeoverSQL, recordSQL, reapSQL string
+	schemaSQL, claimSQL, readSQL, takeoverSQL, recordSQL, reapSQL, probeSQL string
 
 	// claimedSQL is a format: Exec puts the caller's statement and its
 	// parameters' count in.
@@ -254,7 +254,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 		db: db, via: via, turn: make(chan struct{}, 1), keys: make(map[string]chan struct{}), pg: pg, over: pg.For(db), claimedSQL: format(claimedSQL),
 		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts}, poll: backoff.Policy{Base: 2 * time.Millisecond, Cap: 50 * time.Millisecond}, obs: cfg.obs, log: idemrecord.Logger(cfg.log),
 		schemaSQL: sql(storeSQL), claimSQL: sql(claimSQL), readSQL: sql(readSQL), describing: make(chan struct{}, 1),
-		takeoverSQL: sql(takeoverSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),
+		takeoverSQL: sql(takeoverSQL), probeSQL: sql(probeSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),
 	}, nil
 }
 

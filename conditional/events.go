@@ -30,9 +30,11 @@ const (
 	// into bucket 0 with a take across them. Fields: Key, N (the units
 	// left, all in bucket 0).
 	EventGathered = "conditional.gathered"
-	// EventHeld: a Hold or HoldAll held (or re-held) its resources.
-	// Fields: Key (the resource; for HoldAll its resources, sorted, joined
-	// by ","), N (the resources: 1, or HoldAll's count), Duration (the
+	// EventHeld: a Hold, HoldAll or HoldAny held (or re-held) its
+	// resources. Fields: Key (the resource held; for HoldAll its
+	// resources, sorted, joined by ","; HoldAny's refused and failed
+	// events too carry its resources so), N (the resources held: 1, or
+	// HoldAll's count), Duration (the
 	// call's).
 	EventHeld = "conditional.held"
 	// EventConfirmed: a Confirm made the hold final (or found it confirmed

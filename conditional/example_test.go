@@ -316,6 +316,53 @@ func ExampleNewHolds() {
 	// <nil>
 }
 
+// Passengers who want any seat of a row: HoldAny picks one at random
+// among the free ones and holds it, Get says who holds a seat and until
+// when, Free which seats are free now.
+func ExampleHolds_HoldAny() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	pick := func(ctx context.Context) error {
+		holds, err := conditional.NewHolds(pool)
+		if err != nil {
+			return err
+		}
+		defer holds.Close()
+		if err := holds.CreateSchema(ctx); err != nil {
+			return err
+		}
+		row := []string{"train-7/seat-1A", "train-7/seat-1B", "train-7/seat-1C"}
+		if err := holds.Add(ctx, row...); err != nil {
+			return err
+		}
+		// The seat it held; a *HoldError wrapping ErrHeld when none is free.
+		seat, _, err := holds.HoldAny(ctx, row, "alice", 10*time.Minute)
+		if err != nil {
+			return err
+		}
+		st, err := holds.Get(ctx, seat) // Holder "" when free; Until on the database's clock
+		if err != nil {
+			return err
+		}
+		fmt.Println("alice holds her seat:", st.Holder == "alice", "confirmed:", st.Confirmed)
+		free, err := holds.Free(ctx, row) // a snapshot: free now, maybe not a moment later
+		if err != nil {
+			return err
+		}
+		fmt.Println("free seats:", len(free))
+		return holds.Confirm(ctx, seat, "alice")
+	}
+	fmt.Println(pick(ctx))
+	// Output:
+	// alice holds her seat: true confirmed: false
+	// free seats: 2
+	// <nil>
+}
+
 // Balances debited only when they cover the amount, and a debit that
 // commits with the caller's own row.
 func ExampleNewAccounts() {

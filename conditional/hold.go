@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -48,8 +49,9 @@ type Holds struct {
 	obs  observe.Observer
 	pg   *pgerr.Committer // its writes; Close waits for their commits
 	over pgmode.Override  // for statements on db outside a transaction
+	intN func(int) int    // HoldAny's shuffle
 
-	schemaSQL, addSQL, holdSQL, lockSQL, holdAllSQL, confirmSQL, releaseSQL string
+	schemaSQL, addSQL, holdSQL, lockSQL, holdAllSQL, confirmSQL, releaseSQL, readSQL string
 }
 
 //go:embed hold.sql
@@ -81,6 +83,8 @@ func NewHolds(db DB, opts ...Option) (*Holds, error) {
 		obs:       cfg.obs,
 		pg:        pg,
 		over:      pg.For(db),
+		intN:      rand.IntN,
+		readSQL:   readSQL(t),
 		schemaSQL: strings.ReplaceAll(holdSQL, "{{table}}", t),
 		// Sorted and deduplicated by Add, so concurrent Adds take the
 		// index's insertion locks in one order.

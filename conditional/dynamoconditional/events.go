@@ -26,9 +26,11 @@ const (
 	// ("key#bucket": the bucket's item), N (how many). It is reported
 	// from a goroutine of the Stock's own, which Close drains.
 	EventBatch = "conditional.batch"
-	// EventHeld: a Hold or HoldAll held (or re-held) its resources.
-	// Fields: Key (the resource; for HoldAll its resources, sorted, joined
-	// by ","), N (the resources: 1, or HoldAll's count), Duration (the
+	// EventHeld: a Hold, HoldAll or HoldAny held (or re-held) its
+	// resources. Fields: Key (the resource held; for HoldAll its
+	// resources, sorted, joined by ","; HoldAny's refused and failed
+	// events too carry its resources so), N (the resources held: 1, or
+	// HoldAll's count), Duration (the
 	// call's, retries of writes that met a transaction included).
 	EventHeld = "conditional.held"
 	// EventConfirmed: a Confirm made the hold final (or found it confirmed

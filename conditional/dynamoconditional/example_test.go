@@ -109,6 +109,41 @@ func ExampleHolds_Hold() {
 	// bob confirms: <nil>
 }
 
+// Passengers who want any seat of a row: HoldAny picks one at random
+// among the free ones and holds it; Get and Free read the items.
+func ExampleHolds_HoldAny() {
+	ctx := context.Background()
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ddb, table := dynamodb.NewFromConfig(cfg), os.Getenv("DYNAMODB_TABLE")
+	seats, err := dynamoconditional.NewHolds(ddb, table)
+	if err != nil {
+		log.Fatal(err)
+	}
+	row := []string{"show-9/14A", "show-9/14B"}
+	if err := seats.Add(ctx, row...); err != nil {
+		log.Fatal(err)
+	}
+	a, _, err := seats.HoldAny(ctx, row, "alice", 10*time.Minute)
+	fmt.Println("alice holds one:", err == nil)
+	b, _, err := seats.HoldAny(ctx, row, "bob", 10*time.Minute)
+	fmt.Println("bob holds the other:", err == nil && b != a)
+	_, _, err = seats.HoldAny(ctx, row, "carol", 10*time.Minute)
+	fmt.Println("carol refused:", errors.Is(err, dynamoconditional.ErrHeld))
+	st, err := seats.Get(ctx, a)
+	fmt.Println("holder of alice's seat:", st.Holder, err)
+	free, err := seats.Free(ctx, row)
+	fmt.Println("free:", len(free), err)
+	// Output:
+	// alice holds one: true
+	// bob holds the other: true
+	// carol refused: true
+	// holder of alice's seat: alice <nil>
+	// free: 0 <nil>
+}
+
 // A leader paused past its lease wakes up with an old token: its write to
 // your item is refused because a newer leader wrote it.
 func ExampleFenced_Update() {

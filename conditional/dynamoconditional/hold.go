@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -62,6 +63,7 @@ type Holds struct {
 	clock  func() time.Time
 	retry  retrier
 	obs    observe.Observer
+	intN   func(int) int // HoldAny's shuffle
 }
 
 // Attribute names of a Holds item, beside its key attributes.
@@ -115,7 +117,7 @@ func NewHolds(client DynamoDBAPI, table string, opts ...Option) (*Holds, error) 
 		return nil, condcore.Invalid("clock is nil")
 	}
 	return &Holds{
-		client: client, table: table, keys: cfg.keys, clock: cfg.clock, retry: newRetrier(cfg.log), obs: cfg.obs,
+		client: client, table: table, keys: cfg.keys, clock: cfg.clock, retry: newRetrier(cfg.log), obs: cfg.obs, intN: rand.IntN,
 	}, nil
 }
 

@@ -14,10 +14,11 @@
 // in this process into one statement per flush, and can spread a key over
 // buckets when several processes write it. Accounts does the same for
 // balances (debits never below zero), also inside the caller's
-// transaction. Holds hands out timed holds on
-// resources (seats, slots) judged by the database's clock. Fenced makes a
-// write to your own table conditional on a fencing token, so a paused
-// ex-holder's late write is refused.
+// transaction. Holds hands out timed holds on resources (seats, slots;
+// one, all or any one of a set) judged by the database's clock, and says
+// who holds what: read holds with its Get and Free, not the table, whose
+// layout is not API. Fenced makes a write to your own table conditional on
+// a fencing token, so a paused ex-holder's late write is refused.
 //
 // Package dynamoconditional does the same on DynamoDB with condition
 // expressions (its Stock, Accounts, Holds and Fenced), one conditional

@@ -9,8 +9,9 @@ import "github.com/nolock/nolock/observe"
 // fields: Stock and Accounts report each take or debit (EventGranted,
 // EventRefused, EventFailed), coalesced statements (EventBatch, from a
 // goroutine of the Stock's own, which Close drains) and the endgame's
-// gathering (EventGathered); Holds each Hold, HoldAll, Confirm and Release
-// (EventHeld, EventConfirmed, EventReleased, EventRefused, EventFailed);
+// gathering (EventGathered); Holds each Hold, HoldAll, HoldAny, Confirm
+// and Release (EventHeld, EventConfirmed, EventReleased, EventRefused,
+// EventFailed; Get and Free report nothing);
 // Fenced each Update (EventWritten, EventFenced, EventFailed).
 func WithObserver(o observe.Observer) Option {
 	return setter("WithObserver", func(c *config) { c.obs = observe.Guard(o) })

@@ -6,8 +6,9 @@
 // buckets (items) for keys hotter than one item's write limit. Accounts
 // debits balances never below zero, and hands out DebitItem and CreditItem
 // for your own TransactWriteItems. Holds hands out timed holds on resources
-// (seats, slots), judged by the callers' clocks, DynamoDB having none a
-// condition can read. Fenced makes a write to an item of your own table
+// (seats, slots; one, all or any one of a set) and says who holds what,
+// judged by the callers' clocks, DynamoDB having none a condition can
+// read. Fenced makes a write to an item of your own table
 // conditional on a fencing token, so a paused ex-holder's late write is
 // refused. Each change is one conditional UpdateItem (or one
 // TransactWriteItems where several items must change together); Stock

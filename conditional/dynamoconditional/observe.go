@@ -17,8 +17,9 @@ import (
 // fields: Stock reports each take (EventGranted, EventRefused,
 // EventFailed) and each coalesced write of several (EventBatch); Accounts
 // each Debit (EventGranted, EventRefused, EventFailed; credits report
-// nothing); Holds each Hold, HoldAll, Confirm and Release (EventHeld,
-// EventConfirmed, EventReleased, EventRefused, EventFailed); Fenced each
+// nothing); Holds each Hold, HoldAll, HoldAny, Confirm and Release
+// (EventHeld, EventConfirmed, EventReleased, EventRefused, EventFailed;
+// Get and Free report nothing); Fenced each
 // Update (EventWritten, EventFenced, EventFailed).
 func WithObserver(o observe.Observer) Option {
 	return setter("WithObserver", func(c *config) { c.obs = observe.Guard(o) })

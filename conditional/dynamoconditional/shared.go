@@ -19,8 +19,8 @@ var (
 )
 
 // HoldError says which resource could not be held and why: Err is ErrHeld,
-// ErrConfirmed or ErrNotFound, and errors.Is sees through to it. Hold and
-// HoldAll return it; nothing was held.
+// ErrConfirmed or ErrNotFound, and errors.Is sees through to it. Hold,
+// HoldAll and HoldAny return it; nothing was held.
 type HoldError struct {
 	Resource string
 	Err      error

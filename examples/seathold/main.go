@@ -1,8 +1,8 @@
 // Command seathold shows Tatkal-style seat holds with conditional.Holds
 // (PostgreSQL) or dynamoconditional.Holds: many passengers race for the
-// last seats, each seat goes to exactly one, and a passenger who stalls
-// past the hold's expiry cannot confirm a seat someone else has since
-// taken. PostgreSQL judges expiry by the database's clock; DynamoDB, which
+// last seats (each asks HoldAny for any free one), each seat goes to
+// exactly one, and a passenger who stalls past the hold's expiry cannot
+// confirm a seat someone else has since taken. PostgreSQL judges expiry by the database's clock; DynamoDB, which
 // has no clock a condition can read, by the callers'.
 //
 //	go run ./examples/seathold [-backend postgres|dynamodb] [-seats 10] [-passengers 200]
@@ -63,6 +63,8 @@ func main() {
 type seatHolds interface {
 	Add(ctx context.Context, resources ...string) error
 	Hold(ctx context.Context, resource, holder string, ttl time.Duration) (until time.Time, err error)
+	HoldAny(ctx context.Context, resources []string, holder string, ttl time.Duration) (resource string, until time.Time, err error)
+	Free(ctx context.Context, resources []string) ([]string, error)
 	Confirm(ctx context.Context, resource, holder string) error
 }
 
@@ -122,10 +124,11 @@ func run(ctx context.Context, holds seatHolds, seats, passengers int) error {
 		return err
 	}
 
-	// Every passenger tries every seat in turn until one hold succeeds,
-	// then confirms it.
-	owner := make([]string, seats)
-	doubles := 0
+	// Every passenger asks for any free seat (HoldAny picks one at random
+	// among the free ones, so they do not all fight over seat 00), then
+	// confirms it. When none is free, HoldAny says so with ErrHeld.
+	owner := map[string]string{}
+	doubles, refused := 0, 0
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for p := 0; p < passengers; p++ {
@@ -133,34 +136,34 @@ func run(ctx context.Context, holds seatHolds, seats, passengers int) error {
 		go func() {
 			defer wg.Done()
 			me := fmt.Sprintf("passenger-%03d", p)
-			for i := range all {
-				if _, err := holds.Hold(ctx, all[(i+p)%seats], me, time.Minute); err != nil {
-					continue // held by someone else: try the next seat
-				}
-				if err := holds.Confirm(ctx, all[(i+p)%seats], me); err != nil {
-					log.Printf("%s: confirm: %v", me, err)
-					return
-				}
-				mu.Lock()
-				if owner[(i+p)%seats] != "" {
+			seat, _, err := holds.HoldAny(ctx, all, me, time.Minute)
+			if err == nil {
+				err = holds.Confirm(ctx, seat, me)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, conditional.ErrHeld):
+				refused++ // every seat held or booked by others
+			case err != nil:
+				log.Printf("%s: %v", me, err)
+			default:
+				if owner[seat] != "" {
 					doubles++
 				}
-				owner[(i+p)%seats] = me
-				mu.Unlock()
-				return
+				owner[seat] = me
 			}
 		}()
 	}
 	wg.Wait()
-	booked := 0
-	for _, o := range owner {
-		if o != "" {
-			booked++
-		}
+	free, err := holds.Free(ctx, all)
+	if err != nil {
+		return err
 	}
-	fmt.Printf("%d passengers, %d seats: %d seats booked, each by exactly one passenger\n", passengers, seats, booked)
-	if booked != min(seats, passengers) || doubles != 0 {
-		return fmt.Errorf("booked %d seats (want %d), %d double bookings", booked, min(seats, passengers), doubles)
+	booked := len(owner)
+	fmt.Printf("%d passengers, %d seats: %d seats booked, each by exactly one passenger; %d free\n", passengers, seats, booked, len(free))
+	if want := min(seats, passengers); booked != want || doubles != 0 || len(free) != seats-want {
+		return fmt.Errorf("booked %d seats (want %d), %d double bookings, %d free", booked, want, doubles, len(free))
 	}
 
 	// A stalled passenger: Asha holds a seat for 300 ms, then stalls (a GC
@@ -174,13 +177,16 @@ func run(ctx context.Context, holds seatHolds, seats, passengers int) error {
 		return err
 	}
 	time.Sleep(time.Second) // Asha is paused; her hold expires
+	if free, err := holds.Free(ctx, []string{extra}); err != nil || len(free) != 1 {
+		return fmt.Errorf("asha's ended hold: free %v, %v; want it free", free, err)
+	}
 	if _, err := holds.Hold(ctx, extra, "ravi", time.Minute); err != nil {
 		return fmt.Errorf("ravi could not take the expired hold: %w", err)
 	}
 	if err := holds.Confirm(ctx, extra, "ravi"); err != nil {
 		return err
 	}
-	err := holds.Confirm(ctx, extra, "asha")
+	err = holds.Confirm(ctx, extra, "asha")
 	fmt.Printf("asha wakes after her hold expired and confirms: %v\n", err)
 	if !errors.Is(err, conditional.ErrNotHolder) {
 		return fmt.Errorf("asha's late confirm: %v, want ErrNotHolder", err)

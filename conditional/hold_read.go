@@ -29,8 +29,8 @@ type HoldStatus struct {
 }
 
 // readSQL returns the state of the resources $1 by one reading of the
-// database's clock, as parallel arrays: holder is NULL for a free
-// resource or an ended hold, hold_until NULL unless the hold is current.
+// database's clock, as parallel arrays: holder is empty for a free resource
+// or an ended hold, hold_until NULL unless the hold is current.
 func readSQL(t string) string {
 	return `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now),
 s AS (

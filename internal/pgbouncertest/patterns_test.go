@@ -232,7 +232,7 @@ var scenarios = []scenario{
 		_, held := b.holds.Hold(ctx, r1, "bob", time.Minute)
 		_, all := b.holds.HoldAll(ctx, []string{r2, r3}, "bob", time.Minute)
 		_, unknown := b.holds.Hold(ctx, w+"-none", "ann", time.Minute)
-		return errors.Join(
+		err := errors.Join(
 			want("Hold", herr, nil),
 			want("Hold of a held seat", held, conditional.ErrHeld),
 			want("HoldAll", all, nil),
@@ -241,6 +241,29 @@ var scenarios = []scenario{
 			want("Confirm by another", b.holds.Confirm(ctx, r2, "ann"), conditional.ErrNotHolder),
 			want("Release", b.holds.Release(ctx, r3, "bob"), nil),
 		)
+		if err != nil {
+			return err
+		}
+		// r1 confirmed by ann, r2 held by bob, r3 free: HoldAny can only
+		// take r3, Get and Free read what the calls above did.
+		got, _, anyErr := b.holds.HoldAny(ctx, []string{r1, r2, r3}, "cat", time.Minute)
+		_, none, noneErr := b.holds.HoldAny(ctx, []string{r1, r2, r3}, "dan", time.Minute)
+		if err := errors.Join(want("HoldAny", anyErr, nil), want("HoldAny with none free", noneErr, conditional.ErrHeld)); err != nil {
+			return err
+		}
+		if got != r3 || !none.IsZero() {
+			return fmt.Errorf("HoldAny got %q, want %q", got, r3)
+		}
+		s1, err1 := b.holds.Get(ctx, r1)
+		s2, err2 := b.holds.Get(ctx, r2)
+		free, err3 := b.holds.Free(ctx, []string{r3, r2, r1})
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return err
+		}
+		if s1.Holder != "ann" || !s1.Confirmed || s2.Holder != "bob" || s2.Confirmed || s2.Until.IsZero() || len(free) != 0 {
+			return fmt.Errorf("Get: %+v, %+v; Free: %v; want ann's confirmed, bob's held, none free", s1, s2, free)
+		}
+		return b.holds.Release(ctx, r3, "cat")
 	}},
 	{"conditional.Fenced", func(ctx context.Context, b *bed, w string) error {
 		k := w + "-lease"

@@ -34,8 +34,7 @@ const (
 	// resources. Fields: Key (the resource held; for HoldAll its
 	// resources, sorted, joined by ","; HoldAny's refused and failed
 	// events too carry its resources so), N (the resources held: 1, or
-	// HoldAll's count), Duration (the
-	// call's).
+	// HoldAll's count), Duration (the call's).
 	EventHeld = "conditional.held"
 	// EventConfirmed: a Confirm made the hold final (or found it confirmed
 	// by the same holder). Fields: Key, N, Duration.

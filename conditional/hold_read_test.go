@@ -280,9 +280,9 @@ func TestHoldsReadBadInput(t *testing.T) {
 	}
 }
 
-// HoldAny reports one event per call: held with the resource it held,
-// refused or failed with its resources, sorted, joined by ","; Get and
-// Free report none.
+// HoldAny reports one event per call, bad input included: held with the
+// resource it held, refused or failed with its resources, sorted, joined
+// by ","; Get and Free report none.
 func TestHoldAnyObserver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -302,6 +302,9 @@ func TestHoldAnyObserver(t *testing.T) {
 	wantHoldErr(t, "HoldAny with none free", err, "a", conditional.ErrHeld)
 	_, _, err = h.HoldAny(ctx, []string{"zz", "a"}, "carol", time.Minute)
 	wantHoldErr(t, "HoldAny with an unknown one", err, "zz", conditional.ErrNotFound)
+	if _, _, err := h.HoldAny(ctx, []string{"b", "b"}, "carol", time.Minute); !errors.Is(err, conditional.ErrInvalid) {
+		t.Fatalf("HoldAny with a duplicate: %v, want ErrInvalid", err)
+	}
 	if _, err := h.Get(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -313,6 +316,7 @@ func TestHoldAnyObserver(t *testing.T) {
 		"b":    {"conditional.held"},
 		"a,b":  {"conditional.refused"},
 		"a,zz": {"conditional.failed"},
+		"b,b":  {"conditional.failed"},
 	})
 	for _, e := range events.Of("a", "conditional.held") {
 		if e.N != 1 || e.Duration <= 0 {

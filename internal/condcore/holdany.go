@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nolock/nolock/internal/errfmt"
@@ -123,15 +122,29 @@ type AnyOf struct {
 }
 
 // HoldAny is both backends' Holds.HoldAny. After checking its arguments
-// (resources: see ValidSet) it reads the set, then holds holder's own current hold among them if
-// there is one (a retry of a HoldAny that succeeded), else a free one
-// picked at random; when another caller took that one first, it reads
-// those that were free again and tries one still free, until one is held
-// or none is left. Each attempt is the backend's one conditional Hold, so
-// a resource never has two holders and a refused attempt changed nothing.
-// It reports one event to a.Obs: held (Key the resource held), refused or
-// failed (Key the set, sorted, joined by ",").
+// (resources: see ValidSet) it reads the set, then holds holder's own
+// current hold among them if there is one (a retry of a HoldAny that
+// succeeded), else a free one picked at random; when another caller took
+// that one first, it reads those that were free again and tries one still
+// free, until one is held or none is left. Each attempt is the backend's
+// one conditional Hold, so a resource never has two holders and a refused
+// attempt changed nothing. It reports one event to a.Obs, as Hold does:
+// held (Key the resource held), refused or failed (bad input included;
+// Key the resources, sorted, joined by ",").
 func HoldAny(ctx context.Context, resources []string, holder string, a AnyOf) (resource string, until time.Time, err error) {
+	start := time.Now()
+	resource, until, err = checkedHoldAny(ctx, resources, holder, a)
+	if a.Obs != nil {
+		e := observe.Event{Name: Hold.name(err), Key: resource, N: 1, Err: err, Duration: time.Since(start)}
+		if err != nil {
+			e.Key = HoldAllKey(a.Obs, resources)
+		}
+		a.Obs.Notify(ctx, e)
+	}
+	return resource, until, err
+}
+
+func checkedHoldAny(ctx context.Context, resources []string, holder string, a AnyOf) (string, time.Time, error) {
 	if err := CheckCtx(ctx); err != nil {
 		return "", time.Time{}, err
 	}
@@ -145,16 +158,7 @@ func HoldAny(ctx context.Context, resources []string, holder string, a AnyOf) (r
 	if err := a.ValidTTL(); err != nil {
 		return "", time.Time{}, err
 	}
-	start := time.Now()
-	resource, until, err = holdAny(ctx, sorted, holder, a)
-	if a.Obs != nil {
-		e := observe.Event{Name: Hold.name(err), Key: resource, N: 1, Err: err, Duration: time.Since(start)}
-		if err != nil {
-			e.Key = strings.Join(sorted, ",")
-		}
-		a.Obs.Notify(ctx, e)
-	}
-	return resource, until, err
+	return holdAny(ctx, sorted, holder, a)
 }
 
 func holdAny(ctx context.Context, sorted []string, holder string, a AnyOf) (string, time.Time, error) {

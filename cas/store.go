@@ -171,7 +171,7 @@ func (s *Store[T]) Delete(ctx context.Context, key string, version int64) error 
 	return s.b.Delete(ctx, key, version)
 }
 
-// UpdateOption configures one Update call.
+// UpdateOption configures one Update call: NoCoalescing.
 type UpdateOption func(*updateConfig)
 
 type updateConfig struct{ alone bool }

@@ -31,7 +31,8 @@ const (
 	HeaderReplayed = "Idempotent-Replayed"
 )
 
-// MiddlewareOption configures Middleware.
+// MiddlewareOption configures Middleware: WithMethods, WithOptionalKey,
+// WithMaxBody, WithScope, WithFingerprint, WithProblemWriter.
 type MiddlewareOption func(*middleware)
 
 // WithScope makes scope(r, body) the scope of the request's key, so that

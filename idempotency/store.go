@@ -136,7 +136,8 @@ const (
 // name within PostgreSQL's identifier length (pgarg.Ident).
 const expiresSuffix = "_expires_at"
 
-// Option configures New. Package dynamoidempotency has its own, so an
+// Option configures New: WithTable, WithRetention, WithWait, WithAttempts,
+// WithObserver, WithLogger. Package dynamoidempotency has its own, so an
 // option of one store given to the other is a compile error.
 type Option func(*config)
 

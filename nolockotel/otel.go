@@ -58,7 +58,8 @@ var batchEvents = map[string]bool{"cas.committed": true, "conditional.batch": tr
 // ErrInvalid is returned by New for a bad option, named in the text.
 var ErrInvalid = errors.New("nolockotel: invalid argument")
 
-// Option configures New.
+// Option configures New: WithMeterProvider, WithTracerProvider,
+// WithErrorType.
 type Option func(*config)
 
 type config struct {

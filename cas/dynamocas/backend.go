@@ -52,7 +52,7 @@ type Backend struct {
 	table, pk, sk string
 }
 
-// Option changes a Backend's setting from its default.
+// Option changes a Backend's setting from its default: WithKeyAttributes.
 type Option func(*config)
 
 type config struct{ pk, sk string }

@@ -47,7 +47,7 @@ type Backend struct {
 	schema, getSQL, createSQL, putSQL, deleteSQL string
 }
 
-// Option changes a Backend's setting from its default.
+// Option changes a Backend's setting from its default: WithTable.
 type Option func(*backendConfig)
 
 type backendConfig struct{ table string }

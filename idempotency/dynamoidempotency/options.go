@@ -19,8 +19,9 @@ const (
 	MaxWait = idemrecord.MaxWait
 )
 
-// Option configures New. Package idempotency has its own, so an option of
-// one store given to the other is a compile error.
+// Option configures New: WithKeyAttributes, WithRetention, WithWait,
+// WithClock, WithObserver, WithLogger. Package idempotency has its own, so
+// an option of one store given to the other is a compile error.
 type Option func(*config)
 
 type config struct {

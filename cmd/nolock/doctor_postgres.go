@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -18,7 +20,13 @@ type server struct {
 	inRecovery             bool
 	replicas, syncReplicas int
 	schemas                []string
-	tables                 []string // "schema.name (size)"
+	tables                 []table
+}
+
+// table is one of nolock's tables and what its rows say about upkeep.
+type table struct {
+	name, size string   // "schema.name", "8192 bytes"
+	columns    []string // the time columns the doctor reads
 }
 
 // checkPostgres connects as the services do and reports the server, the
@@ -47,8 +55,8 @@ func checkPostgres(ctx context.Context, dsn string) []finding {
 	fs := []finding{serverFinding(cfg, s)}
 	fs = append(fs, poolerFinding(ctx, cfg, userMode, s))
 	fs = append(fs, durabilityFindings(s)...)
-	fs = append(fs, isolationFinding(s), tablesFinding(s))
-	return fs
+	fs = append(fs, isolationFinding(s))
+	return append(fs, tableFindings(ctx, conn, s)...)
 }
 
 func readServer(ctx context.Context, conn *pgx.Conn) (server, error) {
@@ -62,14 +70,20 @@ func readServer(ctx context.Context, conn *pgx.Conn) (server, error) {
 	if err != nil {
 		return s, err
 	}
-	rows, err := conn.Query(ctx, `SELECT n.nspname || '.' || c.relname || ' (' || pg_size_pretty(pg_total_relation_size(c.oid)) || ')'
+	rows, err := conn.Query(ctx, `SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname), pg_size_pretty(pg_total_relation_size(c.oid)),
+		array(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+			AND a.attname IN ('expires_at', 'token', 'processed_at', 'parked_at') ORDER BY a.attname)
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.relkind IN ('r', 'p') AND c.relname LIKE 'nolock%' AND n.nspname = ANY (current_schemas(false))
 		ORDER BY 1`)
 	if err != nil {
 		return s, err
 	}
-	s.tables, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	s.tables, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (table, error) {
+		var t table
+		err := r.Scan(&t.name, &t.size, &t.columns)
+		return t, err
+	})
 	return s, err
 }
 
@@ -209,14 +223,50 @@ func isolationFinding(s server) finding {
 	return f
 }
 
-func tablesFinding(s server) finding {
-	f := finding{Area: "tables", Status: pass}
+// tableFindings reports each nolock table's size and upkeep: expired
+// records not yet reaped (idempotency), the oldest message id kept
+// (inbox), parked messages waiting for an operator. Each read uses the
+// column's index or a small table.
+func tableFindings(ctx context.Context, conn *pgx.Conn, s server) []finding {
 	if len(s.tables) == 0 {
-		f.Status = warn
-		f.Detail = fmt.Sprintf("no table named nolock* in the search_path (%s); tables named otherwise are not checked", strings.Join(s.schemas, ", "))
-		f.Fix = "create them with `nolock schema postgres | psql` or the packages' CreateSchema"
-		return f
+		return []finding{{Area: "tables", Status: warn,
+			Detail: fmt.Sprintf("no table named nolock* in the search_path (%s); tables named otherwise are not checked", strings.Join(s.schemas, ", ")),
+			Fix:    "create them with `nolock schema postgres | psql` or the packages' CreateSchema"}}
 	}
-	f.Detail = strings.Join(s.tables, ", ")
-	return f
+	var fs []finding
+	for _, t := range s.tables {
+		f := finding{Area: "tables", Status: pass, Detail: fmt.Sprintf("%s (%s)", t.name, t.size)}
+		var n int64
+		var secs *float64 // an age, in seconds
+		var err error
+		age := func() time.Duration { return time.Duration(*secs * float64(time.Second)).Round(time.Second) }
+		has := func(c string) bool { return slices.Contains(t.columns, c) }
+		switch {
+		case has("expires_at") && !has("token"): // records that expire (a lease row keeps its token: never reaped)
+			err = conn.QueryRow(ctx, "SELECT extract(epoch FROM now() - min(expires_at))::float8 FROM "+t.name+" WHERE expires_at < now()").Scan(&secs)
+			if err == nil && secs != nil {
+				f.Detail += fmt.Sprintf(": expired records kept, the oldest expired %v ago", age())
+				if age() > time.Hour {
+					f.Status, f.Fix = warn, "reaping is behind or not scheduled: call the Store's Reap on a timer (see its docs)"
+				}
+			}
+		case has("parked_at"):
+			err = conn.QueryRow(ctx, "SELECT count(*), extract(epoch FROM now() - min(parked_at))::float8 FROM "+t.name).Scan(&n, &secs)
+			if err == nil && n > 0 {
+				f.Status = warn
+				f.Detail += fmt.Sprintf(": %d parked message(s), the oldest parked %v ago", n, age())
+				f.Fix = "look at them (ListParked, or nolock parked list), fix the cause, replay or purge them"
+			}
+		case has("processed_at"):
+			err = conn.QueryRow(ctx, "SELECT extract(epoch FROM now() - min(processed_at))::float8 FROM "+t.name).Scan(&secs)
+			if err == nil && secs != nil {
+				f.Detail += fmt.Sprintf(": the oldest message id kept is %v old (Reap's retention bounds it)", age())
+			}
+		}
+		if err != nil {
+			f.Status, f.Detail = warn, f.Detail+": cannot read it: "+err.Error()
+		}
+		fs = append(fs, f)
+	}
+	return fs
 }

@@ -64,13 +64,31 @@ func TestDoctorPostgres(t *testing.T) {
 	_, fs = doctorFindings(t, "-postgres", withParam(bouncer, "default_query_exec_mode=exec"))
 	want(t, fs, "pooler", "pgx mode exec", pass)
 
-	// nolock's tables show up with their sizes.
+	// nolock's tables show up with their sizes and upkeep: records expired
+	// long ago and parked messages warn; a lease's rows never expire away.
 	pool, schema := testenv.PostgresSchema(t, 2)
-	if _, err := pool.Exec(context.Background(), "CREATE TABLE nolock_doctor_probe (k int)"); err != nil {
+	if _, err := pool.Exec(context.Background(), `
+		CREATE TABLE nolock_probe (k int);
+		CREATE TABLE nolock_records (expires_at timestamptz);
+		INSERT INTO nolock_records VALUES (now() - interval '2 hours'), (now() + interval '1 hour');
+		CREATE TABLE nolock_fresh (expires_at timestamptz);
+		INSERT INTO nolock_fresh VALUES (now() - interval '1 minute');
+		CREATE TABLE nolock_locks (expires_at timestamptz, token bigint);
+		INSERT INTO nolock_locks VALUES (now() - interval '2 days', 7);
+		CREATE TABLE nolock_parked (parked_at timestamptz);
+		INSERT INTO nolock_parked VALUES (now() - interval '3 minutes'), (now());
+		CREATE TABLE nolock_ids (processed_at timestamptz);
+		INSERT INTO nolock_ids VALUES (now() - interval '1 day')`); err != nil {
 		t.Fatal(err)
 	}
 	_, fs = doctorFindings(t, "-postgres", testenv.PostgresDSNFor(t, schema))
-	want(t, fs, "tables", schema+".nolock_doctor_probe", pass)
+	want(t, fs, "tables", schema+".nolock_probe (", pass)
+	want(t, fs, "tables", "nolock_records (", warn)
+	want(t, fs, "tables", "the oldest expired 2h0m", warn)
+	want(t, fs, "tables", "nolock_fresh (", pass)
+	want(t, fs, "tables", "nolock_locks (", pass)
+	want(t, fs, "tables", "2 parked message(s), the oldest parked 3m0s ago", warn)
+	want(t, fs, "tables", "the oldest message id kept is 24h0m0s old", pass)
 }
 
 // Beside a synchronous standby the doctor reports it, and a DSN that

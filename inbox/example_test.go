@@ -12,6 +12,8 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -172,6 +174,39 @@ func ExampleInbox_ReplayParked() {
 	fmt.Println("invoices:", n)
 }
 
+// An admin endpoint for the billing consumer's parked messages, mounted
+// in the service that runs the consumer: `nolock parked replay -service
+// URL ID` then replays with the service's own handler, exactly once.
+func ExampleParkedHandler() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	in, err := inbox.New(pool, "billing")
+	if err != nil {
+		log.Fatal(err)
+	}
+	charge := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+		_, err := tx.Exec(ctx, `INSERT INTO invoices VALUES ($1)`, string(m.Value))
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/admin/parked/", inbox.ParkedHandler(in, charge)) // behind your own authentication
+	srv := httptest.NewServer(mux)                                // your service's admin listener
+	defer srv.Close()
+
+	for range 2 { // what `nolock parked replay -service URL/admin/parked/ orders/0@41` sends
+		resp, err := http.Post(srv.URL+"/admin/parked/replay?id=orders/0@41", "", nil)
+		if err != nil {
+			log.Fatal(err)
+		}
+		resp.Body.Close()
+		fmt.Println("replay:", resp.Status)
+	}
+}
+
 // parkForReplay is ExampleInbox_ReplayParked's world: the billing
 // consumer's tables, with two messages parked by a handler that refused
 // decimals.
@@ -200,6 +235,7 @@ func TestExamples(t *testing.T) {
 		run   func()
 		want  string
 	}{
+		{"ParkedHandler", parkForReplay, ExampleParkedHandler, "replay: 200 OK\nreplay: 404 Not Found\n"},
 		{"Inbox_ReplayParked", parkForReplay, ExampleInbox_ReplayParked, `orders/0@41 (order-41, 1 attempt): amount "41.50" is not in cents
   replayed
 orders/0@42 (order-42, 1 attempt): amount "forty-two" is not in cents

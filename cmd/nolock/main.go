@@ -6,6 +6,7 @@
 //	nolock bench   [-postgres DSN] [-redis ADDR] [-clients 1,4,16,64] [-duration 3s] [-svg FILE] [-metrics ADDR]
 //	nolock schema  [postgres | dynamodb]
 //	nolock doctor  [-postgres DSN] [-kafka BROKERS -topic TOPICS] [-dynamodb URL -dynamodb-table TABLES] [-json]
+//	nolock parked  list|replay|purge [-inbox NAME | -group GROUP] [-postgres DSN | -service URL] [-json] [ID]
 //	nolock version
 //	nolock help    [command]
 //
@@ -108,6 +109,26 @@ min.insync.replicas; the DynamoDB endpoint and each -dynamodb-table's key
 schema and time to live. It changes nothing. Exit status 1 when a check
 fails.`,
 		flags: doctorCommand,
+	},
+	{
+		name: "parked", args: "list|replay|purge [-inbox NAME | -group GROUP] [-table NAME] [-postgres DSN | -service URL] [-topic T] [-partition N] [-older-than DURATION] [-json] [ID]",
+		summary: "list, replay or purge the parked messages of an inbox or a partition consumer",
+		about: `Lists, replays or purges the messages an inbox (-inbox NAME, its consumer
+name) or a partition consumer (-group GROUP) parked. list pages through
+every one (-topic and -partition keep some): its ID (topic/partition@offset),
+when it was parked, its attempts, its key, the first 256 bytes of its value
+and the last error. purge deletes one ID, or with -older-than every one
+parked longer ago than that, without applying it.
+
+list and purge read the table directly (-postgres, through the package's
+own calls) or ask your service (-service). replay runs your handler, in the
+same transaction as ReplayParked, so it needs your service: mount
+inbox.ParkedHandler or partition.ParkedHandler there (behind your own
+authentication) and give its URL as -service. A replay applies a message
+at most once: a second replay of the same ID reports "not parked".
+Exit status 1 when the call fails (an ID not parked included), 2 on a bad
+ID or flag, before anything connects. See docs/operating.md.`,
+		flags: parkedCommand,
 	},
 	{
 		name: "version", summary: "print the module version",

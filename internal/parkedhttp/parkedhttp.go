@@ -1,0 +1,236 @@
+// Package parkedhttp serves one consumer's parked messages as JSON over
+// HTTP: the implementation behind inbox.ParkedHandler and
+// partition.ParkedHandler, and the protocol `nolock parked -service`
+// speaks.
+//
+// Relative to where the handler is mounted, the last path element picks
+// the call:
+//
+//	GET  .../?after=ID&limit=N        a page of parked messages: Page
+//	POST .../replay?id=ID             replay one through the service's handler
+//	POST .../purge?id=ID              purge one
+//	POST .../purge?older_than=DUR     purge those parked longer ago than DUR
+//
+// Failures are an Error with a status: 400 invalid, 404 not parked,
+// 405 wrong method, 422 the handler failed the replay, 500 otherwise.
+package parkedhttp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"path"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/nolock/nolock/internal/kafkapark"
+)
+
+// PreviewBytes bounds the value shown of each message.
+const PreviewBytes = 256
+
+// MaxLimit bounds a page.
+const MaxLimit = 1000
+
+// Message is one parked message as listed: its id, why and when it was
+// parked, its key and a preview of its value.
+type Message struct {
+	ID        string    `json:"id"` // topic/partition@offset
+	Topic     string    `json:"topic"`
+	Partition int       `json:"partition"`
+	Offset    int64     `json:"offset"`
+	ParkedAt  time.Time `json:"parked_at"`
+	Attempts  int       `json:"attempts"`
+	Error     string    `json:"error"`
+	Key       string    `json:"key"`                  // as text, bad bytes as U+FFFD
+	Value     string    `json:"value"`                // its first PreviewBytes, as text
+	ValueSize int       `json:"value_bytes"`          // the whole value's size
+	MessageID string    `json:"message_id,omitempty"` // inbox's identity
+	Epoch     int64     `json:"epoch,omitempty"`      // partition's claim
+}
+
+// Summary is m, parked with attempts and errText at parkedAt, as listed.
+func Summary(m kafka.Message, parkedAt time.Time, attempts int, errText, messageID string, epoch int64) Message {
+	v := m.Value
+	if len(v) > PreviewBytes {
+		v = v[:PreviewBytes]
+		for i := 1; i < utf8.UTFMax && i <= len(v); i++ { // do not cut a rune in two
+			if utf8.RuneStart(v[len(v)-i]) {
+				if !utf8.FullRune(v[len(v)-i:]) {
+					v = v[:len(v)-i]
+				}
+				break
+			}
+		}
+	}
+	id := kafkapark.ID{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
+	return Message{
+		ID: id.String(), Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
+		ParkedAt: parkedAt, Attempts: attempts, Error: errText,
+		Key: kafkapark.Text(string(m.Key)), Value: kafkapark.Text(string(v)), ValueSize: len(m.Value),
+		MessageID: messageID, Epoch: epoch,
+	}
+}
+
+// Page is a list answer: Next is the id to pass as after for the next
+// page, empty after the last.
+type Page struct {
+	Messages []Message `json:"messages"`
+	Next     string    `json:"next,omitempty"`
+}
+
+// Replayed and Purged are the answers of replay and purge.
+type (
+	Replayed struct {
+		Replayed string `json:"replayed"`
+	}
+	Purged struct {
+		Purged int64 `json:"purged"`
+	}
+)
+
+// Error is a failure's answer. Code is one of the Code constants.
+type Error struct {
+	Code  string `json:"code"`
+	Error string `json:"error"`
+}
+
+// The codes of Error.
+const (
+	CodeInvalid       = "invalid"
+	CodeNotParked     = "not_parked"
+	CodeMethod        = "method_not_allowed"
+	CodeHandlerFailed = "handler_failed"
+	CodeAmbiguous     = "ambiguous_commit"
+	CodeInternal      = "internal"
+)
+
+// Backend is one consumer's parked calls, as its package makes them.
+type Backend struct {
+	List       func(ctx context.Context, after kafkapark.ID, limit int) ([]Message, error)
+	Replay     func(ctx context.Context, id kafkapark.ID) error
+	Purge      func(ctx context.Context, id kafkapark.ID) error
+	PurgeOlder func(ctx context.Context, d time.Duration) (int64, error)
+	// The package's sentinels, and whether an error is its HandlerError.
+	Invalid, NotParked, Ambiguous error
+	HandlerFailed                 func(error) bool
+}
+
+// Handler serves b (see the package doc).
+func Handler(b Backend) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		op := path.Base(r.URL.Path)
+		if op != "replay" && op != "purge" {
+			op = "list"
+		}
+		if (op == "list") != (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			want := http.MethodPost
+			if op == "list" {
+				want = http.MethodGet
+			}
+			w.Header().Set("Allow", want)
+			write(w, http.StatusMethodNotAllowed, Error{CodeMethod, op + " takes " + want})
+			return
+		}
+		switch op {
+		case "list":
+			b.list(w, r.Context(), q.Get("after"), q.Get("limit"))
+		case "replay":
+			id, ok := parseID(w, q.Get("id"))
+			if ok {
+				b.answer(w, b.Replay(r.Context(), id), Replayed{id.String()})
+			}
+		case "purge":
+			b.purge(w, r.Context(), q.Get("id"), q.Get("older_than"))
+		}
+	})
+}
+
+func (b Backend) list(w http.ResponseWriter, ctx context.Context, after, limit string) {
+	n := 100
+	if limit != "" {
+		var err error
+		if n, err = strconv.Atoi(limit); err != nil || n < 1 || n > MaxLimit {
+			write(w, http.StatusBadRequest, Error{CodeInvalid, "limit " + strconv.Quote(limit) + " is not a number from 1 to " + strconv.Itoa(MaxLimit)})
+			return
+		}
+	}
+	var from kafkapark.ID
+	if after != "" {
+		var ok bool
+		if from, ok = parseID(w, after); !ok {
+			return
+		}
+	}
+	ms, err := b.List(ctx, from, n)
+	if err != nil {
+		b.answer(w, err, nil)
+		return
+	}
+	p := Page{Messages: ms}
+	if p.Messages == nil {
+		p.Messages = []Message{}
+	}
+	if len(ms) == n {
+		p.Next = ms[n-1].ID
+	}
+	write(w, http.StatusOK, p)
+}
+
+func (b Backend) purge(w http.ResponseWriter, ctx context.Context, id, olderThan string) {
+	switch {
+	case (id == "") == (olderThan == ""):
+		write(w, http.StatusBadRequest, Error{CodeInvalid, "purge takes either id or older_than"})
+	case id != "":
+		pid, ok := parseID(w, id)
+		if ok {
+			b.answer(w, b.Purge(ctx, pid), Purged{1})
+		}
+	default:
+		d, err := time.ParseDuration(olderThan)
+		if err != nil || d <= 0 {
+			write(w, http.StatusBadRequest, Error{CodeInvalid, "older_than " + strconv.Quote(olderThan) + " is not a positive Go duration"})
+			return
+		}
+		n, err := b.PurgeOlder(ctx, d)
+		b.answer(w, err, Purged{n})
+	}
+}
+
+func parseID(w http.ResponseWriter, s string) (kafkapark.ID, bool) {
+	id, err := kafkapark.Parse(s)
+	if err != nil {
+		write(w, http.StatusBadRequest, Error{CodeInvalid, "id: " + err.Error()})
+		return kafkapark.ID{}, false
+	}
+	return id, true
+}
+
+// answer writes ok, or err's Error.
+func (b Backend) answer(w http.ResponseWriter, err error, ok any) {
+	switch {
+	case err == nil:
+		write(w, http.StatusOK, ok)
+	case errors.Is(err, b.Invalid):
+		write(w, http.StatusBadRequest, Error{CodeInvalid, err.Error()})
+	case errors.Is(err, b.NotParked):
+		write(w, http.StatusNotFound, Error{CodeNotParked, err.Error()})
+	case b.HandlerFailed(err):
+		write(w, http.StatusUnprocessableEntity, Error{CodeHandlerFailed, err.Error()})
+	case errors.Is(err, b.Ambiguous):
+		write(w, http.StatusInternalServerError, Error{CodeAmbiguous, err.Error()})
+	default:
+		write(w, http.StatusInternalServerError, Error{CodeInternal, err.Error()})
+	}
+}
+
+func write(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v) // the client went away: nothing to do
+}

@@ -34,7 +34,14 @@ type Reader interface {
 // A message whose handler fails is retried on its own with backoff
 // (WithBackoff); its attempts are counted outside the failing transaction,
 // and after WithAttempts (at once for a Permanent error or a message
-// without identity) it is parked and its partition moves on. Errors
+// without identity) it is parked and its partition moves on. A message
+// without identity is logged at Error, the first of a row; when ten of
+// one partition's messages in a row lack one (a producer that does not
+// set the header, or the wrong WithIdentity), Run stops before handling
+// the tenth and returns an error wrapping ErrNoID that names the identity
+// and that message's position, so a misconfiguration parks at most nine
+// messages per partition and Run, not the topic. Skipped duplicates are
+// logged at Info once per batch, with their number; Stats counts them. Errors
 // reaching the database are retried with backoff. Retriable Kafka errors
 // from r (a rebalance in progress, a coordinator or leader moving or
 // loading, a timeout, a lost connection to a broker) are logged and
@@ -78,7 +85,7 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler) error {
 	defer events.Close() // after every partition's goroutine has stopped
 	work := context.WithValue(context.WithoutCancel(ctx), queueKey{}, events)
 
-	p := &partitions{in: in, r: r, h: recovering(h), run: runCtx, work: work, queues: map[topicPartition]chan kafka.Message{}}
+	p := &partitions{in: in, r: r, h: recovering(h), run: runCtx, stop: stopRun, work: work, queues: map[topicPartition]chan kafka.Message{}}
 	if kr, ok := r.(interface{ Config() kafka.ReaderConfig }); ok {
 		rc := kr.Config()
 		d := rc.Dialer
@@ -99,6 +106,9 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler) error {
 	err := p.dispatch()
 	stopRun()
 	p.wg.Wait()
+	if p.fatal.err != nil {
+		return p.fatal.err
+	}
 	return err
 }
 

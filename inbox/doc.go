@@ -10,7 +10,11 @@
 //
 // A message whose handler keeps failing (WithAttempts), fails with a
 // Permanent error or has no identity is parked: recorded as processed and
-// kept in the parked table, and its partition goes on. Operators list
+// kept in the parked table, and its partition goes on (ten in a row
+// without identity stop Run instead: see Run). Duplicates skipped are
+// counted (Stats) and logged at Info per batch, never silently: an
+// identity is recorded per consumer name, so ids must be unique across
+// the topics one consumer name reads (see New). Operators list
 // parked messages (ListParked), replay them once a fix is deployed
 // (ReplayParked: exactly once, in the transaction that takes them off the
 // parked table) or purge them (PurgeParked, PurgeParkedOlderThan).

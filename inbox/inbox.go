@@ -30,7 +30,9 @@ var (
 	// ErrInvalid marks bad input; the error's text names the argument.
 	ErrInvalid = errors.New("inbox: invalid argument")
 	// ErrNoID means the identity could not be read from a message (e.g. the
-	// header is missing). Such a message is parked, never silently skipped.
+	// header is missing). Run parks such a message, never skips it, and
+	// stops with an error wrapping ErrNoID when ten of one partition's
+	// messages in a row lack one (see Run).
 	ErrNoID = errors.New("inbox: message has no identity")
 	// ErrAmbiguousCommit means the transaction's COMMIT was sent and the
 	// connection then failed: the effect may or may not be recorded. The
@@ -94,6 +96,7 @@ type Inbox struct {
 	claimSQL, wmLockSQL, wmInitSQL, wmSetSQL, idleSQL         string
 	attemptSQL, clearSQL, reapSQL, reapAttemptsSQL, recordSQL string
 	parked                                                    kafkapark.Store
+	counts                                                    counters
 }
 
 // note reports e, named name (one of the Event constants), about msg's
@@ -140,6 +143,13 @@ var schemaSQL string
 // New returns an Inbox for the consumer named consumer (usually the Kafka
 // group ID: each consumer processes a message once). Run its CreateSchema,
 // or put its Schema in your migrations, first.
+//
+// An identity is recorded per consumer name, not per topic: ids must be
+// unique across every topic one consumer name reads. A consumer name
+// reused for a second topic whose ids repeat the first's skips those
+// messages as duplicates (Stats.Duplicates, logged at Info once per
+// batch); give each topic's consumer a name of its own, or an identity
+// that includes the topic (ByFunc).
 func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
 	in := &Inbox{db: db, consumer: consumer, settings: defaults()}
 	if err := option.Apply(opts, func(o Option) { o(&in.settings) }); err != nil {

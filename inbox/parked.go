@@ -154,6 +154,10 @@ func (in *Inbox) ReplayParked(ctx context.Context, id ParkedID, h Handler) error
 		}
 		return nil
 	})
+	if err == nil {
+		in.counts.processed.Add(1)
+		return nil
+	}
 	var he *HandlerError
 	if !errors.As(err, &he) {
 		return err

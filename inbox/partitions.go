@@ -35,6 +35,12 @@ type partitions struct {
 	queues map[topicPartition]chan kafka.Message
 	wg     sync.WaitGroup
 
+	stop  context.CancelFunc // ends run
+	fatal struct {           // what stops Run from a partition's goroutine
+		once sync.Once
+		err  error
+	}
+
 	// filter, if set, returns a partition's classifier of control
 	// records and records of aborted transactions.
 	filter func(topic string, partition int) *kafkatxn.Filter
@@ -86,6 +92,7 @@ func (p *partitions) dispatch() error {
 func (p *partitions) consume(q <-chan kafka.Message) {
 	defer p.wg.Done()
 	var f *kafkatxn.Filter
+	noIDs := 0 // messages without identity in a row
 	for {
 		batch := p.take(q)
 		if batch == nil {
@@ -100,6 +107,11 @@ func (p *partitions) consume(q <-chan kafka.Message) {
 			if apply, ok = p.committed(f, batch); !ok {
 				return
 			}
+		}
+		if err := p.checkIdentities(apply, &noIDs); err != nil {
+			p.fatal.once.Do(func() { p.fatal.err = err })
+			p.stop()
+			return
 		}
 		if p.serial != nil && len(apply) > 0 {
 			p.serial.Lock()
@@ -195,4 +207,36 @@ func (p *partitions) take(q <-chan kafka.Message) []kafka.Message {
 		}
 	}
 	return batch
+}
+
+// noIDLimit is how many messages of one partition in a row may lack an
+// identity before Run stops: a producer that does not set it, or the
+// wrong WithIdentity, rather than a few bad messages.
+const noIDLimit = 10
+
+// checkIdentities counts apply's messages without identity, in a row
+// across the partition's batches (*inRow), and returns an error wrapping
+// ErrNoID once noIDLimit came in a row, before any of apply is handled.
+// The first of a row is logged at Error; each is parked when handled.
+func (p *partitions) checkIdentities(apply []kafka.Message, inRow *int) error {
+	if p.in.identity.watermark {
+		return nil
+	}
+	for _, m := range apply {
+		_, err := p.in.id(m)
+		if err == nil {
+			*inRow = 0
+			continue
+		}
+		p.in.counts.noID.Add(1)
+		if *inRow++; *inRow >= noIDLimit {
+			return errfmt.Errorf("inbox: %d messages in a row without identity, the last at %s/%d@%d: %w; is the producer setting it? Otherwise choose another WithIdentity",
+				*inRow, m.Topic, m.Partition, m.Offset, err)
+		}
+		if *inRow == 1 {
+			p.in.log.Error("inbox: a message without identity: it is parked, and Run stops if this many in a row lack one",
+				"topic", m.Topic, "partition", m.Partition, "offset", m.Offset, "limit", noIDLimit, "err", err)
+		}
+	}
+	return nil
 }

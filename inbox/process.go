@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/handlerfail"
+	"github.com/nolock/nolock/internal/kafkapark"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/observe"
 )
@@ -86,6 +87,14 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 	})
 	if err != nil {
 		return Outcome{}, err
+	}
+	in.counts.processed.Add(int64(out.Processed))
+	if out.Duplicates > 0 {
+		in.counts.duplicates.Add(int64(out.Duplicates))
+		last := msgs[len(msgs)-1]
+		in.log.Info("inbox: skipped messages whose identity was recorded before (redelivered, resent, or an id another topic of this consumer name used)",
+			"consumer", in.consumer, "duplicates", out.Duplicates, "of", len(msgs),
+			"first", kafkapark.EventKey(msgs[0].Topic, msgs[0].Partition, msgs[0].Offset), "last", kafkapark.EventKey(last.Topic, last.Partition, last.Offset))
 	}
 	if out.Processed > 0 {
 		in.note(ctx, EventCommitted, msgs[0], false, observe.Event{N: int64(out.Processed), Duration: time.Since(start)})

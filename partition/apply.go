@@ -116,6 +116,9 @@ func (c *Consumer) apply(runCtx context.Context, cl Claim, prev *int64, next int
 		return !errors.Is(err, ErrFenced) && (ctx.Err() != nil || transient(err, tx)), handlerfail.Counted, err
 	}
 	if outcome == fenceApplied {
+		c.stats.duplicated(cl, len(msgs))
+		c.log.Info("partition: skipped a batch an earlier attempt committed (its commit was reported lost)",
+			"claim", cl.String(), "first", msgs[0].Offset, "messages", len(msgs))
 		return false, handlerfail.Counted, nil
 	}
 	if err := callHandler(ctx, c.handler, tx.Handed(), msgs); err != nil {

@@ -56,8 +56,15 @@ func TestSlowCommitNotCancelledNotRepeated(t *testing.T) {
 		r, err := readRow(ctx, b.pool, b.group, b.topic, 0)
 		return err == nil && r.next != nil && *r.next == 5, err
 	})
+	var dups int64
+	for _, s := range m.c.Stats() {
+		dups += s.Duplicates
+	}
 	if err := m.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+	if dups != 1 {
+		t.Errorf("Stats counted %d duplicates, want 1: the batch whose slow commit landed", dups)
 	}
 	tl, err := count(ctx, b.pool, 1, 5)
 	if err != nil {

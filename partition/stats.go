@@ -39,10 +39,15 @@ type PartitionStats struct {
 	// either is unknown.
 	Lag int64
 
-	Messages    int64 // messages applied: committed with the Handler's effects
-	Batches     int64 // batches done: applied, or split and applied or parked one by one
-	Parked      int64 // messages parked (see WithAttempts)
-	Skipped     int64 // control records and records of aborted transactions left out
+	Messages int64 // messages applied: committed with the Handler's effects
+	Batches  int64 // batches done: applied, or split and applied or parked one by one
+	Parked   int64 // messages parked (see WithAttempts)
+	Skipped  int64 // control records and records of aborted transactions left out
+	// Duplicates counts messages of batches that an earlier attempt had
+	// committed although its commit was reported lost: found applied by
+	// the fence, not applied again (Messages counts them once). Each such
+	// batch is logged at Info.
+	Duplicates  int64
 	FetchErrors int64 // failed reads and classifying fetches, each retried or ending the worker
 }
 
@@ -166,5 +171,19 @@ func (p *partStats) handled(next, last int64, applied, parked int) {
 	}
 	p.s.Messages += int64(applied)
 	p.s.Parked += int64(parked)
+	p.mu.Unlock()
+}
+
+// duplicated records n messages of cl's partition found applied by an
+// earlier attempt.
+func (t *statsTable) duplicated(cl Claim, n int) {
+	t.mu.Lock()
+	p := t.m[topicPartition{cl.Topic, cl.Partition}]
+	t.mu.Unlock()
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.s.Duplicates += int64(n)
 	p.mu.Unlock()
 }

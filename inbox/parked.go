@@ -84,12 +84,16 @@ func (in *Inbox) ListParked(ctx context.Context, after ParkedID, limit int) ([]P
 			return nil, err
 		}
 	}
-	tx, err := in.pg.Begin(ctx, in.db)
-	if err != nil {
-		return nil, errfmt.Errorf("inbox: list parked: begin: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	rows, err := in.parked.List(ctx, tx, in.consumer, kafkapark.ID(after), limit)
+	var rows []kafkapark.Row
+	err := kafkapark.Again(func() error {
+		tx, err := in.pg.Begin(ctx, in.db)
+		if err != nil {
+			return errfmt.Errorf("begin: %w", err)
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx))
+		rows, err = in.parked.List(ctx, tx, in.consumer, kafkapark.ID(after), limit)
+		return err
+	})
 	if err != nil {
 		return nil, errfmt.Errorf("inbox: list parked: %w", err)
 	}
@@ -132,27 +136,29 @@ func (in *Inbox) ReplayParked(ctx context.Context, id ParkedID, h Handler) error
 	run := recovering(h)
 	tctx, cancel := context.WithTimeout(ctx, in.batchTimeout)
 	defer cancel()
-	err := in.inTx(tctx, func(tx *pgerr.Tx) error {
-		if _, err := tx.Exec(tctx, in.idleSQL, in.idleTimeout); err != nil {
-			return errfmt.Errorf("inbox: replay %s: %w", id, err)
-		}
-		r, err := in.parked.Take(tctx, tx, in.consumer, kafkapark.ID(id))
-		switch {
-		case errors.Is(err, kafkapark.ErrNotParked):
-			return errfmt.Errorf("inbox: replay %s: %w", id, ErrNotParked)
-		case err != nil:
-			return errfmt.Errorf("inbox: replay %s: %w", id, err)
-		}
-		if r.MessageID != "" && !in.identity.watermark {
-			if _, err := tx.Exec(tctx, in.recordSQL, in.consumer, r.MessageID); err != nil {
-				return errfmt.Errorf("inbox: replay %s: record: %w", id, err)
+	err := kafkapark.Again(func() error {
+		return in.inTx(tctx, func(tx *pgerr.Tx) error {
+			if _, err := tx.Exec(tctx, in.idleSQL, in.idleTimeout); err != nil {
+				return errfmt.Errorf("inbox: replay %s: %w", id, err)
 			}
-		}
-		if err := run(tctx, tx.Handed(), r.Msg); err != nil {
-			tx.Learn(err)
-			return &HandlerError{Msg: r.Msg, Err: err}
-		}
-		return nil
+			r, err := in.parked.Take(tctx, tx, in.consumer, kafkapark.ID(id))
+			switch {
+			case errors.Is(err, kafkapark.ErrNotParked):
+				return errfmt.Errorf("inbox: replay %s: %w", id, ErrNotParked)
+			case err != nil:
+				return errfmt.Errorf("inbox: replay %s: %w", id, err)
+			}
+			if r.MessageID != "" && !in.identity.watermark {
+				if _, err := tx.Exec(tctx, in.recordSQL, in.consumer, r.MessageID); err != nil {
+					return errfmt.Errorf("inbox: replay %s: record: %w", id, err)
+				}
+			}
+			if err := run(tctx, tx.Handed(), r.Msg); err != nil {
+				tx.Learn(err)
+				return &HandlerError{Msg: r.Msg, Err: err}
+			}
+			return nil
+		})
 	})
 	if err == nil {
 		in.counts.processed.Add(1)
@@ -182,9 +188,11 @@ func (in *Inbox) PurgeParked(ctx context.Context, id ParkedID) error {
 		return err
 	}
 	var found bool
-	err := in.inTx(ctx, func(tx *pgerr.Tx) (err error) {
-		found, err = in.parked.Purge(ctx, tx, in.consumer, kafkapark.ID(id))
-		return err
+	err := kafkapark.Again(func() error {
+		return in.inTx(ctx, func(tx *pgerr.Tx) (err error) {
+			found, err = in.parked.Purge(ctx, tx, in.consumer, kafkapark.ID(id))
+			return err
+		})
 	})
 	switch {
 	case err != nil:
@@ -208,9 +216,11 @@ func (in *Inbox) PurgeParkedOlderThan(ctx context.Context, retention time.Durati
 		return 0, invalid("retention %v is not positive", retention)
 	}
 	var n int64
-	err := in.inTx(ctx, func(tx *pgerr.Tx) (err error) {
-		n, err = in.parked.PurgeOlder(ctx, tx, in.consumer, retention)
-		return err
+	err := kafkapark.Again(func() error {
+		return in.inTx(ctx, func(tx *pgerr.Tx) (err error) {
+			n, err = in.parked.PurgeOlder(ctx, tx, in.consumer, retention)
+			return err
+		})
 	})
 	if err != nil {
 		return 0, errfmt.Errorf("inbox: purge parked: %w", err)

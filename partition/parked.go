@@ -87,12 +87,16 @@ func (c *Consumer) ListParked(ctx context.Context, after ParkedID, limit int) ([
 			return nil, err
 		}
 	}
-	tx, err := c.pg.Begin(ctx, c.db)
-	if err != nil {
-		return nil, errfmt.Errorf("partition: list parked: begin: %w", err)
-	}
-	defer rollback(tx)
-	rows, err := c.parked.List(ctx, tx, c.cfg.GroupID, kafkapark.ID(after), limit)
+	var rows []kafkapark.Row
+	err := kafkapark.Again(func() error {
+		tx, err := c.pg.Begin(ctx, c.db)
+		if err != nil {
+			return errfmt.Errorf("begin: %w", err)
+		}
+		defer rollback(tx)
+		rows, err = c.parked.List(ctx, tx, c.cfg.GroupID, kafkapark.ID(after), limit)
+		return err
+	})
 	if err != nil {
 		return nil, errfmt.Errorf("partition: list parked: %w", err)
 	}
@@ -137,7 +141,7 @@ func (c *Consumer) ReplayParked(ctx context.Context, id ParkedID, h Handler) err
 	if err := id.check("id"); err != nil {
 		return err
 	}
-	err := c.replay(ctx, id, h)
+	err := kafkapark.Again(func() error { return c.replay(ctx, id, h) })
 	var he *HandlerError
 	if !errors.As(err, &he) {
 		return err
@@ -196,9 +200,11 @@ func (c *Consumer) PurgeParked(ctx context.Context, id ParkedID) error {
 		return err
 	}
 	var found bool
-	err := c.inTx(ctx, func(tx pgx.Tx) (err error) {
-		found, err = c.parked.Purge(ctx, tx, c.cfg.GroupID, kafkapark.ID(id))
-		return err
+	err := kafkapark.Again(func() error {
+		return c.inTx(ctx, func(tx pgx.Tx) (err error) {
+			found, err = c.parked.Purge(ctx, tx, c.cfg.GroupID, kafkapark.ID(id))
+			return err
+		})
 	})
 	switch {
 	case err != nil:
@@ -222,9 +228,11 @@ func (c *Consumer) PurgeParkedOlderThan(ctx context.Context, retention time.Dura
 		return 0, invalid("retention %v is not positive", retention)
 	}
 	var n int64
-	err := c.inTx(ctx, func(tx pgx.Tx) (err error) {
-		n, err = c.parked.PurgeOlder(ctx, tx, c.cfg.GroupID, retention)
-		return err
+	err := kafkapark.Again(func() error {
+		return c.inTx(ctx, func(tx pgx.Tx) (err error) {
+			n, err = c.parked.PurgeOlder(ctx, tx, c.cfg.GroupID, retention)
+			return err
+		})
 	})
 	if err != nil {
 		return 0, errfmt.Errorf("partition: purge parked: %w", err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -58,22 +59,28 @@ func TestParkedUsageErrors(t *testing.T) {
 // its handler for replays and the effects that handler applied.
 type parkedBed struct {
 	dsn     string
+	schema  string
 	pool    *pgxpool.Pool
 	sel     []string // the CLI's -inbox or -group
 	serve   http.Handler
-	ids     []string // parked, in list order
+	served  func(pool *pgxpool.Pool) http.Handler // the service's handler on pool
+	ids     []string                              // parked, in list order
 	applied func() int
 }
 
 // The operator's commands on real parked messages, for inbox and
-// partition: list pages through all of them (-json parses, filters keep
+// partition (and inbox through PgBouncer in pgx's default mode): list
+// pages through all of them (-json parses, filters keep
 // some), replay through the service applies one once and a second replay
 // is "not parked", purge one and purge by age delete.
 func TestParkedCommands(t *testing.T) {
 	for _, kind := range []struct {
 		name  string
 		setup func(t *testing.T) parkedBed
-	}{{"inbox", inboxBed}, {"partition", partitionBed}} {
+	}{
+		{"inbox", inboxBed}, {"partition", partitionBed},
+		{"inbox behind PgBouncer", behindPgBouncer(inboxBed)}, {"partition behind PgBouncer", behindPgBouncer(partitionBed)},
+	} {
 		t.Run(kind.name, func(t *testing.T) {
 			b := kind.setup(t)
 			db := append([]string{"-postgres", b.dsn}, b.sel...)
@@ -158,6 +165,19 @@ func TestParkedCommands(t *testing.T) {
 	}
 }
 
+// behindPgBouncer is setup's bed with the command and the service going
+// through PgBouncer in transaction pooling, in pgx's default mode: each
+// command, and the service's handler, starts with no named statement
+// learnt.
+func behindPgBouncer(setup func(t *testing.T) parkedBed) func(t *testing.T) parkedBed {
+	return func(t *testing.T) parkedBed {
+		b := setup(t)
+		b.dsn = testenv.PgBouncerDSNFor(t, b.schema)
+		b.serve = b.served(testenv.Pool(t, b.dsn, 4))
+		return b
+	}
+}
+
 // effectsTable makes the table replays write to and returns its count.
 func effectsTable(t *testing.T, pool *pgxpool.Pool) func() int {
 	t.Helper()
@@ -214,8 +234,14 @@ func inboxBed(t *testing.T) parkedBed {
 		t.Fatal(err)
 	}
 	return parkedBed{
-		dsn: testenv.PostgresDSNFor(t, schema), pool: pool, sel: []string{"-inbox", consumer},
-		serve: inbox.ParkedHandler(in, apply), ids: []string{"payments/0@7", "payments/1@7", "payments/2@7"},
+		dsn: testenv.PostgresDSNFor(t, schema), schema: schema, pool: pool, sel: []string{"-inbox", consumer},
+		serve: inbox.ParkedHandler(in, apply), served: func(pool *pgxpool.Pool) http.Handler {
+			in, err := inbox.New(pool, consumer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return inbox.ParkedHandler(in, apply)
+		}, ids: []string{"payments/0@7", "payments/1@7", "payments/2@7"},
 		applied: effectsTable(t, pool),
 	}
 }
@@ -254,13 +280,18 @@ func partitionBed(t *testing.T) parkedBed {
 	if err := c.CreateSchema(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Balancer: kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return m.Partition })}
+	tr := &kafka.Transport{} // its own metadata: the shared one may not know the new topic yet
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Transport: tr, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond,
+		Balancer: kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return int(m.Key[0] - '0') })}
 	defer w.Close()
 	var msgs []kafka.Message
 	for p := range 3 {
-		msgs = append(msgs, kafka.Message{Topic: topic, Partition: p, Value: []byte("amount=x" + string(rune('0'+p)))})
+		msgs = append(msgs, kafka.Message{Key: []byte{byte('0' + p)}, Value: []byte("amount=x" + string(rune('0'+p)))})
 	}
-	if err := w.WriteMessages(context.Background(), msgs...); err != nil {
+	wctx, wcancel := context.WithTimeout(context.Background(), testenv.Scale(time.Minute))
+	defer wcancel()
+	if err := w.WriteMessages(wctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -286,8 +317,14 @@ func partitionBed(t *testing.T) parkedBed {
 		return nil
 	}
 	return parkedBed{
-		dsn: testenv.PostgresDSNFor(t, schema), pool: pool, sel: []string{"-group", group},
-		serve: partition.ParkedHandler(c, replay), ids: []string{topic + "/0@0", topic + "/1@0", topic + "/2@0"},
+		dsn: testenv.PostgresDSNFor(t, schema), schema: schema, pool: pool, sel: []string{"-group", group},
+		serve: partition.ParkedHandler(c, replay), served: func(pool *pgxpool.Pool) http.Handler {
+			c, err := partition.New(pool, brokers, group, []string{topic})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return partition.ParkedHandler(c, replay)
+		}, ids: []string{topic + "/0@0", topic + "/1@0", topic + "/2@0"},
 		applied: effectsTable(t, pool),
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/errfmt"
+	"github.com/nolock/nolock/internal/pgmode"
 )
 
 //go:embed parked.sql
@@ -137,4 +138,19 @@ func scan(row pgx.CollectableRow) (Row, error) {
 		return Row{}, errfmt.Errorf("parked %s: headers: %w", r.ID, err)
 	}
 	return r, nil
+}
+
+// Again runs call, a transaction of an operator's call, and runs it once
+// more if it failed on a named prepared statement the server connection
+// did not keep (26000, 42P05: PgBouncer before 1.21 in pgx's default
+// mode). Such a failure ran nothing and rolled the transaction back, and
+// the transaction's Committer learnt from it to send unnamed statements:
+// without the second run, a process's first parked call through such a
+// pooler (a command's only one) would fail at random.
+func Again(call func() error) error {
+	err := call()
+	if pgmode.MissingNamed(err) {
+		err = call()
+	}
+	return err
 }

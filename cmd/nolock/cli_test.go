@@ -37,6 +37,8 @@ func TestHelpExitsZero(t *testing.T) {
 		{[]string{"bench", "--help"}, "-clients"},
 		{[]string{"schema", "-h"}, "usage: nolock schema"},
 		{[]string{"version", "-h"}, "usage: nolock version"},
+		{[]string{"parked", "-h"}, "-service"},
+		{[]string{"help", "parked"}, "ParkedHandler"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, stdout, stderr := runArgs(t, tc.args...)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -128,8 +129,17 @@ func TestParkedCommands(t *testing.T) {
 			if code != 1 || !strings.Contains(stderr, "not parked") {
 				t.Errorf("second replay: exit %d, stderr %q; want 1, not parked", code, stderr)
 			}
+			code, _, stderr = runArgs(t, append(append([]string{"parked", "replay"}, svc...), b.ids[2])...)
+			if code != 1 || !strings.Contains(stderr, errStillBad.Error()) || !strings.Contains(stderr, "handler_failed") {
+				t.Errorf("replay whose handler fails: exit %d, stderr %q; want 1, the handler's error", code, stderr)
+			}
 			if n := b.applied(); n != 1 {
 				t.Errorf("replays applied %d effects, want 1", n)
+			}
+			for _, m := range list(append(db, "-partition", "2")...) {
+				if m.ID != b.ids[2] || m.Attempts != 2 || !strings.Contains(m.Error, errStillBad.Error()) {
+					t.Errorf("after a failed replay: %+v; want still parked, 2 attempts, its error", m)
+				}
 			}
 
 			code, stdout, stderr = runArgs(t, append(append([]string{"parked", "purge"}, db...), b.ids[1])...)
@@ -193,10 +203,19 @@ func effectsTable(t *testing.T, pool *pgxpool.Pool) func() int {
 	}
 }
 
+// apply is the service's handler for replays: it writes an effect, and
+// still refuses the message of partition 2 (after writing).
 func apply(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
-	_, err := tx.Exec(ctx, `INSERT INTO effects (v) VALUES ($1)`, string(m.Value))
-	return err
+	if _, err := tx.Exec(ctx, `INSERT INTO effects (v) VALUES ($1)`, string(m.Value)); err != nil {
+		return err
+	}
+	if string(m.Value) == "amount=x2" {
+		return errStillBad
+	}
+	return nil
 }
+
+var errStillBad = errors.New("amount is still not a number")
 
 var errPoison = inbox.Permanent(errNotNumber{})
 

@@ -22,8 +22,8 @@ import (
 //	POST purge?older_than=DUR   PurgeParkedOlderThan(DUR), a Go duration
 //
 // Each message lists its id, position, parked_at, attempts, error,
-// message_id, key and the first 256 bytes of its value (as text, bad
-// bytes as U+FFFD) with value_bytes, its size. A failure answers
+// message_id, and the first 256 bytes of its key and of its value (as
+// text, bad bytes as U+FFFD) with value_bytes, the value's size. A failure answers
 // {"code", "error"}: 400 invalid (ErrInvalid, a bad id or flag), 404
 // not_parked (ErrNotParked), 405 a wrong method, 422 handler_failed
 // (a *HandlerError: the message stays parked with this error recorded),

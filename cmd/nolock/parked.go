@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -141,14 +142,15 @@ func (cfg parkedConfig) client(ctx context.Context) (*parkedClient, func(), erro
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect: %w", err)
 	}
-	var c *parkedClient
+	var h http.Handler
+	var closeOwner func() error
 	if cfg.inbox != "" {
 		in, err := inbox.New(pool, cfg.inbox, inbox.WithTable(or(cfg.table, inbox.DefaultTable)))
 		if err != nil {
 			pool.Close()
 			return nil, nil, err
 		}
-		c = newLocalClient(inbox.ParkedHandler(in, nil))
+		h, closeOwner = inbox.ParkedHandler(in, nil), in.Close
 	} else {
 		// The parked calls do no Kafka I/O: the brokers and topics are
 		// placeholders New requires.
@@ -158,9 +160,9 @@ func (cfg parkedConfig) client(ctx context.Context) (*parkedClient, func(), erro
 			pool.Close()
 			return nil, nil, err
 		}
-		c = newLocalClient(partition.ParkedHandler(pc, nil))
+		h, closeOwner = partition.ParkedHandler(pc, nil), pc.Close
 	}
-	return c, pool.Close, nil
+	return newLocalClient(h), func() { _ = closeOwner(); pool.Close() }, nil // Close waits for a commit in flight
 }
 
 func or(s, dflt string) string {

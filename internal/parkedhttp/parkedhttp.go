@@ -46,7 +46,7 @@ type Message struct {
 	ParkedAt  time.Time `json:"parked_at"`
 	Attempts  int       `json:"attempts"`
 	Error     string    `json:"error"`
-	Key       string    `json:"key"`                  // as text, bad bytes as U+FFFD
+	Key       string    `json:"key"`                  // its first PreviewBytes, as text, bad bytes as U+FFFD
 	Value     string    `json:"value"`                // its first PreviewBytes, as text
 	ValueSize int       `json:"value_bytes"`          // the whole value's size
 	MessageID string    `json:"message_id,omitempty"` // inbox's identity
@@ -55,25 +55,30 @@ type Message struct {
 
 // Summary is m, parked with attempts and errText at parkedAt, as listed.
 func Summary(m kafka.Message, parkedAt time.Time, attempts int, errText, messageID string, epoch int64) Message {
-	v := m.Value
-	if len(v) > PreviewBytes {
-		v = v[:PreviewBytes]
-		for i := 1; i < utf8.UTFMax && i <= len(v); i++ { // do not cut a rune in two
-			if utf8.RuneStart(v[len(v)-i]) {
-				if !utf8.FullRune(v[len(v)-i:]) {
-					v = v[:len(v)-i]
+	id := kafkapark.ID{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
+	return Message{
+		ID: id.String(), Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
+		ParkedAt: parkedAt, Attempts: attempts, Error: errText,
+		Key: preview(m.Key), Value: preview(m.Value), ValueSize: len(m.Value),
+		MessageID: messageID, Epoch: epoch,
+	}
+}
+
+// preview is b's first PreviewBytes as text, without cutting a rune in
+// two; bytes that are not UTF-8 become U+FFFD.
+func preview(b []byte) string {
+	if len(b) > PreviewBytes {
+		b = b[:PreviewBytes]
+		for i := 1; i < utf8.UTFMax && i <= len(b); i++ {
+			if utf8.RuneStart(b[len(b)-i]) {
+				if !utf8.FullRune(b[len(b)-i:]) {
+					b = b[:len(b)-i]
 				}
 				break
 			}
 		}
 	}
-	id := kafkapark.ID{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
-	return Message{
-		ID: id.String(), Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
-		ParkedAt: parkedAt, Attempts: attempts, Error: errText,
-		Key: kafkapark.Text(string(m.Key)), Value: kafkapark.Text(string(v)), ValueSize: len(m.Value),
-		MessageID: messageID, Epoch: epoch,
-	}
+	return kafkapark.Text(string(b))
 }
 
 // Page is a list answer: Next is the id to pass as after for the next

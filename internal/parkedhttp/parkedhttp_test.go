@@ -74,13 +74,16 @@ func TestHandlerStatuses(t *testing.T) {
 	}
 }
 
-// The preview is bounded and never cuts a rune in two; the size is the
+// The key's and value's previews are bounded and never cuts a rune in two; the size is the
 // whole value's.
 func TestSummaryPreview(t *testing.T) {
 	for _, n := range []int{0, 10, PreviewBytes, PreviewBytes + 1, 4 * PreviewBytes} {
 		for _, unit := range []string{"a", "é", "€", "😀", "\xff"} {
 			v := strings.Repeat(unit, n/len(unit)+1)
-			s := Summary(kafka.Message{Topic: "t", Value: []byte(v)}, time.Time{}, 1, "e", "", 0)
+			s := Summary(kafka.Message{Topic: "t", Key: []byte(v), Value: []byte(v)}, time.Time{}, 1, "e", "", 0)
+			if s.Key != s.Value {
+				t.Errorf("%d × %q: key preview %q, value preview %q: want the same", n, unit, s.Key, s.Value)
+			}
 			if !utf8.ValidString(s.Value) || len(s.Value) > PreviewBytes*3 || s.ValueSize != len(v) {
 				t.Errorf("%d × %q: preview of %d bytes (valid %v), size %d", n, unit, len(s.Value), utf8.ValidString(s.Value), s.ValueSize)
 			}

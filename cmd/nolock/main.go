@@ -116,8 +116,8 @@ fails.`,
 		about: `Lists, replays or purges the messages an inbox (-inbox NAME, its consumer
 name) or a partition consumer (-group GROUP) parked. list pages through
 every one (-topic and -partition keep some): its ID (topic/partition@offset),
-when it was parked, its attempts, its key, the first 256 bytes of its value
-and the last error. purge deletes one ID, or with -older-than every one
+when it was parked, its attempts, the first 256 bytes of its key and of its
+value, and the last error. purge deletes one ID, or with -older-than every one
 parked longer ago than that, without applying it.
 
 list and purge read the table directly (-postgres, through the package's

@@ -39,16 +39,16 @@ type PartitionStats struct {
 	// either is unknown.
 	Lag int64
 
-	Messages int64 // messages applied: committed with the Handler's effects
-	Batches  int64 // batches done: applied, or split and applied or parked one by one
-	Parked   int64 // messages parked (see WithAttempts)
-	Skipped  int64 // control records and records of aborted transactions left out
+	Messages    int64 // messages applied: committed with the Handler's effects
+	Batches     int64 // batches done: applied, or split and applied or parked one by one
+	Parked      int64 // messages parked (see WithAttempts)
+	Skipped     int64 // control records and records of aborted transactions left out
+	FetchErrors int64 // failed reads and classifying fetches, each retried or ending the worker
 	// Duplicates counts messages of batches that an earlier attempt had
 	// committed although its commit was reported lost: found applied by
 	// the fence, not applied again (Messages counts them once). Each such
 	// batch is logged at Info.
-	Duplicates  int64
-	FetchErrors int64 // failed reads and classifying fetches, each retried or ending the worker
+	Duplicates int64
 }
 
 // Stats returns a snapshot of every partition this member owns now (a

@@ -130,3 +130,20 @@ func withParam(dsn, param string) string {
 	}
 	return dsn + "?" + param
 }
+
+// On the three-broker cluster a topic replicated three times with
+// min.insync.replicas 2 passes; with a broker down its partitions are
+// under-replicated and the doctor says so.
+func TestDoctorKafkaCluster(t *testing.T) {
+	k := testenv.Kafka3(t)
+	k.Lock()
+	topic := k.CreateTopic(3)
+	brokers := strings.Join(k.Brokers(), ",")
+	_, fs := doctorFindings(t, "-postgres", testenv.PostgresDSN(t), "-kafka", brokers, "-topic", topic)
+	want(t, fs, "kafka", "3 broker(s)", pass)
+	want(t, fs, "kafka", "replication 3, min.insync.replicas 2", pass)
+	k.Kill(3)
+	defer k.Start(3)
+	_, fs = doctorFindings(t, "-postgres", testenv.PostgresDSN(t), "-kafka", brokers, "-topic", topic)
+	want(t, fs, "kafka", "under-replicated", warn)
+}

@@ -20,12 +20,23 @@ import (
 	"github.com/nolock/nolock/observe"
 )
 
-// DB is what a Client needs from pgx: a *pgxpool.Pool satisfies it, and so
-// does any wrapper of one (to count statements or inject faults). It must
-// be safe for concurrent use, since renewals run beside the caller's own
-// calls: a single *pgx.Conn is not, and a pgx.Tx is refused (every
-// statement of a lease must commit on its own). It may grow in later
-// versions.
+// DB is what a Client needs from pgx: a *pgxpool.Pool. It may grow in
+// later versions. Per handle:
+//
+//   - A pool: the Client's renewals, acquisitions and releases each take a
+//     connection of their own, concurrently.
+//   - A *pgx.Conn is refused (ErrInvalid): renewals run on the Client's
+//     goroutines beside your calls, and a *pgx.Conn runs one statement at
+//     a time (tried: eight goroutines acquiring and releasing through one
+//     connection hung, a Release still blocked nine minutes later). A renewal that timed out would
+//     also close it (pgx closes a connection whose statement's context
+//     ended), after which no lock could be renewed or taken again.
+//   - A pgx.Tx is refused (ErrInvalid): every acquisition, renewal and
+//     release must commit on its own for others to see it.
+//
+// A wrapper of yours that New cannot see through (to count statements or
+// inject faults) is taken as is: it must be safe for concurrent use and
+// commit each statement on its own, as a pool does.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -141,7 +152,8 @@ type Client struct {
 	sql  statements
 }
 
-// New returns a Client on db. Options are validated before any I/O:
+// New returns a Client on db, a *pgxpool.Pool (see DB: a *pgx.Conn and a
+// pgx.Tx are refused with ErrInvalid). Options are validated before any I/O:
 // invalid settings return an error wrapping ErrInvalid that names them.
 // New does not contact the database.
 func New(db DB, opts ...Option) (*Client, error) {
@@ -167,8 +179,11 @@ func (c *config) validate(db DB) error {
 	if pgarg.NilDB(db) {
 		return invalid("db is nil")
 	}
-	if _, ok := db.(pgx.Tx); ok {
-		return invalid("db is a transaction; pass a pool")
+	switch pgarg.Single(db) {
+	case "a pgx.Tx":
+		return invalid("db is a pgx.Tx: every acquisition, renewal and release must commit on its own; pass a *pgxpool.Pool")
+	case "a *pgx.Conn":
+		return invalid("db is a *pgx.Conn: renewals run beside your calls, and a connection runs one statement at a time; pass a *pgxpool.Pool")
 	}
 	switch {
 	case c.table == "" || len(c.table) > maxTableLen:

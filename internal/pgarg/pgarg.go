@@ -59,3 +59,18 @@ func NilDB(db any) bool {
 	}
 	return false
 }
+
+// Single names the one-connection pgx handle db is, for a constructor
+// whose type runs statements from goroutines of its own or beside its
+// callers' (a *pgx.Conn and a pgx.Tx run one statement at a time), or ""
+// for any other db: a pool, or a wrapper the caller made, which is taken
+// as is.
+func Single(db any) string {
+	switch db.(type) {
+	case *pgx.Conn:
+		return "a *pgx.Conn"
+	case pgx.Tx:
+		return "a pgx.Tx"
+	}
+	return ""
+}

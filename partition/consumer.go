@@ -57,7 +57,22 @@ type Handler func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error
 
 // DB is what a Consumer needs from PostgreSQL: transactions, concurrently.
 // A *pgxpool.Pool fits; size it for one connection per partition this
-// member may own, plus one. It may grow in later versions.
+// member may own, plus one. It may grow in later versions. Per handle:
+//
+//   - A pool: each partition's worker begins its batches' transactions on
+//     a connection of its own, concurrently with the others.
+//   - A *pgx.Conn is refused (ErrInvalid): the workers of the partitions
+//     this member owns run their transactions concurrently, and a commit
+//     whose wait ended runs on after its worker moved on, while a
+//     connection runs one statement at a time.
+//   - A pgx.Tx is refused (ErrInvalid): each batch's transaction must
+//     commit on its own, with its epoch check and offset, before the
+//     batch's Kafka offsets are committed; inside yours nothing would be
+//     durable when they are.
+//
+// A wrapper of yours that New cannot see through (for metrics or tracing)
+// is taken as is: its Begin must be safe for concurrent use and begin a
+// transaction that commits on its own, as a pool's does.
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
@@ -116,6 +131,9 @@ type Consumer struct {
 func New(db DB, brokers []string, group string, topics []string, opts ...Option) (*Consumer, error) {
 	if pgarg.NilDB(db) {
 		return nil, invalid("db is nil")
+	}
+	if h := pgarg.Single(db); h != "" {
+		return nil, invalid("db is %s: the partitions' workers run transactions concurrently, each committing on its own; pass a *pgxpool.Pool", h)
 	}
 	cfg, err := newConfig(brokers, group, topics, opts)
 	if err != nil {

@@ -37,7 +37,9 @@ type Accounts struct {
 // otherwise.
 const DefaultAccountsTable = "nolock_accounts"
 
-// NewAccounts returns Accounts on db, usually a *pgxpool.Pool. Run its
+// NewAccounts returns Accounts on db, a *pgxpool.Pool: a *pgx.Conn or a
+// pgx.Tx is refused with ErrInvalid (see DB; DebitIn and CreditIn take
+// them per call). Run its
 // CreateSchema (or put its Schema in your migrations) first.
 func NewAccounts(db DB, opts ...Option) (*Accounts, error) {
 	cfg := stockDefaults(config{table: DefaultAccountsTable, column: "balance", keyArg: "account", amountArg: "amount"})
@@ -88,7 +90,8 @@ func (a *Accounts) Debit(ctx context.Context, account string, amount int64) erro
 
 // DebitIn is Debit inside the caller's transaction tx, not coalesced: it
 // commits or rolls back with tx, and never reports ErrAmbiguousCommit (the
-// caller's COMMIT decides).
+// caller's COMMIT decides). tx may also be a pool or a *pgx.Conn, where
+// the debit commits on its own (see DB).
 func (a *Accounts) DebitIn(ctx context.Context, tx DB, account string, amount int64) error {
 	return a.s.TakeIn(ctx, tx, account, amount)
 }
@@ -102,7 +105,9 @@ func (a *Accounts) Credit(ctx context.Context, account string, amount int64) err
 	return a.s.add(ctx, nil, account, amount)
 }
 
-// CreditIn is Credit inside the caller's transaction tx, not coalesced.
+// CreditIn is Credit inside the caller's transaction tx, not coalesced: it
+// commits or rolls back with tx. tx may also be a pool or a *pgx.Conn,
+// where the credit commits on its own (see DB).
 func (a *Accounts) CreditIn(ctx context.Context, tx DB, account string, amount int64) error {
 	if pgarg.NilDB(tx) {
 		return condcore.Invalid("tx is nil")

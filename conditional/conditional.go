@@ -12,8 +12,38 @@ import (
 	"github.com/nolock/nolock/internal/pgmode"
 )
 
-// DB is what this package needs from pgx: a *pgxpool.Pool, a *pgx.Conn or a
-// pgx.Tx all satisfy it. It may grow in later versions.
+// DB is what this package needs from pgx: a *pgxpool.Pool, a *pgx.Conn or
+// a pgx.Tx satisfies it. It may grow in later versions. What each handle
+// gives depends on the call:
+//
+//   - NewStock and NewAccounts take a pool only: a *pgx.Conn or a pgx.Tx
+//     is refused with ErrInvalid, since the coalesced takes, debits and
+//     credits of different keys run concurrently on goroutines of the
+//     Stock, and such a handle runs one statement at a time (tried: 280
+//     of 320 concurrent takes of 8 keys on one *pgx.Conn failed with
+//     "conn busy"). To take in your transaction, or on your connection,
+//     pass it per call to TakeIn, DebitIn or CreditIn.
+//   - NewHolds takes any of the three. On a pool, a Holds is safe for
+//     concurrent use. On a *pgx.Conn, use it from one goroutine at a time
+//     (as the connection itself); each call waits for its own commit,
+//     whatever its ctx does (at most pgoutcome.CommitTimeout), so nothing
+//     runs on the connection once a call returned. On a pgx.Tx, use it
+//     from one goroutine at a time too: it commits nothing itself, so its
+//     holds, confirms and releases are applied in your transaction, and
+//     commit or roll back with it; it never reports ErrAmbiguousCommit
+//     (your COMMIT decides).
+//   - TakeIn, DebitIn, CreditIn and Fenced.Update take the handle per
+//     call, any of the three. In a pgx.Tx (the point of them) the effect
+//     is applied in your transaction and commits or rolls back with it.
+//     On a pool or a *pgx.Conn it commits on its own; on a *pgx.Conn, a
+//     statement whose ctx ended after it was sent runs on to its end (at
+//     most pgoutcome.CommitTimeout), and the connection stays busy until
+//     then.
+//
+// A wrapper of yours that a constructor cannot see through (to count
+// statements or inject faults) is taken as is, as a pool: it must then be
+// safe for concurrent use and commit each statement outside a transaction
+// on its own.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)

@@ -36,8 +36,8 @@ import (
 // above any issued passes, and then fences out everyone below it), does
 // not fence effects outside the row, and does not create rows.
 //
-// A Fenced is safe for concurrent use, and works on any DB, including a
-// caller's pgx.Tx. An Update outside a transaction whose caller stopped
+// A Fenced is safe for concurrent use, and works on any DB given per call:
+// a pool, a *pgx.Conn or a caller's pgx.Tx (see DB). An Update outside a transaction whose caller stopped
 // waiting (its ctx ended) runs on to its end, at most
 // pgoutcome.CommitTimeout; Close waits for those.
 type Fenced struct {

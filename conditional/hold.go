@@ -38,9 +38,11 @@ import (
 // confirm an expired hold, but work a holder does elsewhere while it thinks
 // it holds is not fenced (see Fenced). Holds never deletes a row.
 //
-// A Holds is safe for concurrent use. A commit whose caller stopped
-// waiting (its ctx ended) runs on to its end, at most
-// pgoutcome.CommitTimeout; Close waits for those. It is cheap to make: to
+// A Holds on a pool is safe for concurrent use; on a *pgx.Conn or a pgx.Tx
+// use it from one goroutine at a time (see DB). A commit whose caller
+// stopped waiting (its ctx ended) runs on to its end, at most
+// pgoutcome.CommitTimeout; Close waits for those (on a *pgx.Conn the call
+// waits instead). It is cheap to make: to
 // confirm in the same transaction as your own writes (the order, the
 // payment), make one with NewHolds on that pgx.Tx; one made on a pgx.Tx
 // commits nothing itself and needs no Close.
@@ -61,7 +63,8 @@ var holdSQL string
 // otherwise.
 const DefaultHoldsTable = "nolock_holds"
 
-// NewHolds returns a Holds on db, usually a *pgxpool.Pool. Run its
+// NewHolds returns a Holds on db: a *pgxpool.Pool (the usual), a
+// *pgx.Conn or a pgx.Tx (see DB for what each gives). Run its
 // CreateSchema (or put its Schema in your migrations) first.
 func NewHolds(db DB, opts ...Option) (*Holds, error) {
 	cfg := config{table: DefaultHoldsTable}
@@ -78,6 +81,9 @@ func NewHolds(db DB, opts ...Option) (*Holds, error) {
 	// $3 is the TTL in microseconds, the resolution of timestamptz.
 	const until = `$3::bigint * interval '1 microsecond'`
 	pg := new(pgerr.Committer)
+	if _, conn := db.(*pgx.Conn); conn {
+		pg = pgerr.Inline() // each call waits for its commit: the connection is free when it returns
+	}
 	return &Holds{
 		db:        db,
 		obs:       cfg.obs,

@@ -82,7 +82,8 @@ type bucketKey struct {
 	bucket int
 }
 
-// NewStock returns a Stock on db, usually a *pgxpool.Pool. Run its
+// NewStock returns a Stock on db, a *pgxpool.Pool: a *pgx.Conn or a pgx.Tx
+// is refused with ErrInvalid (see DB; TakeIn takes them per call). Run its
 // CreateSchema (or put its Schema in your migrations) first.
 func NewStock(db DB, opts ...Option) (*Stock, error) {
 	cfg := stockDefaults(config{table: DefaultStockTable, column: "qty", keyArg: "key", amountArg: "n"})
@@ -102,6 +103,8 @@ func newStock(db DB, cfg config) (*Stock, error) {
 	switch {
 	case pgarg.NilDB(db):
 		return nil, invalid("db is nil")
+	case pgarg.Single(db) != "":
+		return nil, invalid("db is %s: coalesced statements run concurrently on the Stock's goroutines; pass a *pgxpool.Pool, and your transaction to TakeIn, DebitIn or CreditIn", pgarg.Single(db))
 	case cfg.buckets < 1 || cfg.buckets > 1024:
 		return nil, invalid("WithBuckets(%d): outside [1, 1024]", cfg.buckets)
 	case cfg.maxBatch < 1 || cfg.maxBatch > 10000:
@@ -168,10 +171,11 @@ func (s *Stock) Take(ctx context.Context, key string, n int64) error {
 	return s.take(ctx, nil, key, n)
 }
 
-// TakeIn is Take inside the caller's transaction tx (any DB works; a
-// pgx.Tx is the point): one plain conditional statement, not coalesced,
-// whose effect commits or rolls back with tx. The row stays locked until
-// tx ends, so keep tx short on a hot key.
+// TakeIn is Take inside the caller's transaction tx: one plain conditional
+// statement, not coalesced, whose effect commits or rolls back with tx,
+// and never ErrAmbiguousCommit (your COMMIT decides). The row stays locked
+// until tx ends, so keep tx short on a hot key. tx may also be a pool or a
+// *pgx.Conn, where the take commits on its own (see DB).
 func (s *Stock) TakeIn(ctx context.Context, tx DB, key string, n int64) error {
 	if err := checkCtx(ctx); err != nil {
 		return err

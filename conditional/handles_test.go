@@ -20,11 +20,7 @@ func handles(t *testing.T) (*pgxpool.Pool, *pgx.Conn, pgx.Tx) {
 	t.Helper()
 	ctx := context.Background()
 	pool, schema := testenv.PostgresSchema(t, 0)
-	conn, err := pgx.Connect(ctx, testenv.PostgresDSNFor(t, schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	conn := testenv.PostgresConn(t, schema)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -18,11 +18,7 @@ func TestNewRefusesOneConnectionHandles(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, schema := testenv.PostgresSchema(t, 0)
-	conn, err := pgx.Connect(ctx, testenv.PostgresDSNFor(t, schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := testenv.PostgresConn(t, schema)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

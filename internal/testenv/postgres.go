@@ -63,6 +63,19 @@ func PostgresDSNFor(t testing.TB, schema string) string {
 	return dsn
 }
 
+// PostgresConn opens a *pgx.Conn on the test server with search_path set
+// to schema, and closes it when the test ends: for tests of a package on
+// a single connection rather than a pool.
+func PostgresConn(t testing.TB, schema string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), PostgresDSNFor(t, schema))
+	if err != nil {
+		t.Fatalf("testenv: connect: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
 // Pool opens a pool on dsn (maxConns 0 means the default) and closes it when
 // the test ends.
 func Pool(t testing.TB, dsn string, maxConns int32) *pgxpool.Pool {

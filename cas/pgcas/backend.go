@@ -20,8 +20,33 @@ import (
 	"github.com/nolock/nolock/internal/pgschema"
 )
 
-// DB is what Backend needs from pgx: a *pgxpool.Pool or a
-// *pgx.Conn. It may grow in later versions.
+// DB is what Backend needs from pgx: a *pgxpool.Pool, a *pgx.Conn or a
+// pgx.Tx satisfies it. It may grow in later versions. NewBackend accepts
+// those three; what each gives:
+//
+//   - A pool: each operation is one statement that commits on its own, on
+//     a connection of its own, concurrently with the others. A commit
+//     whose caller stopped waiting runs on, and Close waits for it.
+//   - A *pgx.Conn: the same, one statement at a time: the Backend's
+//     operations (a Store's concurrent Updates and its combined batches)
+//     queue for the connection, and you must not use it yourself while
+//     one runs. A Create, Put or Delete waits for its statement to end,
+//     whatever its ctx does (at most pgoutcome.CommitTimeout), so that
+//     nothing runs on the connection once it returned; a Get whose ctx
+//     ends while it runs has pgx close the connection, after which every
+//     operation fails.
+//   - A pgx.Tx, your transaction: the operations queue for it too, and
+//     commit nothing: a Create, Put or Delete is applied in your
+//     transaction, and is durable, and visible to others, only once you
+//     commit it (a rollback takes it back). The rows it wrote stay locked
+//     until then, so another writer of the key waits for your
+//     transaction. It never reports cas.ErrAmbiguousCommit (your COMMIT
+//     decides). A statement that fails aborts your transaction; a lost
+//     compare-and-set does not (it changes no row).
+//
+// A wrapper of yours that NewBackend cannot see through is taken as is, as
+// a pool: it must then be safe for concurrent use and commit each
+// statement on its own.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -44,6 +69,8 @@ type Backend struct {
 	db                                           DB
 	pg                                           *pgerr.Committer // its writes; Close waits for their commits
 	over                                         pgmode.Override  // for db's statements
+	turn                                         chan struct{}    // one statement at a time on a *pgx.Conn or pgx.Tx; nil on a pool
+	inTx                                         bool             // db is a pgx.Tx
 	schema, getSQL, createSQL, putSQL, deleteSQL string
 }
 
@@ -57,7 +84,8 @@ type backendConfig struct{ table string }
 // quoted, never interpolated raw.
 func WithTable(name string) Option { return func(c *backendConfig) { c.table = name } }
 
-// NewBackend returns a Backend on db. Run its CreateSchema (or put
+// NewBackend returns a Backend on db: a *pgxpool.Pool (the usual), a
+// *pgx.Conn or a pgx.Tx (see DB for what each gives). Run its CreateSchema (or put
 // its Schema in your migrations) first. A nil db, a nil option or a table
 // name WithTable cannot use is cas.ErrInvalid, naming it.
 func NewBackend(db DB, opts ...Option) (*Backend, error) {
@@ -74,10 +102,18 @@ func NewBackend(db DB, opts ...Option) (*Backend, error) {
 	}
 	t := pgx.Identifier{table}.Sanitize()
 	pg := new(pgerr.Committer)
+	var turn chan struct{}
+	if pgarg.Single(db) != "" {
+		pg = pgerr.Inline() // each operation waits for its commit: the handle is free when it returns
+		turn = make(chan struct{}, 1)
+	}
+	_, inTx := db.(pgx.Tx)
 	return &Backend{
 		db:        db,
 		pg:        pg,
 		over:      pg.For(db),
+		turn:      turn,
+		inTx:      inTx,
 		schema:    strings.ReplaceAll(postgresSQL, "{{table}}", t),
 		getSQL:    `SELECT value, version FROM ` + t + ` WHERE key = $1`,
 		createSQL: `INSERT INTO ` + t + ` (key, version, value) VALUES ($1, 1, $2) ON CONFLICT (key) DO NOTHING`,
@@ -102,6 +138,10 @@ func (p *Backend) CreateSchema(ctx context.Context) error {
 	if err := casstore.CheckCtx(ctx); err != nil {
 		return err
 	}
+	if err := p.take(ctx, "create schema", ""); err != nil {
+		return err
+	}
+	defer p.give()
 	if err := pgschema.Create(ctx, p.db, p.schema); err != nil {
 		return errfmt.Errorf("cas: create schema: %w", err)
 	}
@@ -127,6 +167,10 @@ func (p *Backend) Get(ctx context.Context, key string) ([]byte, int64, error) {
 	if err := casstore.CheckCtx(ctx); err != nil {
 		return nil, 0, err
 	}
+	if err := p.take(ctx, "get", key); err != nil {
+		return nil, 0, err
+	}
+	defer p.give()
 	var b []byte
 	var ver int64
 	err := p.over.QueryRow(ctx, p.db, p.getSQL, key).Scan(&b, &ver)
@@ -141,12 +185,13 @@ func (p *Backend) Get(ctx context.Context, key string) ([]byte, int64, error) {
 
 // Create implements cas.Backend.
 func (p *Backend) Create(ctx context.Context, key string, value []byte) error {
-	if err := casstore.NotSent(ctx, "create", key); err != nil {
+	if err := p.take(ctx, "create", key); err != nil {
 		return err
 	}
+	defer p.give()
 	tag, err := p.pg.Exec(ctx, p.db, p.createSQL, p.over.Args(key, value)...)
 	if err != nil {
-		return errfmt.Errorf("cas: create %q: %w", key, ambiguous(err))
+		return errfmt.Errorf("cas: create %q: %w", key, p.ambiguous(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return cas.ErrExists
@@ -156,13 +201,14 @@ func (p *Backend) Create(ctx context.Context, key string, value []byte) error {
 
 // Put implements cas.Backend.
 func (p *Backend) Put(ctx context.Context, key string, value []byte, version int64) (int64, error) {
-	if err := casstore.NotSent(ctx, "put", key); err != nil {
+	if err := p.take(ctx, "put", key); err != nil {
 		return 0, err
 	}
+	defer p.give()
 	var ver *int64
 	var existed bool
 	if err := p.pg.Row(ctx, p.db, p.putSQL, p.over.Args(key, value, version)...).Scan(&ver, &existed); err != nil {
-		return 0, errfmt.Errorf("cas: put %q: %w", key, ambiguous(err))
+		return 0, errfmt.Errorf("cas: put %q: %w", key, p.ambiguous(err))
 	}
 	switch {
 	case ver != nil:
@@ -175,12 +221,13 @@ func (p *Backend) Put(ctx context.Context, key string, value []byte, version int
 
 // Delete implements cas.Backend.
 func (p *Backend) Delete(ctx context.Context, key string, version int64) error {
-	if err := casstore.NotSent(ctx, "delete", key); err != nil {
+	if err := p.take(ctx, "delete", key); err != nil {
 		return err
 	}
+	defer p.give()
 	var deleted, existed bool
 	if err := p.pg.Row(ctx, p.db, p.deleteSQL, p.over.Args(key, version)...).Scan(&deleted, &existed); err != nil {
-		return errfmt.Errorf("cas: delete %q: %w", key, ambiguous(err))
+		return errfmt.Errorf("cas: delete %q: %w", key, p.ambiguous(err))
 	}
 	switch {
 	case deleted:
@@ -191,10 +238,32 @@ func (p *Backend) Delete(ctx context.Context, key string, version int64) error {
 	return cas.ErrConflict
 }
 
+// take waits for p's turn on a *pgx.Conn or pgx.Tx (see DB), and returns an
+// error saying that op on key was not sent if ctx ends first; give ends
+// the turn.
+func (p *Backend) take(ctx context.Context, op, key string) error {
+	if err := casstore.NotSent(ctx, op, key); err != nil || p.turn == nil {
+		return err
+	}
+	select {
+	case p.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return casstore.NotSent(ctx, op, key)
+	}
+}
+
+func (p *Backend) give() {
+	if p.turn != nil {
+		<-p.turn
+	}
+}
+
 // ambiguous wraps err with cas.ErrAmbiguousCommit when the statement may have
-// committed before the connection failed.
-func ambiguous(err error) error {
-	if pgerr.Ambiguous(err) {
+// committed before the connection failed: never inside the caller's
+// transaction, where nothing commits until the caller does.
+func (p *Backend) ambiguous(err error) error {
+	if !p.inTx && pgerr.Ambiguous(err) {
 		return errfmt.Errorf("%w: %w", cas.ErrAmbiguousCommit, err)
 	}
 	return pgmode.Explain(err)

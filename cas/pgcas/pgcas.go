@@ -15,7 +15,8 @@ import (
 	"github.com/nolock/nolock/internal/pgmode"
 )
 
-// Beginner is what Retry needs: a *pgxpool.Pool or a *pgx.Conn.
+// Beginner is what Retry needs: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx
+// (see Retry for what each gives), or a wrapper of yours, taken as is.
 type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
@@ -37,6 +38,16 @@ type Beginner interface {
 // because the server connection did not keep pgx's named prepared
 // statement (PgBouncer in transaction pooling, pgx's cache_statement
 // mode) ran nothing: it is made again at once, its statements unnamed.
+//
+// db may be a pool or a *pgx.Conn (each attempt a transaction that
+// commits on its own; on a *pgx.Conn, nothing else may use the connection
+// while Retry runs), or your pgx.Tx: then each attempt is a savepoint of
+// it, a conflict rolls back to the savepoint and tries again, and the
+// effect is applied in your transaction: durable only once you commit it,
+// taken back if you roll it back. Inside it Retry never reports
+// cas.ErrAmbiguousCommit (your COMMIT decides), and a serialization
+// failure under Repeatable Read or Serializable aborts your transaction:
+// run it Read Committed, or roll back and run it again.
 func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) error, opts ...cas.Option) error {
 	switch {
 	case ctx == nil:
@@ -47,6 +58,7 @@ func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx
 		return casstore.Invalid("fn is nil")
 	}
 	pg := pgerr.Inline() // the call's own: what it learns, its commits
+	_, nested := db.(pgx.Tx)
 	attempt := func(ctx context.Context) error {
 		tx, err := pg.Begin(ctx, db)
 		if err != nil {
@@ -57,7 +69,7 @@ func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx
 			return err
 		}
 		if err := tx.Commit(ctx); err != nil {
-			if pgerr.Ambiguous(err) {
+			if !nested && pgerr.Ambiguous(err) {
 				return errfmt.Errorf("%w: %w", cas.ErrAmbiguousCommit, err)
 			}
 			return err
@@ -73,7 +85,8 @@ func Retry(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx
 	}, opts...)
 }
 
-// Execer is what Exec needs: a pgx.Tx, a *pgxpool.Pool or a *pgx.Conn.
+// Execer is what Exec needs: a pgx.Tx, a *pgxpool.Pool or a *pgx.Conn (see
+// Exec), or a wrapper of yours, taken as is.
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
@@ -83,7 +96,11 @@ type Execer interface {
 //	UPDATE docs SET body = $1, version = version + 1 WHERE id = $2 AND version = $3
 //
 // and returns cas.ErrConflict when it changed no row: the version moved on (or
-// the row is gone; read it again to tell). Use it inside Retry.
+// the row is gone; read it again to tell). Use it inside Retry, on its
+// tx. On a pgx.Tx the statement is applied in that transaction; on a pool
+// or a *pgx.Conn it commits on its own, and Exec, which classifies
+// nothing, returns pgx's error as is (see pgoutcome.Of for whether it may
+// have committed).
 func Exec(ctx context.Context, db Execer, sql string, args ...any) error {
 	switch {
 	case ctx == nil:

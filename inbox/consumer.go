@@ -10,6 +10,7 @@ import (
 	"github.com/nolock/nolock/internal/kafkadial"
 	"github.com/nolock/nolock/internal/kafkatxn"
 	"github.com/nolock/nolock/internal/notify"
+	"github.com/nolock/nolock/internal/pgarg"
 )
 
 // Reader is what Run needs from a *kafka.Reader configured with a GroupID.
@@ -63,8 +64,10 @@ type Reader interface {
 //
 // The partitions' transactions run concurrently, so the Inbox's DB should
 // be a pool (a *pgxpool.Pool) with a connection per partition being
-// worked on; on a single *pgx.Conn or a pgx.Tx, Run processes one batch
-// at a time.
+// worked on; on a single *pgx.Conn, Run processes one batch at a time. On
+// an Inbox made on a pgx.Tx, Run returns ErrInvalid at once: it commits
+// Kafka offsets after each batch, which would then be durable before the
+// batch is.
 func (in *Inbox) Run(ctx context.Context, r Reader, h Handler) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
@@ -74,6 +77,8 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler) error {
 		return invalid("reader is nil")
 	case h == nil:
 		return invalid("handler is nil")
+	case pgarg.Single(in.db) == "a pgx.Tx":
+		return invalid("db is a pgx.Tx: Run commits Kafka offsets that your rollback would not take back; make the Inbox on a pool, or call Process in your transaction")
 	}
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
@@ -99,8 +104,6 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler) error {
 		}
 	}
 	if _, ok := in.db.(*pgx.Conn); ok {
-		p.serial = new(sync.Mutex)
-	} else if _, ok := in.db.(pgx.Tx); ok {
 		p.serial = new(sync.Mutex)
 	}
 	err := p.dispatch()

@@ -71,8 +71,34 @@ func checkCtx(ctx context.Context) error {
 // from it.
 type Handler func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error
 
-// DB is what an Inbox needs: a *pgxpool.Pool (or a *pgx.Conn, used by one
-// goroutine). It may grow in later versions.
+// DB is what an Inbox needs: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx
+// satisfies it. It may grow in later versions. New accepts those three;
+// what each gives:
+//
+//   - A pool: each batch is a transaction of its own, on a connection of
+//     its own; Run works on its partitions concurrently, and Process may
+//     be called concurrently. A commit whose caller stopped waiting runs
+//     on, and Close waits for it.
+//   - A *pgx.Conn: the same, one transaction at a time: Run processes one
+//     batch at a time over all partitions, and Process, ListParked and
+//     the other calls must not run concurrently with each other or with
+//     Run (the connection runs one statement at a time). A call waits for
+//     its commit to end, whatever its ctx does (at most
+//     pgoutcome.CommitTimeout), so that nothing runs on the connection
+//     once it returned.
+//   - A pgx.Tx, your transaction: each batch is a savepoint of it and
+//     commits nothing: the handler's effects and the inbox's records are
+//     applied in your transaction, durable only once you commit it, and a
+//     rollback of yours takes them back, so the messages count as new
+//     again. Process and the other calls must not run concurrently; Run
+//     refuses (ErrInvalid), since the Kafka offsets it commits would be
+//     durable before your transaction is.
+//     The batch timeout does not bind your transaction (only the
+//     handler's ctx bounds a batch).
+//
+// A wrapper of yours that New cannot see through (for metrics or tracing)
+// is taken as is, as a pool: it must then be safe for concurrent use and
+// begin transactions that commit on their own.
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -140,8 +166,9 @@ const longestSuffix = "_processed_at"
 //go:embed inbox.sql
 var schemaSQL string
 
-// New returns an Inbox for the consumer named consumer (usually the Kafka
-// group ID: each consumer processes a message once). Run its CreateSchema,
+// New returns an Inbox on db, a *pgxpool.Pool (the usual), a *pgx.Conn or
+// a pgx.Tx (see DB for what each gives), for the consumer named consumer
+// (usually the Kafka group ID: each consumer processes a message once). Run its CreateSchema,
 // or put its Schema in your migrations, first.
 //
 // An identity is recorded per consumer name, not per topic: ids must be
@@ -171,6 +198,9 @@ func New(db DB, consumer string, opts ...Option) (*Inbox, error) {
 		return nil, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	in.pg = new(pgerr.Committer)
+	if pgarg.Single(db) != "" {
+		in.pg = pgerr.Inline() // each call waits for its commit: the handle is free when it returns
+	}
 	in.over = in.pg.For(db)
 	if in.log == nil {
 		in.log = slog.New(slog.DiscardHandler)

@@ -19,10 +19,9 @@ import (
 //   - NewStock and NewAccounts take a pool only: a *pgx.Conn or a pgx.Tx
 //     is refused with ErrInvalid, since the coalesced takes, debits and
 //     credits of different keys run concurrently on goroutines of the
-//     Stock, and such a handle runs one statement at a time (tried: 280
-//     of 320 concurrent takes of 8 keys on one *pgx.Conn failed with
-//     "conn busy"). To take in your transaction, or on your connection,
-//     pass it per call to TakeIn, DebitIn or CreditIn.
+//     Stock, and such a handle runs one statement at a time. To take in
+//     your transaction, or on your connection, pass it per call to
+//     TakeIn, DebitIn or CreditIn.
 //   - NewHolds takes any of the three. On a pool, a Holds is safe for
 //     concurrent use. On a *pgx.Conn, use it from one goroutine at a time
 //     (as the connection itself); each call waits for its own commit,

@@ -27,10 +27,9 @@ import (
 //     connection of their own, concurrently.
 //   - A *pgx.Conn is refused (ErrInvalid): renewals run on the Client's
 //     goroutines beside your calls, and a *pgx.Conn runs one statement at
-//     a time (tried: eight goroutines acquiring and releasing through one
-//     connection hung, a Release still blocked nine minutes later). A renewal that timed out would
-//     also close it (pgx closes a connection whose statement's context
-//     ended), after which no lock could be renewed or taken again.
+//     a time. A renewal that timed out would also close it (pgx closes a
+//     connection whose statement's context ended), after which no lock
+//     could be renewed or taken again.
 //   - A pgx.Tx is refused (ErrInvalid): every acquisition, renewal and
 //     release must commit on its own for others to see it.
 //

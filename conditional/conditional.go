@@ -34,10 +34,10 @@ import (
 //   - TakeIn, DebitIn, CreditIn and Fenced.Update take the handle per
 //     call, any of the three. In a pgx.Tx (the point of them) the effect
 //     is applied in your transaction and commits or rolls back with it.
-//     On a pool or a *pgx.Conn it commits on its own; on a *pgx.Conn, a
-//     statement whose ctx ended after it was sent runs on to its end (at
-//     most pgoutcome.CommitTimeout), and the connection stays busy until
-//     then.
+//     On a pool or a *pgx.Conn it commits on its own; on a *pgx.Conn the
+//     call waits for its commit, whatever its ctx does (at most
+//     pgoutcome.CommitTimeout), so nothing runs on the connection once it
+//     returned.
 //
 // A wrapper of yours that a constructor cannot see through (to count
 // statements or inject faults) is taken as is, as a pool: it must then be
@@ -68,4 +68,16 @@ func classifyOn(db DB, err error) error {
 		return pgmode.Explain(err)
 	}
 	return classify(err)
+}
+
+// committerOn returns own, the Committer of the value called, or for a
+// *pgx.Conn given per call an inline one: the commit then runs in the
+// caller's goroutine whatever its ctx does (at most
+// pgoutcome.CommitTimeout), so that nothing runs on the caller's
+// connection once the call returned.
+func committerOn(own *pgerr.Committer, db DB) *pgerr.Committer {
+	if _, ok := db.(*pgx.Conn); ok {
+		return pgerr.Inline()
+	}
+	return own
 }

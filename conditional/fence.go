@@ -37,9 +37,10 @@ import (
 // not fence effects outside the row, and does not create rows.
 //
 // A Fenced is safe for concurrent use, and works on any DB given per call:
-// a pool, a *pgx.Conn or a caller's pgx.Tx (see DB). An Update outside a transaction whose caller stopped
-// waiting (its ctx ended) runs on to its end, at most
-// pgoutcome.CommitTimeout; Close waits for those.
+// a pool, a *pgx.Conn or a caller's pgx.Tx (see DB). An Update on a pool
+// whose caller stopped waiting (its ctx ended) runs on to its end, at most
+// pgoutcome.CommitTimeout; Close waits for those. On a *pgx.Conn the
+// Update waits for its end instead.
 type Fenced struct {
 	table, key, fence string // quoted
 	keyCol, fenceCol  string // as given, to check set's columns
@@ -140,7 +141,7 @@ func (f *Fenced) update(ctx context.Context, db DB, key any, token int64, set ma
 	b.WriteString("SELECT EXISTS (SELECT FROM u), EXISTS (SELECT FROM " + f.table + " WHERE " + f.key + " = $2)")
 
 	var done, exists bool
-	if err := f.pg.Row(ctx, db, b.String(), f.pg.ForEach(db).Args(args...)...).Scan(&done, &exists); err != nil {
+	if err := committerOn(f.pg, db).Row(ctx, db, b.String(), f.pg.ForEach(db).Args(args...)...).Scan(&done, &exists); err != nil {
 		return errfmt.Errorf("conditional: fenced update: %w", classifyOn(db, err))
 	}
 	switch {

@@ -179,3 +179,49 @@ func TestHoldsAndFencedOnAConn(t *testing.T) {
 		t.Fatalf("after a rolled-back update: %+v; want v5 at fence 5", d)
 	}
 }
+
+// TakeIn on a *pgx.Conn waits for its commit whatever its ctx does: a take
+// blocked on the row, whose ctx ends meanwhile, returns its own outcome
+// once the row is free, and leaves the connection free.
+func TestTakeInOnAConnWaitsForItsCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, conn, _ := handles(t)
+	s := newStock(t, pool)
+	if err := s.Put(ctx, "sku", 5); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if _, err := holder.Exec(ctx, `SELECT qty FROM nolock_stock WHERE key = 'sku' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	var pid uint32
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	takeCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.TakeIn(takeCtx, conn, "sku", 1) }()
+	for waiting := false; !waiting; { // the take waits for the holder's row lock
+		if err := pool.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("TakeIn whose ctx ended while its statement waited: %v; want its outcome, nil", err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatalf("the connection after TakeIn returned: %v", err)
+	}
+	if got := available(t, s, "sku"); got != 4 {
+		t.Fatalf("stock %d, want 4", got)
+	}
+}

@@ -102,7 +102,7 @@ func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error
 func (s *Stock) runOne(ctx context.Context, db DB, inTx bool, k bucketKey, n int64) ([]error, error) {
 	gen := s.restockGen()
 	o := s.overOn(db, inTx)
-	tag, err := s.pg.Exec(ctx, db, s.takeSQL, o.Args(k.key, k.bucket, n)...)
+	tag, err := committerOn(s.pg, db).Exec(ctx, db, s.takeSQL, o.Args(k.key, k.bucket, n)...)
 	if err != nil {
 		return nil, errfmt.Errorf("conditional: take %q: %w", k.key, classifyOn(db, err))
 	}
@@ -165,9 +165,9 @@ func tooLarge(err error) bool {
 // caller's transaction.
 func (s *Stock) addOne(ctx context.Context, db DB, inTx bool, k bucketKey, n int64) error {
 	o := s.overOn(db, inTx)
-	tag, err := s.pg.Exec(ctx, db, s.addSQL, o.Args(k.key, k.bucket, n)...)
+	tag, err := committerOn(s.pg, db).Exec(ctx, db, s.addSQL, o.Args(k.key, k.bucket, n)...)
 	if err == nil && tag.RowsAffected() == 0 && s.buckets > 1 {
-		tag, err = s.pg.Exec(ctx, db, s.addFirstSQL, o.Args(k.key, n)...) // the key may have fewer buckets
+		tag, err = committerOn(s.pg, db).Exec(ctx, db, s.addFirstSQL, o.Args(k.key, n)...) // the key may have fewer buckets
 	}
 	switch {
 	case tooLarge(err):

@@ -23,13 +23,14 @@ import (
 // locked buckets hold at least n between them, and the write commits with
 // the locks still held. Once the commit is sent ctx does not cancel it: if
 // ctx ends first, takeAcross stops waiting and returns ErrAmbiguousCommit,
-// and the commit runs on, tracked by the Stock's Close (see Take).
+// and the commit runs on, tracked by the Stock's Close (see Take); on a
+// *pgx.Conn given per call, takeAcross waits for it instead.
 func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n int64) error {
 	gen := s.restockGen()
 	if err := s.coverable(ctx, db, inTx, key, n, gen); err != nil {
 		return err
 	}
-	tx, err := s.pg.Begin(ctx, db)
+	tx, err := committerOn(s.pg, db).Begin(ctx, db)
 	if err != nil {
 		return errfmt.Errorf("conditional: take %q across buckets: %w", key, err)
 	}

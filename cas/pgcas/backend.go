@@ -139,7 +139,7 @@ func (p *Backend) CreateSchema(ctx context.Context) error {
 		return err
 	}
 	if err := p.take(ctx, "create schema", ""); err != nil {
-		return err
+		return errfmt.Errorf("cas: create schema: %w", ctx.Err())
 	}
 	defer p.give()
 	if err := pgschema.Create(ctx, p.db, p.schema); err != nil {

@@ -9,11 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/condcore"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
@@ -42,10 +41,10 @@ import (
 // use it from one goroutine at a time (see DB). A commit whose caller
 // stopped waiting (its ctx ended) runs on to its end, at most
 // pgoutcome.CommitTimeout; Close waits for those (on a *pgx.Conn the call
-// waits instead). It is cheap to make: to
-// confirm in the same transaction as your own writes (the order, the
-// payment), make one with NewHolds on that pgx.Tx; one made on a pgx.Tx
-// commits nothing itself and needs no Close.
+// waits instead). It is cheap to make: to confirm in the same transaction
+// as your own writes (the order, the payment), make one with NewHolds on
+// that pgx.Tx; one made on a pgx.Tx commits nothing itself and needs no
+// Close.
 type Holds struct {
 	db   DB
 	obs  observe.Observer

@@ -27,16 +27,23 @@ import (
 // UpdateOption.
 type Option func(*config)
 
-// The setters each constructor takes (see Option).
-var (
-	retrySetters = []string{"WithBackoff", "WithAttempts", "WithObserver", "WithLogger"}
-	storeSetters = []string{"WithBackoff", "WithAttempts", "WithObserver", "WithLogger", "WithCoalescing", "WithMaxBatch"}
+// The setters of Option, one bit each, and their names in bit order.
+const (
+	setBackoff option.Used = 1 << iota
+	setAttempts
+	setObserver
+	setLogger
+	setCoalescing
+	setMaxBatch
 )
 
-// setter returns the Option named name that applies set.
-func setter(name string, set func(*config)) Option {
-	return func(c *config) { c.used.Add(name); set(c) }
-}
+var setterNames = []string{"WithBackoff", "WithAttempts", "WithObserver", "WithLogger", "WithCoalescing", "WithMaxBatch"}
+
+// The setters each constructor takes (see Option).
+const (
+	retrySetters = setBackoff | setAttempts | setObserver | setLogger
+	storeSetters = retrySetters | setCoalescing | setMaxBatch
+)
 
 // config is the settings Options make: the retry policy, the observers and
 // the Store's combining. Retry runs its attempts through it.
@@ -62,9 +69,9 @@ func newStoreConfig(opts []Option) (config, error) { return newConfig(opts, "New
 
 // newConfig applies opts to the defaults, refuses a setter that ctor
 // (which takes allowed) does not take, and validates the result.
-func newConfig(opts []Option, ctor string, allowed []string) (config, error) {
+func newConfig(opts []Option, ctor string, allowed option.Used) (config, error) {
 	c := defaults()
-	if err := option.ApplyTo(&c, &c.used, opts, ctor, allowed); err != nil {
+	if err := option.ApplyTo(&c, &c.used, opts, setterNames, ctor, allowed); err != nil {
 		return c, errfmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return c.validate()
@@ -101,13 +108,13 @@ func (c config) validate() (config, error) {
 // serialization failure or deadlock, waits a uniform random time in
 // [0, min(cap, base·2^k)] (full jitter), k counting from 0.
 func WithBackoff(base, cap time.Duration) Option {
-	return setter("WithBackoff", func(c *config) { c.policy.Base, c.policy.Cap = base, cap })
+	return func(c *config) { c.used.Add(setBackoff); c.policy.Base, c.policy.Cap = base, cap }
 }
 
 // WithAttempts bounds the attempts, the first included: at least 1,
 // default DefaultAttempts (10).
 func WithAttempts(n int) Option {
-	return setter("WithAttempts", func(c *config) { c.policy.Attempts = n })
+	return func(c *config) { c.used.Add(setAttempts); c.policy.Attempts = n }
 }
 
 // WithObserver reports the package's events (EventConflict, EventRetry,
@@ -118,7 +125,7 @@ func WithAttempts(n int) Option {
 // coalesced writes run on its drainer, which o must never hold up), and
 // Close returns once o has had them all (see package observe).
 func WithObserver(o observe.Observer) Option {
-	return setter("WithObserver", func(c *config) { c.obs = observe.Guard(o) })
+	return func(c *config) { c.used.Add(setObserver); c.obs = observe.Guard(o) }
 }
 
 // WithLogger logs to l (nil, the default, discards): each retry at Debug
@@ -131,7 +138,7 @@ func WithLogger(l *slog.Logger) Option {
 	if l == nil {
 		l = discard
 	}
-	return setter("WithLogger", func(c *config) { c.log = l })
+	return func(c *config) { c.used.Add(setLogger); c.log = l }
 }
 
 // discard is the logger of a config without WithLogger: its Enabled is
@@ -160,11 +167,11 @@ func (c *config) gaveUp(ctx context.Context, key string, attempts int, err error
 // their turn instead of conflicting); conflicts then come only from other
 // processes. NoCoalescing takes one call out of both.
 func WithCoalescing(on bool) Option {
-	return setter("WithCoalescing", func(c *config) { c.combine = on })
+	return func(c *config) { c.used.Add(setCoalescing); c.combine = on }
 }
 
 // WithMaxBatch bounds how many Updates one combined write applies (default 128).
-func WithMaxBatch(n int) Option { return setter("WithMaxBatch", func(c *config) { c.max = n }) }
+func WithMaxBatch(n int) Option { return func(c *config) { c.used.Add(setMaxBatch); c.max = n } }
 
 // committed records one successful write of n updates of key.
 func (c *config) committed(ctx context.Context, key string, n int) {

@@ -14,5 +14,5 @@ import "github.com/nolock/nolock/observe"
 // EventFailed; Get and Free report nothing);
 // Fenced each Update (EventWritten, EventFenced, EventFailed).
 func WithObserver(o observe.Observer) Option {
-	return setter("WithObserver", func(c *config) { c.obs = observe.Guard(o) })
+	return func(c *config) { c.used.Add(setObserver); c.obs = observe.Guard(o) }
 }

@@ -25,29 +25,39 @@ import (
 // A nil Option is ErrInvalid too.
 type Option func(*config)
 
-// The setters each constructor takes (see Option).
-var (
-	stockSetters = []string{"WithTable", "WithObserver", "WithLogger", "WithBuckets", "WithHome", "WithEndgame",
-		"WithCoalescing", "WithMaxBatch", "WithStatementTimeout", "WithSoldOutCache"}
-	holdsSetters  = []string{"WithTable", "WithObserver"}
-	fencedSetters = []string{"WithObserver"}
+// The setters of Option, one bit each, and their names in bit order.
+const (
+	setTable option.Used = 1 << iota
+	setObserver
+	setLogger
+	setBuckets
+	setHome
+	setEndgame
+	setCoalescing
+	setMaxBatch
+	setStatementTimeout
+	setSoldOutCache
 )
 
-// setter returns the Option named name that applies set.
-func setter(name string, set func(*config)) Option {
-	return func(c *config) { c.used.Add(name); set(c) }
-}
+var setterNames = []string{"WithTable", "WithObserver", "WithLogger", "WithBuckets", "WithHome", "WithEndgame", "WithCoalescing", "WithMaxBatch", "WithStatementTimeout", "WithSoldOutCache"}
+
+// The setters each constructor takes (see Option).
+const (
+	stockSetters  = setTable | setObserver | setLogger | setBuckets | setHome | setEndgame | setCoalescing | setMaxBatch | setStatementTimeout | setSoldOutCache
+	holdsSetters  = setTable | setObserver
+	fencedSetters = setObserver
+)
 
 // apply applies opts to cfg, refusing a nil one or one that ctor, which
 // takes allowed, does not take.
-func apply(cfg *config, opts []Option, ctor string, allowed []string) error {
-	return condcore.Options(option.ApplyTo(cfg, &cfg.used, opts, ctor, allowed))
+func apply(cfg *config, opts []Option, ctor string, allowed option.Used) error {
+	return condcore.Options(option.ApplyTo(cfg, &cfg.used, opts, setterNames, ctor, allowed))
 }
 
 // WithTable names the table (defaults: DefaultStockTable,
 // DefaultAccountsTable, DefaultHoldsTable): one identifier of at most 63
 // bytes, found through the search_path, quoted, never interpolated raw.
-func WithTable(name string) Option { return setter("WithTable", func(c *config) { c.table = name }) }
+func WithTable(name string) Option { return func(c *config) { c.used.Add(setTable); c.table = name } }
 
 // config is the settings Options make; each constructor reads its own.
 type config struct {
@@ -77,7 +87,7 @@ type config struct {
 // answers, not failures, and are not logged. Statements run in a caller's
 // transaction are that caller's to log. l is called on the goroutine that
 // sent the statement, never with a lock held.
-func WithLogger(l *slog.Logger) Option { return setter("WithLogger", func(c *config) { c.log = l }) }
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.used.Add(setLogger); c.log = l } }
 
 // WithBuckets spreads each key's stock over n rows (default 1). Takes go to
 // a random bucket, or to the Stock's home (WithHome); when it cannot cover
@@ -85,7 +95,7 @@ func WithLogger(l *slog.Logger) Option { return setter("WithLogger", func(c *con
 // always sell. Use buckets, with a home per process, when several
 // processes write one hot key; within one process coalescing is usually
 // enough. Measure before choosing.
-func WithBuckets(n int) Option { return setter("WithBuckets", func(c *config) { c.buckets = n }) }
+func WithBuckets(n int) Option { return func(c *config) { c.used.Add(setBuckets); c.buckets = n } }
 
 // WithEndgame gathers a key's units into its first bucket once a take
 // across buckets finds at most units left (default 0: never). From then on
@@ -100,7 +110,7 @@ func WithBuckets(n int) Option { return setter("WithBuckets", func(c *config) { 
 // routed at random until its next take across buckets. Only with
 // WithBuckets.
 func WithEndgame(units int64) Option {
-	return setter("WithEndgame", func(c *config) { c.endgame = units })
+	return func(c *config) { c.used.Add(setEndgame); c.endgame = units }
 }
 
 // WithCoalescing turns coalescing of concurrent takes of one key on (the
@@ -108,18 +118,18 @@ func WithEndgame(units int64) Option {
 // (bucket) at a time; the rest wait their turn in this process instead of
 // piling onto the row lock.
 func WithCoalescing(on bool) Option {
-	return setter("WithCoalescing", func(c *config) { c.coalesce = on })
+	return func(c *config) { c.used.Add(setCoalescing); c.coalesce = on }
 }
 
 // WithMaxBatch bounds how many takes one statement grants (default 128).
-func WithMaxBatch(n int) Option { return setter("WithMaxBatch", func(c *config) { c.maxBatch = n }) }
+func WithMaxBatch(n int) Option { return func(c *config) { c.used.Add(setMaxBatch); c.maxBatch = n } }
 
 // WithStatementTimeout bounds each coalesced statement (default 10 s). A
 // take already sent waits for its statement's outcome at most this long,
 // then gets ErrAmbiguousCommit if the statement commits on: a commit is
 // not cancelled by this timeout (see pgoutcome.CommitTimeout).
 func WithStatementTimeout(d time.Duration) Option {
-	return setter("WithStatementTimeout", func(c *config) { c.timeout = d })
+	return func(c *config) { c.used.Add(setStatementTimeout); c.timeout = d }
 }
 
 // WithSoldOutCache lets Take answer ErrSoldOut without a query for d after
@@ -132,5 +142,5 @@ func WithStatementTimeout(d time.Duration) Option {
 // new ones and holds at most 65536 keys; a mark dropped early costs one
 // query.
 func WithSoldOutCache(d time.Duration) Option {
-	return setter("WithSoldOutCache", func(c *config) { c.soldOutTTL = d })
+	return func(c *config) { c.used.Add(setSoldOutCache); c.soldOutTTL = d }
 }

@@ -47,7 +47,7 @@ import (
 // home in the caller's transaction, and across buckets when the home
 // cannot cover it. b must lie in [0, buckets) and needs WithBuckets > 1.
 func WithHome(b int) Option {
-	return setter("WithHome", func(c *config) { c.home, c.homeSet = b, true })
+	return func(c *config) { c.used.Add(setHome); c.home, c.homeSet = b, true }
 }
 
 // validHome checks WithHome against the bucket count.

@@ -52,7 +52,7 @@ const SortKeyValue = "nolock-conditional"
 // Hold*Attr); otherwise the constructor returns ErrInvalid naming them.
 // NewFenced takes the key attribute of your own table as an argument.
 func WithKeyAttributes(partition, sort string) Option {
-	return setter("WithKeyAttributes", func(c *config) { c.keys = keyAttrs{pk: partition, sk: sort} })
+	return func(c *config) { c.used.Add(setKeyAttributes); c.keys = keyAttrs{pk: partition, sk: sort} }
 }
 
 // keyAttrs are a table's key attribute names: pk always, sk if not "".

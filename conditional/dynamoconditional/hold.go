@@ -93,7 +93,7 @@ const (
 // judged by (default time.Now). Every Holds on a table should read a
 // synchronised clock: see Holds.
 func WithClock(now func() time.Time) Option {
-	return setter("WithClock", func(c *config) { c.clock = now })
+	return func(c *config) { c.used.Add(setClock); c.clock = now }
 }
 
 // NewHolds returns a Holds on table, whose partition key is a string

@@ -16,7 +16,7 @@ import (
 // changed under it; Holds a write that met a transaction in progress on
 // its item (key: the resource; for HoldAll, the resources joined by ",").
 // l is called on the calling goroutine.
-func WithLogger(l *slog.Logger) Option { return setter("WithLogger", func(c *config) { c.log = l }) }
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.used.Add(setLogger); c.log = l } }
 
 // retrier retries a write with jittered backoff, logging as WithLogger
 // says.

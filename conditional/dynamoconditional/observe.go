@@ -22,7 +22,7 @@ import (
 // Get and Free report nothing); Fenced each
 // Update (EventWritten, EventFenced, EventFailed).
 func WithObserver(o observe.Observer) Option {
-	return setter("WithObserver", func(c *config) { c.obs = observe.Guard(o) })
+	return func(c *config) { c.used.Add(setObserver); c.obs = observe.Guard(o) }
 }
 
 // eventKey is the Key of a Fenced event on key (see EventWritten).

@@ -23,12 +23,25 @@ import (
 // A nil Option is ErrInvalid too.
 type Option func(*config)
 
+// The setters of Option, one bit each, and their names in bit order.
+const (
+	setObserver option.Used = 1 << iota
+	setKeyAttributes
+	setLogger
+	setBuckets
+	setCoalescing
+	setMaxBatch
+	setClock
+)
+
+var setterNames = []string{"WithObserver", "WithKeyAttributes", "WithLogger", "WithBuckets", "WithCoalescing", "WithMaxBatch", "WithClock"}
+
 // The setters each constructor takes (see Option).
-var (
-	stockSetters    = []string{"WithObserver", "WithKeyAttributes", "WithLogger", "WithBuckets", "WithCoalescing", "WithMaxBatch"}
-	accountsSetters = []string{"WithObserver", "WithKeyAttributes"}
-	holdsSetters    = []string{"WithObserver", "WithKeyAttributes", "WithLogger", "WithClock"}
-	fencedSetters   = []string{"WithObserver"}
+const (
+	stockSetters    = setObserver | setKeyAttributes | setLogger | setBuckets | setCoalescing | setMaxBatch
+	accountsSetters = setObserver | setKeyAttributes
+	holdsSetters    = setObserver | setKeyAttributes | setLogger | setClock
+	fencedSetters   = setObserver
 )
 
 // config is the settings Options make; each constructor reads its own.
@@ -43,13 +56,8 @@ type config struct {
 	clock    func() time.Time
 }
 
-// setter returns the Option named name that applies set.
-func setter(name string, set func(*config)) Option {
-	return func(c *config) { c.used.Add(name); set(c) }
-}
-
 // apply applies opts to cfg, refusing a nil one or one that ctor, which
 // takes allowed, does not take.
-func apply(cfg *config, opts []Option, ctor string, allowed []string) error {
-	return condcore.Options(option.ApplyTo(cfg, &cfg.used, opts, ctor, allowed))
+func apply(cfg *config, opts []Option, ctor string, allowed option.Used) error {
+	return condcore.Options(option.ApplyTo(cfg, &cfg.used, opts, setterNames, ctor, allowed))
 }

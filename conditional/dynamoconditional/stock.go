@@ -91,7 +91,7 @@ const MaxBuckets = 100
 // allows. Every Stock on a table must use the same n: a bucket it
 // does not know of is never read. Takes that one bucket cannot cover need
 // transactions (see Stock).
-func WithBuckets(n int) Option { return setter("WithBuckets", func(c *config) { c.buckets = n }) }
+func WithBuckets(n int) Option { return func(c *config) { c.used.Add(setBuckets); c.buckets = n } }
 
 // NewStock returns a Stock on table, whose partition key is a string
 // attribute named "pk" unless WithKeyAttributes says otherwise. client is

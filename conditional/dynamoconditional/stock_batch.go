@@ -22,12 +22,12 @@ import (
 // them together (at most WithMaxBatch of them): "SET qty = qty - :sum IF
 // qty >= :sum". Off, every take is its own write, sent at once.
 func WithCoalescing(on bool) Option {
-	return setter("WithCoalescing", func(c *config) { c.coalesce = on })
+	return func(c *config) { c.used.Add(setCoalescing); c.coalesce = on }
 }
 
 // WithMaxBatch bounds how many takes one write grants (default 128, at
 // most 10000).
-func WithMaxBatch(n int) Option { return setter("WithMaxBatch", func(c *config) { c.maxBatch = n }) }
+func WithMaxBatch(n int) Option { return func(c *config) { c.used.Add(setMaxBatch); c.maxBatch = n } }
 
 // bucketKey names one bucket's item: the unit of coalescing.
 type bucketKey struct {

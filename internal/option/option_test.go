@@ -29,17 +29,23 @@ func TestApply(t *testing.T) {
 }
 
 func TestUsedCheck(t *testing.T) {
+	const (
+		withTable Used = 1 << iota
+		withObserver
+		withBuckets
+	)
+	names := []string{"WithTable", "WithObserver", "WithBuckets"}
 	var u Used
-	u.Add("WithTable")
-	if err := u.Check("NewHolds", "WithTable", "WithObserver"); err != nil {
+	u.Add(withTable)
+	if err := u.Check(names, "NewHolds", withTable|withObserver); err != nil {
 		t.Fatalf("allowed setter: %v", err)
 	}
-	u.Add("WithBuckets")
-	err := u.Check("NewHolds", "WithTable", "WithObserver")
+	u.Add(withBuckets)
+	err := u.Check(names, "NewHolds", withTable|withObserver)
 	if err == nil || err.Error() != "WithBuckets does not apply to NewHolds, which takes WithTable, WithObserver" {
 		t.Fatalf("Check = %v", err)
 	}
-	if err := u.Check("NewFenced"); err == nil || !strings.Contains(err.Error(), "WithTable does not apply to NewFenced") {
+	if err := u.Check(names, "NewFenced", 0); err == nil || err.Error() != "WithTable does not apply to NewFenced, which takes no option" {
 		t.Fatalf("Check with nothing allowed = %v", err)
 	}
 }

@@ -180,16 +180,7 @@ func (h *Hold) event(name string, d time.Duration, err error) {
 // returns nil if the lock was held until the release, the package's lost
 // error if it had been lost before, or the error of the release.
 func (h *Hold) Release(ctx context.Context) error {
-	h.mu.Lock()
-	h.stopping = true
-	c := h.call
-	h.mu.Unlock()
-	if c != nil && h.k.cfg.WaitRenewal {
-		if !h.k.cfg.Batch {
-			c.cancel()
-		}
-		<-c.done
-	}
+	h.k.await(h.stop())
 	h.finish(h.k.cfg.Released, nil)
 	h.releaseOnce(ctx)
 	if err := h.Err(); !errors.Is(err, h.k.cfg.Released) {
@@ -233,21 +224,35 @@ func (h *Hold) releaseOnce(ctx context.Context) {
 // lease).
 func (h *Hold) endMaxHold() {
 	h.end(&Loss{Cause: MaxHold})
-	h.mu.Lock()
-	h.stopping = true
-	c := h.call
-	h.mu.Unlock()
+	c := h.stop()
 	h.k.wg.Add(1)
 	go func() {
 		defer h.k.wg.Done()
-		if c != nil && h.k.cfg.WaitRenewal {
-			if !h.k.cfg.Batch {
-				c.cancel()
-			}
-			<-c.done
-		}
+		h.k.await(c)
 		ctx, cancel := context.WithTimeout(context.Background(), h.k.cfg.Lease)
 		defer cancel()
 		h.releaseOnce(ctx)
 	}()
+}
+
+// stop makes sure no renewal of h starts from now on, and returns the one
+// in flight, if any.
+func (h *Hold) stop() *call {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopping = true
+	return h.call
+}
+
+// await waits for the renewal c (nil: none) to return if the backend
+// needs its outcome (Config.WaitRenewal), cancelling it first unless it
+// renews a batch, whose other locks still need its answer.
+func (k *Keeper) await(c *call) {
+	if c == nil || !k.cfg.WaitRenewal {
+		return
+	}
+	if !k.cfg.Batch {
+		c.cancel()
+	}
+	<-c.done
 }

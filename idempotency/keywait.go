@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/errfmt"
 )
 
@@ -96,12 +97,8 @@ func (s *Store) awaitKey(ctx context.Context, key string, n int, start time.Time
 		}
 		pause = min(pause, left)
 	}
-	t := time.NewTimer(pause)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
+	if backoff.Sleep(ctx, pause) != nil {
 		return errfmt.Errorf("%w: key %q: %w", ErrInProgress, key, context.Cause(ctx))
 	}
+	return nil
 }

@@ -8,6 +8,7 @@ package handlerfail
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -61,19 +62,15 @@ func Classify(err error, connLost, expired bool) Kind {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "57014", "55P03":
+		switch c := pgErr.Code; {
+		case c == "57014" || c == "55P03":
 			return Counted
-		case "40001", "40P01", "25P03":
-			return Database
-		}
-		switch pgErr.Code[:2] {
-		case "08", "53", "57":
+		case c == "25P03" || strings.HasPrefix(c, "08") || strings.HasPrefix(c, "53") || strings.HasPrefix(c, "57"):
 			return Database
 		}
 	}
 	var connErr *pgconn.ConnectError
-	if connLost || errors.As(err, &connErr) || pgerr.Unsent(err) {
+	if connLost || pgerr.Conflict(err) || errors.As(err, &connErr) || pgerr.Unsent(err) {
 		return Database
 	}
 	return Counted

@@ -30,6 +30,8 @@ func TestClassify(t *testing.T) {
 		{"statement timeout", pg("57014"), false, false, Counted},
 		{"lock timeout", pg("55P03"), false, false, Counted},
 		{"unique violation", pg("23505"), false, false, Counted},
+		{"no code", pg(""), false, false, Counted},
+		{"one-character code", pg("0"), false, false, Counted},
 		{"connection lost", plain, true, false, Database},
 		{"deadlock past the batch's time", pg("40P01"), false, true, Counted},
 		{"deadline past the batch's time", context.DeadlineExceeded, true, true, Counted},

@@ -132,10 +132,8 @@ func (h *Holds) Add(ctx context.Context, resources ...string) error {
 	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
-	for i, r := range resources {
-		if err := condcore.ValidArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
-			return err
-		}
+	if err := condcore.ValidArgs("resources", resources); err != nil {
+		return err
 	}
 	if len(resources) == 0 {
 		return nil
@@ -236,10 +234,8 @@ func (h *Holds) holdAll(ctx context.Context, resources []string, holder string, 
 	if len(resources) == 0 {
 		return time.Time{}, condcore.Invalid("resources is empty")
 	}
-	for i, r := range resources {
-		if err := condcore.ValidArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
-			return time.Time{}, err
-		}
+	if err := condcore.ValidArgs("resources", resources); err != nil {
+		return time.Time{}, err
 	}
 	if err := condcore.ValidArg("holder", holder); err != nil {
 		return time.Time{}, err

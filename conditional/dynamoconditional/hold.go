@@ -133,10 +133,8 @@ func (h *Holds) Add(ctx context.Context, resources ...string) error {
 	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
-	for i, r := range resources {
-		if err := condcore.ValidArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
-			return err
-		}
+	if err := condcore.ValidArgs("resources", resources); err != nil {
+		return err
 	}
 	if len(resources) > 0 {
 		if err := condcore.Unsent(ctx, "add resources"); err != nil {
@@ -237,10 +235,8 @@ func (h *Holds) holdAll(ctx context.Context, resources []string, holder string, 
 	if len(resources) > MaxHoldAll {
 		return time.Time{}, condcore.Invalid("resources has %d entries, more than %d", len(resources), MaxHoldAll)
 	}
-	for i, r := range resources {
-		if err := condcore.ValidArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
-			return time.Time{}, err
-		}
+	if err := condcore.ValidArgs("resources", resources); err != nil {
+		return time.Time{}, err
 	}
 	if err := condcore.ValidArg("holder", holder); err != nil {
 		return time.Time{}, err

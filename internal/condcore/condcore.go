@@ -87,6 +87,17 @@ func ValidArg(name, v string) error {
 	return nil
 }
 
+// ValidArgs checks each of vs as ValidArg does, naming a bad one
+// "name[i]"; the name is formatted only for the error.
+func ValidArgs(name string, vs []string) error {
+	for i, v := range vs {
+		if ValidArg(name, v) != nil {
+			return ValidArg(fmt.Sprintf("%s[%d]", name, i), v)
+		}
+	}
+	return nil
+}
+
 // CheckCtx returns an ErrInvalid if ctx is nil. Every exported call that
 // takes a ctx checks it before any I/O.
 func CheckCtx(ctx context.Context) error {

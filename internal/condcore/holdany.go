@@ -3,7 +3,6 @@ package condcore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -34,10 +33,8 @@ func ValidSet(resources []string) ([]string, error) {
 	if len(resources) > MaxResources {
 		return nil, Invalid("resources has %d entries, more than %d", len(resources), MaxResources)
 	}
-	for i, r := range resources {
-		if err := ValidArg(fmt.Sprintf("resources[%d]", i), r); err != nil {
-			return nil, err
-		}
+	if err := ValidArgs("resources", resources); err != nil {
+		return nil, err
 	}
 	sorted := slices.Sorted(slices.Values(resources))
 	for i := 1; i < len(sorted); i++ {

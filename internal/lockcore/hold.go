@@ -3,7 +3,6 @@ package lockcore
 import (
 	"context"
 	"errors"
-	mrand "math/rand/v2"
 	"sync"
 	"time"
 
@@ -79,12 +78,11 @@ type call struct {
 // half a heartbeat and a heartbeat after start (random), so that locks
 // acquired together do not renew together.
 func (k *Keeper) NewHold(caller context.Context, key string, token int64, start time.Time, maxHold time.Duration) *Hold {
-	hb := k.cfg.Heartbeat
 	h := &Hold{
 		k: k, Key: key, Token: token, start: start,
 		lost: make(chan struct{}), expiring: make(chan struct{}),
 		valid: start.Add(k.cfg.Lease),
-		next:  start.Add(hb - time.Duration(mrand.Int64N(int64(hb/2)+1))),
+		next:  start.Add(Jitter(k.cfg.Heartbeat)),
 	}
 	if maxHold > 0 {
 		h.maxAt = start.Add(maxHold)

@@ -99,11 +99,13 @@ type Keeper struct {
 	closeErr  error
 }
 
-// results are a renewal call's answers.
+// results are a renewal call's answers; cut says the call reached its
+// time bound.
 type results struct {
-	c  *call
-	hs []*Hold
-	rs []Renewed
+	c   *call
+	hs  []*Hold
+	rs  []Renewed
+	cut bool
 }
 
 // NewKeeper returns the core of a Client with cfg (already checked).

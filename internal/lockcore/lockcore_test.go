@@ -191,3 +191,26 @@ func TestBatchOneCall(t *testing.T) {
 		t.Fatalf("batches %v; want the locks renewed together", f.batchesSeen)
 	}
 }
+
+// A failed renewal is retried at once only when its call reached its time
+// bound; an error that merely wraps context.DeadlineExceeded (a client's
+// own timeout, well inside the bound) waits for the backoff.
+func TestRetryAtOnceOnlyAfterTheCut(t *testing.T) {
+	t0 := time.Now()
+	s := Defaults()
+	s.Now = func() time.Time { return t0 }
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	k := NewKeeper(Config{Settings: s, Batch: true, Prefix: "test", Events: EventsOf("test"),
+		Closed: errClosed, Released: errReleased, LockLost: errLost, NotAcquired: errors.New("test: held")}, &fake{})
+	defer k.Close(nil)
+	timeout := fmt.Errorf("client timeout: %w", context.DeadlineExceeded)
+	for _, cut := range []bool{false, true} {
+		h := k.NewHold(context.Background(), "k", 1, t0, 0)
+		k.settle(results{c: &call{at: t0}, hs: []*Hold{h}, rs: []Renewed{{At: t0, Err: timeout}}, cut: cut})
+		if atOnce := !h.next.After(t0); atOnce != cut {
+			t.Errorf("call cut at its bound %v: next renewal in %v; want at once only after the cut", cut, h.next.Sub(t0))
+		}
+	}
+}

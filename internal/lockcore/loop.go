@@ -187,11 +187,12 @@ func (k *Keeper) start(hs []*Hold, now time.Time) {
 	go func() {
 		defer k.wg.Done()
 		rs := k.be.Renew(ctx, on)
+		cut := errors.Is(ctx.Err(), context.DeadlineExceeded)
 		stop()
 		cancel()
 		close(c.done)
 		select {
-		case k.results <- results{c: c, hs: on, rs: rs}:
+		case k.results <- results{c: c, hs: on, rs: rs, cut: cut}:
 		case <-k.loopDone:
 		}
 	}()
@@ -224,7 +225,7 @@ func (k *Keeper) settle(r results) {
 			h.failures++
 			h.last = res.Err
 			h.next = now.Add(k.retry.Delay(h.failures + 2))
-			if errors.Is(res.Err, context.DeadlineExceeded) {
+			if r.cut {
 				h.next = now // cut off at its bound: the last quarter is the retry's, all of it
 			}
 			k.log.Debug(k.cfg.Prefix+": "+k.cfg.Renewal+" failed; retrying", "key", h.Key, "err", res.Err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/idemrecord"
+	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 )
 
@@ -32,28 +33,34 @@ func (s *Store) retried(ctx context.Context, scope, key string, attempt func(con
 	defer leave()
 	err = s.policy.Retry(ctx, func(ctx context.Context, _ int) error {
 		var err error
-		res, err = settled(ctx, func() (Result, error) {
-			for n := 1; ; n++ {
-				res, err := attempt(ctx)
-				if !errors.Is(err, errBusy) {
-					return res, err
-				}
-				for ; ; n++ { // until the key may be free: one round trip each
-					if err := s.awaitKey(ctx, key, n, start, wait); err != nil {
-						return Result{}, err
-					}
-					if s.mayBeFree(ctx, scope, key) {
-						break
-					}
-				}
-			}
-		})
+		res, err = settled(ctx, func() (Result, error) { return s.whileBusy(ctx, scope, key, start, wait, attempt) })
 		return err
 	}, retryable, idemrecord.RetryLogger(ctx, s.log, key))
 	if errors.Is(err, backoff.ErrExhausted) {
 		return Result{}, errfmt.Errorf("idempotency: key %q: %w", key, err)
 	}
 	return res, err
+}
+
+// whileBusy makes attempt, and while it finds the key held by a request
+// in flight (errBusy), pauses and asks whether the key may be free (one
+// round trip each) until it may, then makes attempt again; the pauses end
+// with ErrInProgress once wait has passed since start.
+func (s *Store) whileBusy(ctx context.Context, scope, key string, start time.Time, wait time.Duration, attempt func(context.Context) (Result, error)) (Result, error) {
+	for n := 1; ; n++ {
+		res, err := attempt(ctx)
+		if !errors.Is(err, errBusy) {
+			return res, err
+		}
+		for ; ; n++ {
+			if err := s.awaitKey(ctx, key, n, start, wait); err != nil {
+				return Result{}, err
+			}
+			if s.mayBeFree(ctx, scope, key) {
+				break
+			}
+		}
+	}
 }
 
 // errVanished means the attempt was made in vain and is made again: the
@@ -87,7 +94,6 @@ func retryable(err error) bool {
 		return false
 	}
 	var pgErr *pgconn.PgError
-	return errors.Is(err, errVanished) || pgmode.MissingNamed(err) ||
-		errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01" ||
-			pgErr.Code == "0A000" && pgErr.Routine == "RevalidateCachedQuery")
+	return errors.Is(err, errVanished) || pgmode.MissingNamed(err) || pgerr.Conflict(err) ||
+		errors.As(err, &pgErr) && pgErr.Code == "0A000" && pgErr.Routine == "RevalidateCachedQuery"
 }

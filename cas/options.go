@@ -6,10 +6,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/casstore"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/observe"
 )

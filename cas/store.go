@@ -8,10 +8,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/nolock/nolock/internal/casstore"
 	"github.com/nolock/nolock/internal/combine"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/option"
 )

@@ -4,9 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/nolock/nolock/internal/condcore"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/pgarg"
 )
 

@@ -8,11 +8,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/condcore"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/observe"

@@ -12,12 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/combine"
 	"github.com/nolock/nolock/internal/condcore"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"

@@ -8,12 +8,11 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/combine"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/observe"
 )

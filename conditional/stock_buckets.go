@@ -4,10 +4,9 @@ import (
 	"context"
 	"math"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/observe"
 )

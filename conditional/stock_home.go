@@ -5,7 +5,6 @@ import (
 	"math"
 
 	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/nolock/nolock/internal/pgmode"
 )
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/ddberr"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/lockcore"
 )
 

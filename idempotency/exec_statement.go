@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/internal/pgerr"
 )

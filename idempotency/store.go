@@ -10,12 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/segmentio/kafka-go"
+
+	"github.com/nolock/nolock/internal/errfmt"
 )
 
 // Identity says how a message is recognised when it comes again.

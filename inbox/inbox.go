@@ -10,12 +10,11 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/kafkapark"
 	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/internal/option"

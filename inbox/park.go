@@ -3,10 +3,9 @@ package inbox
 import (
 	"context"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/segmentio/kafka-go"
 
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/kafkapark"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/observe"

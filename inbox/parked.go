@@ -5,10 +5,9 @@ import (
 	"errors"
 	"time"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/segmentio/kafka-go"
 
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/kafkapark"
 	"github.com/nolock/nolock/internal/pgerr"
 )

@@ -8,11 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/handlerfail"
 	"github.com/nolock/nolock/internal/kafkapark"
 	"github.com/nolock/nolock/internal/pgerr"

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/handlerfail"
 	"github.com/nolock/nolock/internal/handlerpanic"
 	"github.com/nolock/nolock/observe"

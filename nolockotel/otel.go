@@ -8,14 +8,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/observe"
 )
 

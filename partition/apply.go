@@ -6,11 +6,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/handlerfail"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/observe"

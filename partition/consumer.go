@@ -9,12 +9,11 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/kafkadial"
 	"github.com/nolock/nolock/internal/kafkaerr"
 	"github.com/nolock/nolock/internal/kafkapark"

@@ -5,11 +5,10 @@ import (
 	"errors"
 	"log/slog"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/kafkaerr"
 	"github.com/nolock/nolock/internal/kafkatxn"
 )

@@ -5,11 +5,10 @@ import (
 	"errors"
 	"time"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/kafkapark"
 	"github.com/nolock/nolock/internal/pgerr"
 )

@@ -6,10 +6,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/segmentio/kafka-go"
 
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/pgarg"
 )
 

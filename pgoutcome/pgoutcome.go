@@ -32,7 +32,6 @@ import (
 	"errors"
 
 	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/nolock/nolock/internal/outcome"
 	"github.com/nolock/nolock/internal/pgerr"
 )

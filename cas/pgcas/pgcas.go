@@ -3,13 +3,12 @@ package pgcas
 import (
 	"context"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/internal/casstore"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"

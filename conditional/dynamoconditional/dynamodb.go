@@ -5,13 +5,12 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
+	"github.com/nolock/nolock/internal/errfmt"
 )
 
 // DynamoDBAPI is what this package needs from DynamoDB: a *dynamodb.Client

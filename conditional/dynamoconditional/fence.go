@@ -8,14 +8,13 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/observe"
 )
 

@@ -11,14 +11,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddberr"
+	"github.com/nolock/nolock/internal/errfmt"
 )
 
 // holdNames are the attribute names of the hold, confirm and release

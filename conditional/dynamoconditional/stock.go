@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -20,6 +18,7 @@ import (
 	"github.com/nolock/nolock/internal/condcore"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/notify"
 	"github.com/nolock/nolock/observe"
 )

@@ -10,14 +10,13 @@ import (
 	"errors"
 	"slices"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/ddberr"
+	"github.com/nolock/nolock/internal/errfmt"
 )
 
 // errBucketsMoved marks an attempt to take across buckets that lost a race;

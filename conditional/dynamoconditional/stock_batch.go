@@ -10,9 +10,8 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/nolock/nolock/internal/backoff"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/observe"
 )
 

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/observe"

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -16,6 +14,7 @@ import (
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
+	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/idemrecord"
 	"github.com/nolock/nolock/observe"
 )

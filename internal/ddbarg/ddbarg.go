@@ -10,9 +10,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/nolock/nolock/internal/errfmt"
 )
 
 // Limits of DynamoDB's names.

@@ -9,9 +9,9 @@ import (
 	"net"
 	"time"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/segmentio/kafka-go"
+
+	"github.com/nolock/nolock/internal/errfmt"
 )
 
 // noDialTimeout stands for a Dialer's zero Timeout (none) in a

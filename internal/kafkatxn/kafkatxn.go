@@ -22,11 +22,11 @@ import (
 	"sort"
 	"time"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/fetch"
+
+	"github.com/nolock/nolock/internal/errfmt"
 )
 
 // DefaultMaxBytes bounds one classifying fetch.

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nolock/nolock/internal/errfmt"
 )
 
 // MaxIdentLen is PostgreSQL's limit on an identifier's length in bytes

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/nolock/nolock/internal/errfmt"
-
 	"github.com/nolock/nolock/internal/pgmode"
 )
 

@@ -324,16 +324,12 @@ func transient(err error, tx pgx.Tx) bool {
 	if err == nil || errors.Is(err, ErrFenced) {
 		return false
 	}
-	if pgerr.Conflict(err) || pgerr.Ambiguous(err) || pgerr.Unsent(err) {
+	if pgerr.Conflict(err) || pgerr.Ambiguous(err) || pgerr.Unsent(err) || pgerr.ServerTrouble(err) {
 		return true
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch pgErr.Code[:2] {
-		case "08", "53", "57":
-			return true
-		}
-		return pgErr.Code == "25P03" || pgErr.Code == "55P03"
+		return pgErr.Code == "55P03"
 	}
 	var connErr *pgconn.ConnectError
 	if errors.As(err, &connErr) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
@@ -79,5 +80,15 @@ func TestCheckFence(t *testing.T) {
 	// A missing row is fenced too (someone deleted it: never do that).
 	if _, err := fence(Claim{GroupID: "g", Topic: "t", Partition: 1, Epoch: 1}, nil, 1, false); !errors.Is(err, ErrFenced) {
 		t.Fatalf("fence on a missing row: %v, want ErrFenced", err)
+	}
+}
+
+// transient judges a database error by its SQLSTATE without assuming its
+// length: a wrapper's PgError may carry a short or empty code.
+func TestTransientCodes(t *testing.T) {
+	for code, want := range map[string]bool{"": false, "5": false, "08006": true, "53300": true, "57014": true, "25P03": true, "55P03": true, "40001": true, "23505": false} {
+		if got := transient(&pgconn.PgError{Code: code}, nil); got != want {
+			t.Errorf("transient(code %q) = %v, want %v", code, got, want)
+		}
 	}
 }

@@ -8,7 +8,6 @@ package handlerfail
 
 import (
 	"errors"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -61,16 +60,11 @@ func Classify(err error, connLost, expired bool) Kind {
 		return Counted
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch c := pgErr.Code; {
-		case c == "57014" || c == "55P03":
-			return Counted
-		case c == "25P03" || strings.HasPrefix(c, "08") || strings.HasPrefix(c, "53") || strings.HasPrefix(c, "57"):
-			return Database
-		}
+	if errors.As(err, &pgErr) && (pgErr.Code == "57014" || pgErr.Code == "55P03") {
+		return Counted
 	}
 	var connErr *pgconn.ConnectError
-	if connLost || pgerr.Conflict(err) || errors.As(err, &connErr) || pgerr.Unsent(err) {
+	if connLost || pgerr.ServerTrouble(err) || pgerr.Conflict(err) || errors.As(err, &connErr) || pgerr.Unsent(err) {
 		return Database
 	}
 	return Counted

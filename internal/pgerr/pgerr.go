@@ -123,6 +123,20 @@ func endsSession(e *pgconn.PgError) bool {
 // nevertheless have committed: Of(err) == Unknown.
 func Ambiguous(err error) bool { return Of(err) == Unknown }
 
+// ServerTrouble reports a failure of the server or of the connection
+// rather than of the statement: SQLSTATE classes 08 (connection
+// exception), 53 (insufficient resources) and 57 (operator intervention,
+// statement_timeout's 57014 included), and 25P03
+// (idle_in_transaction_session_timeout).
+func ServerTrouble(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	c := pgErr.Code
+	return c == "25P03" || strings.HasPrefix(c, "08") || strings.HasPrefix(c, "53") || strings.HasPrefix(c, "57")
+}
+
 // Conflict reports whether err is a serialization failure (40001) or a
 // deadlock (40P01): the transaction rolled back and may be retried afresh.
 func Conflict(err error) bool {

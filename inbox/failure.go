@@ -6,6 +6,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/handlerfail"
+	"github.com/nolock/nolock/internal/kafkapark"
 )
 
 // Permanent marks a handler's error as permanent: the message is parked
@@ -32,7 +33,7 @@ type HandlerError struct {
 }
 
 func (e *HandlerError) Error() string {
-	return fmt.Sprintf("inbox: handler failed on %s/%d@%d: %v", e.Msg.Topic, e.Msg.Partition, e.Msg.Offset, e.Err)
+	return fmt.Sprintf("inbox: handler failed on %s: %v", kafkapark.EventKey(e.Msg.Topic, e.Msg.Partition, e.Msg.Offset), e.Err)
 }
 
 func (e *HandlerError) Unwrap() error { return e.Err }

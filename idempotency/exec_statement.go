@@ -36,7 +36,7 @@ func (s *Store) statement(ctx context.Context, sql string, args []any) (wrapped,
 			if err != nil {
 				return wrapped{}, err
 			}
-			if v = w; s.describedTexts < maxDescribed {
+			if v = w; s.describedTexts < s.maxDescribed {
 				s.describedTexts++
 				s.statements.Store(sql, w)
 			}
@@ -111,5 +111,6 @@ type wrapped struct {
 }
 
 // maxDescribed bounds how many statement texts a Store remembers (against
-// SQL built afresh for each call, which is then described on every call).
+// SQL built afresh for each call, which is then described on every call):
+// each Store's maxDescribed, set by New.
 const maxDescribed = 4096

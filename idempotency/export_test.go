@@ -17,6 +17,13 @@ func (s *Store) PinPlan(how string) {
 	}
 }
 
+// MaxDescribed is how many statement texts a Store remembers.
+const MaxDescribed = maxDescribed
+
+// RememberAtMost lowers how many statement texts s remembers, so a test
+// reaches the bound in a few calls. Call it before s's first Exec.
+func (s *Store) RememberAtMost(n int) { s.maxDescribed = n }
+
 // CheckStatement runs Exec's check of sql against n arguments, and says
 // how many statement texts the Store remembers.
 func (s *Store) CheckStatement(ctx context.Context, sql string, n int) (remembered int, err error) {

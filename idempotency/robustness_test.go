@@ -315,24 +315,30 @@ func TestExecSerializableDefaultDistinctKeys(t *testing.T) {
 	}
 }
 
-// A Store remembers the first 4096 statement texts it checks, and no more
-// (SQL built afresh for each call must not grow it without end); texts
-// past that are described again on each call, and still checked.
+// A Store remembers the first MaxDescribed statement texts it checks, and
+// no more (SQL built afresh for each call must not grow it without end);
+// texts past that are described again on each call, and still checked. The
+// test lowers the bound to reach it in a few calls.
 func TestExecRemembersBoundedStatementTexts(t *testing.T) {
 	t.Parallel()
+	if idempotency.MaxDescribed != 4096 {
+		t.Fatalf("a Store remembers %d statement texts, want 4096", idempotency.MaxDescribed)
+	}
 	ctx := context.Background()
 	b := newBed(t)
+	const bound = 8
+	b.store.RememberAtMost(bound)
 	var remembered int
 	var err error
-	for i := 0; i < 4100; i++ {
+	for i := 0; i < bound+4; i++ {
 		if remembered, err = b.store.CheckStatement(ctx, fmt.Sprintf(`SELECT $1::int + %d AS v`, i), 1); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if remembered != 4096 {
-		t.Fatalf("%d statement texts remembered, want 4096", remembered)
+	if remembered != bound {
+		t.Fatalf("%d statement texts remembered, want %d", remembered, bound)
 	}
-	if _, err := b.store.CheckStatement(ctx, `SELECT $1::int + 4099 AS v`, 2); !errors.Is(err, idempotency.ErrInvalid) {
+	if _, err := b.store.CheckStatement(ctx, fmt.Sprintf(`SELECT $1::int + %d AS v`, bound+3), 2); !errors.Is(err, idempotency.ErrInvalid) {
 		t.Fatalf("a text past the bound with 2 args for 1 parameter: %v, want ErrInvalid", err)
 	}
 }

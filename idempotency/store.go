@@ -111,6 +111,7 @@ type Store struct {
 	statements     sync.Map      // string → wrapped
 	describing     chan struct{} // a semaphore: one describe at a time
 	describedTexts int           // guarded by describing
+	maxDescribed   int           // maxDescribed; tests lower it
 	execPlan       plan          // Exec's
 	doPlan         plan          // Do's
 }
@@ -253,7 +254,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	return &Store{
 		db: db, via: via, turn: make(chan struct{}, 1), keys: make(map[string]chan struct{}), pg: pg, over: pg.For(db), claimedSQL: format(claimedSQL),
 		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts}, poll: backoff.Policy{Base: 2 * time.Millisecond, Cap: 50 * time.Millisecond}, obs: cfg.obs, log: idemrecord.Logger(cfg.log),
-		schemaSQL: sql(storeSQL), claimSQL: sql(claimSQL), readSQL: sql(readSQL), describing: make(chan struct{}, 1),
+		schemaSQL: sql(storeSQL), claimSQL: sql(claimSQL), readSQL: sql(readSQL), describing: make(chan struct{}, 1), maxDescribed: maxDescribed,
 		takeoverSQL: sql(takeoverSQL), probeSQL: sql(probeSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),
 	}, nil
 }

@@ -46,6 +46,7 @@ func want(t *testing.T, fs []finding, area, text, status string) finding {
 // The doctor tells a direct connection from PgBouncer in transaction
 // pooling, and judges pgx's mode there as docs/deploying.md does.
 func TestDoctorPostgres(t *testing.T) {
+	t.Parallel()
 	direct := testenv.PostgresDSN(t)
 	code, fs := doctorFindings(t, "-postgres", direct)
 	if code != 0 {
@@ -94,6 +95,7 @@ func TestDoctorPostgres(t *testing.T) {
 // Beside a synchronous standby the doctor reports it, and a DSN that
 // reaches the standby fails: it refuses writes.
 func TestDoctorStandby(t *testing.T) {
+	t.Parallel()
 	pair := testenv.PostgresPair(t)
 	code, fs := doctorFindings(t, "-postgres", pair.PrimaryDSN())
 	if code != 0 {
@@ -110,6 +112,7 @@ func TestDoctorStandby(t *testing.T) {
 // Kafka topics and DynamoDB tables that do not exist fail; what exists
 // is described.
 func TestDoctorKafkaDynamoDB(t *testing.T) {
+	t.Parallel()
 	brokers, topic := testenv.Topic(t, 3)
 	ddb := testenv.DynamoDBEndpoint(t)
 	table := testenv.Table(t, testenv.DynamoDB(t), false)

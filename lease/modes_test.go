@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/internal/testenv"
 	"github.com/nolock/nolock/lease"
@@ -28,9 +29,13 @@ func TestBatchedRenewalModes(t *testing.T) {
 				if via == "pgbouncer" {
 					dsn = testenv.PgBouncerDSNFor(t, schema)
 				}
-				faults := newFaultDB(testenv.PoolMode(t, dsn, mode, 4))
+				pool := testenv.PoolMode(t, dsn, mode, 4)
+				faults := newFaultDB(pool)
 				db := &renewals{DB: faults}
-				c := newClient(t, db, lease.WithHeartbeat(testLease/8))
+				// A wrapper hides its pool's mode (docs/deploying.md); this
+				// one shows it, as the pool would, so the Client learns that
+				// PgBouncer drops named statements, as it does on the pool.
+				c := newClient(t, showsMode{db, pool.Config()}, lease.WithHeartbeat(testLease/8))
 				locks := holdMany(t, c, "m", 3)
 				testenv.Until(t, "two renewals of the three locks", func() (bool, error) {
 					full := 0
@@ -63,3 +68,12 @@ func TestBatchedRenewalModes(t *testing.T) {
 		}
 	}
 }
+
+// showsMode is a DB wrapper that shows the configuration of the pool it
+// wraps, as a *pgxpool.Pool does.
+type showsMode struct {
+	lease.DB
+	cfg *pgxpool.Config
+}
+
+func (s showsMode) Config() *pgxpool.Config { return s.cfg }

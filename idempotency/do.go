@@ -81,15 +81,15 @@ func (s *Store) do(ctx context.Context, scope, key string, fingerprint []byte, f
 	})
 }
 
-// once is one attempt of Do, or of Exec's default: it claims the key in a
+// once is one attempt of Do, or of Exec: it claims the key in a
 // transaction, and finish writes the effect and the record in it and
 // commits. A first run costs two round trips besides fn's own statements
 // (begin and claim; record and commit), as many as a bare transaction; a
-// replay costs two (begin and claim; read and commit). When most of the
-// calls p has seen were replays, once reads the record first, outside a
-// transaction: a replay then costs that read (and, on a server with a
-// synchronous standby, one more round trip to wait for it), and a first
-// run one round trip more.
+// replay costs two (begin and claim; commit). When most of the calls p has
+// seen were replays, once reads the record first, outside a transaction:
+// a replay then costs that read (and, on a server with a synchronous
+// standby, one more round trip to wait for it), and a first run one round
+// trip more.
 func (s *Store) once(ctx context.Context, p *plan, scope, key string, fp []byte, finish finisher) (Result, error) {
 	if res, done, err := s.replayFirst(ctx, p, scope, key, fp); done {
 		return res, err
@@ -102,28 +102,20 @@ func (s *Store) once(ctx context.Context, p *plan, scope, key string, fp []byte,
 	// commit releases it itself: it may outlive this call (see detached).
 	defer h.done()
 
-	rec := Record{Scope: scope, Key: key, Fingerprint: fp}
-	tx, claimed, err := s.claim(ctx, h, s.claimSQL, &rec)
+	tx, f, err := s.claim(ctx, h, scope, key)
 	if err != nil {
 		return Result{}, err
 	}
-	p.observe(!claimed)
-	if !claimed {
-		res, expired, err := s.replay(ctx, h, tx, scope, key, fp)
-		if !expired {
-			return res, err
-		}
-		// An expired record counts as absent: take the key over.
-		if tx, claimed, err = s.claim(ctx, h, s.takeoverSQL, &rec); err != nil {
-			return Result{}, err
-		}
-		if !claimed { // another taker committed first, or it was reaped
-			h.rollback(ctx, tx)
-			return Result{}, errVanished
-		}
+	live := f.exists && !f.expired
+	p.observe(live)
+	if live {
+		return s.replay(ctx, h, tx, f, fp)
+	}
+	if f.exists { // an expired record counts as absent: take the key over
 		s.obs.Notify(ctx, observe.Event{Name: EventExpired, Key: key})
 	}
-	if err := finish(ctx, s, h, tx, &rec); err != nil {
+	rec := Record{Scope: scope, Key: key, Fingerprint: fp}
+	if err := finish(ctx, s, h, tx, &rec, f.exists); err != nil {
 		return Result{}, err
 	}
 	return Result{Record: rec}, nil
@@ -147,20 +139,27 @@ func (s *Store) replayFirst(ctx context.Context, p *plan, scope, key string, fp 
 	return Result{}, false, nil
 }
 
-// finisher writes the effect of a call and its result in rec, in tx, the
+// finisher writes the effect of a call and its record rec, in tx, the
 // key's claimed transaction on h, and commits it through s.commit; or
-// rolls it back and says why.
-type finisher func(ctx context.Context, s *Store, h *handle, tx pgx.Tx, rec *Record) error
+// rolls it back and says why. takeover says the key's record had expired
+// when it was claimed, and is replaced.
+type finisher func(ctx context.Context, s *Store, h *handle, tx pgx.Tx, rec *Record, takeover bool) error
 
-// runAndRecord is Do's finisher: fn, then its result stored with COMMIT.
+// runAndRecord is Do's finisher: fn, then its record inserted with COMMIT.
 func runAndRecord(fn Func) finisher {
-	return func(ctx context.Context, s *Store, h *handle, tx pgx.Tx, rec *Record) error {
+	return func(ctx context.Context, s *Store, h *handle, tx pgx.Tx, rec *Record, takeover bool) error {
 		body, terminal, err := runFn(ctx, s.pg, h, tx, rec.Key, fn)
 		if err != nil {
 			return err
 		}
+		sql := s.recordSQL
+		if takeover {
+			sql = s.takeoverSQL
+		}
 		b := &pgx.Batch{}
-		b.Queue(s.recordSQL, rec.Scope, rec.Key, body, terminal)
+		b.Queue(sql, rec.Scope, rec.Key, rec.Fingerprint, terminal, body, s.retention.Microseconds()).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&rec.CreatedAt, &rec.ExpiresAt)
+		})
 		if err := s.commit(ctx, h, tx, rec.Key, b); err != nil {
 			return err
 		}
@@ -169,31 +168,22 @@ func runAndRecord(fn Func) finisher {
 	}
 }
 
-// replay reads the record a failed claim met, in the claim's transaction
-// tx, and ends that transaction. It answers from a live record (a replay
-// or a *MismatchError); expired is true, with the transaction ended and
-// nothing else done, when the record has expired and the key may be taken
-// over. A record gone already (reaped) is errVanished.
+// replay answers from f, the live record the claim read in tx, and ends
+// tx: with a replay of f or a *MismatchError.
 //
-// The read's transaction commits after a statement that writes WAL when
-// the server has a synchronous standby: its COMMIT then returns only once
-// the standby holds all WAL up to it, the record's commit included, so a
-// replay never acknowledges a record that a failover could lose (one whose
-// own wait for the standby was cancelled). Without a synchronous standby
-// it commits nothing.
-func (s *Store) replay(ctx context.Context, h *handle, tx pgx.Tx, scope, key string, fp []byte) (res Result, expired bool, err error) {
-	var stored found
-	var ok bool
+// On a server with a synchronous standby, tx writes WAL before it
+// commits: its COMMIT then returns only once the standby holds all WAL up
+// to it, the record's commit included, so a replay never acknowledges a
+// record that a failover could lose (one whose own wait for the standby
+// was cancelled). Without a synchronous standby it commits nothing.
+func (s *Store) replay(ctx context.Context, h *handle, tx pgx.Tx, f found, fp []byte) (Result, error) {
 	b := &pgx.Batch{}
-	b.Queue(s.readSQL, scope, key).QueryRow(func(row pgx.Row) error {
-		err := stored.scan(row)
-		ok = err == nil
-		return noRows(err)
-	})
-	b.Queue(syncMarkSQL)
+	if f.standby {
+		b.Queue(syncMarkSQL)
+	}
 	ending, _ := h.ending()
 	b.Queue(ending)
-	err = s.detached(ctx, h, func(ctx context.Context) error {
+	err := s.detached(ctx, h, func(ctx context.Context) error {
 		err := s.pg.SendBatch(ctx, h.conn, b).Close()
 		s.pg.Learn(h.conn, err)
 		if err != nil || !h.nested() {
@@ -204,17 +194,11 @@ func (s *Store) replay(ctx context.Context, h *handle, tx pgx.Tx, scope, key str
 	})
 	switch {
 	case errors.Is(err, pgerr.ErrStoppedWaiting):
-		return Result{}, false, errfmt.Errorf("idempotency: key %q: stopped waiting for its record to reach the synchronous standby; nothing was run: %w", key, err)
+		return Result{}, errfmt.Errorf("idempotency: key %q: stopped waiting for its record to reach the synchronous standby; nothing was run: %w", f.Key, err)
 	case err != nil:
-		return Result{}, false, errfmt.Errorf("idempotency: read %q: %w", key, err)
-	case !ok: // gone already (reaped): start over
-		return Result{}, false, errVanished
-	case !stored.expired:
-		stored.Scope, stored.Key = scope, key
-		res, err := replayOf(stored.Record, fp)
-		return res, false, err
+		return Result{}, errfmt.Errorf("idempotency: replay %q: %w", f.Key, err)
 	}
-	return Result{}, true, nil
+	return replayOf(f.Record, fp)
 }
 
 // runFn runs fn in tx, the key's claimed transaction on conn, and returns
@@ -277,34 +261,37 @@ func (s *Store) commit(ctx context.Context, h *handle, tx pgx.Tx, key string, b 
 }
 
 // claim begins the attempt's transaction on h (inside the caller's
-// transaction, a savepoint) and runs the claim (or takeover) statement
-// sql in the same round trip, filling rec's times when it claims the key.
-// The transaction is left open either way, unless an error is returned:
-// errBusy when a request in flight holds the key (the transaction is then
-// ended with a COMMIT of nothing, which the server does not count as a
-// rollback).
-func (s *Store) claim(ctx context.Context, h *handle, sql string, rec *Record) (tx pgx.Tx, claimed bool, err error) {
-	wait, bound := s.bound(ctx)
+// transaction, a savepoint), tries the key's lock and reads its record, in
+// one round trip (claimSQL, readSQL). It returns the transaction, open,
+// and the record it read: f.exists false, or f.expired, means the key is
+// this transaction's to write (it holds the key's lock); a live record is
+// to be replayed. Otherwise the transaction is ended and the error says
+// why: errBusy when a request in flight holds the key (ended with a
+// COMMIT of nothing, which the server does not count as a rollback),
+// errVanished when the live record the lock's statement saw was gone or
+// expired by the time it was read.
+func (s *Store) claim(ctx context.Context, h *handle, scope, key string) (tx pgx.Tx, f found, err error) {
 	opts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 	b := &pgx.Batch{}
-	unnamed := s.pg.Unnamed(h.conn)
 	switch {
 	case h.nested():
 		tx = h.outer
 		b.Queue("savepoint " + savepoint)
 		h.saved = true
-	case unnamed: // the begin on its own round trip (see pgmode.Modes.SendBatch)
+	case s.pg.Unnamed(h.conn): // the begin on its own round trip (see pgmode.Modes.SendBatch)
 		if tx, err = h.conn.BeginTx(ctx, opts); err != nil {
-			return nil, false, claimError(rec.Key, wait, err)
+			return nil, found{}, claimError(key, err)
 		}
 	default:
 		b.BeginTx(opts)
 	}
-	var restored string
-	var created, expires *time.Time
-	free := true
-	b.Queue(sql, rec.Scope, rec.Key, rec.Fingerprint, s.retention.Microseconds(), bound).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&created, &expires, &free, &restored)
+	var locked *bool
+	b.Queue(s.claimSQL, scope, key).QueryRow(func(row pgx.Row) error { return row.Scan(&locked) })
+	f.Scope, f.Key = scope, key
+	b.Queue(s.readSQL, scope, key).QueryRow(func(row pgx.Row) error {
+		err := f.scan(row)
+		f.exists = err == nil
+		return noRows(err)
 	})
 	br := s.pg.SendBatch(ctx, h.conn, b)
 	if tx == nil {
@@ -313,26 +300,29 @@ func (s *Store) claim(ctx context.Context, h *handle, sql string, rec *Record) (
 	if err := br.Close(); err != nil {
 		h.rollback(ctx, tx)
 		if s.pg.Learn(h.conn, err) { // nothing ran: claim again, unnamed
-			return nil, false, errfmt.Errorf("%w: %w", errVanished, err)
+			return nil, found{}, errfmt.Errorf("%w: %w", errVanished, err)
 		}
-		return nil, false, claimError(rec.Key, wait, err)
+		return nil, found{}, claimError(key, err)
 	}
-	if !free {
-		if h.nested() {
-			h.rollback(ctx, tx)
-		} else {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-			defer cancel()
-			if err := tx.Commit(ctx); err != nil {
-				end(ctx, h.conn, tx)
-			}
+	live := f.exists && !f.expired
+	switch {
+	case locked == nil && !live:
+		err = errVanished
+	case locked != nil && !*locked:
+		err = errBusy
+	default:
+		return tx, f, nil
+	}
+	if h.nested() {
+		h.rollback(ctx, tx)
+	} else {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		if cerr := tx.Commit(ctx); cerr != nil {
+			end(ctx, h.conn, tx)
 		}
-		return nil, false, errBusy
 	}
-	if created != nil && expires != nil {
-		rec.CreatedAt, rec.ExpiresAt, claimed = *created, *expires, true
-	}
-	return tx, claimed, nil
+	return nil, found{}, err
 }
 
 // noRows turns "no row" into nil: a claim that met a row returns none.
@@ -343,13 +333,8 @@ func noRows(err error) error {
 	return err
 }
 
-// claimError classifies a failed claim: lock_timeout (55P03) while waiting
-// for a concurrent duplicate is ErrInProgress. Nothing was committed.
-func claimError(key string, wait time.Duration, err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
-		return errfmt.Errorf("%w: key %q, waited %v", ErrInProgress, key, wait)
-	}
+// claimError wraps the error of a failed claim. Nothing was committed.
+func claimError(key string, err error) error {
 	return errfmt.Errorf("idempotency: claim %q: %w", key, pgmode.Explain(err))
 }
 

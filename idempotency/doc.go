@@ -6,9 +6,9 @@
 // it retries; a queue redelivers; a user double-clicks. A lock around the
 // handler does not help (it expires, and the retry comes later anyway), and
 // a key kept in a separate store lets the effect and the key disagree after
-// a crash. Here the key is claimed with INSERT … ON CONFLICT DO NOTHING in
-// the transaction that makes the effect, and the result is stored before
-// the same COMMIT: either both commit or neither does. A retry with the
+// a crash. Here the key is claimed by its lock in the transaction that
+// makes the effect, and the key's record, with the result, is inserted
+// before the same COMMIT: either both commit or neither does. A retry with the
 // same key and request replays the stored result without running anything;
 // the same key with another request is refused (ErrMismatch, HTTP 422); a
 // duplicate arriving while the first is still running waits for it,

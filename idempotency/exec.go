@@ -18,8 +18,8 @@ import (
 // DELETE with a RETURNING clause (or a SELECT), with its arguments. Exec
 // claims the key as Do does (BEGIN and the claim in one round trip; on a
 // Store made on a pgx.Tx, in a savepoint of it: see DB), then
-// sends the statement, wrapped so that it also stores its RETURNING rows
-// in the claimed record (claimedSQL), with COMMIT: two round trips, as a
+// sends the statement, wrapped so that it also inserts the key's record
+// holding its RETURNING rows (claimedSQL), with COMMIT: two round trips, as a
 // bare transaction of the statement costs. It creates nothing on the
 // server: the Store's table (CreateSchema) is all it needs. Once most
 // recent calls were replays, Exec reads the record first, as Do does: a
@@ -91,16 +91,20 @@ func (s *Store) exec(ctx context.Context, scope, key string, fingerprint []byte,
 	})
 }
 
-// runClaimed is Exec's finisher by default: the statement and the record
-// of its rows, one statement sent with COMMIT. A lock wait of the
-// statement that ran out is ErrInProgress; any other error of the
-// statement rolls everything back and is returned.
+// runClaimed is Exec's finisher: the statement and the record of its
+// rows, one statement sent with COMMIT. A lock wait of the statement that
+// ran out is ErrInProgress; any other error of the statement rolls
+// everything back and is returned.
 func runClaimed(stmt wrapped, args []any) finisher {
-	return func(ctx context.Context, s *Store, h *handle, tx pgx.Tx, rec *Record) error {
+	return func(ctx context.Context, s *Store, h *handle, tx pgx.Tx, rec *Record, takeover bool) error {
 		wait, bound := s.bound(ctx)
+		sql := stmt.text
+		if takeover {
+			sql = stmt.takeover
+		}
 		b := &pgx.Batch{}
-		b.Queue(stmt.text, append(slices.Clip(args), bound, rec.Scope, rec.Key)...).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&rec.Body, &rec.Terminal)
+		b.Queue(sql, append(slices.Clip(args), bound, rec.Scope, rec.Key, rec.Fingerprint, s.retention.Microseconds())...).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&rec.Body, &rec.Terminal, &rec.CreatedAt, &rec.ExpiresAt)
 		})
 		err := s.commit(ctx, h, tx, rec.Key, b)
 		var pgErr *pgconn.PgError

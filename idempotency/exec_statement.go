@@ -12,7 +12,7 @@ import (
 	"github.com/nolock/nolock/internal/pgerr"
 )
 
-// statement returns sql wrapped in claimedSQL, after refusing it unless
+// statement returns sql wrapped in claimedSQL (both ways), after refusing it unless
 // it uses exactly len(args) parameters: Exec's own follow the caller's, so
 // a missing argument would silently bind one of them (a debit "WHERE
 // account = $1" matching nothing, stored as refused). The first call with
@@ -101,13 +101,18 @@ func (s *Store) describe(ctx context.Context, sql string, args []any) (wrapped, 
 		return wrapped{}, errfmt.Errorf("idempotency: describe the statement: %w", err)
 	}
 	n := len(d.ParamOIDs)
-	return wrapped{text: fmt.Sprintf(s.claimedSQL, sql, n+1, n+2, n+3), params: n}, nil
+	return wrapped{
+		text:     fmt.Sprintf(s.claimedSQL, sql, n+1, n+2, n+3, n+4, n+5, ""),
+		takeover: fmt.Sprintf(s.claimedSQL, sql, n+1, n+2, n+3, n+4, n+5, takeover),
+		params:   n,
+	}, nil
 }
 
 // wrapped is the caller's statement as Exec sends it.
 type wrapped struct {
-	text   string // in claimedSQL
-	params int    // the caller's statement's parameters
+	text     string // in claimedSQL
+	takeover string // in claimedSQL, replacing an expired record
+	params   int    // the caller's statement's parameters
 }
 
 // maxDescribed bounds how many statement texts a Store remembers (against

@@ -337,7 +337,7 @@ func (s *Store) get(ctx context.Context, scope, key string) (Record, error) {
 // the database's clock, and whether that server has a synchronous standby.
 type found struct {
 	Record
-	expired, standby bool
+	exists, expired, standby bool
 }
 
 // scan reads readSQL's columns.
@@ -352,6 +352,7 @@ func (s *Store) lookup(ctx context.Context, scope, key string) (found, error) {
 	err := s.onDB(ctx, func(ctx context.Context) error {
 		return f.scan(s.over.QueryRow(ctx, s.db, s.readSQL, scope, key))
 	})
+	f.exists = err == nil
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return found{}, ErrNotFound

@@ -258,8 +258,7 @@ func (m *middleware) handle(r *http.Request, body []byte) Func {
 			_, err = decodeResponse(enc) // what cannot be replayed must not commit
 		}
 		if err != nil {
-			return nil, &serverError{response{Status: http.StatusInternalServerError, Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
-				Body: []byte("idempotency: the handler's response cannot be stored (" + err.Error() + "); nothing was committed\n")}}
+			return nil, unstorableError{err}
 		}
 		if resp.Status >= 400 {
 			return enc, Terminal(nil)
@@ -277,6 +276,8 @@ func (m *middleware) writeError(w http.ResponseWriter, r *http.Request, err erro
 	switch {
 	case errors.As(err, &failed):
 		failed.resp.write(w, false)
+	case errors.As(err, new(unstorableError)):
+		m.problem(w, r, problemOf("response-unstorable", http.StatusInternalServerError, err.Error()))
 	case errors.Is(err, ErrMismatch):
 		m.problem(w, r, problemOf("key-mismatch", http.StatusUnprocessableEntity, "this key was used for another request"))
 	case errors.Is(err, ErrInProgress):
@@ -348,6 +349,14 @@ func (r response) write(w http.ResponseWriter, replayed bool) {
 
 // serverError carries a 5xx response out of Do, which rolls back.
 type serverError struct{ resp response }
+
+// unstorableError rolls back a run whose response could not be stored and
+// replayed (a header value with a control byte, say).
+type unstorableError struct{ err error }
+
+func (e unstorableError) Error() string {
+	return "the handler's response cannot be stored (" + e.err.Error() + "); nothing was committed"
+}
 
 func (e *serverError) Error() string {
 	return fmt.Sprintf("idempotency: handler answered %d", e.resp.Status)

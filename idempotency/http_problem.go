@@ -23,6 +23,8 @@ import (
 //	urn:nolock:idempotency:in-progress      409, a request with the key is still running (Retry-After is set)
 //	urn:nolock:idempotency:outcome-unknown  500, the commit's outcome is unknown: retry with the same key
 //	urn:nolock:idempotency:failed           500, rolled back (or a bad scope): retry with the same key
+//	urn:nolock:idempotency:response-unstorable  500, the handler's response cannot be stored and replayed
+//	                                        (a header value with a control byte): rolled back
 //
 // Detail never names a table or constraint.
 type Problem struct {

@@ -187,7 +187,7 @@ func TestMiddlewareUnstorableResponseRollsBack(t *testing.T) {
 	})
 	code, body, _ := middlewarePost(t, b.store, h, "k", "x")
 	_, gerr := b.store.Get(context.Background(), "", "k")
-	if code != 500 || !strings.Contains(body, "cannot be stored") || !errors.Is(gerr, idempotency.ErrNotFound) || b.balance("alice") != initial {
+	if code != 500 || !strings.Contains(body, "cannot be stored") || !strings.Contains(body, `"type":"urn:nolock:idempotency:response-unstorable"`) || !errors.Is(gerr, idempotency.ErrNotFound) || b.balance("alice") != initial {
 		t.Fatalf("unstorable response: %d %q, record %v, balance %d; want 500 naming it, nothing stored, %d", code, body, gerr, b.balance("alice"), initial)
 	}
 }

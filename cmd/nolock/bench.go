@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,7 @@ type benchConfig struct {
 	clients  []int
 	duration time.Duration
 	svg      string           // the plot's path; empty writes none
+	run      *regexp.Regexp   // the scenarios to run besides the baseline (nil: every one)
 	obs      observe.Observer // the library's clients report to it (nil: none)
 }
 
@@ -354,7 +356,7 @@ func bench(ctx context.Context, cfg benchConfig, out, progressOut io.Writer) (*b
 
 	res := &benchResult{clients: cfg.clients, measures: map[string][]measure{}}
 	var scs []benchScenario
-	for _, sc := range benchScenarios {
+	for _, sc := range selectScenarios(cfg.run) {
 		if sc.redis && env.redis == nil {
 			continue
 		}
@@ -384,6 +386,31 @@ func bench(ctx context.Context, cfg benchConfig, out, progressOut io.Writer) (*b
 		fmt.Fprintf(progressOut, "nolock bench: plot written to %s\n", cfg.svg)
 	}
 	return res, nil
+}
+
+// selectScenarios returns the baseline (the first scenario: every ratio
+// is against it) and the scenarios whose name re matches; nil re selects
+// every scenario.
+func selectScenarios(re *regexp.Regexp) []benchScenario {
+	if re == nil {
+		return benchScenarios
+	}
+	out := benchScenarios[:1:1]
+	for _, sc := range benchScenarios[1:] {
+		if re.MatchString(sc.name) {
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
+// benchScenarioNames lists every scenario's name, for a usage error.
+func benchScenarioNames() string {
+	names := make([]string, len(benchScenarios))
+	for i, sc := range benchScenarios {
+		names[i] = strconv.Quote(sc.name)
+	}
+	return strings.Join(names, ", ")
 }
 
 // benchSchema creates the baselines' table and the packages' tables.

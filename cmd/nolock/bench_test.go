@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -94,10 +95,37 @@ func TestBenchFlags(t *testing.T) {
 		{"bench", "-clients", "1,x"},
 		{"bench", "-clients", "0"},
 		{"bench", "-duration", "soon"},
+		{"bench", "-run", "("},
+		{"bench", "-run", "no such scenario"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), args, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, stderr.String())
 		}
+	}
+}
+
+// -run keeps the baseline (every ratio is against it) and the scenarios
+// it matches, in their order, and reaches the bench's configuration.
+func TestBenchRun(t *testing.T) {
+	var got []string
+	saved := runBench
+	t.Cleanup(func() { runBench = saved })
+	runBench = func(_ context.Context, cfg benchConfig, _, _ io.Writer) (*benchResult, error) {
+		for _, sc := range selectScenarios(cfg.run) {
+			got = append(got, sc.name)
+		}
+		return nil, nil
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "-postgres", "host=nowhere", "-run", "idempotency|advisory"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	want := []string{"SELECT … FOR UPDATE tx", "pg_advisory_xact_lock tx", "idempotency.Do + DebitIn", "idempotency.Exec debit"}
+	if !slices.Equal(got, want) {
+		t.Errorf("-run ran %q, want %q", got, want)
+	}
+	if all := selectScenarios(nil); len(all) != len(benchScenarios) {
+		t.Errorf("no -run selects %d scenarios, want all %d", len(all), len(benchScenarios))
 	}
 }

@@ -112,6 +112,7 @@ func benchCommand(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Conte
 	clients := fs.String("clients", "1,4,16,64", "comma-separated client `COUNTS`")
 	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "how long each scenario runs at each client count (a Go `DURATION`)")
 	fs.StringVar(&cfg.svg, "svg", "", "also write the plot, an SVG `FILE`, to this path (none: no plot)")
+	run := fs.String("run", "", "run only the baseline and the scenarios whose name matches this `REGEXP` (Go syntax; none: every scenario)")
 	var metricsAddr string
 	metricsFlag(fs, &metricsAddr)
 	return func(ctx context.Context) int {
@@ -119,6 +120,14 @@ func benchCommand(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Conte
 			return usageError(fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 		}
 		var err error
+		if *run != "" {
+			if cfg.run, err = regexp.Compile(*run); err != nil {
+				return usageError(fs, fmt.Sprintf("-run: %v", err))
+			}
+			if len(selectScenarios(cfg.run)) == 1 {
+				return usageError(fs, fmt.Sprintf("-run %q matches no scenario; the scenarios: %s", *run, benchScenarioNames()))
+			}
+		}
 		if cfg.clients, err = parseClients(*clients); err != nil {
 			return usageError(fs, err.Error())
 		}

@@ -61,6 +61,7 @@ type measure struct {
 
 // benchResult is every scenario's measures, in scenario order.
 type benchResult struct {
+	title     string // the plot's title (empty: nolock bench's own)
 	clients   []int
 	scenarios []string
 	measures  map[string][]measure // by scenario, in clients order

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/xml"
 	"fmt"
 	"math"
@@ -54,8 +55,8 @@ func renderSVG(res *benchResult) []byte {
 	fmt.Fprintf(&b, `<?xml version="1.0" encoding="UTF-8"?>
 <svg xmlns="http://www.w3.org/2000/svg" width="%g" height="%g" viewBox="0 0 %g %g" font-family="sans-serif" font-size="12">
 <rect width="100%%" height="100%%" fill="white"/>
-<text x="%g" y="28" font-size="16" text-anchor="middle">nolock bench: one hot key, throughput vs clients</text>
-`, w, h, w, h, left+pw/2)
+<text x="%g" y="28" font-size="16" text-anchor="middle">%s</text>
+`, w, h, w, h, left+pw/2, escape(cmp.Or(res.title, "nolock bench: one hot key, throughput vs clients")))
 	// Gridlines and tick labels: decades on y, the measured counts on x.
 	for e := yLo; e <= yHi; e++ {
 		yy := y(math.Pow(10, e))

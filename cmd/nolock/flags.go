@@ -112,7 +112,8 @@ func benchCommand(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Conte
 	clients := fs.String("clients", "1,4,16,64", "comma-separated client `COUNTS`")
 	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "how long each scenario runs at each client count (a Go `DURATION`)")
 	fs.StringVar(&cfg.svg, "svg", "", "also write the plot, an SVG `FILE`, to this path (none: no plot)")
-	run := fs.String("run", "", "run only the baseline and the scenarios whose name matches this `REGEXP` (Go syntax; none: every scenario)")
+	run := fs.String("run", "", "run only the baseline and the scenarios whose name matches this `REGEXP` (Go syntax; none: every scenario); with -from, plot only the benchmarks whose path matches it")
+	from := fs.String("from", "", "measure nothing: read the output of a package's `go test -bench` from `FILE` (-: standard input) and print and plot its rates by client count")
 	var metricsAddr string
 	metricsFlag(fs, &metricsAddr)
 	return func(ctx context.Context) int {
@@ -124,6 +125,15 @@ func benchCommand(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Conte
 			if cfg.run, err = regexp.Compile(*run); err != nil {
 				return usageError(fs, fmt.Sprintf("-run: %v", err))
 			}
+		}
+		if *from != "" {
+			if err := benchFrom(*from, cfg.run, cfg.svg, os.Stdin, stdout, stderr); err != nil {
+				fmt.Fprintln(stderr, "nolock bench:", err)
+				return 1
+			}
+			return 0
+		}
+		if *run != "" {
 			if len(selectScenarios(cfg.run)) == 1 {
 				return usageError(fs, fmt.Sprintf("-run %q matches no scenario; the scenarios: %s", *run, benchScenarioNames()))
 			}

@@ -3,7 +3,7 @@
 // prints the tables the packages need.
 //
 //	nolock demo    [-postgres DSN] [-kafka BROKERS] [-dynamodb URL] [-run REGEXP] [-metrics ADDR]
-//	nolock bench   [-postgres DSN] [-redis ADDR] [-clients 1,4,16,64] [-duration 3s] [-svg FILE] [-run REGEXP] [-metrics ADDR]
+//	nolock bench   [-postgres DSN] [-redis ADDR] [-clients 1,4,16,64] [-duration 3s] [-svg FILE] [-run REGEXP] [-from FILE] [-metrics ADDR]
 //	nolock schema  [postgres | dynamodb]
 //	nolock doctor  [-postgres DSN] [-kafka BROKERS -topic TOPICS] [-dynamodb URL -dynamodb-table TABLES] [-json]
 //	nolock parked  list|replay|purge [-inbox NAME | -group GROUP] [-postgres DSN | -service URL] [-json] [ID]
@@ -74,14 +74,16 @@ scripts/demo starts local services and runs this with them.`,
 		flags: demoCommand,
 	},
 	{
-		name: "bench", args: "[-postgres DSN] [-redis ADDR] [-clients 1,4,16,64] [-duration 3s] [-svg FILE] [-run REGEXP] [-metrics ADDR]",
+		name: "bench", args: "[-postgres DSN] [-redis ADDR] [-clients 1,4,16,64] [-duration 3s] [-svg FILE] [-run REGEXP] [-from FILE] [-metrics ADDR]",
 		summary: "measure the patterns against lock-based baselines on your database",
 		about: `Runs every strategy for "take one unit of one hot key" side by side, each
 for -duration at each client count, in a fresh schema it creates and
 drops, and prints ops/s with the ratio to a SELECT … FOR UPDATE
 transaction at the same count. It fails if the store shows other effects
 than the operations that succeeded. With -svg it also writes a plot; with
--run only the baseline and the scenarios it names run.`,
+-run only the baseline and the scenarios it names run. With -from it
+measures nothing: it reads a package's go test -bench output (from
+scripts/bench or go test) and prints and plots its rates by client count.`,
 		flags: benchCommand,
 	},
 	{

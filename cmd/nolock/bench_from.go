@@ -56,7 +56,7 @@ func readBenchOutput(r io.Reader, re *regexp.Regexp) (*benchResult, error) {
 	if len(scenarios) == 0 {
 		return nil, fmt.Errorf("no benchmark line with clients=N and a rate (a unit ending in /s) found%s", matchNote(re))
 	}
-	res := &benchResult{scenarios: scenarios, measures: map[string][]measure{}, title: "go test -bench: throughput vs clients"}
+	res := &benchResult{scenarios: scenarios, measures: map[string][]measure{}, title: benchTitle(scenarios)}
 	for _, name := range scenarios {
 		var counts []int
 		for c := range rates[name] {
@@ -72,6 +72,18 @@ func readBenchOutput(r io.Reader, re *regexp.Regexp) (*benchResult, error) {
 	}
 	slices.Sort(res.clients)
 	return res, nil
+}
+
+// benchTitle names the plot after the benchmark function when every
+// scenario comes from one.
+func benchTitle(scenarios []string) string {
+	fn, _, _ := strings.Cut(scenarios[0], "/")
+	for _, sc := range scenarios {
+		if f, _, _ := strings.Cut(sc, "/"); f != fn {
+			return "go test -bench: throughput vs clients"
+		}
+	}
+	return "Benchmark" + fn + ": throughput vs clients"
 }
 
 // firstRate returns the value of the first value-unit pair whose unit

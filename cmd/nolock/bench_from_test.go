@@ -82,6 +82,9 @@ func TestBenchFrom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !strings.Contains(string(plot), "BenchmarkDebit: throughput vs clients") {
+		t.Error("the SVG's title does not name the benchmark")
+	}
 	if n := strings.Count(string(plot), "<path "); n != 2 {
 		t.Errorf("the SVG has %d paths, want 2", n)
 	}

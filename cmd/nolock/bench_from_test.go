@@ -88,6 +88,10 @@ func TestBenchFrom(t *testing.T) {
 	if n := strings.Count(string(plot), "<path "); n != 2 {
 		t.Errorf("the SVG has %d paths, want 2", n)
 	}
+	stdout.Reset()
+	if code := run(context.Background(), []string{"bench", "-h"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "-from FILE") {
+		t.Errorf("bench -h: exit %d, want 0 and the flag shown as -from FILE:\n%s", code, stdout.String())
+	}
 	if code := run(context.Background(), []string{"bench", "-from", filepath.Join(dir, "missing.txt")}, &stdout, &stderr); code != 1 {
 		t.Errorf("a missing file: exit %d, want 1", code)
 	}

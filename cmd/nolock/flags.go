@@ -113,7 +113,7 @@ func benchCommand(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Conte
 	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "how long each scenario runs at each client count (a Go `DURATION`)")
 	fs.StringVar(&cfg.svg, "svg", "", "also write the plot, an SVG `FILE`, to this path (none: no plot)")
 	run := fs.String("run", "", "run only the baseline and the scenarios whose name matches this `REGEXP` (Go syntax; none: every scenario); with -from, plot only the benchmarks whose path matches it")
-	from := fs.String("from", "", "measure nothing: read the output of a package's `go test -bench` from `FILE` (-: standard input) and print and plot its rates by client count")
+	from := fs.String("from", "", "measure nothing: read a package's go test -bench output from `FILE` (-: standard input) and print and plot its rates by client count")
 	var metricsAddr string
 	metricsFlag(fs, &metricsAddr)
 	return func(ctx context.Context) int {

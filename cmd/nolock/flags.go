@@ -133,10 +133,8 @@ func benchCommand(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Conte
 			}
 			return 0
 		}
-		if *run != "" {
-			if len(selectScenarios(cfg.run)) == 1 {
-				return usageError(fs, fmt.Sprintf("-run %q matches no scenario; the scenarios: %s", *run, benchScenarioNames()))
-			}
+		if cfg.run != nil && len(selectScenarios(cfg.run)) == 1 {
+			return usageError(fs, fmt.Sprintf("-run %q matches no scenario; the scenarios: %s", *run, benchScenarioNames()))
 		}
 		if cfg.clients, err = parseClients(*clients); err != nil {
 			return usageError(fs, err.Error())

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -23,8 +24,9 @@ import (
 )
 
 // One Adapter observes every package: here a compare-and-set, a lock and
-// an idempotent request with its retry, counted in nolock.events by event
-// name. PostgreSQL comes from DATABASE_URL (a stand-in for your own);
+// an idempotent request with its retry, each event in the instrument of
+// its meaning (a lock's wait and hold, a call's duration, an outcome), and
+// the idempotency table's oldest unreaped record (none is due: 0). PostgreSQL comes from DATABASE_URL (a stand-in for your own);
 // TestExamples points it at a fresh schema on the test services, runs the
 // example and checks what it prints.
 func Example() {
@@ -48,12 +50,7 @@ func Example() {
 	}
 
 	work := func(ctx context.Context) error {
-		// With no options, the global providers (otel.GetMeterProvider(),
-		// otel.GetTracerProvider(), as set when New is called).
-		a, err := nolockotel.New(
-			nolockotel.WithMeterProvider(meterProvider),
-			nolockotel.WithTracerProvider(tracerProvider),
-		)
+		a, err := nolockotel.New(nolockotel.WithMeterProvider(meterProvider), nolockotel.WithTracerProvider(tracerProvider))
 		if err != nil {
 			return err
 		}
@@ -66,10 +63,13 @@ func Example() {
 		if err != nil {
 			return err
 		}
-		if err := pgcas.Retry(ctx, pool, edit, cas.WithObserver(a.Observe)); err != nil {
+		if _, err := a.ObserveTables(pool, nolockotel.Tables{Idempotency: []string{idempotency.DefaultTable}}); err != nil {
 			return err
 		}
 
+		if err := pgcas.Retry(ctx, pool, edit, cas.WithObserver(a.Observe)); err != nil {
+			return err
+		}
 		if err := locks.CreateSchema(ctx); err != nil {
 			return err
 		}
@@ -100,13 +100,21 @@ func Example() {
 	if err := reader.Collect(ctx, &rm); err != nil {
 		log.Fatal(err)
 	}
-	var lines []string
+	var lines []string // each instrument's count or value per event (or per table)
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == nolockotel.MetricEvents {
-				for _, dp := range sum.DataPoints {
-					name, _ := dp.Attributes.Value(nolockotel.AttrEvent)
-					lines = append(lines, fmt.Sprintf("%s %d", name.AsString(), dp.Value))
+			switch data := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range data.DataPoints {
+					lines = append(lines, fmt.Sprintf("%s %s %d", m.Name, dp.Attributes.Encoded(attribute.DefaultEncoder()), dp.Value))
+				}
+			case metricdata.Histogram[float64]:
+				for _, dp := range data.DataPoints {
+					lines = append(lines, fmt.Sprintf("%s %s %d", m.Name, dp.Attributes.Encoded(attribute.DefaultEncoder()), dp.Count))
+				}
+			case metricdata.Gauge[float64]:
+				for _, dp := range data.DataPoints {
+					lines = append(lines, fmt.Sprintf("%s %s %g", m.Name, dp.Attributes.Encoded(attribute.DefaultEncoder()), dp.Value))
 				}
 			}
 		}
@@ -121,7 +129,14 @@ func Example() {
 func TestExamples(t *testing.T) {
 	t.Setenv("DATABASE_URL", testenv.PostgresFreshDSN(t))
 	got := testenv.Printed(t, Example)
-	want := "cas.committed 1\nidempotency.ran 1\nidempotency.replayed 1\nlease.acquired 1\nlease.released 1\n"
+	want := `nolock.lock.held nolock.pattern=lease 0
+nolock.lock.hold.duration nolock.event=lease.released 1
+nolock.lock.wait.duration nolock.event=lease.acquired 1
+nolock.operation.duration nolock.event=idempotency.ran 1
+nolock.operation.duration nolock.event=idempotency.replayed 1
+nolock.outcomes nolock.event=cas.committed 1
+nolock.unreaped.age nolock.table=nolock_idempotency 0
+`
 	if got != want {
 		t.Errorf("printed\n%s\nwant\n%s", got, want)
 	}

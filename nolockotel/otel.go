@@ -3,15 +3,15 @@ package nolockotel
 import (
 	"context"
 	"errors"
-	"reflect"
 	"strings"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/nolock/nolock/internal/errfmt"
@@ -19,53 +19,22 @@ import (
 )
 
 // ScopeName is the instrumentation scope of the Adapter's meter and
-// tracer: this module's path.
+// tracer: this module's path (with Version and SchemaURL).
 const ScopeName = "github.com/nolock/nolock/nolockotel"
-
-// The instruments' names (see docs/observability.md).
-const (
-	// MetricEvents counts events (unit {event}), by nolock.event and
-	// error.type.
-	MetricEvents = "nolock.events"
-	// MetricDropped counts events a package dropped because its observer
-	// fell behind (unit {event}; Event.Dropped), without attributes.
-	MetricDropped = "nolock.events.dropped"
-	// MetricDuration is the histogram of events' Duration (unit s), by
-	// nolock.event and error.type.
-	MetricDuration = "nolock.operation.duration"
-	// MetricBatchSize is the histogram of batch sizes (unit {item}), by
-	// nolock.event: the N of cas.committed, conditional.batch,
-	// partition.committed and inbox.committed.
-	MetricBatchSize = "nolock.batch.size"
-)
-
-// The attributes' keys.
-const (
-	AttrEvent     = attribute.Key("nolock.event")   // the event's name: metrics, spans
-	AttrErrorType = attribute.Key("error.type")     // the error's class (see WithErrorType): metrics, spans
-	AttrKey       = attribute.Key("nolock.key")     // Event.Key: spans and span events only
-	AttrToken     = attribute.Key("nolock.token")   // Event.Token, when not 0
-	AttrAttempt   = attribute.Key("nolock.attempt") // Event.Attempt, when not 0
-	AttrN         = attribute.Key("nolock.n")       // Event.N, when not 0
-	attrErrorMsg  = attribute.Key("error.message")  // span events: Err's text
-)
-
-// batchEvents are the events whose N is a batch's size
-// (conditional.granted's N is the units asked: not a batch).
-var batchEvents = map[string]bool{"cas.committed": true, "conditional.batch": true, "partition.committed": true, "inbox.committed": true}
 
 // ErrInvalid is returned by New for a bad option, named in the text.
 var ErrInvalid = errors.New("nolockotel: invalid argument")
 
 // Option configures New: WithMeterProvider, WithTracerProvider,
-// WithErrorType.
+// WithPropagator, WithErrorType.
 type Option func(*config)
 
 type config struct {
-	mp        metric.MeterProvider
-	tp        trace.TracerProvider
-	errorType func(error) string
-	bad       []string // options given nil, for New's error
+	mp         metric.MeterProvider
+	tp         trace.TracerProvider
+	errorType  func(error) string
+	propagator propagation.TextMapPropagator
+	bad        []string // options given nil, for New's error
 }
 
 // WithMeterProvider sets where the metrics go (default: otel's global
@@ -90,6 +59,19 @@ func WithTracerProvider(p trace.TracerProvider) Option {
 	}
 }
 
+// WithPropagator sets the propagator Inject and Extract use (default:
+// otel's global one, otel.GetTextMapPropagator(), at New; set it to
+// propagation.TraceContext{} for W3C traceparent and tracestate). nil is
+// refused.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(c *config) {
+		if p == nil {
+			c.bad = append(c.bad, "WithPropagator(nil)")
+		}
+		c.propagator = p
+	}
+}
+
 // WithErrorType sets how an event's error becomes the error.type
 // attribute (default ErrorType). f must return few distinct values: each
 // is a metric series per event name. An empty result means ErrorType's.
@@ -107,24 +89,23 @@ func WithErrorType(f func(error) string) Option {
 // instruments are created once, by New. It is safe for concurrent use,
 // like the Observer it provides.
 type Adapter struct {
-	tracer    trace.Tracer
-	events    metric.Int64Counter
-	dropped   metric.Int64Counter
-	duration  metric.Float64Histogram
-	batch     metric.Int64Histogram
-	errorType func(error) string
-	now       func() time.Time
-	// attrs caches each (event, error type)'s metric attributes; the
-	// library's event names and error classes are few.
+	tracer     trace.Tracer
+	meter      metric.Meter
+	in         *instruments
+	gauges     gauges
+	propagator propagation.TextMapPropagator
+	errorType  func(error) string
+	now        func() time.Time
+	// attrs caches each (event, error type, key)'s metric attributes; the
+	// library's event names, error classes and partitions are few.
 	attrs sync.Map // attrsKey -> metric.MeasurementOption
 }
 
-type attrsKey struct{ name, errorType string }
-
 // New returns an Adapter that records on the MeterProvider and
 // TracerProvider of its options (default: otel's global ones, as set when
-// New is called). It refuses a nil option or provider, and returns the
-// provider's error if an instrument cannot be created.
+// New is called), under the scope ScopeName, Version and SchemaURL. It
+// refuses a nil option or provider, and returns the provider's error if
+// an instrument cannot be created.
 func New(opts ...Option) (*Adapter, error) {
 	cfg := config{errorType: ErrorType}
 	for i, o := range opts {
@@ -142,178 +123,139 @@ func New(opts ...Option) (*Adapter, error) {
 	if cfg.tp == nil {
 		cfg.tp = otel.GetTracerProvider()
 	}
-	meter := cfg.mp.Meter(ScopeName)
-	a := &Adapter{tracer: cfg.tp.Tracer(ScopeName), errorType: cfg.errorType, now: time.Now}
-	var err error
-	if a.events, err = meter.Int64Counter(MetricEvents, metric.WithUnit("{event}"),
-		metric.WithDescription("Events reported by nolock's packages, by event name.")); err != nil {
-		return nil, errfmt.Errorf("nolockotel: %s: %w", MetricEvents, err)
+	if cfg.propagator == nil {
+		cfg.propagator = otel.GetTextMapPropagator()
 	}
-	if a.dropped, err = meter.Int64Counter(MetricDropped, metric.WithUnit("{event}"),
-		metric.WithDescription("Events dropped because an observer fell behind.")); err != nil {
-		return nil, errfmt.Errorf("nolockotel: %s: %w", MetricDropped, err)
+	meter := cfg.mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version), metric.WithSchemaURL(SchemaURL))
+	in, err := newInstruments(meter)
+	if err != nil {
+		return nil, err
 	}
-	if a.duration, err = meter.Float64Histogram(MetricDuration, metric.WithUnit("s"),
-		metric.WithDescription("The Duration of nolock's events: a call's wait, a round trip, a hold, a retry's delay."),
-		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)); err != nil {
-		return nil, errfmt.Errorf("nolockotel: %s: %w", MetricDuration, err)
+	g, err := newGauges(meter)
+	if err != nil {
+		return nil, err
 	}
-	if a.batch, err = meter.Int64Histogram(MetricBatchSize, metric.WithUnit("{item}"),
-		metric.WithDescription("Sizes of the batches nolock's packages write in one statement or transaction."),
-		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)); err != nil {
-		return nil, errfmt.Errorf("nolockotel: %s: %w", MetricBatchSize, err)
-	}
-	return a, nil
+	return &Adapter{
+		gauges:     g,
+		tracer:     cfg.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version), trace.WithSchemaURL(SchemaURL)),
+		meter:      meter,
+		in:         in,
+		propagator: cfg.propagator,
+		errorType:  cfg.errorType,
+		now:        time.Now,
+	}, nil
 }
 
 // Observe records e: it is the observe.Observer to pass to every
-// package's WithObserver. It counts e in nolock.events (and e.Dropped in
-// nolock.events.dropped), records its Duration and batch size, and, when e
-// has a Duration, ends a span named e.Name under the span in ctx (started
-// e.Duration ago; for a ".retry" event, whose Duration is the wait about
-// to begin, starting now and ending when the wait will); without a
-// Duration, e is added as an event to the span in ctx if that span is
-// recording. Observe does not block on I/O: exporting is the providers'.
+// package's WithObserver. It records e in one instrument by what e means
+// (docs/observability.md's table: a call's, a lock wait's, a hold's, a
+// renewal's or a batch's duration; a retry; an outcome without a
+// duration), its batch size, the locks held and e.Dropped. When e has a
+// Duration (and is not a retry), it ends a span named e.Name under the
+// span in ctx, started e.Duration ago; otherwise e is added as an event
+// to the span in ctx if that span is recording. Observe does not block on
+// I/O: exporting is the providers'.
 func (a *Adapter) Observe(ctx context.Context, e observe.Event) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	a.event(ctx, e)
+}
+
+// event handles one event, given the context it belongs to.
+func (a *Adapter) event(ctx context.Context, e observe.Event) {
 	errType := ""
 	if e.Err != nil {
 		if errType = a.errorType(e.Err); errType == "" {
 			errType = ErrorType(e.Err)
 		}
 	}
-	attrs := a.metricAttrs(e.Name, errType)
-	a.events.Add(ctx, 1, attrs)
-	if e.Dropped > 0 {
-		a.dropped.Add(ctx, e.Dropped)
+	a.record(ctx, e, errType)
+	if e.Duration != 0 && !isRetry(e.Name) {
+		a.span(ctx, e, errType)
+		return
 	}
-	if e.Duration != 0 {
-		a.duration.Record(ctx, e.Duration.Seconds(), attrs)
-	}
-	if batchEvents[e.Name] {
-		a.batch.Record(ctx, e.N, attrs)
-	}
-	a.trace(ctx, e, errType)
+	addSpanEvent(ctx, e, errType)
 }
 
-// metricAttrs returns the measurement option for name and errType.
-func (a *Adapter) metricAttrs(name, errType string) metric.MeasurementOption {
-	k := attrsKey{name, errType}
+// record adds e to its instruments.
+func (a *Adapter) record(ctx context.Context, e observe.Event, errType string) {
+	in := a.in
+	if e.Dropped > 0 {
+		in.dropped.Add(ctx, e.Dropped)
+	}
+	pattern, what, _ := strings.Cut(e.Name, ".")
+	lock := pattern == "lease" || pattern == "dynamolock"
+	consumer := pattern == "inbox" || pattern == "partition"
+	attrs := a.metricAttrs(e.Name, errType, "")
+	secs := e.Duration.Seconds()
+	switch {
+	case isRetry(e.Name):
+		in.retries.Add(ctx, 1, attrs)
+	case lock && (what == "acquired" || what == "not_acquired"):
+		in.lockWait.Record(ctx, secs, attrs)
+	case lock && (what == "renewed" || what == "renew_failed"):
+		in.lockRenewal.Record(ctx, secs, attrs)
+	case lock && what == "released":
+		in.lockHold.Record(ctx, secs, attrs)
+	case consumer && what == "committed":
+		in.process.Record(ctx, secs, a.metricAttrs(e.Name, errType, e.Key))
+	case e.Duration != 0 && (pattern == "idempotency" || pattern == "conditional"):
+		in.operation.Record(ctx, secs, attrs) // the calls whose events carry their Duration
+
+	default:
+		in.outcomes.Add(ctx, 1, attrs)
+	}
+	if lock {
+		switch what {
+		case "acquired":
+			in.held.Add(ctx, 1, a.metricAttrs(pattern, "", ""))
+		case "released", "lost":
+			in.held.Add(ctx, -1, a.metricAttrs(pattern, "", ""))
+		}
+	}
+	if e.Name == "cas.committed" || e.Name == "conditional.batch" || consumer && what == "committed" {
+		in.batch.Record(ctx, e.N, attrs)
+	}
+}
+
+func isRetry(name string) bool { return strings.HasSuffix(name, ".retry") }
+
+type attrsKey struct{ name, errorType, key string }
+
+// metricAttrs returns the measurement option for an event's name and
+// error type, with, for a consumer's key (topic/partition), the
+// messaging.* attributes of its topic and partition. A name without a dot
+// is a pattern: its AttrPattern alone.
+func (a *Adapter) metricAttrs(name, errType, key string) metric.MeasurementOption {
+	k := attrsKey{name, errType, key}
 	if o, ok := a.attrs.Load(k); ok {
 		return o.(metric.MeasurementOption)
 	}
-	kv := []attribute.KeyValue{AttrEvent.String(name)}
+	var kv []attribute.KeyValue
+	if !strings.Contains(name, ".") {
+		kv = append(kv, AttrPattern.String(name))
+	} else {
+		kv = append(kv, AttrEvent.String(name))
+	}
 	if errType != "" {
 		kv = append(kv, AttrErrorType.String(errType))
+	}
+	if key != "" {
+		kv = append(kv, semconv.MessagingSystemKafka, semconv.MessagingOperationName("process"))
+		kv = append(kv, topicPartition(key)...)
 	}
 	o, _ := a.attrs.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(kv...)))
 	return o.(metric.MeasurementOption)
 }
 
-// trace makes e a span (with a Duration) or an event of ctx's span.
-func (a *Adapter) trace(ctx context.Context, e observe.Event, errType string) {
-	if e.Duration == 0 {
-		span := trace.SpanFromContext(ctx)
-		if !span.IsRecording() {
-			return
-		}
-		kv := spanAttrs(e, errType)
-		if e.Err != nil {
-			kv = append(kv, attrErrorMsg.String(e.Err.Error()))
-		}
-		span.AddEvent(e.Name, trace.WithAttributes(kv...))
-		return
+// topicPartition returns the messaging.* attributes of a consumer
+// event's Key, "topic/partition" (or "topic/partition@offset").
+func topicPartition(key string) []attribute.KeyValue {
+	key, _, _ = strings.Cut(key, "@")
+	i := strings.LastIndexByte(key, '/')
+	if i < 0 {
+		return []attribute.KeyValue{semconv.MessagingDestinationName(key)}
 	}
-	now := a.now()
-	start, end := now.Add(-e.Duration), now
-	if strings.HasSuffix(e.Name, ".retry") { // reported before its wait
-		start, end = now, now.Add(e.Duration)
-	}
-	_, span := a.tracer.Start(ctx, e.Name, trace.WithTimestamp(start),
-		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(spanAttrs(e, errType)...))
-	if e.Err != nil {
-		span.RecordError(e.Err, trace.WithTimestamp(end))
-		span.SetStatus(codes.Error, e.Err.Error())
-	}
-	span.End(trace.WithTimestamp(end))
-}
-
-// spanAttrs returns e's attributes for a span or span event.
-func spanAttrs(e observe.Event, errType string) []attribute.KeyValue {
-	kv := make([]attribute.KeyValue, 0, 7)
-	kv = append(kv, AttrEvent.String(e.Name))
-	if e.Key != "" {
-		kv = append(kv, AttrKey.String(e.Key))
-	}
-	if e.Token != 0 {
-		kv = append(kv, AttrToken.Int64(e.Token))
-	}
-	if e.Attempt != 0 {
-		kv = append(kv, AttrAttempt.Int(e.Attempt))
-	}
-	if e.N != 0 {
-		kv = append(kv, AttrN.Int64(e.N))
-	}
-	if errType != "" {
-		kv = append(kv, AttrErrorType.String(errType))
-	}
-	return kv
-}
-
-// ErrorType is the default class of an error for the error.type
-// attribute: "context.Canceled" or "context.DeadlineExceeded" when err is
-// (or wraps) one; otherwise the Go type of the first error in err's chain
-// that is not a plain text or a wrapper (from errors.New, fmt.Errorf,
-// errors.Join), e.g. "*lease.HeldError", "*pgconn.PgError"; otherwise
-// "_OTHER" (OpenTelemetry's fallback). Sentinel errors such as
-// cas.ErrConflict are plain texts, so they are "_OTHER": the event's name
-// already says what happened (cas.conflict, conditional.refused); map
-// them with WithErrorType to tell them apart.
-func ErrorType(err error) string {
-	switch {
-	case err == nil:
-		return ""
-	case errors.Is(err, context.Canceled):
-		return "context.Canceled"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "context.DeadlineExceeded"
-	}
-	if t := namedType(err, 0); t != "" {
-		return t
-	}
-	return "_OTHER"
-}
-
-// plain are the types of errors.New's, fmt.Errorf's (and nolock's
-// errfmt.Errorf's) and errors.Join's errors: text and wrappers, not a class.
-var plain = map[reflect.Type]bool{
-	reflect.TypeOf(errors.New("")):                                        true,
-	reflect.TypeOf(errfmt.Errorf("%w", errors.New(""))):                   true,
-	reflect.TypeOf(errfmt.Errorf("%w%w", errors.New(""), errors.New(""))): true,
-	reflect.TypeOf(errfmt.Errorf("a: %w", errors.New("a: b"))):            true,
-	reflect.TypeOf(errors.Join(errors.New(""))):                           true,
-}
-
-// namedType returns the type of the first error in err's tree, depth
-// first, that is not plain, or "" (depth bounds a cyclic tree).
-func namedType(err error, depth int) string {
-	if err == nil || depth > 32 {
-		return ""
-	}
-	if !plain[reflect.TypeOf(err)] {
-		return reflect.TypeOf(err).String()
-	}
-	switch u := err.(type) {
-	case interface{ Unwrap() error }:
-		return namedType(u.Unwrap(), depth+1)
-	case interface{ Unwrap() []error }:
-		for _, e := range u.Unwrap() {
-			if t := namedType(e, depth+1); t != "" {
-				return t
-			}
-		}
-	}
-	return ""
+	return []attribute.KeyValue{semconv.MessagingDestinationName(key[:i]), semconv.MessagingDestinationPartitionID(key[i+1:])}
 }

@@ -10,149 +10,25 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"go.uber.org/goleak"
 
 	"github.com/nolock/nolock/nolockotel"
 	"github.com/nolock/nolock/observe"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// bed is an Adapter on in-memory providers: a manual metric reader and a
-// span recorder.
-type bed struct {
-	a      *nolockotel.Adapter
-	reader *sdkmetric.ManualReader
-	spans  *tracetest.SpanRecorder
-	tp     *sdktrace.TracerProvider
-}
-
-func newBed(t *testing.T, opts ...nolockotel.Option) *bed {
-	t.Helper()
-	b := &bed{reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder()}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(b.reader))
-	b.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(b.spans))
-	t.Cleanup(func() {
-		_ = mp.Shutdown(context.Background())
-		_ = b.tp.Shutdown(context.Background())
-	})
-	a, err := nolockotel.New(append([]nolockotel.Option{nolockotel.WithMeterProvider(mp), nolockotel.WithTracerProvider(b.tp)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.a = a
-	return b
-}
-
-// metrics is what the reader collected, by instrument name.
-type metrics map[string]metricdata.Aggregation
-
-func (b *bed) collect(t *testing.T) metrics {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := b.reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	m := metrics{}
-	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != nolockotel.ScopeName {
-			t.Errorf("scope %q, want %q", sm.Scope.Name, nolockotel.ScopeName)
-		}
-		for _, x := range sm.Metrics {
-			m[x.Name] = x.Data
-		}
-	}
-	return m
-}
-
-// label is a data point's nolock.event, with "/" and its error.type if
-// it has one.
-func label(t *testing.T, set attribute.Set) string {
-	t.Helper()
-	for _, kv := range set.ToSlice() {
-		switch kv.Key {
-		case nolockotel.AttrEvent, nolockotel.AttrErrorType:
-		default:
-			t.Errorf("metric attribute %s=%s: only nolock.event and error.type are allowed", kv.Key, kv.Value.String())
-		}
-	}
-	name, _ := set.Value(nolockotel.AttrEvent)
-	if et, ok := set.Value(nolockotel.AttrErrorType); ok {
-		return name.AsString() + "/" + et.AsString()
-	}
-	return name.AsString()
-}
-
-// counts returns nolock.events' values by label.
-func (m metrics) counts(t *testing.T) map[string]int64 {
-	t.Helper()
-	out := map[string]int64{}
-	sum, ok := m[nolockotel.MetricEvents].(metricdata.Sum[int64])
-	if !ok {
-		t.Fatalf("%s: %T, want a Sum[int64]", nolockotel.MetricEvents, m[nolockotel.MetricEvents])
-	}
-	if !sum.IsMonotonic || sum.Temporality != metricdata.CumulativeTemporality {
-		t.Errorf("%s: want a monotonic cumulative sum", nolockotel.MetricEvents)
-	}
-	for _, dp := range sum.DataPoints {
-		out[label(t, dp.Attributes)] += dp.Value
-	}
-	return out
-}
-
-// byEvent sums counts over error types.
-func byEvent(counts map[string]int64) map[string]int64 {
-	out := map[string]int64{}
-	for k, v := range counts {
-		name, _, _ := strings.Cut(k, "/")
-		out[name] += v
-	}
-	return out
-}
-
-// histogram returns a histogram's (count, sum) by label.
-func histogram[N int64 | float64](t *testing.T, m metrics, name string) map[string][2]float64 {
-	t.Helper()
-	h, ok := m[name].(metricdata.Histogram[N])
-	if !ok {
-		t.Fatalf("%s: %T, want a Histogram", name, m[name])
-	}
-	out := map[string][2]float64{}
-	for _, dp := range h.DataPoints {
-		out[label(t, dp.Attributes)] = [2]float64{float64(dp.Count), float64(dp.Sum)}
-	}
-	return out
-}
-
-func equalMaps[V comparable](t *testing.T, what string, got, want map[string]V) {
-	t.Helper()
-	for k, w := range want {
-		if got[k] != w {
-			t.Errorf("%s[%s] = %v, want %v", what, k, got[k], w)
-		}
-	}
-	for k, g := range got {
-		if _, ok := want[k]; !ok {
-			t.Errorf("%s[%s] = %v, want none", what, k, g)
-		}
-	}
-}
 
 // heldError stands for a typed error of the library (*lease.HeldError).
 type heldError struct{ holder string }
 
 func (e *heldError) Error() string { return "held by " + e.holder }
 
-var errConflict = errors.New("cas: version conflict") // a sentinel
+// errConflict has cas.ErrConflict's text: ErrorType names it as it.
+var errConflict = errors.New("cas: version conflict")
 
-// Synthetic events are counted exactly, by name and error type; durations
-// and batch sizes go to their histograms (a parked message, N 1, does
-// not); Dropped is counted; no key reaches a metric.
+// Synthetic events land each in the one instrument of its meaning,
+// counted exactly by name and error type; batch sizes, locks held and
+// Dropped are recorded; no key reaches a metric (a consumer's topic and
+// partition do, as messaging.* attributes).
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	b := newBed(t)
@@ -168,67 +44,80 @@ func TestMetrics(t *testing.T) {
 	obs.Notify(ctx, observe.Event{Name: "cas.committed", Key: "doc", N: 3})
 	obs.Notify(ctx, observe.Event{Name: "conditional.batch", Key: "sku", N: 7})
 	obs.Notify(ctx, observe.Event{Name: "partition.parked", Key: "t/0@12", Token: 2, N: 1, Attempt: 3, Err: errors.New("poison")})
+	obs.Notify(ctx, observe.Event{Name: "partition.committed", Key: "orders/3", Token: 2, N: 10, Duration: 200 * time.Millisecond})
 	obs.Notify(ctx, observe.Event{Name: "lease.acquired", Key: "k", Token: 9, Attempt: 1, Duration: 50 * time.Millisecond})
+	obs.Notify(ctx, observe.Event{Name: "dynamolock.acquired", Key: "k", Token: 1, Attempt: 1, Duration: 25 * time.Millisecond})
 	obs.Notify(ctx, observe.Event{Name: "lease.not_acquired", Key: "k", Attempt: 2, Duration: time.Second,
 		Err: fmt.Errorf("lease: not acquired: %w", &heldError{"other"})})
 	obs.Notify(ctx, observe.Event{Name: "lease.not_acquired", Key: "k", Attempt: 2, Duration: time.Second,
 		Err: fmt.Errorf("wait: %w", context.DeadlineExceeded)})
 	obs.Notify(ctx, observe.Event{Name: "lease.renewed", Key: "k", Token: 9, Duration: 2 * time.Millisecond, Dropped: 4})
+	obs.Notify(ctx, observe.Event{Name: "lease.released", Key: "k", Token: 9, Duration: 3 * time.Second})
+	obs.Notify(ctx, observe.Event{Name: "idempotency.replayed", Key: "order-1", Duration: 4 * time.Millisecond})
 
 	m := b.collect(t)
-	equalMaps(t, "nolock.events", m.counts(t), map[string]int64{
-		"cas.conflict/_OTHER":     3,
-		"cas.retry/_OTHER":        2,
-		"cas.committed":           2,
-		"conditional.batch":       1,
-		"partition.parked/_OTHER": 1,
-		"lease.acquired":          1,
-		"lease.not_acquired/*nolockotel_test.heldError": 1,
-		"lease.not_acquired/context.DeadlineExceeded":   1,
-		"lease.renewed": 1,
+	equalMaps(t, nolockotel.MetricOutcomes, m.counts(t), map[string]int64{
+		"cas.conflict/cas.ErrConflict": 3,
+		"cas.committed":                2,
+		"conditional.batch":            1,
+		"partition.parked/_OTHER":      1,
 	})
-	dropped, ok := m[nolockotel.MetricDropped].(metricdata.Sum[int64])
-	if !ok || len(dropped.DataPoints) != 1 || dropped.DataPoints[0].Value != 4 {
-		t.Errorf("%s: %+v, want one point of 4", nolockotel.MetricDropped, m[nolockotel.MetricDropped])
+	equalMaps(t, nolockotel.MetricRetries, m.counts(t, nolockotel.MetricRetries), map[string]int64{"cas.retry/cas.ErrConflict": 2})
+	equalMaps(t, nolockotel.MetricLocksHeld, m.counts(t, nolockotel.MetricLocksHeld), map[string]int64{"lease": 0, "dynamolock": 1})
+	equalMaps(t, nolockotel.MetricDropped, m.counts(t, nolockotel.MetricDropped), map[string]int64{"": 4})
+	for name, want := range map[string]map[string][2]float64{
+		nolockotel.MetricLockWait: {
+			"lease.acquired":      {1, 0.05},
+			"dynamolock.acquired": {1, 0.025},
+			"lease.not_acquired/*nolockotel_test.heldError": {1, 1},
+			"lease.not_acquired/context.DeadlineExceeded":   {1, 1},
+		},
+		nolockotel.MetricLockRenewal:       {"lease.renewed": {1, 0.002}},
+		nolockotel.MetricLockHold:          {"lease.released": {1, 3}},
+		nolockotel.MetricOperationDuration: {"idempotency.replayed": {1, 0.004}},
+		nolockotel.MetricProcessDuration: {
+			"partition.committed messaging.destination.name=orders messaging.destination.partition.id=3 messaging.operation.name=process messaging.system=kafka": {1, 0.2},
+		},
+	} {
+		equalMaps(t, name+" (count, sum)", histogram[float64](t, m, name), want)
 	}
-	equalMaps(t, "nolock.operation.duration (count, sum)", histogram[float64](t, m, nolockotel.MetricDuration), map[string][2]float64{
-		"cas.retry/_OTHER": {2, 0.02},
-		"lease.acquired":   {1, 0.05},
-		"lease.not_acquired/*nolockotel_test.heldError": {1, 1},
-		"lease.not_acquired/context.DeadlineExceeded":   {1, 1},
-		"lease.renewed": {1, 0.002},
-	})
 	equalMaps(t, "nolock.batch.size (count, sum)", histogram[int64](t, m, nolockotel.MetricBatchSize), map[string][2]float64{
-		"cas.committed":     {2, 8},
-		"conditional.batch": {1, 7},
+		"cas.committed":       {2, 8},
+		"conditional.batch":   {1, 7},
+		"partition.committed": {1, 10},
 	})
 }
 
 // An event with a Duration is a span under the caller's, ending now and
-// starting Duration earlier (a retry's wait starts now); with an error,
-// the span's status is Error. An event without one is an event of the
-// caller's span, or nothing when no span is recording.
+// starting Duration earlier; with an error, the span's status is Error.
+// A retry, and an event without a Duration, is an event of the caller's
+// span (a retry's with its wait), or nothing when no span is recording:
+// no span ends in the future.
 func TestSpans(t *testing.T) {
 	t.Parallel()
 	b := newBed(t)
 	ctx, caller := b.tp.Tracer("test").Start(context.Background(), "caller")
 	before := time.Now()
 	b.a.Observe(ctx, observe.Event{Name: "lease.acquired", Key: "k", Token: 9, Attempt: 2, Duration: 50 * time.Millisecond})
-	b.a.Observe(ctx, observe.Event{Name: "cas.retry", Attempt: 1, Duration: 20 * time.Millisecond, Err: errConflict})
+	b.a.Observe(ctx, observe.Event{Name: "lease.not_acquired", Key: "k", Attempt: 1, Duration: 20 * time.Millisecond, Err: context.DeadlineExceeded})
 	b.a.Observe(ctx, observe.Event{Name: "cas.conflict", Key: "doc", Attempt: 1, Err: errConflict})
-	after := time.Now()
+	b.a.Observe(ctx, observe.Event{Name: "cas.retry", Attempt: 1, Duration: 20 * time.Millisecond, Err: errConflict})
 	caller.End()
+	after := time.Now()
 	b.a.Observe(context.Background(), observe.Event{Name: "cas.conflict", Key: "doc", Attempt: 1, Err: errConflict})
 
 	spans := map[string]sdktrace.ReadOnlySpan{}
 	for _, s := range b.spans.Ended() {
 		spans[s.Name()] = s
+		if s.EndTime().After(after) {
+			t.Errorf("span %s ends at %v, after the test's %v", s.Name(), s.EndTime(), after)
+		}
 	}
 	if len(spans) != 3 {
-		t.Fatalf("spans %v: want caller, lease.acquired and cas.retry", spans)
+		t.Fatalf("spans %v: want caller, lease.acquired and lease.not_acquired", spans)
 	}
 	parent := spans["caller"]
-	for _, name := range []string{"lease.acquired", "cas.retry"} {
+	for _, name := range []string{"lease.acquired", "lease.not_acquired"} {
 		s := spans[name]
 		if s.Parent().SpanID() != parent.SpanContext().SpanID() || s.SpanContext().TraceID() != parent.SpanContext().TraceID() {
 			t.Errorf("%s's parent %v, want the caller's span %v", name, s.Parent().SpanID(), parent.SpanContext().SpanID())
@@ -236,9 +125,12 @@ func TestSpans(t *testing.T) {
 		if s.SpanKind() != trace.SpanKindInternal {
 			t.Errorf("%s: kind %v, want internal", name, s.SpanKind())
 		}
+		if s.InstrumentationScope().Version != nolockotel.Version || s.InstrumentationScope().SchemaURL != nolockotel.SchemaURL {
+			t.Errorf("%s: scope %+v, want version and schema URL", name, s.InstrumentationScope())
+		}
 	}
 	acq := spans["lease.acquired"]
-	if acq.EndTime().Before(before) || acq.EndTime().After(after) || acq.EndTime().Sub(acq.StartTime()) != 50*time.Millisecond {
+	if acq.EndTime().Before(before) || acq.EndTime().Sub(acq.StartTime()) != 50*time.Millisecond {
 		t.Errorf("lease.acquired from %v to %v: want 50ms ending between %v and %v", acq.StartTime(), acq.EndTime(), before, after)
 	}
 	wantAttrs(t, "lease.acquired", acq.Attributes(), map[attribute.Key]attribute.Value{
@@ -248,24 +140,26 @@ func TestSpans(t *testing.T) {
 	if acq.Status().Code != codes.Unset {
 		t.Errorf("lease.acquired status %v, want unset", acq.Status())
 	}
-	retry := spans["cas.retry"]
-	if retry.StartTime().Before(before) || retry.StartTime().After(after) || retry.EndTime().Sub(retry.StartTime()) != 20*time.Millisecond {
-		t.Errorf("cas.retry from %v to %v: want a 20ms wait starting between %v and %v", retry.StartTime(), retry.EndTime(), before, after)
+	not := spans["lease.not_acquired"]
+	if not.Status().Code != codes.Error || not.Status().Description != context.DeadlineExceeded.Error() {
+		t.Errorf("lease.not_acquired status %+v, want Error with the error's text", not.Status())
 	}
-	if retry.Status().Code != codes.Error || retry.Status().Description != errConflict.Error() {
-		t.Errorf("cas.retry status %+v, want Error with the error's text", retry.Status())
-	}
-	wantAttrs(t, "cas.retry", retry.Attributes(), map[attribute.Key]attribute.Value{
-		nolockotel.AttrEvent: attribute.StringValue("cas.retry"), nolockotel.AttrAttempt: attribute.IntValue(1),
-		nolockotel.AttrErrorType: attribute.StringValue("_OTHER"),
+	wantAttrs(t, "lease.not_acquired", not.Attributes(), map[attribute.Key]attribute.Value{
+		nolockotel.AttrEvent: attribute.StringValue("lease.not_acquired"), nolockotel.AttrKey: attribute.StringValue("k"),
+		nolockotel.AttrAttempt: attribute.IntValue(1), nolockotel.AttrErrorType: attribute.StringValue("context.DeadlineExceeded"),
 	})
 	events := parent.Events()
-	if len(events) != 1 || events[0].Name != "cas.conflict" {
-		t.Fatalf("caller's span events %+v: want one cas.conflict", events)
+	if len(events) != 2 || events[0].Name != "cas.conflict" || events[1].Name != "cas.retry" {
+		t.Fatalf("caller's span events %+v: want cas.conflict, cas.retry", events)
 	}
 	wantAttrs(t, "the cas.conflict span event", events[0].Attributes, map[attribute.Key]attribute.Value{
 		nolockotel.AttrEvent: attribute.StringValue("cas.conflict"), nolockotel.AttrKey: attribute.StringValue("doc"),
-		nolockotel.AttrAttempt: attribute.IntValue(1), nolockotel.AttrErrorType: attribute.StringValue("_OTHER"),
+		nolockotel.AttrAttempt: attribute.IntValue(1), nolockotel.AttrErrorType: attribute.StringValue("cas.ErrConflict"),
+		"error.message": attribute.StringValue(errConflict.Error()),
+	})
+	wantAttrs(t, "the cas.retry span event", events[1].Attributes, map[attribute.Key]attribute.Value{
+		nolockotel.AttrEvent: attribute.StringValue("cas.retry"), nolockotel.AttrAttempt: attribute.IntValue(1),
+		nolockotel.AttrErrorType: attribute.StringValue("cas.ErrConflict"), "nolock.delay": attribute.Float64Value(0.02),
 		"error.message": attribute.StringValue(errConflict.Error()),
 	})
 }
@@ -300,6 +194,7 @@ func TestNewRefuses(t *testing.T) {
 		{"nil meter provider", nolockotel.WithMeterProvider(nil), "WithMeterProvider(nil)"},
 		{"nil tracer provider", nolockotel.WithTracerProvider(nil), "WithTracerProvider(nil)"},
 		{"nil error type", nolockotel.WithErrorType(nil), "WithErrorType(nil)"},
+		{"nil propagator", nolockotel.WithPropagator(nil), "WithPropagator(nil)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, err := nolockotel.New(tc.opt)
@@ -316,19 +211,25 @@ func TestNewRefuses(t *testing.T) {
 // WithErrorType classes errors; an empty class falls back to ErrorType's.
 func TestWithErrorType(t *testing.T) {
 	t.Parallel()
+	mine := errors.New("mine")
 	b := newBed(t, nolockotel.WithErrorType(func(err error) string {
-		if errors.Is(err, errConflict) {
-			return "cas.ErrConflict"
+		if errors.Is(err, mine) {
+			return "app.Mine"
 		}
 		return ""
 	}))
-	b.a.Observe(context.Background(), observe.Event{Name: "cas.conflict", Err: fmt.Errorf("x: %w", errConflict)})
+	b.a.Observe(context.Background(), observe.Event{Name: "cas.conflict", Err: fmt.Errorf("x: %w", mine)})
 	b.a.Observe(context.Background(), observe.Event{Name: "cas.conflict", Err: context.Canceled})
-	equalMaps(t, "nolock.events", b.collect(t).counts(t), map[string]int64{
-		"cas.conflict/cas.ErrConflict":  1,
+	equalMaps(t, nolockotel.MetricOutcomes, b.collect(t).counts(t), map[string]int64{
+		"cas.conflict/app.Mine":         1,
 		"cas.conflict/context.Canceled": 1,
 	})
 }
+
+// unexportedWrapper stands for a package's internal wrapper type.
+type unexportedWrapper struct{ error }
+
+func (e unexportedWrapper) Unwrap() error { return e.error }
 
 func TestErrorType(t *testing.T) {
 	t.Parallel()
@@ -337,13 +238,21 @@ func TestErrorType(t *testing.T) {
 		want string
 	}{
 		{nil, ""},
-		{errConflict, "_OTHER"},
-		{fmt.Errorf("a: %w", fmt.Errorf("b: %w", errConflict)), "_OTHER"},
+		{errors.New("something else"), "_OTHER"},
+		{errConflict, "cas.ErrConflict"},
+		{fmt.Errorf("a: %w", fmt.Errorf("b: %w", errConflict)), "cas.ErrConflict"},
 		{context.Canceled, "context.Canceled"},
 		{fmt.Errorf("a: %w", context.DeadlineExceeded), "context.DeadlineExceeded"},
 		{&heldError{}, "*nolockotel_test.heldError"},
-		{fmt.Errorf("%w: %w", errConflict, &heldError{}), "*nolockotel_test.heldError"},
-		{errors.Join(errConflict, fmt.Errorf("x: %w", &heldError{})), "*nolockotel_test.heldError"},
+		{fmt.Errorf("%w: %w", errors.New("x"), &heldError{}), "*nolockotel_test.heldError"},
+		{errors.Join(errors.New("x"), fmt.Errorf("x: %w", &heldError{})), "*nolockotel_test.heldError"},
+		// A sentinel anywhere wins over a type; the first sentinel wins.
+		{fmt.Errorf("%w: %w", &heldError{}, errConflict), "cas.ErrConflict"},
+		{errors.Join(context.Canceled, errConflict), "context.Canceled"},
+		// An unexported wrapper is looked through; one without Unwrap is named.
+		{unexportedWrapper{&heldError{}}, "*nolockotel_test.heldError"},
+		{unexportedWrapper{errors.New("x")}, "_OTHER"},
+		{struct{ error }{errors.New("x")}, "struct { error }"},
 	} {
 		if got := nolockotel.ErrorType(tc.err); got != tc.want {
 			t.Errorf("ErrorType(%v) = %q, want %q", tc.err, got, tc.want)

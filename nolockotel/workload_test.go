@@ -21,6 +21,7 @@ import (
 	"github.com/nolock/nolock/cas/pgcas"
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/nolockotel"
 	"github.com/nolock/nolock/partition"
 )
 
@@ -82,8 +83,8 @@ func TestWorkloadPostgres(t *testing.T) {
 	if err := store.CreateSchema(ctx); err != nil {
 		t.Fatal(err)
 	}
-	const calls = 5
-	for range calls {
+	const n = 5
+	for range n {
 		if _, err := store.Do(ctx, "orders", "order-1", []byte("req"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 			return []byte("ok"), nil
 		}); err != nil {
@@ -98,17 +99,23 @@ func TestWorkloadPostgres(t *testing.T) {
 	caller.End()
 
 	m := b.collect(t)
-	equalMaps(t, "nolock.events", byEvent(m.counts(t)), map[string]int64{
-		"cas.conflict":         int64(conflicts), // 1+2+0+3 + 2
-		"cas.retry":            int64(retries),
-		"cas.committed":        int64(commits),
-		"cas.gave_up":          1,
-		"idempotency.ran":      1,
-		"idempotency.replayed": calls - 1,
-		"idempotency.mismatch": 1,
+	equalMaps(t, nolockotel.MetricOutcomes, byEvent(m.counts(t)), map[string]int64{
+		"cas.conflict":  int64(conflicts), // 1+2+0+3 + 2
+		"cas.committed": int64(commits),
+		"cas.gave_up":   1,
 	})
-	t.Logf("nolock.events: %v", m.counts(t))
-	if got := histogram[int64](t, m, "nolock.batch.size")["cas.committed"]; got != [2]float64{float64(commits), float64(commits)} {
+	equalMaps(t, nolockotel.MetricRetries, m.counts(t, nolockotel.MetricRetries), map[string]int64{"cas.retry/cas.ErrConflict": int64(retries)})
+	calls := map[string]int64{}
+	for k, v := range histogram[float64](t, m, nolockotel.MetricOperationDuration) {
+		calls[k] = int64(v[0])
+	}
+	equalMaps(t, nolockotel.MetricOperationDuration+" (count)", calls, map[string]int64{
+		"idempotency.ran":                              1,
+		"idempotency.replayed":                         n - 1,
+		"idempotency.mismatch/idempotency.ErrMismatch": 1,
+	})
+	t.Logf("%s: %v", nolockotel.MetricOutcomes, m.counts(t))
+	if got := histogram[int64](t, m, nolockotel.MetricBatchSize)["cas.committed"]; got != [2]float64{float64(commits), float64(commits)} {
 		t.Errorf("nolock.batch.size for cas.committed (count, sum) = %v, want %d Retry commits of 1", got, commits)
 	}
 	// Every idempotency call is a span under the caller's.
@@ -122,8 +129,8 @@ func TestWorkloadPostgres(t *testing.T) {
 			t.Errorf("span %s: parent %v, want the caller's %v", s.Name(), s.Parent().SpanID(), caller.SpanContext().SpanID())
 		}
 	}
-	if idem != calls+1 {
-		t.Errorf("%d idempotency spans, want %d", idem, calls+1)
+	if idem != n+1 {
+		t.Errorf("%d idempotency spans, want %d", idem, n+1)
 	}
 }
 
@@ -192,7 +199,7 @@ func TestWorkloadKafka(t *testing.T) {
 
 	m := b.collect(t)
 	counts := byEvent(m.counts(t))
-	t.Logf("nolock.events: %v", m.counts(t))
+	t.Logf("%s: %v", nolockotel.MetricOutcomes, m.counts(t))
 	if counts["partition.parked"] != poisons {
 		t.Errorf("partition.parked counted %d, want %d", counts["partition.parked"], poisons)
 	}
@@ -202,7 +209,13 @@ func TestWorkloadKafka(t *testing.T) {
 	if counts["partition.claimed"] < 2 || counts["partition.released"] != counts["partition.claimed"] {
 		t.Errorf("partition.claimed %d, released %d: want at least 2, each released", counts["partition.claimed"], counts["partition.released"])
 	}
-	committed := histogram[int64](t, m, "nolock.batch.size")["partition.committed"]
+	for k, v := range histogram[float64](t, m, nolockotel.MetricProcessDuration) {
+		if want := "partition.committed messaging.destination.name=" + topic + " messaging.destination.partition.id=0 messaging.operation.name=process messaging.system=kafka"; k != want {
+			t.Errorf("%s: series %q, want %q", nolockotel.MetricProcessDuration, k, want)
+		}
+		counts["partition.committed"] += int64(v[0])
+	}
+	committed := histogram[int64](t, m, nolockotel.MetricBatchSize)["partition.committed"]
 	if committed[0] != float64(counts["partition.committed"]) || committed[1] != n-poisons+1 {
 		t.Errorf("nolock.batch.size for partition.committed (count, sum) = %v, want %d batches adding up to %d messages",
 			committed, counts["partition.committed"], n-poisons+1)
@@ -222,19 +235,25 @@ func TestWorkloadKafka(t *testing.T) {
 	}
 }
 
-// produce writes the messages value(first) … value(first+count-1), in
-// order, retrying while the new topic's leader is not yet serving.
+// produce writes the messages value(first) … value(first+count-1).
 func produce(t *testing.T, brokers []string, topic string, value func(int) string, first, count int) {
+	t.Helper()
+	msgs := make([]kafka.Message, count)
+	for i := range msgs {
+		msgs[i] = kafka.Message{Value: []byte(value(first + i))}
+	}
+	produceMsgs(t, brokers, topic, msgs)
+}
+
+// produceMsgs writes msgs, in order, retrying while the new topic's
+// leader is not yet serving.
+func produceMsgs(t *testing.T, brokers []string, topic string, msgs []kafka.Message) {
 	t.Helper()
 	tr := &kafka.Transport{}
 	defer tr.CloseIdleConnections()
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Transport: tr, RequiredAcks: kafka.RequireAll,
 		BatchSize: 1000, BatchTimeout: 5 * time.Millisecond, MaxAttempts: 1}
 	defer w.Close()
-	msgs := make([]kafka.Message, count)
-	for i := range msgs {
-		msgs[i] = kafka.Message{Value: []byte(value(first + i))}
-	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

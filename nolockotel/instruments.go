@@ -1,0 +1,143 @@
+package nolockotel
+
+import (
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+	"github.com/nolock/nolock/internal/errfmt"
+)
+
+// The instruments' names. Each has one meaning; an event is counted by
+// exactly one of the histograms of durations, MetricRetries and
+// MetricOutcomes (docs/observability.md has the table).
+const (
+	// MetricOperationDuration is the histogram (s) of calls' durations,
+	// from the call to its return, by AttrEvent (the call's outcome, e.g.
+	// idempotency.replayed) and AttrErrorType: idempotency's Do and Exec,
+	// conditional's Holds and Fenced calls.
+	MetricOperationDuration = "nolock.operation.duration"
+	// MetricLockWait is the histogram (s) of Acquire and TryAcquire calls'
+	// waits, by AttrEvent (lease.acquired, dynamolock.not_acquired, …) and
+	// AttrErrorType.
+	MetricLockWait = "nolock.lock.wait.duration"
+	// MetricLockHold is the histogram (s) of how long locks were held,
+	// from acquisition to Release, by AttrEvent (lease.released,
+	// dynamolock.released).
+	MetricLockHold = "nolock.lock.hold.duration"
+	// MetricLockRenewal is the histogram (s) of lock renewals' round
+	// trips, by AttrEvent (lease.renewed, lease.renew_failed, …) and
+	// AttrErrorType. Renewals are background work: no call waits on them.
+	MetricLockRenewal = "nolock.lock.renewal.duration"
+	// MetricLocksHeld is the up/down counter ({lock}) of locks held, by
+	// AttrPattern (lease, dynamolock): +1 per acquired, -1 per released
+	// and per lost.
+	MetricLocksHeld = "nolock.lock.held"
+	// MetricProcessDuration is OpenTelemetry's messaging.process.duration
+	// (s): a consumer's batch, by AttrEvent (partition.committed: from its
+	// first attempt to its commit; inbox.committed: its transaction),
+	// messaging.system, messaging.operation.name (process),
+	// messaging.destination.name and messaging.destination.partition.id.
+	MetricProcessDuration = "messaging.process.duration"
+	// MetricBatchSize is the histogram ({item}) of the sizes of batches
+	// written in one statement or transaction, by AttrEvent: N of
+	// cas.committed, conditional.batch, partition.committed and
+	// inbox.committed.
+	MetricBatchSize = "nolock.batch.size"
+	// MetricRetries counts retries ({retry}), by AttrEvent (cas.retry,
+	// partition.retry, inbox.retry) and AttrErrorType: an attempt failed
+	// and another follows after a wait.
+	MetricRetries = "nolock.retries"
+	// MetricOutcomes counts ({event}) the events that no histogram above
+	// measures and that are not retries, by AttrEvent and AttrErrorType:
+	// outcomes without a duration (cas.conflict, conditional.granted,
+	// partition.parked, lease.lost, …) and those whose Duration is not a
+	// call's (partition.released: an ownership; dynamolock.takeover: the
+	// lease waited out).
+	MetricOutcomes = "nolock.outcomes"
+	// MetricDropped counts events ({event}) a package dropped because its
+	// observer fell behind or panicked (Event.Dropped), without attributes.
+	MetricDropped = "nolock.observer.dropped"
+	// MetricConsumerLag is the gauge ({message}) of a consumer's lag per
+	// partition (see ObserveLag).
+	MetricConsumerLag = "nolock.consumer.lag"
+	// MetricParked is the gauge ({message}) of parked messages per
+	// table and topic (see ObserveTables).
+	MetricParked = "nolock.parked.messages"
+	// MetricUnreapedAge is the gauge (s) of how long ago the oldest
+	// record of a table that its reaper should have deleted expired, 0
+	// when none is due (see ObserveTables).
+	MetricUnreapedAge = "nolock.unreaped.age"
+)
+
+// The attributes' keys. Metrics carry only AttrEvent, AttrPattern,
+// AttrErrorType, AttrTable and the messaging.* attributes of topics and
+// partitions: all bounded.
+const (
+	AttrEvent     = attribute.Key("nolock.event")   // the event's name
+	AttrPattern   = attribute.Key("nolock.pattern") // the event name's package: lease, dynamolock, inbox, …
+	AttrTable     = attribute.Key("nolock.table")   // a table's name (ObserveTables)
+	AttrErrorType = semconv.ErrorTypeKey            // the error's class (see ErrorType): metrics, spans
+	AttrKey       = attribute.Key("nolock.key")     // Event.Key: spans and span events only
+	AttrToken     = attribute.Key("nolock.token")   // Event.Token, when not 0
+	AttrAttempt   = attribute.Key("nolock.attempt") // Event.Attempt, when not 0
+	AttrN         = attribute.Key("nolock.n")       // Event.N, when not 0
+	attrErrorMsg  = attribute.Key("error.message")  // span events: Err's text
+)
+
+// SchemaURL is the OpenTelemetry semantic conventions' schema the
+// Adapter's attributes follow (those of go.opentelemetry.io/otel's
+// semconv/v1.43.0), set on its meter and tracer.
+const SchemaURL = semconv.SchemaURL
+
+// Version is the instrumentation scope's version: this module's, set at
+// each release.
+const Version = "0.1.0"
+
+// instruments are an Adapter's synchronous instruments.
+type instruments struct {
+	operation, lockWait, lockHold, lockRenewal, process metric.Float64Histogram
+	batch                                               metric.Int64Histogram
+	retries, outcomes, dropped                          metric.Int64Counter
+	held                                                metric.Int64UpDownCounter
+}
+
+// seconds are the buckets of the duration histograms: calls of a
+// millisecond to holds of minutes.
+var seconds = metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
+
+// newInstruments creates the instruments on meter.
+func newInstruments(meter metric.Meter) (*instruments, error) {
+	var in instruments
+	var errs []error
+	hist := func(name, desc string) metric.Float64Histogram {
+		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), seconds)
+		errs = append(errs, err)
+		return h
+	}
+	count := func(name, unit, desc string) metric.Int64Counter {
+		c, err := meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	in.operation = hist(MetricOperationDuration, "Duration of nolock calls, by outcome.")
+	in.lockWait = hist(MetricLockWait, "Time Acquire and TryAcquire calls waited for a lock, by outcome.")
+	in.lockHold = hist(MetricLockHold, "Time locks were held, from acquisition to release.")
+	in.lockRenewal = hist(MetricLockRenewal, "Round trip of lock renewals, by outcome.")
+	in.process = hist(MetricProcessDuration, "Duration of a consumer's batch, by topic and partition.")
+	b, err := meter.Int64Histogram(MetricBatchSize, metric.WithUnit("{item}"),
+		metric.WithDescription("Sizes of the batches written in one statement or transaction."),
+		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))
+	in.batch, errs = b, append(errs, err)
+	in.retries = count(MetricRetries, "{retry}", "Attempts that failed and are tried again after a wait.")
+	in.outcomes = count(MetricOutcomes, "{event}", "Events without a duration, by name.")
+	in.dropped = count(MetricDropped, "{event}", "Events dropped because an observer fell behind or panicked.")
+	h, err := meter.Int64UpDownCounter(MetricLocksHeld, metric.WithUnit("{lock}"), metric.WithDescription("Locks held."))
+	in.held, errs = h, append(errs, err)
+	for _, err := range errs {
+		if err != nil {
+			return nil, errfmt.Errorf("nolockotel: instruments: %w", err)
+		}
+	}
+	return &in, nil
+}

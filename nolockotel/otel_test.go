@@ -47,6 +47,8 @@ func TestMetrics(t *testing.T) {
 	obs.Notify(ctx, observe.Event{Name: "partition.committed", Key: "orders/3", Token: 2, N: 10, Duration: 200 * time.Millisecond})
 	obs.Notify(ctx, observe.Event{Name: "lease.acquired", Key: "k", Token: 9, Attempt: 1, Duration: 50 * time.Millisecond})
 	obs.Notify(ctx, observe.Event{Name: "dynamolock.acquired", Key: "k", Token: 1, Attempt: 1, Duration: 25 * time.Millisecond})
+	obs.Notify(ctx, observe.Event{Name: "dynamolock.acquired", Key: "k2", Token: 1, Attempt: 1, Duration: 25 * time.Millisecond})
+	obs.Notify(ctx, observe.Event{Name: "dynamolock.lost", Key: "k2", Token: 1, Err: fmt.Errorf("lost: %w", errors.New("dynamolock: lock lost"))})
 	obs.Notify(ctx, observe.Event{Name: "lease.not_acquired", Key: "k", Attempt: 2, Duration: time.Second,
 		Err: fmt.Errorf("lease: not acquired: %w", &heldError{"other"})})
 	obs.Notify(ctx, observe.Event{Name: "lease.not_acquired", Key: "k", Attempt: 2, Duration: time.Second,
@@ -57,10 +59,11 @@ func TestMetrics(t *testing.T) {
 
 	m := b.collect(t)
 	equalMaps(t, nolockotel.MetricOutcomes, m.counts(t), map[string]int64{
-		"cas.conflict/cas.ErrConflict": 3,
-		"cas.committed":                2,
-		"conditional.batch":            1,
-		"partition.parked/_OTHER":      1,
+		"cas.conflict/cas.ErrConflict":           3,
+		"cas.committed":                          2,
+		"conditional.batch":                      1,
+		"partition.parked/_OTHER":                1,
+		"dynamolock.lost/dynamolock.ErrLockLost": 1,
 	})
 	equalMaps(t, nolockotel.MetricRetries, m.counts(t, nolockotel.MetricRetries), map[string]int64{"cas.retry/cas.ErrConflict": 2})
 	equalMaps(t, nolockotel.MetricLocksHeld, m.counts(t, nolockotel.MetricLocksHeld), map[string]int64{"lease": 0, "dynamolock": 1})
@@ -68,7 +71,7 @@ func TestMetrics(t *testing.T) {
 	for name, want := range map[string]map[string][2]float64{
 		nolockotel.MetricLockWait: {
 			"lease.acquired":      {1, 0.05},
-			"dynamolock.acquired": {1, 0.025},
+			"dynamolock.acquired": {2, 0.05},
 			"lease.not_acquired/*nolockotel_test.heldError": {1, 1},
 			"lease.not_acquired/context.DeadlineExceeded":   {1, 1},
 		},

@@ -29,6 +29,24 @@ import (
 	"github.com/nolock/nolock/nolockotel"
 )
 
+// promNames are the Prometheus names of the adapter's instruments, as
+// docs/observability.md lists them.
+var promNames = []string{
+	"nolock_operation_duration_seconds",
+	"nolock_lock_wait_duration_seconds",
+	"nolock_lock_hold_duration_seconds",
+	"nolock_lock_renewal_duration_seconds",
+	"messaging_process_duration_seconds",
+	"nolock_lock_held",
+	"nolock_batch_size",
+	"nolock_retries_total",
+	"nolock_outcomes_total",
+	"nolock_observer_dropped_total",
+	"nolock_consumer_lag",
+	"nolock_parked_messages",
+	"nolock_unreaped_age_seconds",
+}
+
 // promBlock is a ```promql block of a Markdown text: one query.
 var promBlock = regexp.MustCompile("(?s)```promql\n(.*?)```")
 
@@ -92,8 +110,9 @@ func TestDocQueriesOnPrometheus(t *testing.T) {
 	pool, _ := testenv.PostgresSchema(t, 12)
 	ctx := context.Background()
 
-	// A lock held (and one acquired and released), one found held.
-	locks, err := lease.New(pool, lease.WithObserver(a.Observe))
+	// A lock held and renewed (and one acquired and released), one found
+	// held.
+	locks, err := lease.New(pool, lease.WithObserver(a.Observe), lease.WithLease(10*time.Second), lease.WithHeartbeat(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +170,16 @@ func TestDocQueriesOnPrometheus(t *testing.T) {
 
 	addr := serveMetrics(t, reg)
 	prom.Scrape(addr)
-	names := metricNames(t, addr)
+	var names map[string]bool
+	testenv.Until(t, "every instrument served (a renewal of the held lock among them)", func() (bool, error) {
+		names = metricNames(t, addr)
+		for _, name := range promNames {
+			if !names[name] && name != "nolock_observer_dropped_total" { // a series only once something was dropped
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 	for _, q := range queries {
 		prom.Query(q) // the doc's query as printed: Prometheus accepts it
 		scoped := scope(q, names, prom.Label())

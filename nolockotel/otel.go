@@ -22,7 +22,8 @@ import (
 // tracer: this module's path (with Version and SchemaURL).
 const ScopeName = "github.com/nolock/nolock/nolockotel"
 
-// ErrInvalid is returned by New for a bad option, named in the text.
+// ErrInvalid is returned by New for a bad option, and by ObserveLag and
+// ObserveTables for a bad argument, named in the text.
 var ErrInvalid = errors.New("nolockotel: invalid argument")
 
 // Option configures New: WithMeterProvider, WithTracerProvider,
@@ -102,8 +103,8 @@ type Adapter struct {
 }
 
 // New returns an Adapter that records on the MeterProvider and
-// TracerProvider of its options (default: otel's global ones, as set when
-// New is called), under the scope ScopeName, Version and SchemaURL. It
+// TracerProvider, and propagates with the propagator, of its options
+// (default: otel's global ones, as set when New is called), under the scope ScopeName, Version and SchemaURL. It
 // refuses a nil option or provider, and returns the provider's error if
 // an instrument cannot be created.
 func New(opts ...Option) (*Adapter, error) {

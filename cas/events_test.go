@@ -18,7 +18,7 @@ type events struct {
 }
 
 func (e *events) observer() cas.Option {
-	return cas.WithObserver(func(_ context.Context, ev observe.Event) {
+	return cas.WithObserver(observe.Func(func(_ context.Context, ev observe.Event) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		if e.n == nil {
@@ -28,7 +28,7 @@ func (e *events) observer() cas.Option {
 		if ev.Name == cas.EventRetry {
 			e.retries = append(e.retries, ev.Err)
 		}
-	})
+	}))
 }
 
 func (e *events) count(name string) int {

@@ -9,6 +9,8 @@ import (
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/casstore"
 	"github.com/nolock/nolock/internal/errfmt"
+	"github.com/nolock/nolock/internal/notify"
+	"github.com/nolock/nolock/internal/observed"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/observe"
 )
@@ -52,8 +54,19 @@ type config struct {
 	combine bool
 	max     int
 	timeout time.Duration
-	obs     observe.Observer
-	log     *slog.Logger // never nil: discard unless WithLogger
+	obs     observe.Observer // guarded: calls' Start and End, and Retry's events
+	events  *notify.Queue    // a Store's, nil for Retry: its writes' events
+	log     *slog.Logger     // never nil: discard unless WithLogger
+}
+
+// event reports e: a Store's through its queue, Retry's on the calling
+// goroutine.
+func (c *config) event(ctx context.Context, e observe.Event) {
+	if c.events != nil {
+		c.events.Notify(ctx, e)
+		return
+	}
+	observed.Event(c.obs, ctx, e)
 }
 
 // DefaultAttempts bounds the attempts unless WithAttempts says otherwise.
@@ -117,12 +130,14 @@ func WithAttempts(n int) Option {
 }
 
 // WithObserver reports the package's events (EventConflict, EventRetry,
-// EventCommitted, EventGaveUp: their fields are in their docs) to o (nil:
-// none): count them to find hot keys and measure contention. For Retry o
-// runs on the calling goroutine; a Store's
-// events go to o from a goroutine of the Store's own, in order (a key's
-// coalesced writes run on its drainer, which o must never hold up), and
-// Close returns once o has had them all (see package observe).
+// EventCommitted, EventGaveUp, EventUpdated, EventFailed: their fields
+// are in their docs) to o (nil: none): count them to find hot keys and
+// measure contention. Each Retry and Update is a call (CallRetry,
+// CallUpdate): o's Start, whose context op gets, and End with its
+// outcome, on the calling goroutine, as are Retry's events; a Store's
+// writes' events go to o from a goroutine of the Store's own, in order
+// (a key's coalesced writes run on its drainer, which o must never hold
+// up), and Close returns once o has had them all (see package observe).
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) { c.used.Add(setObserver); c.obs = observe.Guard(o) }
 }
@@ -152,11 +167,14 @@ func (c *config) logRetry(ctx context.Context, key string, attempt int, d time.D
 	}
 }
 
-// gaveUp reports (EventGaveUp) and logs at Warn that the attempts on key
-// ran out, err the last one's error: a Retry's or an Update's attempts,
-// or a Store's batches stopped by callers that left.
-func (c *config) gaveUp(ctx context.Context, key string, attempts int, err error) {
-	c.obs.Notify(ctx, observe.Event{Name: EventGaveUp, Key: key, Attempt: attempts, Err: err})
+// gaveUp reports (EventGaveUp, unless the call's End reports it: Retry's)
+// and logs at Warn that the attempts on key ran out, err the last one's
+// error: a Retry's or an Update's attempts, or a Store's batches stopped
+// by callers that left.
+func (c *config) gaveUp(ctx context.Context, key string, attempts int, err error, ends bool) {
+	if !ends {
+		c.event(ctx, observe.Event{Name: EventGaveUp, Key: key, Attempt: attempts, Err: err})
+	}
 	c.log.LogAttrs(ctx, slog.LevelWarn, "cas: gave up", slog.String("key", key), slog.Int("attempts", attempts), slog.Any("err", err))
 }
 
@@ -174,28 +192,28 @@ func WithMaxBatch(n int) Option { return func(c *config) { c.used.Add(setMaxBatc
 
 // committed records one successful write of n updates of key.
 func (c *config) committed(ctx context.Context, key string, n int) {
-	c.obs.Notify(ctx, observe.Event{Name: EventCommitted, Key: key, N: int64(n)})
+	c.event(ctx, observe.Event{Name: EventCommitted, Key: key, N: int64(n)})
 }
 
 // retry runs op with the configured policy, retrying conflicts (see
 // casstore.Conflict); key names the record in events and logs, empty for
-// Retry.
-func (c *config) retry(ctx context.Context, key string, op func(ctx context.Context) error) error {
+// Retry, whose End reports giving up (ends).
+func (c *config) retry(ctx context.Context, key string, op func(ctx context.Context) error, ends bool) error {
 	err := c.policy.Retry(ctx, func(ctx context.Context, attempt int) error {
 		err := op(ctx)
 		if casstore.Conflict(err) {
-			c.obs.Notify(ctx, observe.Event{Name: EventConflict, Key: key, Attempt: attempt, Err: err})
+			c.event(ctx, observe.Event{Name: EventConflict, Key: key, Attempt: attempt, Err: err})
 		}
 		return err
 	}, casstore.Conflict, func(attempt int, err error, d time.Duration) {
-		c.obs.Notify(ctx, observe.Event{Name: EventRetry, Key: key, Attempt: attempt, Duration: d, Err: err})
+		c.event(ctx, observe.Event{Name: EventRetry, Key: key, Attempt: attempt, Duration: d, Err: err})
 		c.logRetry(ctx, key, attempt, d, err)
 	})
 	if err == nil {
 		return nil
 	}
 	if last, ok := backoff.Last(err); ok {
-		c.gaveUp(ctx, key, c.policy.Attempts, last)
+		c.gaveUp(ctx, key, c.policy.Attempts, last, ends)
 		return errfmt.Errorf("cas: %w", err)
 	}
 	if errors.Is(err, ErrAmbiguousCommit) {

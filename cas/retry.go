@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/nolock/nolock/internal/casstore"
+	"github.com/nolock/nolock/observe"
 )
 
 // Retry runs op until it returns nil or an error that is not a conflict,
@@ -19,21 +20,20 @@ import (
 // is returned, never retried. pgcas.Retry runs op as a PostgreSQL
 // transaction.
 func Retry(ctx context.Context, op func(ctx context.Context) error, opts ...Option) error {
-	switch {
-	case ctx == nil:
+	if ctx == nil {
 		return casstore.Invalid("ctx is nil")
-	case op == nil:
-		return casstore.Invalid("op is nil")
 	}
 	cfg, err := newRetryConfig(opts)
 	if err != nil {
 		return err
 	}
-	return cfg.retry(ctx, "", func(ctx context.Context) error {
-		if err := op(ctx); err != nil {
-			return err
-		}
-		cfg.committed(ctx, "", 1)
-		return nil
-	})
+	ctx, cl := cfg.begin(ctx, CallRetry, "")
+	defer cl.sp.Unwound(observe.Event{Name: EventFailed})
+	if op == nil {
+		err = casstore.Invalid("op is nil")
+	} else {
+		err = cfg.retry(ctx, "", op, true)
+	}
+	cl.endRetry(cfg.policy.Attempts, err)
+	return err
 }

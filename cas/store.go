@@ -2,7 +2,6 @@ package cas
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"runtime/debug"
 	"strings"
@@ -37,25 +36,6 @@ type Backend interface {
 	MaxValue() int
 }
 
-// Codec turns values into bytes and back. JSON is the default.
-type Codec[T any] interface {
-	Encode(T) ([]byte, error)
-	Decode([]byte) (T, error)
-}
-
-// JSON is the default Codec.
-type JSON[T any] struct{}
-
-// Encode marshals v as JSON.
-func (JSON[T]) Encode(v T) ([]byte, error) { return json.Marshal(v) }
-
-// Decode unmarshals JSON into a T.
-func (JSON[T]) Decode(b []byte) (T, error) {
-	var v T
-	err := json.Unmarshal(b, &v)
-	return v, err
-}
-
 // Versioned is a value with the version it was stored at.
 type Versioned[T any] struct {
 	Value   T
@@ -65,11 +45,10 @@ type Versioned[T any] struct {
 // Store is a typed versioned store with compare-and-set updates. It is
 // safe for concurrent use; Close it to stop its goroutines.
 type Store[T any] struct {
-	b      Backend
-	codec  Codec[T]
-	cfg    config
-	comb   *combine.Combiner[string, request[T], Versioned[T]]
-	events *notify.Queue // the observer's, if any: coalesced writes report from a key's drainer
+	b     Backend
+	codec Codec[T]
+	cfg   config
+	comb  *combine.Combiner[string, request[T], Versioned[T]]
 }
 
 // MaxKeyLen bounds a key's length in bytes. A key must also be non-empty
@@ -108,11 +87,9 @@ func NewStore[T any](b Backend, codec Codec[T], opts ...Option) (*Store[T], erro
 		codec = JSON[T]{}
 	}
 	s := &Store[T]{b: b, codec: codec, cfg: cfg}
-	if s.events = notify.New(cfg.obs, 1024); s.events != nil {
-		// A key's writes run on its drainer, which an observer must never
-		// hold up: the Store's events go through a queue of its own.
-		s.cfg.obs = s.events.Notify
-	}
+	// A key's writes run on its drainer, which an observer must never
+	// hold up: their events go through a queue of the Store's own.
+	s.cfg.events = notify.New(cfg.obs, 1024)
 	max := cfg.max
 	if !cfg.combine {
 		max = 1
@@ -205,6 +182,16 @@ func NoCoalescing() UpdateOption { return func(c *updateConfig) { c.alone = true
 // gives up on a write that then succeeds; under NoCoalescing ctx also bounds
 // the round trips, and ending it mid-write gives ErrAmbiguousCommit.
 func (s *Store[T]) Update(ctx context.Context, key string, fn func(cur T) (T, error), opts ...UpdateOption) (Versioned[T], error) {
+	ctx, cl := s.cfg.begin(ctx, CallUpdate, key)
+	v, err := s.updateCall(ctx, key, fn, opts)
+	cl.endUpdate(err)
+	if p, ok := err.(*panicError); ok {
+		panic(p.value)
+	}
+	return v, err
+}
+
+func (s *Store[T]) updateCall(ctx context.Context, key string, fn func(cur T) (T, error), opts []UpdateOption) (Versioned[T], error) {
 	if err := casstore.CheckCtx(ctx); err != nil {
 		return Versioned[T]{}, err
 	}
@@ -237,13 +224,10 @@ func (s *Store[T]) Update(ctx context.Context, key string, fn func(cur T) (T, er
 			}
 			if sends >= s.cfg.policy.Attempts {
 				err = errfmt.Errorf("cas: update %q: gave up after %d batches stopped by callers that left: %w", key, sends, ErrConflict)
-				s.cfg.gaveUp(ctx, key, sends, err)
+				s.cfg.gaveUp(ctx, key, sends, err, false)
 				break
 			}
 		}
-	}
-	if p, ok := err.(*panicError); ok {
-		panic(p.value)
 	}
 	return v, err
 }
@@ -279,7 +263,7 @@ func (s *Store[T]) update(ctx context.Context, key string, reqs []request[T]) ([
 	err := s.cfg.retry(retryCtx, key, func(context.Context) (err error) {
 		res, errs, err = s.attempt(ctx, key, reqs)
 		return err
-	})
+	}, false)
 	switch {
 	case err == nil:
 		return res, errs, nil
@@ -383,7 +367,7 @@ func (s *Store[T]) Close() error {
 	if c, ok := s.b.(interface{ Close() error }); ok {
 		_ = c.Close() // waits for commits whose callers stopped waiting
 	}
-	s.events.Close() // after the writes in flight: the observer gets every event
+	s.cfg.events.Close() // after the writes in flight: the observer gets every event
 	return nil
 }
 

@@ -97,7 +97,7 @@ func (f *Fenced) Update(ctx context.Context, db DB, key any, token int64, set ma
 	if f.obs != nil {
 		e = observe.Event{Key: fmt.Sprint(key), Token: token}
 	}
-	return condcore.ObservedErr(ctx, f.obs, condcore.Fence, true, e, func() error { return f.update(ctx, db, key, token, set) })
+	return condcore.ObservedErr(ctx, f.obs, condcore.Fence, true, e, func(ctx context.Context) error { return f.update(ctx, db, key, token, set) })
 }
 
 func (f *Fenced) update(ctx context.Context, db DB, key any, token int64, set map[string]any) error {

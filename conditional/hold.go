@@ -170,7 +170,7 @@ func (h *Holds) Add(ctx context.Context, resources ...string) error {
 // connection failed after the statement was sent; Hold is idempotent, so
 // retry it.
 func (h *Holds) Hold(ctx context.Context, resource, holder string, ttl time.Duration) (until time.Time, err error) {
-	return condcore.Observed(ctx, h.obs, condcore.Hold, true, observe.Event{Key: resource, N: 1}, func() (time.Time, error) {
+	return condcore.Observed(ctx, h.obs, condcore.Hold, true, observe.Event{Key: resource, N: 1}, func(ctx context.Context) (time.Time, error) {
 		return h.hold(ctx, resource, holder, ttl)
 	})
 }
@@ -222,7 +222,7 @@ func (h *Holds) hold(ctx context.Context, resource, holder string, ttl time.Dura
 // commit's outcome is unknown.
 func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, ttl time.Duration) (until time.Time, err error) {
 	e := observe.Event{Key: condcore.HoldAllKey(h.obs, resources), N: int64(len(resources))}
-	return condcore.Observed(ctx, h.obs, condcore.Hold, true, e, func() (time.Time, error) {
+	return condcore.Observed(ctx, h.obs, condcore.HoldAll, true, e, func(ctx context.Context) (time.Time, error) {
 		return h.holdAll(ctx, resources, holder, ttl)
 	})
 }
@@ -316,7 +316,7 @@ func (h *Holds) Confirm(ctx context.Context, resource, holder string) error {
 	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
-	return condcore.ObservedErr(ctx, h.obs, condcore.Confirm, true, observe.Event{Key: resource, N: 1}, func() error {
+	return condcore.ObservedErr(ctx, h.obs, condcore.Confirm, true, observe.Event{Key: resource, N: 1}, func(ctx context.Context) error {
 		return h.settle(ctx, "confirm", h.confirmSQL, resource, holder)
 	})
 }
@@ -330,7 +330,7 @@ func (h *Holds) Release(ctx context.Context, resource, holder string) error {
 	if err := condcore.CheckCtx(ctx); err != nil {
 		return err
 	}
-	return condcore.ObservedErr(ctx, h.obs, condcore.Release, true, observe.Event{Key: resource, N: 1}, func() error {
+	return condcore.ObservedErr(ctx, h.obs, condcore.Release, true, observe.Event{Key: resource, N: 1}, func(ctx context.Context) error {
 		return h.settle(ctx, "release", h.releaseSQL, resource, holder)
 	})
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 )
 
 // holdDeployments are the ways the tests below reach PostgreSQL: directly,
@@ -288,7 +289,7 @@ func TestHoldAnyObserver(t *testing.T) {
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
 	events := &testenv.Events{}
-	h := newHolds(t, pool, conditional.WithObserver(events.Observe))
+	h := newHolds(t, pool, conditional.WithObserver(observe.Func(events.Observe)))
 	if err := h.Add(ctx, "a", "b"); err != nil {
 		t.Fatal(err)
 	}

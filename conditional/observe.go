@@ -2,8 +2,9 @@ package conditional
 
 import "github.com/nolock/nolock/observe"
 
-// WithObserver reports each call's outcome to o (nil, the default: none),
-// on the calling goroutine (a coalesced batch's event on the goroutine
+// WithObserver reports each call to o (nil, the default: none): Start
+// when it begins, End with its outcome (CallTake, CallDebit, CallHold,
+// … say which), on the calling goroutine (a coalesced batch's event on the goroutine
 // that sent it), never with a lock held. The events are the package's
 // Event constants, whose docs say which type reports each and its
 // fields: Stock and Accounts report each take or debit (EventGranted,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 )
 
 // Each Hold, HoldAll, Confirm and Release reports its outcome, with the
@@ -18,7 +19,7 @@ func TestHoldsObserver(t *testing.T) {
 	t.Parallel()
 	pool := testenv.Postgres(t)
 	events := &testenv.Events{}
-	events.HoldsEvents(t, newHolds(t, pool, conditional.WithTable("nolock_holds"), conditional.WithObserver(events.Observe)))
+	events.HoldsEvents(t, newHolds(t, pool, conditional.WithTable("nolock_holds"), conditional.WithObserver(observe.Func(events.Observe))))
 }
 
 // Each fenced Update reports its outcome with the key and the token.
@@ -28,7 +29,7 @@ func TestFencedObserver(t *testing.T) {
 	pool := testenv.Postgres(t)
 	newDocuments(t, pool)
 	events := &testenv.Events{}
-	f, err := conditional.NewFenced("documents", "id", "fence", conditional.WithObserver(events.Observe))
+	f, err := conditional.NewFenced("documents", "id", "fence", conditional.WithObserver(observe.Func(events.Observe)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestPanickingObserverHoldsFenced(t *testing.T) {
 	pool := testenv.Postgres(t)
 	newDocuments(t, pool)
 	var panicky testenv.Panicky
-	boom := conditional.WithObserver(panicky.Observe)
+	boom := conditional.WithObserver(observe.Func(panicky.Observe))
 	h := newHolds(t, pool, boom)
 	f, err := conditional.NewFenced("documents", "id", "fence", boom)
 	if err != nil {

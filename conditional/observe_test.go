@@ -21,7 +21,7 @@ func TestObserver(t *testing.T) {
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
 	events := &testenv.Events{}
-	s := newStock(t, pool, conditional.WithObserver(events.Observe))
+	s := newStock(t, pool, conditional.WithObserver(observe.Func(events.Observe)))
 	if err := s.Put(ctx, "sku", 30); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestObserverAccounts(t *testing.T) {
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
 	events := &testenv.Events{}
-	a, err := conditional.NewAccounts(pool, conditional.WithObserver(events.Observe))
+	a, err := conditional.NewAccounts(pool, conditional.WithObserver(observe.Func(events.Observe)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestObserverGathered(t *testing.T) {
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
 	events := &testenv.Events{}
-	s := newStock(t, pool, conditional.WithBuckets(4), conditional.WithEndgame(10), conditional.WithObserver(events.Observe))
+	s := newStock(t, pool, conditional.WithBuckets(4), conditional.WithEndgame(10), conditional.WithObserver(observe.Func(events.Observe)))
 	if err := s.Put(ctx, "sku", 8); err != nil {
 		t.Fatal(err)
 	}
@@ -112,12 +112,12 @@ func TestObserverBlockingHoldsNothingUp(t *testing.T) {
 	pool := testenv.Postgres(t)
 	release := make(chan struct{})
 	var batches atomic.Int64
-	s, err := conditional.NewStock(pool, conditional.WithObserver(func(_ context.Context, e observe.Event) {
+	s, err := conditional.NewStock(pool, conditional.WithObserver(observe.Func(func(_ context.Context, e observe.Event) {
 		if e.Name == conditional.EventBatch {
 			<-release
 			batches.Add(1)
 		}
-	}))
+	})))
 	if err != nil {
 		t.Fatal(err)
 	}

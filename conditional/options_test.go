@@ -20,7 +20,7 @@ type noIO struct{ conditional.DB }
 func TestOptionsApplyOnlyWhereListed(t *testing.T) {
 	t.Parallel()
 	db := noIO{}
-	var obs observe.Observer = func(context.Context, observe.Event) {}
+	var obs observe.Observer = observe.Func(func(context.Context, observe.Event) {})
 	for _, tc := range []struct {
 		name, want string // want: "" to accept, else the setter and constructor named
 		err        error

@@ -188,7 +188,7 @@ func (s *Stock) TakeIn(ctx context.Context, tx DB, key string, n int64) error {
 // take runs a take coalesced (tx nil) or in tx, and reports it. A refusal
 // is the outcome's (ErrSoldOut, or ErrInsufficient for Accounts).
 func (s *Stock) take(ctx context.Context, tx DB, key string, n int64) error {
-	return condcore.ObservedErr(ctx, s.obs, s.outcome, false, observe.Event{Key: key, N: n}, func() error {
+	return condcore.ObservedErr(ctx, s.obs, s.outcome, false, observe.Event{Key: key, N: n}, func(ctx context.Context) error {
 		err := s.takeOnce(ctx, tx, key, n)
 		if errors.Is(err, ErrSoldOut) {
 			return s.outcome.Refusals[0]

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nolock/nolock/internal/errfmt"
+	"github.com/nolock/nolock/internal/observed"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/observe"
 )
@@ -68,7 +69,7 @@ func (s *Stock) takeAcross(ctx context.Context, db DB, inTx bool, key string, n 
 	if !inTx {
 		s.setGathered(key, gather) // a restock elsewhere ends an endgame seen here
 		if gather {
-			s.obs.Notify(ctx, observe.Event{Name: EventGathered, Key: key, N: total - n})
+			observed.Event(s.obs, ctx, observe.Event{Name: EventGathered, Key: key, N: total - n})
 		}
 	}
 	return nil

@@ -81,14 +81,17 @@ func (c *Client) acquire(ctx context.Context, key string, opts []AcquireOption, 
 	if ctx == nil {
 		return nil, invalid("ctx is nil")
 	}
+	caller := ctx
 	ac, err := c.acquireConfig(key, opts)
+	ctx, sp := c.k.Begin(ctx, eventKey(key, ac.sortKey), try)
 	if err != nil {
+		c.k.NotAcquired(sp, eventKey(key, ac.sortKey), err)
 		return nil, err
 	}
-	a := &acquisition{c: c, ac: ac, caller: ctx, id: ac.key + "\x00" + ac.sortKey,
+	a := &acquisition{c: c, ac: ac, caller: caller, id: ac.key + "\x00" + ac.sortKey,
 		bo: backoff.Policy{Base: max(c.cfg.Poll/16, time.Millisecond), Cap: c.cfg.Poll}}
 	a.Acquisition = &lockcore.Acquisition{Name: lockName(ac.key, ac.sortKey), Key: eventKey(ac.key, ac.sortKey),
-		Try: try, Wait: ac.wait, Cleanup: a.cleanup}
+		Try: try, Wait: ac.wait, Cleanup: a.cleanup, Span: sp}
 	h, err := c.k.Acquire(ctx, a.Acquisition, a.step)
 	if err != nil {
 		return nil, err
@@ -223,11 +226,11 @@ func (a *acquisition) judge(ctx context.Context, item map[string]types.Attribute
 	if !seenAt.Before(expires) {
 		a.takeover = &rec.rvn
 		c.k.Log().Debug("dynamolock: taking over a lock unchanged for a lease", "key", a.Name, "owner", rec.owner, "lease", lease)
-		c.k.Notify(a.caller, observe.Event{Name: EventTakeover, Key: a.Key, Attempt: a.Tries, Duration: lease})
+		a.Event(observe.Event{Name: EventTakeover, Key: a.Key, Attempt: a.Tries, Duration: lease})
 		return nil, a.bo.Delay(a.failed + 1), nil
 	}
 	held := &HeldError{Key: a.ac.key, SortKey: a.ac.sortKey, Owner: rec.owner, Token: rec.token, Data: rec.data}
-	c.k.Notify(a.caller, observe.Event{Name: EventContended, Key: a.Key, Token: rec.token, Attempt: a.Tries})
+	a.Event(observe.Event{Name: EventContended, Key: a.Key, Token: rec.token, Attempt: a.Tries})
 	if a.Try || !seenAt.Before(a.Deadline) && !a.Deadline.IsZero() {
 		return nil, 0, a.GiveUp(held)
 	}

@@ -107,10 +107,14 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.Logger = l }
 
 // WithObserver reports the Client's events (EventAcquired,
 // EventNotAcquired, EventContended, EventTakeover, EventRenewed,
-// EventRenewFailed, EventExpiring, EventLost, EventReleased: their fields
-// are in their docs) to o (nil: none). Events reach o on a goroutine of
-// the Client's, in order, never blocking a heartbeat; Close waits until o
-// has had them all.
+// EventRenewFailed, EventExpiring, EventLost, EventReleased,
+// EventNotReleased: their fields are in their docs) to o (nil: none).
+// Acquire, TryAcquire and a Lock's Release (and Close) are calls
+// (CallAcquire, CallTryAcquire, CallRelease): Start, End with the
+// outcome, and the call's events between, on the calling goroutine. The
+// other events (a lock's heartbeats, its expiry and loss, the releases
+// of Close) reach o on a goroutine of the Client's, in order, never
+// blocking a heartbeat; Close waits until o has had them all.
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) { c.Observer = observe.Guard(o) }
 }

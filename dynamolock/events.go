@@ -35,4 +35,24 @@ const (
 	// EventReleased: Release (or Close) released the item. Fields: Key,
 	// Token, Duration (how long it was held).
 	EventReleased = "dynamolock.released"
+	// EventNotReleased: a Release (or a Lock's Close) returned an error:
+	// the lock had been lost before (its *LostError), or the release could
+	// not be written. Fields: Key, Token, Err.
+	EventNotReleased = "dynamolock.not_released"
+)
+
+// The calls a Client reports to the observer of WithObserver
+// (observe.Call.Name): each begins with the observer's Start and ends
+// with its End, whose event is the call's outcome. Key is as in the
+// events.
+const (
+	// CallAcquire is an Acquire; it ends with EventAcquired or
+	// EventNotAcquired (bad arguments included).
+	CallAcquire = "dynamolock.acquire"
+	// CallTryAcquire is a TryAcquire, ending as CallAcquire.
+	CallTryAcquire = "dynamolock.try_acquire"
+	// CallRelease is a Lock's Release or Close; it ends with
+	// EventReleased or EventNotReleased. A Client's Close releases its
+	// locks without calls: each release it writes is an EventReleased.
+	CallRelease = "dynamolock.release"
 )

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nolock/nolock/dynamolock"
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 )
 
 // Every event of a lock's life reaches the observer, in order, with the
@@ -18,9 +19,9 @@ func TestObserver(t *testing.T) {
 	t.Parallel()
 	api, table := newTable(t)
 	rec := &testenv.Events{}
-	a := newClient(t, api, table, dynamolock.WithObserver(rec.Observe))
+	a := newClient(t, api, table, dynamolock.WithObserver(observe.Func(rec.Observe)))
 	rivalRec := &testenv.Events{}
-	rival := newClient(t, api, table, dynamolock.WithObserver(rivalRec.Observe))
+	rival := newClient(t, api, table, dynamolock.WithObserver(observe.Func(rivalRec.Observe)))
 
 	l := mustAcquire(t, a, "held")
 	if _, err := rival.TryAcquire(context.Background(), "held"); !errors.Is(err, dynamolock.ErrNotAcquired) {

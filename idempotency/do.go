@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/idemrecord"
+	"github.com/nolock/nolock/internal/observed"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgmode"
 	"github.com/nolock/nolock/observe"
@@ -60,9 +60,10 @@ import (
 // Do does not promise anything about effects fn makes outside tx, and does
 // not detect a fingerprint collision: use a cryptographic hash.
 func (s *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, fn Func) (Result, error) {
-	start := time.Now()
+	ctx, c := idemrecord.Start(s.obs, ctx, CallDo, key)
+	defer c.Unwound()
 	res, err := s.do(ctx, scope, key, fingerprint, fn)
-	s.observe(ctx, key, start, res, err)
+	s.observe(ctx, &c, key, res, err)
 	return res, err
 }
 
@@ -112,7 +113,7 @@ func (s *Store) once(ctx context.Context, p *plan, scope, key string, fp []byte,
 		return s.replay(ctx, h, tx, f, fp)
 	}
 	if f.exists { // an expired record counts as absent: take the key over
-		s.obs.Notify(ctx, observe.Event{Name: EventExpired, Key: key})
+		observed.Event(s.obs, ctx, observe.Event{Name: EventExpired, Key: key})
 	}
 	rec := Record{Scope: scope, Key: key, Fingerprint: fp}
 	if err := finish(ctx, s, h, tx, &rec, f.exists); err != nil {

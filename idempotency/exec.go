@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -56,9 +55,10 @@ import (
 // args must be positional (not pgx.NamedArgs or a query option). Use
 // Do when the effect needs more than one statement or a decision in Go.
 func (s *Store) Exec(ctx context.Context, scope, key string, fingerprint []byte, sql string, args ...any) (Result, error) {
-	start := time.Now()
+	ctx, c := idemrecord.Start(s.obs, ctx, CallExec, key)
+	defer c.Unwound()
 	res, err := s.exec(ctx, scope, key, fingerprint, sql, args)
-	s.observe(ctx, key, start, res, err)
+	s.observe(ctx, &c, key, res, err)
 	return res, err
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 )
 
 // Each Do and Exec call's outcome reaches the observer: a first run, a
@@ -19,7 +20,7 @@ func TestObserver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	events := &testenv.Events{}
-	b := newBed(t, idempotency.WithObserver(events.Observe))
+	b := newBed(t, idempotency.WithObserver(observe.Func(events.Observe)))
 	pay := func(tx pgx.Tx) ([]byte, error) { return nil, debit(ctx, tx, "alice", 1) }
 	fn := func(ctx context.Context, tx pgx.Tx) ([]byte, error) { return pay(tx) }
 	for _, fp := range []string{"a", "a", "b"} {
@@ -52,7 +53,7 @@ func TestObserverExpired(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	events := &testenv.Events{}
-	b := newBed(t, idempotency.WithObserver(events.Observe), idempotency.WithRetention(time.Millisecond))
+	b := newBed(t, idempotency.WithObserver(observe.Func(events.Observe)), idempotency.WithRetention(time.Millisecond))
 	fn := func(ctx context.Context, tx pgx.Tx) ([]byte, error) { return nil, debit(ctx, tx, "alice", 1) }
 	for i := range 2 {
 		if i == 1 {

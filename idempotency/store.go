@@ -16,6 +16,7 @@ import (
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/idemrecord"
+	"github.com/nolock/nolock/internal/observed"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
@@ -154,8 +155,10 @@ type config struct {
 // EventReplayed, EventMismatch, EventInProgress or EventFailed, after
 // EventExpired if the call took an expired record's key over) and each
 // Reap that deleted rows (EventReaped) to o (nil: none); the constants'
-// docs say their fields. o runs on the calling goroutine; an outcome
-// reaches it after the call's transaction has ended.
+// docs say their fields. Each Do and Exec is a call (CallDo, CallExec):
+// o's Start when it begins, whose context fn gets, and End with the
+// outcome. o runs on the calling goroutine; an outcome reaches it after
+// the call's transaction has ended.
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) { c.obs = observe.Guard(o) }
 }
@@ -174,9 +177,9 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 
 // observe reports a Do or Exec call's outcome (see WithObserver and
 // WithLogger).
-func (s *Store) observe(ctx context.Context, key string, start time.Time, res Result, err error) {
+func (s *Store) observe(ctx context.Context, c *idemrecord.Call, key string, res Result, err error) {
 	idemrecord.LogOutcome(ctx, s.log, key, s.policy.Attempts, res.Replayed, err)
-	idemrecord.Observe(ctx, s.obs, key, start, res.Replayed, err)
+	c.Observe(res.Replayed, err)
 }
 
 // WithTable sets the table's name (default "nolock_idempotency"), at most
@@ -393,7 +396,7 @@ func (s *Store) Reap(ctx context.Context, batch int) (int64, error) {
 		if tag.RowsAffected() < int64(batch) {
 			s.log.LogAttrs(ctx, slog.LevelDebug, "idempotency: reaped", slog.Int64("deleted", total))
 			if total > 0 {
-				s.obs.Notify(ctx, observe.Event{Name: EventReaped, N: total})
+				observed.Event(s.obs, ctx, observe.Event{Name: EventReaped, N: total})
 			}
 			return total, nil
 		}

@@ -85,7 +85,8 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler) error {
 	// An attempt in flight outlives runCtx, bounded by the batch timeout
 	// (see Process). Events go to the observer through Run's own queue, so
 	// that an observer never runs on a partition's goroutine, which may
-	// hold the lock that serialises batches on a single connection.
+	// hold the lock that serialises batches on a single connection; only
+	// a handler's call (Start, End) runs where the handler runs.
 	events := notify.New(in.obs, 1024)
 	defer events.Close() // after every partition's goroutine has stopped
 	work := context.WithValue(context.WithoutCancel(ctx), queueKey{}, events)

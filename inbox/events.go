@@ -21,4 +21,25 @@ const (
 	// ListParked shows the whole message), N (1), Attempt, Err (its last
 	// attempt's).
 	EventParked = "inbox.parked"
+	// EventHandled: the handler returned nil for a message (its effect
+	// commits with its batch: see EventCommitted). Fields: Key
+	// ("topic/partition@offset"), N (1), Duration (the handler's).
+	EventHandled = "inbox.handled"
+	// EventHandleFailed: the handler returned an error for a message, or
+	// panicked. Fields: Key ("topic/partition@offset"), N (1), Duration,
+	// Err (the handler's error; Run's *PanicError).
+	EventHandleFailed = "inbox.handle_failed"
+)
+
+// The call an Inbox reports to the observer of WithObserver
+// (observe.Call.Name).
+const (
+	// CallHandle is the handler's run on one message, in Process, Run
+	// (each attempt) and ReplayParked: it begins with the observer's
+	// Start, whose context the handler gets, with Key
+	// "topic/partition@offset" and Message the message (its headers carry
+	// the producer's trace context), and ends with its End, whose event
+	// is EventHandled or EventHandleFailed. A duplicate, whose handler
+	// does not run, is no call.
+	CallHandle = "inbox.handle"
 )

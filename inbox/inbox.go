@@ -17,6 +17,7 @@ import (
 	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/kafkapark"
 	"github.com/nolock/nolock/internal/notify"
+	"github.com/nolock/nolock/internal/observed"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
@@ -140,7 +141,7 @@ func (in *Inbox) note(ctx context.Context, name string, msg kafka.Message, one b
 		q.Notify(ctx, e) // Run's (see Run)
 		return
 	}
-	in.obs.Notify(ctx, e)
+	observed.Event(in.obs, ctx, e)
 }
 
 // queueKey carries Run's event queue in the contexts of its batches.

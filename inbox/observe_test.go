@@ -21,10 +21,10 @@ func TestObserver(t *testing.T) {
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
 	rec := &testenv.Events{}
-	in := newInbox(t, pool, inbox.WithAttempts(2), inbox.WithObserver(func(ctx context.Context, e observe.Event) {
+	in := newInbox(t, pool, inbox.WithAttempts(2), inbox.WithObserver(observe.Func(func(ctx context.Context, e observe.Event) {
 		rec.Observe(ctx, e)
 		panic("a broken observer")
-	}))
+	})))
 	batch := []kafka.Message{msg("a", 0, 0), msg("b", 0, 1), msg("c", 0, 2)}
 	for range 2 {
 		if _, err := in.Process(ctx, batch, record); err != nil {

@@ -119,8 +119,11 @@ func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.log = l } 
 // WithObserver reports what Process and Run do to o (EventCommitted,
 // EventDuplicate, EventRetry, EventParked: their fields are in their
 // docs): Process's on the goroutine that called it, Run's on a goroutine
-// of Run's own, in order, so a slow observer never delays a batch; nil
-// (the default) reports nothing.
+// of Run's own, in order, so a slow observer never delays a batch. Each
+// run of the handler on a message is a call (CallHandle: Start, whose
+// context the handler gets, then End with EventHandled or
+// EventHandleFailed), reported on the goroutine that runs the handler.
+// nil (the default) reports nothing.
 func WithObserver(o observe.Observer) Option { return func(s *settings) { s.obs = observe.Guard(o) } }
 
 // validate reports the first setting that cannot work.

@@ -152,7 +152,7 @@ func (in *Inbox) ReplayParked(ctx context.Context, id ParkedID, h Handler) error
 					return errfmt.Errorf("inbox: replay %s: record: %w", id, err)
 				}
 			}
-			if err := run(tctx, tx.Handed(), r.Msg); err != nil {
+			if err := in.runHandler(tctx, run, tx.Handed(), r.Msg); err != nil {
 				tx.Learn(err)
 				return &HandlerError{Msg: r.Msg, Err: err}
 			}

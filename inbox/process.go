@@ -70,7 +70,7 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 				out.Duplicates++
 				continue
 			}
-			if err := h(bctx, tx.Handed(), m); err != nil {
+			if err := in.runHandler(bctx, h, tx.Handed(), m); err != nil {
 				tx.Learn(err)
 				expired := bctx.Err() != nil
 				if tx.Conn().IsClosed() && !expired && !ownDeadline(bctx, err) {

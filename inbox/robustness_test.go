@@ -52,11 +52,11 @@ func runSlice(t *testing.T, in *inbox.Inbox, msgs []kafka.Message, h inbox.Handl
 // parkCounter is an observer that counts EventParked.
 func parkCounter() (*atomic.Int64, inbox.Option) {
 	var n atomic.Int64
-	return &n, inbox.WithObserver(func(_ context.Context, e observe.Event) {
+	return &n, inbox.WithObserver(observe.Func(func(_ context.Context, e observe.Event) {
 		if e.Name == inbox.EventParked {
 			n.Add(1)
 		}
-	})
+	}))
 }
 
 // Identities PostgreSQL cannot store as text (a raw binary UUID, a NUL

@@ -78,13 +78,16 @@ func (c *Client) acquire(ctx context.Context, key string, opts []AcquireOption, 
 	if ctx == nil {
 		return nil, invalid("ctx is nil")
 	}
+	caller := ctx
 	ac, err := c.acquireConfig(key, opts)
+	ctx, sp := c.k.Begin(ctx, key, try)
 	if err != nil {
+		c.k.NotAcquired(sp, key, err)
 		return nil, err
 	}
-	a := &acquisition{c: c, ac: ac, caller: ctx,
+	a := &acquisition{c: c, ac: ac, caller: caller,
 		bo: backoff.Policy{Base: max(c.cfg.Poll/16, time.Millisecond), Cap: c.cfg.Poll}}
-	a.Acquisition = &lockcore.Acquisition{Name: strconv.Quote(key), Key: key, Try: try, Wait: ac.wait, Cleanup: a.cleanup}
+	a.Acquisition = &lockcore.Acquisition{Name: strconv.Quote(key), Key: key, Try: try, Wait: ac.wait, Cleanup: a.cleanup, Span: sp}
 	h, err := c.k.Acquire(ctx, a.Acquisition, a.attempt)
 	if err != nil {
 		return nil, err
@@ -169,7 +172,7 @@ func (a *acquisition) held(s sent, token int64, owner, nonce string, data []byte
 		}
 	}
 	h := &HeldError{Key: a.ac.key, Owner: owner, Token: token, Data: data}
-	c.k.Notify(a.caller, observe.Event{Name: EventContended, Key: a.ac.key, Token: token, Attempt: a.Tries})
+	a.Event(observe.Event{Name: EventContended, Key: a.ac.key, Token: token, Attempt: a.Tries})
 	if a.Try || a.Passed() {
 		return nil, 0, a.GiveUp(h)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nolock/nolock/internal/testenv"
 	"github.com/nolock/nolock/lease"
+	"github.com/nolock/nolock/observe"
 )
 
 // Every event of a lock's life reaches the observer, in order: acquired,
@@ -18,9 +19,9 @@ func TestObserver(t *testing.T) {
 	t.Parallel()
 	pool, _ := testenv.PostgresSchema(t, 4)
 	rec := &testenv.Events{}
-	a := newClient(t, pool, lease.WithObserver(rec.Observe))
+	a := newClient(t, pool, lease.WithObserver(observe.Func(rec.Observe)))
 	rivalRec := &testenv.Events{}
-	rival := newClient(t, pool, lease.WithObserver(rivalRec.Observe))
+	rival := newClient(t, pool, lease.WithObserver(observe.Func(rivalRec.Observe)))
 
 	l := mustAcquire(t, a, "held")
 	if _, err := rival.TryAcquire(context.Background(), "held"); !errors.Is(err, lease.ErrNotAcquired) {
@@ -61,7 +62,7 @@ func TestObserver(t *testing.T) {
 	// each panic is counted in the Dropped field of the Client's next
 	// event (all but a last one).
 	var boom testenv.Panicky
-	p := newClient(t, pool, lease.WithObserver(boom.Observe))
+	p := newClient(t, pool, lease.WithObserver(observe.Func(boom.Observe)))
 	pl := mustAcquire(t, p, "panicky")
 	if err := pl.Release(context.Background()); err != nil {
 		t.Fatal(err)

@@ -3,12 +3,12 @@
 // own, github.com/nolock/nolock/nolockotel, so the library's module does not
 // depend on OpenTelemetry.
 //
-// Create one Adapter with New and pass its Observe method to every
+// Create one Adapter with New and pass its Adapter to every
 // package's WithObserver option:
 //
 //	a, err := nolockotel.New() // the global MeterProvider, TracerProvider and propagator
-//	locks, err := lease.New(pool, lease.WithObserver(a.Observe))
-//	store, err := cas.NewStore[Doc](backend, nil, cas.WithObserver(a.Observe))
+//	locks, err := lease.New(pool, lease.WithObserver(a))
+//	store, err := cas.NewStore[Doc](backend, nil, cas.WithObserver(a))
 //
 // Each event is recorded in the one instrument of its meaning: a call's
 // duration (nolock.operation.duration), a lock's wait, hold or renewal

@@ -54,12 +54,12 @@ func Example() {
 		if err != nil {
 			return err
 		}
-		locks, err := lease.New(pool, lease.WithObserver(a.Observe))
+		locks, err := lease.New(pool, lease.WithObserver(a))
 		if err != nil {
 			return err
 		}
 		defer locks.Close()
-		store, err := idempotency.New(pool, idempotency.WithObserver(a.Observe))
+		store, err := idempotency.New(pool, idempotency.WithObserver(a))
 		if err != nil {
 			return err
 		}
@@ -67,7 +67,7 @@ func Example() {
 			return err
 		}
 
-		if err := pgcas.Retry(ctx, pool, edit, cas.WithObserver(a.Observe)); err != nil {
+		if err := pgcas.Retry(ctx, pool, edit, cas.WithObserver(a)); err != nil {
 			return err
 		}
 		if err := locks.CreateSchema(ctx); err != nil {

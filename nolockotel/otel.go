@@ -147,8 +147,17 @@ func New(opts ...Option) (*Adapter, error) {
 	}, nil
 }
 
-// Observe records e: it is the observe.Observer to pass to every
-// package's WithObserver. It records e in one instrument by what e means
+// Start returns ctx: an Adapter starts no span when a call begins.
+func (a *Adapter) Start(ctx context.Context, _ observe.Call) context.Context { return ctx }
+
+// End records a call's outcome event e as Observe does.
+func (a *Adapter) End(ctx context.Context, e observe.Event) { a.Observe(ctx, e) }
+
+// Event records e as Observe does.
+func (a *Adapter) Event(ctx context.Context, e observe.Event) { a.Observe(ctx, e) }
+
+// Observe records e: an Adapter is the observe.Observer to pass to every
+// package's WithObserver, and its End and Event call Observe. It records e in one instrument by what e means
 // (docs/observability.md's table: a call's, a lock wait's, a hold's, a
 // renewal's or a batch's duration; a retry; an outcome without a
 // duration), its batch size, the locks held and e.Dropped. When e has a

@@ -33,29 +33,29 @@ func TestMetrics(t *testing.T) {
 	t.Parallel()
 	b := newBed(t)
 	ctx := context.Background()
-	obs := observe.Observer(b.a.Observe)
+	var obs observe.Observer = b.a
 	for i := range 3 {
-		obs.Notify(ctx, observe.Event{Name: "cas.conflict", Key: fmt.Sprint("doc-", i), Attempt: i + 1, Err: fmt.Errorf("update: %w", errConflict)})
+		obs.Event(ctx, observe.Event{Name: "cas.conflict", Key: fmt.Sprint("doc-", i), Attempt: i + 1, Err: fmt.Errorf("update: %w", errConflict)})
 	}
 	for range 2 {
-		obs.Notify(ctx, observe.Event{Name: "cas.retry", Key: "doc", Attempt: 1, Duration: 10 * time.Millisecond, Err: errConflict})
+		obs.Event(ctx, observe.Event{Name: "cas.retry", Key: "doc", Attempt: 1, Duration: 10 * time.Millisecond, Err: errConflict})
 	}
-	obs.Notify(ctx, observe.Event{Name: "cas.committed", Key: "doc", N: 5})
-	obs.Notify(ctx, observe.Event{Name: "cas.committed", Key: "doc", N: 3})
-	obs.Notify(ctx, observe.Event{Name: "conditional.batch", Key: "sku", N: 7})
-	obs.Notify(ctx, observe.Event{Name: "partition.parked", Key: "t/0@12", Token: 2, N: 1, Attempt: 3, Err: errors.New("poison")})
-	obs.Notify(ctx, observe.Event{Name: "partition.committed", Key: "orders/3", Token: 2, N: 10, Duration: 200 * time.Millisecond})
-	obs.Notify(ctx, observe.Event{Name: "lease.acquired", Key: "k", Token: 9, Attempt: 1, Duration: 50 * time.Millisecond})
-	obs.Notify(ctx, observe.Event{Name: "dynamolock.acquired", Key: "k", Token: 1, Attempt: 1, Duration: 25 * time.Millisecond})
-	obs.Notify(ctx, observe.Event{Name: "dynamolock.acquired", Key: "k2", Token: 1, Attempt: 1, Duration: 25 * time.Millisecond})
-	obs.Notify(ctx, observe.Event{Name: "dynamolock.lost", Key: "k2", Token: 1, Err: fmt.Errorf("lost: %w", errors.New("dynamolock: lock lost"))})
-	obs.Notify(ctx, observe.Event{Name: "lease.not_acquired", Key: "k", Attempt: 2, Duration: time.Second,
+	obs.Event(ctx, observe.Event{Name: "cas.committed", Key: "doc", N: 5})
+	obs.Event(ctx, observe.Event{Name: "cas.committed", Key: "doc", N: 3})
+	obs.Event(ctx, observe.Event{Name: "conditional.batch", Key: "sku", N: 7})
+	obs.Event(ctx, observe.Event{Name: "partition.parked", Key: "t/0@12", Token: 2, N: 1, Attempt: 3, Err: errors.New("poison")})
+	obs.Event(ctx, observe.Event{Name: "partition.committed", Key: "orders/3", Token: 2, N: 10, Duration: 200 * time.Millisecond})
+	obs.Event(ctx, observe.Event{Name: "lease.acquired", Key: "k", Token: 9, Attempt: 1, Duration: 50 * time.Millisecond})
+	obs.Event(ctx, observe.Event{Name: "dynamolock.acquired", Key: "k", Token: 1, Attempt: 1, Duration: 25 * time.Millisecond})
+	obs.Event(ctx, observe.Event{Name: "dynamolock.acquired", Key: "k2", Token: 1, Attempt: 1, Duration: 25 * time.Millisecond})
+	obs.Event(ctx, observe.Event{Name: "dynamolock.lost", Key: "k2", Token: 1, Err: fmt.Errorf("lost: %w", errors.New("dynamolock: lock lost"))})
+	obs.Event(ctx, observe.Event{Name: "lease.not_acquired", Key: "k", Attempt: 2, Duration: time.Second,
 		Err: fmt.Errorf("lease: not acquired: %w", &heldError{"other"})})
-	obs.Notify(ctx, observe.Event{Name: "lease.not_acquired", Key: "k", Attempt: 2, Duration: time.Second,
+	obs.Event(ctx, observe.Event{Name: "lease.not_acquired", Key: "k", Attempt: 2, Duration: time.Second,
 		Err: fmt.Errorf("wait: %w", context.DeadlineExceeded)})
-	obs.Notify(ctx, observe.Event{Name: "lease.renewed", Key: "k", Token: 9, Duration: 2 * time.Millisecond, Dropped: 4})
-	obs.Notify(ctx, observe.Event{Name: "lease.released", Key: "k", Token: 9, Duration: 3 * time.Second})
-	obs.Notify(ctx, observe.Event{Name: "idempotency.replayed", Key: "order-1", Duration: 4 * time.Millisecond})
+	obs.Event(ctx, observe.Event{Name: "lease.renewed", Key: "k", Token: 9, Duration: 2 * time.Millisecond, Dropped: 4})
+	obs.Event(ctx, observe.Event{Name: "lease.released", Key: "k", Token: 9, Duration: 3 * time.Second})
+	obs.Event(ctx, observe.Event{Name: "idempotency.replayed", Key: "order-1", Duration: 4 * time.Millisecond})
 
 	m := b.collect(t)
 	equalMaps(t, nolockotel.MetricOutcomes, m.counts(t), map[string]int64{

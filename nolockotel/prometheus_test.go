@@ -112,7 +112,7 @@ func TestDocQueriesOnPrometheus(t *testing.T) {
 
 	// A lock held and renewed (and one acquired and released), one found
 	// held.
-	locks, err := lease.New(pool, lease.WithObserver(a.Observe), lease.WithLease(10*time.Second), lease.WithHeartbeat(100*time.Millisecond))
+	locks, err := lease.New(pool, lease.WithObserver(a), lease.WithLease(10*time.Second), lease.WithHeartbeat(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestDocQueriesOnPrometheus(t *testing.T) {
 	}
 
 	// A request and its retry.
-	store, err := idempotency.New(pool, idempotency.WithObserver(a.Observe))
+	store, err := idempotency.New(pool, idempotency.WithObserver(a))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func waitResults(t *testing.T, pool *pgxpool.Pool, consumer string, want int) {
 func runInbox(t *testing.T, a *nolockotel.Adapter, pool *pgxpool.Pool, brokers []string, topic string, want int) {
 	t.Helper()
 	ctx := context.Background()
-	in, err := inbox.New(pool, "billing", inbox.WithObserver(a.Observe), inbox.WithAttempts(2),
+	in, err := inbox.New(pool, "billing", inbox.WithObserver(a), inbox.WithAttempts(2),
 		inbox.WithBackoff(time.Millisecond, 10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func runConsumer(t *testing.T, a *nolockotel.Adapter, pool *pgxpool.Pool, broker
 	t.Helper()
 	group := testenv.Name("g")
 	c, err := partition.New(pool, brokers, group, []string{topic},
-		partition.WithAttempts(1), partition.WithObserver(a.Observe), partition.WithHeartbeatInterval(200*time.Millisecond),
+		partition.WithAttempts(1), partition.WithObserver(a), partition.WithHeartbeatInterval(200*time.Millisecond),
 		partition.WithSessionTimeout(6*time.Second), partition.WithRebalanceTimeout(3*time.Second),
 		partition.WithJoinGroupBackoff(200*time.Millisecond), partition.WithBatchTimeout(2*time.Second))
 	if err != nil {

@@ -59,7 +59,7 @@ func TestWorkloadPostgres(t *testing.T) {
 			return pgcas.Exec(ctx, tx, `UPDATE docs SET body = 'x', version = version + 1 WHERE id = 1 AND version = $1`, version)
 		}
 	}
-	opts := []cas.Option{cas.WithObserver(b.a.Observe), cas.WithBackoff(time.Millisecond, 2*time.Millisecond)}
+	opts := []cas.Option{cas.WithObserver(b.a), cas.WithBackoff(time.Millisecond, 2*time.Millisecond)}
 	conflicts, commits := 0, 0
 	for _, lose := range []int{1, 2, 0, 3} {
 		if err := pgcas.Retry(ctx, pool, edit(lose), opts...); err != nil {
@@ -76,7 +76,7 @@ func TestWorkloadPostgres(t *testing.T) {
 	conflicts += 2
 	retries++
 
-	store, err := idempotency.New(pool, idempotency.WithObserver(b.a.Observe))
+	store, err := idempotency.New(pool, idempotency.WithObserver(b.a))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestWorkloadKafka(t *testing.T) {
 		return nil
 	}
 	c, err := partition.New(pool, brokers, group, []string{topic},
-		partition.WithAttempts(1), partition.WithObserver(b.a.Observe),
+		partition.WithAttempts(1), partition.WithObserver(b.a),
 		partition.WithMaxBatch(10), partition.WithHeartbeatInterval(200*time.Millisecond),
 		partition.WithSessionTimeout(6*time.Second), partition.WithRebalanceTimeout(3*time.Second),
 		partition.WithJoinGroupBackoff(200*time.Millisecond), partition.WithBatchTimeout(2*time.Second))

@@ -22,8 +22,9 @@ import (
 )
 
 // One Observer, handed to a package as an option, sees what the pattern
-// did: here a request and its replayed retry. The same function serves
-// every package; an adapter turns it into metrics, traces or logs.
+// did: here a request and its replayed retry, each call's outcome
+// (observe.Func sees End's events and Event's alike). The same function
+// serves every package; an adapter turns it into metrics, traces or logs.
 func ExampleObserver() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
@@ -32,7 +33,7 @@ func ExampleObserver() {
 	}
 	defer pool.Close()
 	key := uuid.NewString()
-	logEvent := observe.Observer(func(ctx context.Context, e observe.Event) {
+	logEvent := observe.Func(func(ctx context.Context, e observe.Event) {
 		fmt.Println(e.Name, e.Key == key)
 	})
 	store, err := idempotency.New(pool, idempotency.WithObserver(logEvent))
@@ -72,9 +73,9 @@ func ExampleObserver_slog() {
 			}
 			return a
 		}}))
-	locks, err := lease.New(pool, lease.WithObserver(func(ctx context.Context, e observe.Event) {
+	locks, err := lease.New(pool, lease.WithObserver(observe.Func(func(ctx context.Context, e observe.Event) {
 		logger.InfoContext(ctx, e.Name, "key", e.Key, "token", e.Token, "took", e.Duration, "err", e.Err)
-	}))
+	})))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/handlerfail"
+	"github.com/nolock/nolock/internal/kafkapark"
+	"github.com/nolock/nolock/internal/observed"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/observe"
 )
@@ -33,33 +35,54 @@ func (e *exhaustedError) Unwrap() error { return e.err }
 // failures end it with an *exhaustedError: the first counted one for a
 // batch of several messages (the caller splits it), a Permanent one or the
 // MaxAttempts-th counted one for a single message (the caller parks it).
+//
+// It is the call CallHandle: the observer's Start first, whose context the
+// Handler and the batch's events get, then End with EventCommitted or
+// EventFailed.
 func (c *Consumer) applyRetrying(runCtx, genCtx context.Context, cl Claim, prev *int64, next int64, msgs []kafka.Message, log *slog.Logger) error {
+	if c.cfg.Observer == nil {
+		_, err := c.applyAttempts(runCtx, genCtx, cl, prev, next, msgs, log)
+		return err
+	}
+	key := kafkapark.EventKey(cl.Topic, cl.Partition, -1)
+	runCtx, sp := observed.Start(c.cfg.Observer, runCtx, observe.Call{Name: CallHandle, Key: key, Message: kafkapark.Observed(msgs[0])})
+	start := time.Now()
+	attempt, err := c.applyAttempts(runCtx, genCtx, cl, prev, next, msgs, log)
+	e := observe.Event{Name: EventCommitted, Key: key, Token: cl.Epoch, N: int64(len(msgs)), Attempt: attempt, Duration: time.Since(start)}
+	if err != nil {
+		e.Name, e.Err = EventFailed, err
+		if ex := (*exhaustedError)(nil); errors.As(err, &ex) {
+			e.Err = ex.err
+		}
+	}
+	sp.End(e)
+	return err
+}
+
+// applyAttempts is applyRetrying's work; it returns the attempts made.
+func (c *Consumer) applyAttempts(runCtx, genCtx context.Context, cl Claim, prev *int64, next int64, msgs []kafka.Message, log *slog.Logger) (int, error) {
 	limit := c.cfg.MaxAttempts
 	if len(msgs) > 1 {
 		limit = 1
 	}
 	failures := 0
 	tally := handlerfail.Tally{Bound: c.cfg.MaxAttempts}
-	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		retry, kind, err := c.apply(runCtx, cl, prev, next, msgs)
-		if err == nil {
-			c.note(runCtx, EventCommitted, cl, -1, observe.Event{N: int64(len(msgs)), Attempt: attempt, Duration: time.Since(start)})
-		}
 		if err == nil || errors.Is(err, ErrFenced) {
-			return err
+			return attempt, err
 		}
 		counted := !retry && tally.Counts(kind)
 		if counted {
 			if failures++; kind == handlerfail.Permanent || failures >= limit {
-				return &exhaustedError{attempts: failures, err: err}
+				return attempt, &exhaustedError{attempts: failures, err: err}
 			}
 		}
 		log.Warn("partition: batch failed, retrying", "offset", msgs[0].Offset, "messages", len(msgs), "attempt", attempt, "counted", counted, "err", err)
 		delay := c.retry.Delay(min(attempt+1, 30))
 		c.note(runCtx, EventRetry, cl, -1, observe.Event{N: int64(len(msgs)), Attempt: attempt, Duration: delay, Err: err})
 		if backoff.Sleep(genCtx, delay) != nil {
-			return errGenerationEnded
+			return attempt, errGenerationEnded
 		}
 	}
 }

@@ -66,11 +66,11 @@ func TestBrokerRestart(t *testing.T) {
 				t.Logf("member %s: %v released with %v", name, cl, err)
 			}
 		}))
-		cfg.with(partition.WithObserver(func(_ context.Context, e observe.Event) {
+		cfg.with(partition.WithObserver(observe.Func(func(_ context.Context, e observe.Event) {
 			if e.Name == partition.EventParked {
 				parked.Add(1)
 			}
-		}))
+		})))
 		c, err := newConsumer(pool, cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 	"github.com/nolock/nolock/partition"
 )
 
@@ -47,7 +48,7 @@ func TestSlowCommitNotCancelledNotRepeated(t *testing.T) {
 	cfg.with(partition.WithAttempts(1))
 	cfg.with(partition.WithMaxBatch(1))
 	var parked parkLog
-	cfg.with(partition.WithObserver(parked.observe))
+	cfg.with(partition.WithObserver(observe.Func(parked.observe)))
 	m := startMember(t, b.pool, cfg)
 	if err := waitRows(ctx, b.pool, 5); err != nil {
 		t.Fatal(err)

@@ -299,10 +299,12 @@ func WithBackoff(base, cap time.Duration) Option {
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.Logger = l } }
 
 // WithObserver reports each worker's claims, batches, retries, parked
-// messages and releases to o (EventClaimed, EventCommitted, EventRetry,
-// EventParked, EventFenced, EventReleased: their fields are in their
-// docs), on a goroutine of Run's own, in order, so a slow observer never
-// delays a batch; nil (the default) reports nothing.
+// messages and releases to o (EventClaimed, EventCommitted, EventFailed,
+// EventRetry, EventParked, EventFenced, EventReleased: their fields are
+// in their docs), each batch as a call (CallHandle: Start, whose context
+// the Handler gets, then End with EventCommitted or EventFailed), on the
+// worker's goroutine, in order: o must be quick, a slow o delays the
+// worker. nil (the default) reports nothing.
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) { c.Observer = observe.Guard(o) }
 }

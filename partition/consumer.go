@@ -17,7 +17,7 @@ import (
 	"github.com/nolock/nolock/internal/kafkadial"
 	"github.com/nolock/nolock/internal/kafkaerr"
 	"github.com/nolock/nolock/internal/kafkapark"
-	"github.com/nolock/nolock/internal/notify"
+	"github.com/nolock/nolock/internal/observed"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
 	"github.com/nolock/nolock/internal/pgschema"
@@ -95,8 +95,7 @@ type Consumer struct {
 	db          DB
 	pg          *pgerr.Committer // its writes; Close waits for their commits
 	cfg         config
-	handler     Handler       // Run's
-	events      *notify.Queue // Run's, nil without an observer
+	handler     Handler // Run's
 	sql         statements
 	parked      kafkapark.Store
 	idleTimeout string // BatchTimeout in ms, for set_config
@@ -233,8 +232,6 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if f := seam.BeforeBatch(ctx); f != nil && c.beforeBatch == nil {
 		c.beforeBatch = func(cl Claim, msgs []kafka.Message) { f(context.WithValue(ctx, claimKey{}, cl), msgs) }
 	}
-	c.events = notify.New(c.cfg.Observer, 1024)
-	defer c.events.Close() // after every worker has stopped
 	defer c.transport.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -304,13 +301,13 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 
 // note reports e, named name (one of the Event constants), about cl's
 // partition ("topic/partition", then "@offset" if offset >= 0) with cl's
-// epoch, to the observer, if any, without waiting for it.
+// epoch, to the observer, if any, on the worker's goroutine.
 func (c *Consumer) note(ctx context.Context, name string, cl Claim, offset int64, e observe.Event) {
-	if c.events == nil {
+	if c.cfg.Observer == nil {
 		return
 	}
 	e.Name, e.Key, e.Token = name, kafkapark.EventKey(cl.Topic, cl.Partition, offset), cl.Epoch
-	c.events.Notify(ctx, e)
+	observed.Event(c.cfg.Observer, ctx, e)
 }
 
 // fail records the error that stops Run; the first one wins.

@@ -15,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 	"github.com/nolock/nolock/partition"
 )
 
@@ -254,7 +255,7 @@ func TestHandlerErrorParks(t *testing.T) {
 	var releasedErr atomic.Bool
 	cfg.with(partition.WithOnRelease(func(_ partition.Claim, err error) { releasedErr.Store(releasedErr.Load() || err != nil) }))
 	var parked parkLog
-	cfg.with(partition.WithObserver(parked.observe))
+	cfg.with(partition.WithObserver(observe.Func(parked.observe)))
 	m := startMember(t, b.pool, cfg)
 	testenv.Until(t, "3 messages parked", func() (bool, error) {
 		msgs, _ := parked.snapshot()
@@ -308,7 +309,7 @@ func TestHandlerPanicParks(t *testing.T) {
 	})
 	cfg.with(partition.WithAttempts(2))
 	var parked parkLog
-	cfg.with(partition.WithObserver(parked.observe))
+	cfg.with(partition.WithObserver(observe.Func(parked.observe)))
 	m := startMember(t, b.pool, cfg)
 	testenv.Until(t, "the message parked", func() (bool, error) {
 		msgs, _ := parked.snapshot()
@@ -357,7 +358,7 @@ func TestHandlerStatementTimeoutParks(t *testing.T) {
 	})
 	cfg.with(partition.WithAttempts(2))
 	var parked parkLog
-	cfg.with(partition.WithObserver(parked.observe))
+	cfg.with(partition.WithObserver(observe.Func(parked.observe)))
 	m := startMember(t, b.pool, cfg)
 	testenv.Until(t, "the message parked", func() (bool, error) {
 		msgs, _ := parked.snapshot()
@@ -414,7 +415,7 @@ func handlerConnectionLostEveryTimeParks(t *testing.T, dep string) {
 	})
 	cfg.with(partition.WithAttempts(2))
 	var parked parkLog
-	cfg.with(partition.WithObserver(parked.observe))
+	cfg.with(partition.WithObserver(observe.Func(parked.observe)))
 	m := startMember(t, b.pool, cfg)
 	testenv.Until(t, "the message parked and the others applied", func() (bool, error) {
 		msgs, _ := parked.snapshot()

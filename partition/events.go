@@ -28,4 +28,25 @@ const (
 	// long it owned the partition), Err (nil, ErrFenced, or the error that
 	// stops Run).
 	EventReleased = "partition.released"
+	// EventFailed: a batch ended without committing: its worker was
+	// fenced, its generation ended, or its attempts ran out (a batch of
+	// several is then applied one message at a time, each its own call;
+	// a single message is parked). Fields: Key, Token, N (messages),
+	// Attempt (the attempts made), Duration (from the first attempt), Err
+	// (the last attempt's).
+	EventFailed = "partition.failed"
+)
+
+// The call a Consumer reports to the observer of WithObserver
+// (observe.Call.Name).
+const (
+	// CallHandle is one batch, handled in one transaction with its
+	// offsets: it begins with the observer's Start before the first
+	// attempt, with Key the worker's "topic/partition" and Message the
+	// batch's first message (its headers carry the producer's trace
+	// context), and ends with its End, whose event is EventCommitted or
+	// EventFailed. The Handler gets the context Start returned (the same
+	// for each attempt), and the batch's EventRetry comes between. Run
+	// reports every event, Start and End on the worker's goroutine.
+	CallHandle = "partition.handle"
 )

@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 	"github.com/nolock/nolock/partition"
 )
 
@@ -63,7 +64,7 @@ func TestHandlerFailureKinds(t *testing.T) {
 			})
 			cfg.with(partition.WithAttempts(tc.attempts), partition.WithMaxBatch(1))
 			var parked parkLog
-			cfg.with(partition.WithObserver(parked.observe))
+			cfg.with(partition.WithObserver(observe.Func(parked.observe)))
 			m := startMember(t, b.pool, cfg)
 			want := 3
 			if tc.parked > 0 {

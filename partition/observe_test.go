@@ -35,12 +35,12 @@ func TestObserver(t *testing.T) {
 		}
 		return apply(ctx, tx, msgs)
 	})
-	cfg.with(partition.WithAttempts(2), partition.WithObserver(rec.Observe),
-		partition.WithObserver(rec2.Observe)) // the last one counts
-	cfg.with(partition.WithObserver(func(ctx context.Context, e observe.Event) {
+	cfg.with(partition.WithAttempts(2), partition.WithObserver(observe.Func(rec.Observe)),
+		partition.WithObserver(observe.Func(rec2.Observe))) // the last one counts
+	cfg.with(partition.WithObserver(observe.Func(func(ctx context.Context, e observe.Event) {
 		rec.Observe(ctx, e)
 		panic("a broken observer")
-	}))
+	})))
 	m := startMember(t, b.pool, cfg)
 	if err := waitRows(context.Background(), b.pool, n-1); err != nil {
 		t.Fatal(err)

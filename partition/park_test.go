@@ -106,7 +106,7 @@ func TestPoisonIsParkedPartitionGoesOn(t *testing.T) {
 		name := fmt.Sprintf("m%d", i)
 		cfg := b.config(name, handler(name))
 		cfg.with(partition.WithAttempts(maxAttempts))
-		cfg.with(partition.WithObserver(parked.observe))
+		cfg.with(partition.WithObserver(observe.Func(parked.observe)))
 		members[i] = startMember(t, b.pool, cfg)
 	}
 	if err := waitRows(ctx, b.pool, parts*per-1); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 	"github.com/nolock/nolock/partition"
 )
 
@@ -404,7 +405,7 @@ func TestRunParksThenReplay(t *testing.T) {
 	})
 	cfg.with(partition.WithAttempts(2))
 	var parked parkLog
-	cfg.with(partition.WithObserver(parked.observe))
+	cfg.with(partition.WithObserver(observe.Func(parked.observe)))
 	m := startMember(t, b.pool, cfg)
 	testenv.Until(t, "the stored offset at the partition's end", func() (bool, error) {
 		r, err := readRow(ctx, b.pool, b.group, b.topic, 0)

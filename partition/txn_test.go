@@ -65,13 +65,13 @@ func TestTransactionalProducersReadCommitted(t *testing.T) {
 		return rec(ctx, tx, msgs)
 	})
 	var parked []string // EventParked keys
-	cfg.with(partition.WithObserver(func(_ context.Context, e observe.Event) {
+	cfg.with(partition.WithObserver(observe.Func(func(_ context.Context, e observe.Event) {
 		if e.Name == partition.EventParked {
 			mu.Lock()
 			parked = append(parked, e.Key)
 			mu.Unlock()
 		}
-	}))
+	})))
 	m := startMember(t, b.pool, cfg)
 	last := batches[len(batches)-1]
 	testenv.Until(t, "the last transaction applied", func() (bool, error) {

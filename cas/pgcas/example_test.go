@@ -156,11 +156,11 @@ func ExampleRetry_observer() {
 		}
 		return body + ", mine"
 	}
-	logRetry := func(_ context.Context, e observe.Event) {
+	logRetry := observe.Func(func(_ context.Context, e observe.Event) {
 		if e.Name == cas.EventRetry {
 			fmt.Println("retry after attempt", e.Attempt, "conflict:", errors.Is(e.Err, cas.ErrConflict))
 		}
-	}
+	})
 	save := func(ctx context.Context, id int) error {
 		err := pgcas.Retry(ctx, pool, func(ctx context.Context, tx pgx.Tx) error {
 			var body string

@@ -36,7 +36,8 @@ type eventStat struct {
 	seconds  float64
 }
 
-// Observe is the observe.Observer each scene's clients report to.
+// Observe is the observe.Func each scene's clients report to: it counts
+// every event, calls' outcomes (End) included.
 func (m *metrics) Observe(_ context.Context, e observe.Event) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -67,7 +68,7 @@ func withMetrics(addr string, log io.Writer) (observe.Observer, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return m.Observe, stop, nil
+	return observe.Func(m.Observe), stop, nil
 }
 
 // WriteTo writes the counts in Prometheus's text format (0.0.4).

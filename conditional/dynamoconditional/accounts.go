@@ -103,7 +103,7 @@ func (a *Accounts) Open(ctx context.Context, account string, balance int64) erro
 // ErrAmbiguousCommit means the write was sent and its answer lost: it may
 // have applied.
 func (a *Accounts) Debit(ctx context.Context, account string, amount int64) error {
-	return condcore.ObservedErr(ctx, a.obs, condcore.Debit, false, observe.Event{Key: account, N: amount}, func() error {
+	return condcore.ObservedErr(ctx, a.obs, condcore.Debit, false, observe.Event{Key: account, N: amount}, func(ctx context.Context) error {
 		if err := condcore.CheckCtx(ctx); err != nil {
 			return err
 		}

@@ -48,3 +48,27 @@ const (
 	// Fields: Key, Token (the refused one), Duration, Err (ErrFenced).
 	EventFenced = "conditional.fenced"
 )
+
+// The calls this package's types report to the observer of WithObserver
+// (observe.Call.Name, Key as their events'): each begins with the
+// observer's Start, before its arguments are checked, and ends with its
+// End, whose event is the call's outcome: EventGranted, EventHeld,
+// EventConfirmed, EventReleased or EventWritten; EventRefused or
+// EventFenced; or EventFailed (bad input included). The calls' names are
+// the same for both backends.
+const (
+	// CallTake is a Stock's Take.
+	CallTake = "conditional.take"
+	// CallDebit is an Accounts' Debit.
+	CallDebit = "conditional.debit"
+	// CallHold, CallHoldAll and CallHoldAny are a Holds' Hold, HoldAll and
+	// HoldAny. HoldAny's Key is its resources, sorted, joined by ",".
+	CallHold    = "conditional.hold"
+	CallHoldAll = "conditional.hold_all"
+	CallHoldAny = "conditional.hold_any"
+	// CallConfirm and CallRelease are a Holds' Confirm and Release.
+	CallConfirm = "conditional.confirm"
+	CallRelease = "conditional.release"
+	// CallUpdate is a Fenced's Update.
+	CallUpdate = "conditional.update"
+)

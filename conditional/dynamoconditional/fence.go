@@ -100,7 +100,7 @@ func (f *Fenced) Update(ctx context.Context, client DynamoDBAPI, key map[string]
 	if f.obs != nil {
 		e = observe.Event{Key: eventKey(key, f.keyAttr), Token: token}
 	}
-	return condcore.ObservedErr(ctx, f.obs, condcore.Fence, true, e, func() error { return f.write(ctx, client, key, token, set) })
+	return condcore.ObservedErr(ctx, f.obs, condcore.Fence, true, e, func(ctx context.Context) error { return f.write(ctx, client, key, token, set) })
 }
 
 func (f *Fenced) write(ctx context.Context, client DynamoDBAPI, key map[string]types.AttributeValue, token int64, set map[string]types.AttributeValue) error {

@@ -173,7 +173,7 @@ func (h *Holds) Add(ctx context.Context, resources ...string) error {
 // idempotent). A write that meets a transaction in progress on the item is
 // retried with backoff, then ErrConflict; nothing changed.
 func (h *Holds) Hold(ctx context.Context, resource, holder string, ttl time.Duration) (until time.Time, err error) {
-	return condcore.Observed(ctx, h.obs, condcore.Hold, true, observe.Event{Key: resource, N: 1}, func() (time.Time, error) {
+	return condcore.Observed(ctx, h.obs, condcore.Hold, true, observe.Event{Key: resource, N: 1}, func(ctx context.Context) (time.Time, error) {
 		return h.hold(ctx, resource, holder, ttl)
 	})
 }
@@ -219,7 +219,7 @@ func (h *Holds) hold(ctx context.Context, resource, holder string, ttl time.Dura
 // an error wrapping errors.ErrUnsupported.
 func (h *Holds) HoldAll(ctx context.Context, resources []string, holder string, ttl time.Duration) (until time.Time, err error) {
 	e := observe.Event{Key: condcore.HoldAllKey(h.obs, resources), N: int64(len(resources))}
-	return condcore.Observed(ctx, h.obs, condcore.Hold, true, e, func() (time.Time, error) {
+	return condcore.Observed(ctx, h.obs, condcore.HoldAll, true, e, func(ctx context.Context) (time.Time, error) {
 		return h.holdAll(ctx, resources, holder, ttl)
 	})
 }
@@ -298,7 +298,7 @@ func (h *Holds) Confirm(ctx context.Context, resource, holder string) error {
 	if err := validHolder(resource, holder); err != nil {
 		return err
 	}
-	return condcore.ObservedErr(ctx, h.obs, condcore.Confirm, true, observe.Event{Key: resource, N: 1}, func() error {
+	return condcore.ObservedErr(ctx, h.obs, condcore.Confirm, true, observe.Event{Key: resource, N: 1}, func(ctx context.Context) error {
 		return h.settle(ctx, "confirm", resource, func(now int64) *types.Update { return h.confirmUpdate(resource, holder, now) })
 	})
 }
@@ -315,7 +315,7 @@ func (h *Holds) Release(ctx context.Context, resource, holder string) error {
 	if err := validHolder(resource, holder); err != nil {
 		return err
 	}
-	return condcore.ObservedErr(ctx, h.obs, condcore.Release, true, observe.Event{Key: resource, N: 1}, func() error {
+	return condcore.ObservedErr(ctx, h.obs, condcore.Release, true, observe.Event{Key: resource, N: 1}, func(ctx context.Context) error {
 		return h.settle(ctx, "release", resource, func(int64) *types.Update { return h.releaseUpdate(resource, holder) })
 	})
 }

@@ -11,8 +11,10 @@ import (
 	"github.com/nolock/nolock/observe"
 )
 
-// WithObserver reports each call's outcome to o (nil, the default: none),
-// on the calling goroutine, as package conditional's WithObserver does.
+// WithObserver reports each call to o (nil, the default: none): Start
+// when it begins, End with its outcome (CallTake, CallDebit, CallHold,
+// … say which), on the calling goroutine, as package conditional's
+// WithObserver does.
 // The events are the package's Event constants, whose docs say their
 // fields: Stock reports each take (EventGranted, EventRefused,
 // EventFailed) and each coalesced write of several (EventBatch); Accounts

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 )
 
 // Each Debit reports granted, refused or failed, with the account and the
@@ -22,7 +23,7 @@ func TestAccountsObserver(t *testing.T) {
 	ctx := context.Background()
 	client := testenv.DynamoDB(t)
 	events := &testenv.Events{}
-	a, err := dynamoconditional.NewAccounts(client, testenv.Table(t, client, false), dynamoconditional.WithObserver(events.Observe))
+	a, err := dynamoconditional.NewAccounts(client, testenv.Table(t, client, false), dynamoconditional.WithObserver(observe.Func(events.Observe)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestHoldsObserver(t *testing.T) {
 	t.Parallel()
 	client := testenv.DynamoDBTx(t)
 	events := &testenv.Events{}
-	h, err := dynamoconditional.NewHolds(client, testenv.Table(t, client, false), dynamoconditional.WithObserver(events.Observe))
+	h, err := dynamoconditional.NewHolds(client, testenv.Table(t, client, false), dynamoconditional.WithObserver(observe.Func(events.Observe)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestFencedObserver(t *testing.T) {
 	client := testenv.DynamoDB(t)
 	table := testenv.Table(t, client, true)
 	events := &testenv.Events{}
-	f, err := dynamoconditional.NewFenced(table, "pk", "fence", dynamoconditional.WithObserver(events.Observe))
+	f, err := dynamoconditional.NewFenced(table, "pk", "fence", dynamoconditional.WithObserver(observe.Func(events.Observe)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestPanickingObserver(t *testing.T) {
 	client := testenv.DynamoDB(t)
 	table := testenv.Table(t, client, false)
 	var panicky testenv.Panicky
-	boom := dynamoconditional.WithObserver(panicky.Observe)
+	boom := dynamoconditional.WithObserver(observe.Func(panicky.Observe))
 	a, err := dynamoconditional.NewAccounts(client, table, boom)
 	if err != nil {
 		t.Fatal(err)

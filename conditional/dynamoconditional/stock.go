@@ -160,7 +160,7 @@ func (s *Stock) Take(ctx context.Context, key string, n int64) error {
 	if err := condcore.Unsent(ctx, fmt.Sprintf("take %q", key)); err != nil {
 		return err
 	}
-	return condcore.ObservedErr(ctx, s.obs, condcore.Take, false, observe.Event{Key: key, N: n}, func() error { return s.take(ctx, key, n) })
+	return condcore.ObservedErr(ctx, s.obs, condcore.Take, false, observe.Event{Key: key, N: n}, func(ctx context.Context) error { return s.take(ctx, key, n) })
 }
 
 // take is Take once its arguments are checked.

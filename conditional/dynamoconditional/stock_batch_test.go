@@ -10,6 +10,7 @@ import (
 
 	"github.com/nolock/nolock/conditional/dynamoconditional"
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 )
 
 // Concurrent takes that add up to exactly the stock are all granted, with
@@ -115,7 +116,7 @@ func TestStockObserver(t *testing.T) {
 	ctx := context.Background()
 	client := dynamoClient(t, false)
 	events := &testenv.Events{}
-	s, err := dynamoconditional.NewStock(client, testenv.Table(t, client, false), dynamoconditional.WithObserver(events.Observe))
+	s, err := dynamoconditional.NewStock(client, testenv.Table(t, client, false), dynamoconditional.WithObserver(observe.Func(events.Observe)))
 	if err != nil {
 		t.Fatal(err)
 	}

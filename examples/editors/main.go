@@ -57,11 +57,11 @@ func run(ctx context.Context, dsn string, editors, edits int) error {
 		return err
 	}
 	var conflicts atomic.Int64
-	store, err := cas.NewStore[Doc](backend, nil, cas.WithObserver(func(_ context.Context, e observe.Event) {
+	store, err := cas.NewStore[Doc](backend, nil, cas.WithObserver(observe.Func(func(_ context.Context, e observe.Event) {
 		if e.Name == cas.EventConflict {
 			conflicts.Add(1)
 		}
-	}))
+	})))
 	if err != nil {
 		return err
 	}

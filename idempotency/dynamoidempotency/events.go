@@ -20,3 +20,14 @@ const (
 	// Key, Duration, Err.
 	EventFailed = "idempotency.failed"
 )
+
+// The calls a Store reports to the observer of WithObserver
+// (observe.Call.Name, Key the idempotency key): each begins with the
+// observer's Start, whose context fn gets, and ends with its End, whose
+// event is the call's outcome: EventRan, EventReplayed, EventMismatch,
+// EventInProgress or EventFailed (bad arguments included; a panic of fn,
+// which goes on to the caller, is an EventFailed too).
+const (
+	// CallDo is a Do.
+	CallDo = "idempotency.do"
+)

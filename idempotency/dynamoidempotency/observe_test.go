@@ -12,6 +12,7 @@ import (
 
 	"github.com/nolock/nolock/idempotency/dynamoidempotency"
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 )
 
 // conflicting is a client whose transactions always meet a concurrent one.
@@ -29,14 +30,14 @@ func TestObserver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	events := &testenv.Events{}
-	b := newDynamoBed(t, nil, dynamoidempotency.WithObserver(events.Observe))
+	b := newDynamoBed(t, nil, dynamoidempotency.WithObserver(observe.Func(events.Observe)))
 	for _, amount := range []int64{10, 10, 20} {
 		_, _ = b.store.Do(ctx, "alice", "pay-1", fingerprint("alice", "pay-1", amount), b.pay("pay-1", amount))
 	}
 	boom := errors.New("boom")
 	_, _ = b.store.Do(ctx, "alice", "pay-2", nil, func(context.Context) ([]types.TransactWriteItem, []byte, error) { return nil, nil, boom })
 	busy, err := dynamoidempotency.New(conflicting{b.client}, b.table,
-		dynamoidempotency.WithWait(20*time.Millisecond), dynamoidempotency.WithObserver(events.Observe))
+		dynamoidempotency.WithWait(20*time.Millisecond), dynamoidempotency.WithObserver(observe.Func(events.Observe)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func TestPanickingObserver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	var boom testenv.Panicky
-	b := newDynamoBed(t, nil, dynamoidempotency.WithObserver(boom.Observe))
+	b := newDynamoBed(t, nil, dynamoidempotency.WithObserver(observe.Func(boom.Observe)))
 	first, err := b.payOnce(ctx, "pay-1", 10)
 	if err != nil || first.Replayed {
 		t.Fatalf("first: %+v, %v", first, err)

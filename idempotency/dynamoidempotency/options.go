@@ -67,9 +67,9 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 // commit ("idempotency: commit outcome unknown") at Warn, each with key.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 
-// WithObserver reports each Do call's outcome to o (nil, the default:
-// none), on the calling goroutine, after its transaction, as
-// idempotency.Store does: EventRan, EventReplayed, EventMismatch,
+// WithObserver reports each Do call to o (nil, the default: none), on
+// the calling goroutine, as idempotency.Store does (CallDo: Start, whose
+// context fn gets, then End with the outcome, after its transaction): EventRan, EventReplayed, EventMismatch,
 // EventInProgress or EventFailed, whose docs say their fields. There is
 // no Reap, so no idempotency.EventReaped.
 func WithObserver(o observe.Observer) Option {

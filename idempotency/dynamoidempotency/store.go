@@ -140,13 +140,11 @@ var errConflict = errors.New("idempotency: transaction conflict")
 // error): call Do again with the same key to learn which. Bad arguments
 // are ErrInvalid before any I/O, as for idempotency.Store.Do.
 func (d *Store) Do(ctx context.Context, scope, key string, fingerprint []byte, fn Func) (Result, error) {
-	var start time.Time
-	if d.obs != nil {
-		start = time.Now()
-	}
+	ctx, c := idemrecord.Start(d.obs, ctx, CallDo, key)
+	defer c.Unwound()
 	res, err := d.do(ctx, scope, key, fingerprint, fn)
 	idemrecord.LogOutcome(ctx, d.log, key, d.policy.Attempts, res.Replayed, err)
-	idemrecord.Observe(ctx, d.obs, key, start, res.Replayed, err)
+	c.Observe(res.Replayed, err)
 	return res, err
 }
 

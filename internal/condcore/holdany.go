@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nolock/nolock/internal/errfmt"
+	"github.com/nolock/nolock/internal/observed"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -129,14 +130,18 @@ type AnyOf struct {
 // held (Key the resource held), refused or failed (bad input included;
 // Key the resources, sorted, joined by ",").
 func HoldAny(ctx context.Context, resources []string, holder string, a AnyOf) (resource string, until time.Time, err error) {
+	var sp observed.Span
+	if a.Obs != nil {
+		ctx, sp = observed.Start(a.Obs, ctx, observe.Call{Name: anyHold.Call, Key: HoldAllKey(a.Obs, resources)})
+	}
 	start := time.Now()
 	resource, until, err = checkedHoldAny(ctx, resources, holder, a)
-	if a.Obs != nil {
-		e := observe.Event{Name: Hold.name(err), Key: resource, N: 1, Err: err, Duration: time.Since(start)}
+	if sp.On() {
+		e := observe.Event{Name: anyHold.name(err), Key: resource, N: 1, Err: err, Duration: time.Since(start)}
 		if err != nil {
 			e.Key = HoldAllKey(a.Obs, resources)
 		}
-		a.Obs.Notify(ctx, e)
+		sp.End(e)
 	}
 	return resource, until, err
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nolock/nolock/internal/observed"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -14,6 +15,7 @@ import (
 // Refused when its error is one of Refusals (an answer of the row: nothing
 // changed), "conditional.failed" for any other error.
 type Outcome struct {
+	Call        string // the call's name (observe.Call.Name)
 	OK, Refused string
 	Refusals    []error
 }
@@ -24,18 +26,21 @@ type Outcome struct {
 // report.
 var (
 	// Take is Stock's take: granted, or refused for want of stock.
-	Take = Outcome{"conditional.granted", "conditional.refused", []error{ErrSoldOut}}
+	Take = Outcome{"conditional.take", "conditional.granted", "conditional.refused", []error{ErrSoldOut}}
 	// Debit is Accounts' debit: granted, or refused for want of balance.
-	Debit = Outcome{"conditional.granted", "conditional.refused", []error{ErrInsufficient}}
-	// Hold is Holds' Hold and HoldAll: held, or refused because another
-	// holder holds the resource or it is confirmed.
-	Hold = Outcome{"conditional.held", "conditional.refused", []error{ErrHeld, ErrConfirmed}}
+	Debit = Outcome{"conditional.debit", "conditional.granted", "conditional.refused", []error{ErrInsufficient}}
+	// Hold and HoldAll are Holds' holds (and HoldAny's, see anyHold):
+	// held, or refused because another holder holds the resource or it
+	// is confirmed.
+	Hold    = Outcome{"conditional.hold", "conditional.held", "conditional.refused", []error{ErrHeld, ErrConfirmed}}
+	HoldAll = Outcome{"conditional.hold_all", Hold.OK, Hold.Refused, Hold.Refusals}
+	anyHold = Outcome{"conditional.hold_any", Hold.OK, Hold.Refused, Hold.Refusals}
 	// Confirm and Release are Holds' settlements, refused when the caller
 	// does not hold the resource.
-	Confirm = Outcome{"conditional.confirmed", "conditional.refused", []error{ErrNotHolder}}
-	Release = Outcome{"conditional.released", "conditional.refused", []error{ErrNotHolder}}
+	Confirm = Outcome{"conditional.confirm", "conditional.confirmed", "conditional.refused", []error{ErrNotHolder}}
+	Release = Outcome{"conditional.release", "conditional.released", "conditional.refused", []error{ErrNotHolder}}
 	// Fence is Fenced's Update: written, or refused by a newer token.
-	Fence = Outcome{"conditional.written", "conditional.fenced", []error{ErrFenced}}
+	Fence = Outcome{"conditional.update", "conditional.written", "conditional.fenced", []error{ErrFenced}}
 )
 
 // name returns the event's name for err.
@@ -49,26 +54,29 @@ func (o Outcome) name(err error) string {
 	return "conditional.failed"
 }
 
-// Observed runs call and, unless obs is nil, reports its outcome to obs
-// on the calling goroutine: e with o's name for call's error, that error,
-// and, if timed, call's Duration. With a nil obs it only runs call.
-func Observed[T any](ctx context.Context, obs observe.Observer, o Outcome, timed bool, e observe.Event, call func() (T, error)) (T, error) {
+// Observed runs call as the call o.Call and, unless obs is nil, reports
+// it to obs on the calling goroutine: Start before call, which gets the
+// context Start returned, and End with e named for call's error, that
+// error, and, if timed, call's Duration. With a nil obs it only runs
+// call.
+func Observed[T any](ctx context.Context, obs observe.Observer, o Outcome, timed bool, e observe.Event, call func(ctx context.Context) (T, error)) (T, error) {
 	if obs == nil {
-		return call()
+		return call(ctx)
 	}
+	ctx, sp := observed.Start(obs, ctx, observe.Call{Name: o.Call, Key: e.Key})
 	start := time.Now()
-	v, err := call()
+	v, err := call(ctx)
 	e.Name, e.Err = o.name(err), err
 	if timed {
 		e.Duration = time.Since(start)
 	}
-	obs.Notify(ctx, e)
+	sp.End(e)
 	return v, err
 }
 
 // ObservedErr is Observed for a call that returns only an error.
-func ObservedErr(ctx context.Context, obs observe.Observer, o Outcome, timed bool, e observe.Event, call func() error) error {
-	_, err := Observed(ctx, obs, o, timed, e, func() (struct{}, error) { return struct{}{}, call() })
+func ObservedErr(ctx context.Context, obs observe.Observer, o Outcome, timed bool, e observe.Event, call func(ctx context.Context) error) error {
+	_, err := Observed(ctx, obs, o, timed, e, func(ctx context.Context) (struct{}, error) { return struct{}{}, call(ctx) })
 	return err
 }
 

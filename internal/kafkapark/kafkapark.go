@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nolock/nolock/observe"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -67,4 +68,17 @@ func EventKey(topic string, partition int, offset int64) string {
 		k += "@" + strconv.FormatInt(offset, 10)
 	}
 	return k
+}
+
+// Observed returns m as the Message of an observe.Call (sharing its
+// header values).
+func Observed(m kafka.Message) *observe.Message {
+	o := &observe.Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
+	if len(m.Headers) > 0 {
+		o.Headers = make([]observe.Header, len(m.Headers))
+		for i, h := range m.Headers {
+			o.Headers[i] = observe.Header{Key: h.Key, Value: h.Value}
+		}
+	}
+	return o
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/errfmt"
+	"github.com/nolock/nolock/internal/observed"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -23,6 +24,8 @@ type Acquisition struct {
 	// release of what its calls with an unknown outcome may have taken;
 	// it runs in the background, bounded by a lease.
 	Cleanup func() func(ctx context.Context)
+	// Span is the call's, from Keeper.Begin; Acquire ends it.
+	Span observed.Span
 
 	Deadline  time.Time // the wait's end; zero: until ctx ends
 	Tries     int       // acquiring calls sent
@@ -30,7 +33,8 @@ type Acquisition struct {
 	Errs      int       // calls in a row that failed
 	Ambiguous bool      // a call of ours has an unknown outcome
 
-	k *Keeper
+	k   *Keeper
+	ctx context.Context // the one the call's Start returned
 }
 
 // Step is one try of an acquisition: it returns the lock, an error to end
@@ -40,14 +44,16 @@ type Step func(ctx context.Context) (*Hold, time.Duration, error)
 // Acquire runs an acquisition: it registers with the Keeper (so Close
 // waits for it and ends it with Config.Closed), runs step until it
 // returns a lock or an error, sleeping as it asks (never past the wait's
-// end), and reports the outcome to the observer.
+// end), and ends a.Span with the outcome. ctx is the one Keeper.Begin
+// returned.
 func (k *Keeper) Acquire(ctx context.Context, a *Acquisition, step Step) (*Hold, error) {
+	start := k.cfg.Now()
 	if err := k.Enter(); err != nil {
+		k.NotAcquired(a.Span, a.Key, err)
 		return nil, err
 	}
 	defer k.Leave()
-	a.k = k
-	start := k.cfg.Now()
+	a.k, a.ctx = k, ctx
 	if a.Wait > 0 {
 		a.Deadline = start.Add(a.Wait)
 	}
@@ -58,9 +64,13 @@ func (k *Keeper) Acquire(ctx context.Context, a *Acquisition, step Step) (*Hold,
 	} else {
 		e.Name = k.cfg.Events.NotAcquired
 	}
-	k.events.Notify(ctx, e)
+	a.Span.End(e)
 	return h, err
 }
+
+// Event reports e, an event of the acquisition, on the calling goroutine
+// with the context the call's Start returned.
+func (a *Acquisition) Event(e observe.Event) { observed.Event(a.k.cfg.Observer, a.ctx, e) }
 
 func (a *Acquisition) run(ctx context.Context, step Step) (*Hold, error) {
 	ctx, cancel := context.WithCancel(ctx)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nolock/nolock/internal/observed"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -176,18 +177,14 @@ func (h *Hold) event(name string, d time.Duration, err error) {
 // (Config.WaitRenewal), else left to fail. Then Lost is closed and the
 // backend's release written once, unless the lock was taken over. It
 // returns nil if the lock was held until the release, the package's lost
-// error if it had been lost before, or the error of the release.
+// error if it had been lost before, or the error of the release. It is a
+// call of the observer's (Events.Release), ended with Events.Released or
+// Events.NotReleased.
 func (h *Hold) Release(ctx context.Context) error {
-	h.k.await(h.stop())
-	h.finish(h.k.cfg.Released, nil)
-	h.releaseOnce(ctx)
-	if err := h.Err(); !errors.Is(err, h.k.cfg.Released) {
-		return err
-	}
-	if h.releaseErr == nil {
-		h.event(h.k.cfg.Events.Released, h.k.cfg.Now().Sub(h.start), nil)
-	}
-	return h.releaseErr
+	ctx, sp := observed.Start(h.k.cfg.Observer, ctx, observe.Call{Name: h.k.cfg.Events.Release, Key: h.Key})
+	e, err := h.settle(ctx)
+	sp.End(e)
+	return err
 }
 
 // Close is Release with a context bounded by the lease.
@@ -195,6 +192,34 @@ func (h *Hold) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), h.k.cfg.Lease)
 	defer cancel()
 	return h.Release(ctx)
+}
+
+// shut is Close for the Keeper's Close: no call of the user's, so a
+// release is an event through the queue, as the lock's others.
+func (h *Hold) shut() error {
+	ctx, cancel := context.WithTimeout(context.Background(), h.k.cfg.Lease)
+	defer cancel()
+	e, err := h.settle(ctx)
+	if err == nil {
+		h.k.events.Notify(h.ctx, e)
+	}
+	return err
+}
+
+// settle is Release's work; it returns the outcome's event too.
+func (h *Hold) settle(ctx context.Context) (observe.Event, error) {
+	h.k.await(h.stop())
+	h.finish(h.k.cfg.Released, nil)
+	h.releaseOnce(ctx)
+	e := observe.Event{Name: h.k.cfg.Events.Released, Key: h.Key, Token: h.Token, Duration: h.k.cfg.Now().Sub(h.start)}
+	err := h.Err()
+	if errors.Is(err, h.k.cfg.Released) {
+		err = h.releaseErr
+	}
+	if err != nil {
+		e.Name, e.Duration, e.Err = h.k.cfg.Events.NotReleased, 0, err
+	}
+	return e, err
 }
 
 // releaseOnce writes the release once, unless the lock was taken over

@@ -10,6 +10,7 @@ import (
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/notify"
+	"github.com/nolock/nolock/internal/observed"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -34,16 +35,21 @@ type Backend interface {
 	Lost(h *Hold, loss *Loss) error
 }
 
-// Events are the package's event names.
+// Events are the package's event names, and the names of its calls
+// (observe.Call.Name).
 type Events struct {
-	Acquired, NotAcquired, Renewed, RenewFailed, Expiring, Lost, Released string
+	Acquired, NotAcquired, Renewed, RenewFailed, Expiring, Lost, Released, NotReleased string
+	Acquire, TryAcquire, Release                                                       string
 }
 
-// EventsOf returns the event names of package pkg: "pkg.acquired" and so
-// on, as the package's EventX constants spell them.
+// EventsOf returns the event and call names of package pkg:
+// "pkg.acquired", "pkg.acquire" and so on, as the package's EventX and
+// CallX constants spell them.
 func EventsOf(pkg string) Events {
 	return Events{Acquired: pkg + ".acquired", NotAcquired: pkg + ".not_acquired", Renewed: pkg + ".renewed",
-		RenewFailed: pkg + ".renew_failed", Expiring: pkg + ".expiring", Lost: pkg + ".lost", Released: pkg + ".released"}
+		RenewFailed: pkg + ".renew_failed", Expiring: pkg + ".expiring", Lost: pkg + ".lost", Released: pkg + ".released",
+		NotReleased: pkg + ".not_released",
+		Acquire:     pkg + ".acquire", TryAcquire: pkg + ".try_acquire", Release: pkg + ".release"}
 }
 
 // Config is a Keeper's settings: the checked Settings and what the
@@ -128,8 +134,22 @@ func NewKeeper(cfg Config, be Backend) *Keeper {
 // Log returns the Client's logger (never nil).
 func (k *Keeper) Log() *slog.Logger { return k.log }
 
-// Notify reports an event to the observer, if any.
-func (k *Keeper) Notify(ctx context.Context, e observe.Event) { k.events.Notify(ctx, e) }
+// Begin starts the Acquire (try false) or TryAcquire of key: it returns
+// the context the call goes on with and the Span that Keeper.Acquire (or
+// NotAcquired, for a call refused before) ends.
+func (k *Keeper) Begin(ctx context.Context, key string, try bool) (context.Context, observed.Span) {
+	name := k.cfg.Events.Acquire
+	if try {
+		name = k.cfg.Events.TryAcquire
+	}
+	return observed.Start(k.cfg.Observer, ctx, observe.Call{Name: name, Key: key})
+}
+
+// NotAcquired ends sp, an acquisition of key refused before it began,
+// with err.
+func (k *Keeper) NotAcquired(sp observed.Span, key string, err error) {
+	sp.End(observe.Event{Name: k.cfg.Events.NotAcquired, Key: key, Err: err})
+}
 
 // Closing reports whether Close has begun.
 func (k *Keeper) Closing() bool { return k.ctx.Err() != nil }
@@ -222,7 +242,7 @@ func (k *Keeper) Close(after func()) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := h.Close(); err != nil && !errors.Is(err, k.cfg.LockLost) {
+				if err := h.shut(); err != nil && !errors.Is(err, k.cfg.LockLost) {
 					errs[i] = err
 				}
 			}()

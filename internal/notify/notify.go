@@ -6,6 +6,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/nolock/nolock/internal/observed"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -40,7 +41,7 @@ func New(o observe.Observer, size int) *Queue {
 func (q *Queue) run() {
 	defer close(q.done)
 	for it := range q.ch {
-		q.o.Notify(it.ctx, it.e)
+		observed.Event(q.o, it.ctx, it.e)
 	}
 }
 

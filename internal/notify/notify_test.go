@@ -21,12 +21,12 @@ func TestQueue(t *testing.T) {
 
 	release := make(chan struct{})
 	got := make(chan observe.Event, 16)
-	q := New(func(_ context.Context, e observe.Event) {
+	q := New(observe.Func(func(_ context.Context, e observe.Event) {
 		if e.Name == "block" {
 			<-release
 		}
 		got <- e
-	}, 2)
+	}), 2)
 	ctx := context.Background()
 	q.Notify(ctx, observe.Event{Name: "block"})
 	for len(got) > 0 || q.waiting() > 0 { // the observer holds "block"

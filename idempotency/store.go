@@ -16,7 +16,6 @@ import (
 	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/internal/idemrecord"
-	"github.com/nolock/nolock/internal/observed"
 	"github.com/nolock/nolock/internal/option"
 	"github.com/nolock/nolock/internal/pgarg"
 	"github.com/nolock/nolock/internal/pgerr"
@@ -155,10 +154,8 @@ type config struct {
 // EventReplayed, EventMismatch, EventInProgress or EventFailed, after
 // EventExpired if the call took an expired record's key over) and each
 // Reap that deleted rows (EventReaped) to o (nil: none); the constants'
-// docs say their fields. Each Do and Exec is a call (CallDo, CallExec):
-// o's Start when it begins, whose context fn gets, and End with the
-// outcome. o runs on the calling goroutine; an outcome reaches it after
-// the call's transaction has ended.
+// docs say their fields. Do and Exec are calls (CallDo, CallExec): fn gets
+// Start's context; End, on the calling goroutine, follows the transaction.
 func WithObserver(o observe.Observer) Option {
 	return func(c *config) { c.obs = observe.Guard(o) }
 }
@@ -395,8 +392,8 @@ func (s *Store) Reap(ctx context.Context, batch int) (int64, error) {
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < int64(batch) {
 			s.log.LogAttrs(ctx, slog.LevelDebug, "idempotency: reaped", slog.Int64("deleted", total))
-			if total > 0 {
-				observed.Event(s.obs, ctx, observe.Event{Name: EventReaped, N: total})
+			if total > 0 && s.obs != nil { // guarded: a panic of o is recovered
+				s.obs.Event(ctx, observe.Event{Name: EventReaped, N: total})
 			}
 			return total, nil
 		}

@@ -94,3 +94,54 @@ func ExampleObserver_slog() {
 	// level=INFO msg=lease.acquired key=jobs/reindex token=1 err=<nil>
 	// level=INFO msg=lease.released key=jobs/reindex token=1 err=<nil>
 }
+
+// callKey carries, in the context Start returns, the call that began: a
+// tracing adapter puts its span there.
+type callKey struct{}
+
+// spans is an Observer that starts a "span" when a call begins and ends
+// it with the call's outcome: the shape of a tracing adapter.
+type spans struct{}
+
+func (spans) Start(ctx context.Context, c observe.Call) context.Context {
+	fmt.Println("start", c.Name)
+	return context.WithValue(ctx, callKey{}, c.Name)
+}
+
+func (spans) End(ctx context.Context, e observe.Event) {
+	fmt.Println("end", ctx.Value(callKey{}), "with", e.Name)
+}
+
+func (spans) Event(ctx context.Context, e observe.Event) {
+	fmt.Println("event", e.Name, "in", ctx.Value(callKey{}))
+}
+
+// An Observer's Start begins a call: the call's callback (here Do's fn)
+// gets the context Start returned, so what it starts (a pgx query's span)
+// nests under the call's; End gets that context too, with the outcome.
+func ExampleObserver_spans() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	store, err := idempotency.New(pool, idempotency.WithObserver(spans{}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+	_, err = store.Do(ctx, "orders", uuid.NewString(), nil, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		fmt.Println("fn runs in", ctx.Value(callKey{}))
+		return []byte("order 1"), nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// start idempotency.do
+	// fn runs in idempotency.do
+	// end idempotency.do with idempotency.ran
+}

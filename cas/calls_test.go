@@ -79,16 +79,3 @@ func TestCalls(t *testing.T) {
 		t.Errorf("%d events in calls, want the conflict at least", in)
 	}
 }
-
-// With no observer, a call costs what it cost before calls were observed:
-// Retry of an op that does no I/O, 2 allocations (its options' config).
-func TestRetryAllocs(t *testing.T) {
-	if testenv.RaceDetector {
-		t.Skip("the race detector allocates")
-	}
-	ctx := context.Background()
-	op := func(context.Context) error { return nil }
-	if n := testing.AllocsPerRun(1000, func() { _ = cas.Retry(ctx, op) }); n > 2 {
-		t.Errorf("Retry: %v allocations, want at most 2", n)
-	}
-}

@@ -101,9 +101,6 @@ func (r *Calls) Events() (in, out int) {
 	return in, out
 }
 
-// RaceDetector reports whether the race detector is on (it allocates).
-const RaceDetector = raceDetector
-
 // WantCall is a call that should have ended: its name and Key, its
 // outcome's name, and whether the outcome carries an error.
 type WantCall struct {

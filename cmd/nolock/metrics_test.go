@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nolock/nolock/internal/promtext"
 	"github.com/nolock/nolock/internal/testenv"
 	"github.com/nolock/nolock/observe"
 )
@@ -20,7 +21,7 @@ import (
 // format, under the OpenTelemetry adapter's names: a count per event and
 // the durations of those that have one.
 func TestMetricsServed(t *testing.T) {
-	m := &metrics{}
+	m := &promtext.Counts{}
 	var log strings.Builder
 	stop, err := serveMetrics("127.0.0.1:0", m, &log)
 	if err != nil {
@@ -58,7 +59,7 @@ func TestMetricsServed(t *testing.T) {
 // A real Prometheus scrapes -metrics and reads every series it serves.
 func TestMetricsScrapedByPrometheus(t *testing.T) {
 	prom := testenv.Prometheus(t)
-	m := &metrics{}
+	m := &promtext.Counts{}
 	var log strings.Builder
 	stop, err := serveMetrics("127.0.0.1:0", m, &log)
 	if err != nil {

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,26 +47,52 @@ func StartChild(t testing.TB, test string, env ...string) *Child {
 	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v", "-test.count=1", "-test.timeout=10m")
 	cmd.Env = append(append(os.Environ(), envChild+"="+test), env...)
 	cmd.Stderr = testWriter{t}
+	return start(t, cmd, "child "+test)
+}
+
+// StartProcess runs the program at path (a binary the test built) with
+// exactly env as its environment. Its stdout and stderr lines are both
+// available to WaitFor, and logged. It is killed, if still running, when
+// the test ends.
+func StartProcess(t testing.TB, path string, env ...string) *Child {
+	t.Helper()
+	cmd := exec.Command(path)
+	cmd.Env = env
+	errs, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return start(t, cmd, path, errs)
+}
+
+// start starts cmd and reads its stdout, and the extra pipes, into lines.
+func start(t testing.TB, cmd *exec.Cmd, what string, extra ...io.Reader) *Child {
+	t.Helper()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("testenv: start child %s: %v", test, err)
+		t.Fatalf("testenv: start %s: %v", what, err)
 	}
 	c := &Child{t: t, cmd: cmd, lines: make(chan string, 1024), done: make(chan struct{})}
 	var read sync.WaitGroup
-	read.Add(1)
-	go func() {
-		defer read.Done()
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			select {
-			case c.lines <- sc.Text():
-			default: // nobody is reading: drop rather than block the child
+	for _, r := range append([]io.Reader{out}, extra...) {
+		read.Add(1)
+		go func() {
+			defer read.Done()
+			sc := bufio.NewScanner(r)
+			for sc.Scan() {
+				if len(extra) > 0 {
+					t.Logf("%s: %s", filepath.Base(what), sc.Text())
+				}
+				select {
+				case c.lines <- sc.Text():
+				default: // nobody is reading: drop rather than block the child
+				}
 			}
-		}
-	}()
+		}()
+	}
 	go func() {
 		read.Wait()
 		c.err = cmd.Wait()
@@ -165,6 +193,13 @@ func (c *Child) Terminate() { c.signal(syscall.SIGTERM) }
 func (c *Child) Wait() error {
 	<-c.done
 	return c.err
+}
+
+// ExitCode waits for the child to exit and returns its exit code (-1 if a
+// signal ended it).
+func (c *Child) ExitCode() int {
+	<-c.done
+	return c.cmd.ProcessState.ExitCode()
 }
 
 func (c *Child) signal(sig syscall.Signal) {

@@ -60,3 +60,7 @@ func WaitLockWaiters(t testing.TB, db Querier, n int) {
 		return waiting >= n, err
 	})
 }
+
+// Race reports whether the tests run with the race detector, so a test
+// that builds a binary can build it the same way.
+func Race() bool { return raceDetector }

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/nolock/nolock/examples/internal/servicetest"
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// The service as a process: a payment replayed with its key takes effect
+// once, a key reused for another payment is refused, a debit past the
+// balance is declined once; the reaper runs on its interval; /metrics
+// counts the middleware's events; SIGTERM lets a debit in flight finish,
+// then the service exits 0.
+func TestWalletService(t *testing.T) {
+	bin := servicetest.Build(t)
+	servicetest.MissingEnv(t, bin, "DATABASE_URL")
+
+	pool, schema := testenv.PostgresSchema(t, 2)
+	p := servicetest.Start(t, bin, "DATABASE_URL="+testenv.PostgresDSNFor(t, schema), "REAP_INTERVAL=50ms")
+	p.WaitFor("reaper=idempotency", time.Minute)
+
+	expect := func(status int, want int, body, wantBody string) {
+		t.Helper()
+		if status != want || (wantBody != "" && body != wantBody) {
+			t.Fatalf("got %d %s, want %d %s", status, body, want, wantBody)
+		}
+	}
+	status, body, _ := p.Do(http.MethodPut, "/wallets/w1", `{"balance": 1000}`)
+	expect(status, http.StatusCreated, body, `{"id":"w1","balance":1000}`+"\n")
+	first, firstBody, _ := p.Do(http.MethodPost, "/wallets/w1/debits", `{"amount": 300}`, "Idempotency-Key: pay-1")
+	expect(first, http.StatusCreated, firstBody, `{"id":"w1","balance":700}`+"\n")
+	status, body, h := p.Do(http.MethodPost, "/wallets/w1/debits", `{"amount": 300}`, "Idempotency-Key: pay-1")
+	expect(status, first, body, firstBody)
+	if h.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the replay lacks Idempotent-Replayed: true: %v", h)
+	}
+	status, body, _ = p.Do(http.MethodPost, "/wallets/w1/debits", `{"amount": 400}`, "Idempotency-Key: pay-1")
+	expect(status, http.StatusUnprocessableEntity, body, "")
+	for range 2 {
+		status, body, _ = p.Do(http.MethodPost, "/wallets/w1/debits", `{"amount": 800}`, "Idempotency-Key: pay-2")
+		expect(status, http.StatusPaymentRequired, body, "")
+	}
+	p.WaitMetrics(`nolock_events_total{nolock_event="idempotency.ran"} 2`,
+		`nolock_events_total{nolock_event="idempotency.replayed"} 2`,
+		`nolock_events_total{nolock_event="idempotency.mismatch"} 1`)
+
+	// A debit in flight when SIGTERM comes: it waits on the wallet's row,
+	// locked here, until the service has stopped accepting.
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT FROM wallets WHERE id = 'w1' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		status int
+		body   string
+	}
+	inFlight := make(chan answer, 1)
+	go func() {
+		status, body, _ := p.Do(http.MethodPost, "/wallets/w1/debits", `{"amount": 100}`, "Idempotency-Key: pay-3")
+		inFlight <- answer{status, body}
+	}()
+	testenv.WaitLockWaiters(t, pool, 1)
+	p.Terminate()
+	p.WaitRefusing()
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := <-inFlight
+	expect(got.status, http.StatusCreated, got.body, `{"id":"w1","balance":600}`+"\n")
+	if code := p.ExitCode(); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0", code)
+	}
+	var rows, debited int64
+	if err := pool.QueryRow(ctx, `SELECT count(*), sum(amount) FROM wallet_ledger`).Scan(&rows, &debited); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 2 || debited != 400 {
+		t.Fatalf("ledger: %d rows, %d debited; want 2 rows, 400 (pay-1 and pay-3 once each)", rows, debited)
+	}
+}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/nolock/nolock/internal/testenv"
 )
 
@@ -166,4 +168,43 @@ func MissingEnv(t testing.TB, bin string, want ...string) {
 	if code := c.ExitCode(); code != 2 {
 		t.Errorf("exit %d without settings, want 2", code)
 	}
+}
+
+// StopDuring proves a request in flight when SIGTERM comes gets its
+// answer: it locks rows with lockSQL (a SELECT … FOR UPDATE) in a
+// transaction on pool, sends the request, waits until it waits for the
+// lock, sends SIGTERM, waits until the service refuses new connections,
+// then releases the lock. It returns the request's answer, once the
+// service exited 0.
+func (p *Proc) StopDuring(pool *pgxpool.Pool, lockSQL, method, path, body string, headers ...string) (int, string) {
+	p.t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, lockSQL); err != nil {
+		p.t.Fatal(err)
+	}
+	type answer struct {
+		status int
+		body   string
+	}
+	inFlight := make(chan answer, 1)
+	go func() {
+		status, body, _ := p.try(method, path, body, headers...)
+		inFlight <- answer{status, body}
+	}()
+	testenv.WaitLockWaiters(p.t, pool, 1)
+	p.Terminate()
+	p.WaitRefusing()
+	if err := tx.Rollback(ctx); err != nil {
+		p.t.Fatal(err)
+	}
+	got := <-inFlight
+	if code := p.ExitCode(); code != 0 {
+		p.t.Fatalf("exit %d after SIGTERM, want 0", code)
+	}
+	return got.status, got.body
 }

@@ -171,12 +171,32 @@ func MissingEnv(t testing.TB, bin string, want ...string) {
 }
 
 // StopDuring proves a request in flight when SIGTERM comes gets its
-// answer: it locks rows with lockSQL (a SELECT … FOR UPDATE) in a
-// transaction on pool, sends the request, waits until it waits for the
-// lock, sends SIGTERM, waits until the service refuses new connections,
-// then releases the lock. It returns the request's answer, once the
+// answer (see StopWhileLocked): it returns the request's answer, once the
 // service exited 0.
 func (p *Proc) StopDuring(pool *pgxpool.Pool, lockSQL, method, path, body string, headers ...string) (int, string) {
+	p.t.Helper()
+	type answer struct {
+		status int
+		body   string
+	}
+	inFlight := make(chan answer, 1)
+	p.StopWhileLocked(pool, lockSQL, func() {
+		go func() {
+			status, body, _ := p.try(method, path, body, headers...)
+			inFlight <- answer{status, body}
+		}()
+	})
+	got := <-inFlight
+	return got.status, got.body
+}
+
+// StopWhileLocked proves work in flight when SIGTERM comes finishes: it
+// locks rows with lockSQL (a SELECT … FOR UPDATE) in a transaction on
+// pool, calls start (which sets off work of the service's that waits for
+// that lock), waits until a session waits for the lock, sends SIGTERM,
+// waits until the service refuses new connections, then releases the
+// lock, and fails the test unless the service exits 0.
+func (p *Proc) StopWhileLocked(pool *pgxpool.Pool, lockSQL string, start func()) {
 	p.t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
@@ -187,24 +207,14 @@ func (p *Proc) StopDuring(pool *pgxpool.Pool, lockSQL, method, path, body string
 	if _, err := tx.Exec(ctx, lockSQL); err != nil {
 		p.t.Fatal(err)
 	}
-	type answer struct {
-		status int
-		body   string
-	}
-	inFlight := make(chan answer, 1)
-	go func() {
-		status, body, _ := p.try(method, path, body, headers...)
-		inFlight <- answer{status, body}
-	}()
+	start()
 	testenv.WaitLockWaiters(p.t, pool, 1)
 	p.Terminate()
 	p.WaitRefusing()
 	if err := tx.Rollback(ctx); err != nil {
 		p.t.Fatal(err)
 	}
-	got := <-inFlight
 	if code := p.ExitCode(); code != 0 {
 		p.t.Fatalf("exit %d after SIGTERM, want 0", code)
 	}
-	return got.status, got.body
 }

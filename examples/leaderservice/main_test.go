@@ -1,0 +1,74 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/nolock/nolock/examples/internal/servicetest"
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+type leader struct {
+	Owner  string `json:"owner"`
+	Leader bool   `json:"leader"`
+	Token  int64  `json:"token"`
+	Pages  int64  `json:"pages"`
+}
+
+func status(t *testing.T, p *servicetest.Proc) leader {
+	t.Helper()
+	_, body, _ := p.Do(http.MethodGet, "/leader", "")
+	var l leader
+	if err := json.Unmarshal([]byte(body), &l); err != nil {
+		t.Fatalf("/leader: %s: %v", body, err)
+	}
+	return l
+}
+
+// Two replicas as processes: one leads and sends pages; SIGTERM lets its
+// page in flight commit, releases the lease and exits 0; the other takes
+// over with a higher token long before the 10-minute lease could run out
+// (only the release lets it), and carries on. Every page is sent once, in
+// order, with tokens that never go down.
+func TestLeaderService(t *testing.T) {
+	bin := servicetest.Build(t)
+	servicetest.MissingEnv(t, bin, "DATABASE_URL")
+
+	pool, schema := testenv.PostgresSchema(t, 2)
+	env := []string{"DATABASE_URL=" + testenv.PostgresDSNFor(t, schema), "JOB_INTERVAL=20ms", "LEASE=10m"}
+	a := servicetest.Start(t, bin, env...)
+	testenv.Until(t, "a leads and sends pages", func() (bool, error) {
+		l := status(t, a)
+		return l.Leader && l.Pages >= 3, nil
+	})
+	b := servicetest.Start(t, bin, env...)
+	first := status(t, a)
+	if l := status(t, b); l.Leader {
+		t.Fatalf("both lead: %+v and %+v", first, l)
+	}
+	a.WaitMetrics(`nolock_events_total{nolock_event="lease.acquired"} 1`, `nolock_events_total{nolock_event="conditional.written"}`)
+
+	// a's page in flight at SIGTERM waits for the cursor's row, locked here.
+	a.StopWhileLocked(pool, `SELECT FROM job_cursor FOR UPDATE`, func() {})
+	var second leader
+	testenv.Until(t, "b takes over", func() (bool, error) {
+		second = status(t, b)
+		return second.Leader && second.Pages >= 3, nil
+	})
+	if second.Token <= first.Token {
+		t.Fatalf("b leads with token %d, not above a's %d", second.Token, first.Token)
+	}
+	b.Stop()
+
+	var pages, distinct, inOrder, next int64
+	if err := pool.QueryRow(t.Context(), `SELECT count(*), count(DISTINCT page),
+  count(*) FILTER (WHERE page = rn - 1 AND token >= prev), (SELECT next_page FROM job_cursor)
+FROM (SELECT page, token, row_number() OVER (ORDER BY page) AS rn, lag(token, 1, 0) OVER (ORDER BY page) AS prev FROM job_pages) x`).
+		Scan(&pages, &distinct, &inOrder, &next); err != nil {
+		t.Fatal(err)
+	}
+	if pages != next || distinct != next || inOrder != next {
+		t.Fatalf("%d pages recorded, %d distinct, %d in order with tokens not going down; the cursor is at %d", pages, distinct, inOrder, next)
+	}
+}

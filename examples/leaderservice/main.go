@@ -32,7 +32,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -72,105 +71,35 @@ func main() {
 	if _, err := pool.Exec(s.Context(), `INSERT INTO job_cursor VALUES ($1, 0, NULL) ON CONFLICT DO NOTHING`, name); err != nil {
 		s.Fatal(err)
 	}
-	j := &job{s: s, name: name, every: every, pool: pool, client: client, fenced: fenced}
-	s.Go("leader", j.run)
-	s.HandleFunc("GET /leader", func(w http.ResponseWriter, _ *http.Request) {
-		service.JSON(w, http.StatusOK, map[string]any{"owner": client.Owner(), "leader": j.token.Load() > 0, "token": j.token.Load(), "pages": j.pages.Load()})
-	})
+	j := job{name: name, pool: pool, owner: client.Owner(), fenced: fenced}
+	leader := &service.Leader{
+		Acquire: func(ctx context.Context) (service.Lock, error) { return client.Acquire(ctx, name) },
+		Step:    j.page,
+		Fenced:  func(err error) bool { return errors.Is(err, conditional.ErrFenced) },
+		Every:   every,
+	}
+	s.Lead(leader)
+	s.HandleFunc("GET /leader", func(w http.ResponseWriter, _ *http.Request) { service.JSON(w, http.StatusOK, leader.Status()) })
 	s.Run()
 }
 
 type job struct {
-	s      *service.Service
-	name   string
-	every  time.Duration
-	pool   *pgxpool.Pool
-	client *lease.Client
-	fenced *conditional.Fenced
-	token  atomic.Int64 // the lease's token while this replica leads, else 0
-	pages  atomic.Int64 // pages this replica sent
-}
-
-// run waits for the lease, leads while it holds it, and waits again,
-// until ctx ends.
-func (j *job) run(ctx context.Context) error {
-	for {
-		lock, err := j.client.Acquire(ctx, j.name)
-		if ctx.Err() != nil {
-			if lock != nil {
-				j.release(ctx, lock)
-			}
-			return nil
-		}
-		if err != nil {
-			j.s.Log.Warn("acquire", "err", err)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		j.lead(ctx, lock)
-	}
-}
-
-// lead sends a page every interval until ctx ends or the lease is lost,
-// then releases the lease.
-func (j *job) lead(ctx context.Context, lock *lease.Lock) {
-	j.token.Store(lock.Token())
-	j.s.Log.Info("leading", "job", j.name, "token", lock.Token())
-	defer j.release(ctx, lock)
-	t := time.NewTicker(j.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-lock.Lost():
-			j.s.Log.Warn("lease lost", "err", lock.Err())
-			return
-		case <-t.C:
-		}
-		// The page runs under the lock's context: a stop does not cut it
-		// short, a loss of the lease does (and the fence refuses it anyway).
-		pctx, cancel := context.WithTimeout(lock.Context(), 10*time.Second)
-		err := j.page(pctx, lock.Token())
-		cancel()
-		switch {
-		case errors.Is(err, conditional.ErrFenced):
-			j.s.Log.Warn("fenced: a newer leader has written", "token", lock.Token())
-			return
-		case err != nil:
-			j.s.Log.Warn("page", "err", err)
-		default:
-			j.pages.Add(1)
-		}
-	}
+	name, owner string
+	pool        *pgxpool.Pool
+	fenced      *conditional.Fenced
 }
 
 // page sends the next page: it locks the cursor, records the page, and
 // advances the cursor only if no newer token has written it.
-func (j *job) page(ctx context.Context, token int64) error {
+func (j job) page(ctx context.Context, token int64) error {
 	return pgx.BeginFunc(ctx, j.pool, func(tx pgx.Tx) error {
 		var next int64
 		if err := tx.QueryRow(ctx, `SELECT next_page FROM job_cursor WHERE job = $1 FOR UPDATE`, j.name).Scan(&next); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO job_pages (job, page, token, owner) VALUES ($1, $2, $3, $4)`, j.name, next, token, j.client.Owner()); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO job_pages (job, page, token, owner) VALUES ($1, $2, $3, $4)`, j.name, next, token, j.owner); err != nil {
 			return err
 		}
 		return j.fenced.Update(ctx, tx, j.name, token, map[string]any{"next_page": next + 1})
 	})
-}
-
-func (j *job) release(ctx context.Context, lock *lease.Lock) {
-	j.token.Store(0)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := lock.Release(rctx); err != nil {
-		j.s.Log.Warn("release", "err", err)
-		return
-	}
-	j.s.Log.Info("released", "job", j.name, "token", lock.Token())
 }

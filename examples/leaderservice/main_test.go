@@ -5,21 +5,15 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/nolock/nolock/examples/internal/service"
 	"github.com/nolock/nolock/examples/internal/servicetest"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
-type leader struct {
-	Owner  string `json:"owner"`
-	Leader bool   `json:"leader"`
-	Token  int64  `json:"token"`
-	Pages  int64  `json:"pages"`
-}
-
-func status(t *testing.T, p *servicetest.Proc) leader {
+func status(t *testing.T, p *servicetest.Proc) service.LeaderStatus {
 	t.Helper()
 	_, body, _ := p.Do(http.MethodGet, "/leader", "")
-	var l leader
+	var l service.LeaderStatus
 	if err := json.Unmarshal([]byte(body), &l); err != nil {
 		t.Fatalf("/leader: %s: %v", body, err)
 	}
@@ -40,7 +34,7 @@ func TestLeaderService(t *testing.T) {
 	a := servicetest.Start(t, bin, env...)
 	testenv.Until(t, "a leads and sends pages", func() (bool, error) {
 		l := status(t, a)
-		return l.Leader && l.Pages >= 3, nil
+		return l.Leader && l.Steps >= 3, nil
 	})
 	b := servicetest.Start(t, bin, env...)
 	first := status(t, a)
@@ -51,10 +45,10 @@ func TestLeaderService(t *testing.T) {
 
 	// a's page in flight at SIGTERM waits for the cursor's row, locked here.
 	a.StopWhileLocked(pool, `SELECT FROM job_cursor FOR UPDATE`, func() {})
-	var second leader
+	var second service.LeaderStatus
 	testenv.Until(t, "b takes over", func() (bool, error) {
 		second = status(t, b)
-		return second.Leader && second.Pages >= 3, nil
+		return second.Leader && second.Steps >= 3, nil
 	})
 	if second.Token <= first.Token {
 		t.Fatalf("b leads with token %d, not above a's %d", second.Token, first.Token)

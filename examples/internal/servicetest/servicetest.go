@@ -118,7 +118,7 @@ func (p *Proc) try(method, path, body string, headers ...string) (int, string, h
 func (p *Proc) WaitMetrics(series ...string) string {
 	p.t.Helper()
 	var body string
-	testenv.Until(p.t, "/metrics has "+strings.Join(series, ", "), func() (bool, error) {
+	err := testenv.Poll("/metrics has "+strings.Join(series, ", "), func() (bool, error) {
 		_, body, _ = p.Do(http.MethodGet, "/metrics", "")
 		for _, s := range series {
 			if !strings.Contains("\n"+body, "\n"+s) {
@@ -127,6 +127,9 @@ func (p *Proc) WaitMetrics(series ...string) string {
 		}
 		return true, nil
 	})
+	if err != nil {
+		p.t.Fatalf("%v; the last scrape:\n%s", err, body)
+	}
 	return body
 }
 

@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -178,25 +177,4 @@ func sceneNames() string {
 		names = append(names, strconv.Quote(sc.name))
 	}
 	return strings.Join(names, ", ")
-}
-
-// progress prints done/total every second until stop is closed, for steps
-// that take more than a moment.
-func progress(out io.Writer, label string, done *atomic.Int64, total int64) (stop func()) {
-	quit := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-t.C:
-				fmt.Fprintf(out, "   … %s: %d/%d\n", label, done.Load(), total)
-			}
-		}
-	}()
-	return func() { close(quit); <-finished }
 }

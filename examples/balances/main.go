@@ -8,8 +8,7 @@
 //
 //	go run ./examples/balances [-postgres postgres://…] [-kafka host:port] [-accounts 40] [-events 4000] [-partitions 4]
 //
-// The DSN and brokers default to $NOLOCK_TEST_POSTGRES and
-// $NOLOCK_TEST_KAFKA (see scripts/services).
+// The DSN and brokers default to $DATABASE_URL and $KAFKA_BROKERS.
 package main
 
 import (
@@ -34,14 +33,14 @@ import (
 )
 
 func main() {
-	dsn := flag.String("postgres", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
-	brokers := flag.String("kafka", os.Getenv("NOLOCK_TEST_KAFKA"), "Kafka brokers, comma-separated")
+	dsn := flag.String("postgres", os.Getenv("DATABASE_URL"), "PostgreSQL DSN")
+	brokers := flag.String("kafka", os.Getenv("KAFKA_BROKERS"), "Kafka brokers, comma-separated")
 	accounts := flag.Int("accounts", 40, "accounts")
 	events := flag.Int("events", 4000, "deposit and withdrawal events")
 	partitions := flag.Int("partitions", 4, "partitions of the events topic")
 	flag.Parse()
 	if *dsn == "" || *brokers == "" {
-		log.Fatal("no -postgres/-kafka and no NOLOCK_TEST_POSTGRES/NOLOCK_TEST_KAFKA: run scripts/services up, then eval \"$(scripts/services env)\"")
+		log.Fatal("no -postgres/-kafka and no DATABASE_URL/KAFKA_BROKERS")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -1,6 +1,7 @@
 // Package compaction is a leader-only compaction job on a dynamolock lock,
 // whose commit is fenced by the lock's token: the story `nolock demo`
-// tells and cmd/compaction runs.
+// tells (-run 'paused lock holder'); examples/compactorservice is the
+// service to copy.
 //
 // The job writes its output under fresh names and commits it by updating
 // a manifest row in PostgreSQL. Worker A takes the lock and starts

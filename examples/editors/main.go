@@ -4,7 +4,7 @@
 //
 //	go run ./examples/editors -postgres postgres://… [-editors 16] [-edits 25]
 //
-// The DSN defaults to $NOLOCK_TEST_POSTGRES (see scripts/services).
+// The DSN defaults to $DATABASE_URL.
 package main
 
 import (
@@ -31,7 +31,7 @@ type Doc struct {
 }
 
 func main() {
-	dsn := flag.String("postgres", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
+	dsn := flag.String("postgres", os.Getenv("DATABASE_URL"), "PostgreSQL DSN")
 	editors := flag.Int("editors", 16, "concurrent editors")
 	edits := flag.Int("edits", 25, "lines each editor appends")
 	flag.Parse()
@@ -42,7 +42,7 @@ func main() {
 
 func run(ctx context.Context, dsn string, editors, edits int) error {
 	if dsn == "" {
-		return errors.New("no -postgres and no NOLOCK_TEST_POSTGRES: run scripts/services up, then eval \"$(scripts/services env)\"")
+		return errors.New("no -postgres and no DATABASE_URL")
 	}
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {

@@ -50,8 +50,8 @@
 //
 //	cd examples/etcdfence && go run . [-etcd http://127.0.0.1:12379] [-postgres postgres://…]
 //
-// The endpoints and DSN default to $NOLOCK_TEST_ETCD and
-// $NOLOCK_TEST_POSTGRES (see scripts/services). This directory is a Go
+// The endpoints and DSN default to $ETCDCTL_ENDPOINTS (etcdctl's
+// variable) and $DATABASE_URL. This directory is a Go
 // module of its own, so the library's users never download etcd's client
 // and gRPC; it needs the Go version etcd's client needs (1.26).
 package main
@@ -85,8 +85,8 @@ const (
 )
 
 func main() {
-	endpoints := flag.String("etcd", os.Getenv("NOLOCK_TEST_ETCD"), "etcd client URLs, comma-separated")
-	dsn := flag.String("postgres", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
+	endpoints := flag.String("etcd", os.Getenv("ETCDCTL_ENDPOINTS"), "etcd client URLs, comma-separated")
+	dsn := flag.String("postgres", os.Getenv("DATABASE_URL"), "PostgreSQL DSN")
 	flag.Parse()
 	var eps []string
 	if *endpoints != "" {
@@ -157,7 +157,7 @@ func (w *worker) close() {
 
 func run(ctx context.Context, endpoints []string, dsn string) error {
 	if len(endpoints) == 0 || dsn == "" {
-		return errors.New("no -etcd/-postgres and no NOLOCK_TEST_ETCD/NOLOCK_TEST_POSTGRES: run scripts/services up, then eval \"$(scripts/services env)\"")
+		return errors.New("no -etcd/-postgres and no ETCDCTL_ENDPOINTS/DATABASE_URL")
 	}
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package flashsale sells a few hundred units of one hot product to
-// thousands of concurrent buyers, the story `nolock demo` tells and
-// cmd/flashsale runs, four ways:
+// thousands of concurrent buyers, the story `nolock demo` tells (-run
+// 'flash sale'; examples/saleservice is the service to copy), four ways:
 //
 //   - read the stock, then write it back less one, with no lock (a
 //     baseline: two buyers read the same count and both sell, so it

@@ -1,7 +1,8 @@
 // Package kafkaworker applies payment messages from Kafka to PostgreSQL
-// through the transactional inbox, the story `nolock demo` tells and
-// cmd/kafkaworker runs: the message's id and its effect commit in one
-// transaction, so redeliveries and producer duplicates apply once.
+// through the transactional inbox, the story `nolock demo` tells (-run
+// 'kafka worker'; examples/workerservice is the service to copy): the
+// message's id and its effect commit in one transaction, so redeliveries
+// and producer duplicates apply once.
 //
 // It produces the payments itself, keyed by account over several
 // partitions (a tenth of them twice, as a retrying producer would), runs

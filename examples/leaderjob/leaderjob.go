@@ -1,5 +1,6 @@
 // Package leaderjob is a leader-only job on PostgreSQL with package lease,
-// the story `nolock demo` tells and cmd/leaderjob runs.
+// the story `nolock demo` tells (-run 'leader-only job');
+// examples/leaderservice is the service to copy.
 //
 // Replicas of an invoicing service each try to become the leader of the
 // "invoicing" job. The leader reads the job's cursor once, then sends one

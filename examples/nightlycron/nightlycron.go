@@ -1,6 +1,6 @@
 // Package nightlycron is the background article's first case, the story
-// `nolock demo` tells and cmd/nightlycron runs: replicas of a service all
-// fire the nightly report at 02:00, and a dynamolock lock makes one of
+// `nolock demo` tells (-run 'nightly cron') and cmd/nightlycron runs:
+// replicas of a service all fire the nightly report at 02:00, and a dynamolock lock makes one of
 // them run it. Each replica calls TryAcquire on a key that names the
 // date; the winner runs the job while its lock heartbeats, the others
 // skip.

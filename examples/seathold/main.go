@@ -7,11 +7,12 @@
 //
 //	go run ./examples/seathold [-backend postgres|dynamodb] [-seats 10] [-passengers 200]
 //
-// The DSN defaults to $NOLOCK_TEST_POSTGRES, the endpoint to
-// $NOLOCK_TEST_DYNAMODB (see scripts/services).
+// The DSN defaults to $DATABASE_URL, the endpoint to
+// $AWS_ENDPOINT_URL_DYNAMODB, else $AWS_ENDPOINT_URL.
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -30,8 +31,8 @@ import (
 
 func main() {
 	backend := flag.String("backend", "postgres", "where the seats live: postgres or dynamodb")
-	dsn := flag.String("postgres", os.Getenv("NOLOCK_TEST_POSTGRES"), "PostgreSQL DSN")
-	endpoint := flag.String("dynamodb", os.Getenv("NOLOCK_TEST_DYNAMODB"), "DynamoDB endpoint URL")
+	dsn := flag.String("postgres", os.Getenv("DATABASE_URL"), "PostgreSQL DSN")
+	endpoint := flag.String("dynamodb", cmp.Or(os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"), os.Getenv("AWS_ENDPOINT_URL")), "DynamoDB endpoint URL")
 	seats := flag.Int("seats", 10, "seats on the train")
 	passengers := flag.Int("passengers", 200, "passengers racing for them")
 	flag.Parse()
@@ -68,13 +69,11 @@ type seatHolds interface {
 	Confirm(ctx context.Context, resource, holder string) error
 }
 
-const noServices = "run scripts/services up, then eval \"$(scripts/services env)\""
-
 // onPostgres returns Holds on dsn's database, its table created, and a
 // func that closes the pool.
 func onPostgres(ctx context.Context, dsn string) (*conditional.Holds, func(), error) {
 	if dsn == "" {
-		return nil, nil, errors.New("no -postgres and no NOLOCK_TEST_POSTGRES: " + noServices)
+		return nil, nil, errors.New("no -postgres and no DATABASE_URL")
 	}
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
@@ -95,7 +94,7 @@ func onPostgres(ctx context.Context, dsn string) (*conditional.Holds, func(), er
 // that deletes the table.
 func onDynamoDB(ctx context.Context, endpoint string) (*dynamoconditional.Holds, func(), error) {
 	if endpoint == "" {
-		return nil, nil, errors.New("no -dynamodb and no NOLOCK_TEST_DYNAMODB: " + noServices)
+		return nil, nil, errors.New("no -dynamodb and no AWS_ENDPOINT_URL_DYNAMODB or AWS_ENDPOINT_URL")
 	}
 	db := localdynamo.Client(endpoint)
 	table := fmt.Sprintf("nolock_seats_%d", time.Now().UnixNano())

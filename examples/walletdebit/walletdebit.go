@@ -1,7 +1,8 @@
 // Package walletdebit is the seed article's UPI-style wallet debit with
-// idempotency.Store, the story `nolock demo` tells and cmd/walletdebit
-// runs: in one transaction, "UPDATE wallets SET balance = balance - $a
-// WHERE account = $1 AND balance >= $a" and the payment's ledger row,
+// idempotency.Store, the story `nolock demo` tells (-run wallet;
+// examples/walletservice is the service to copy): in one transaction,
+// "UPDATE wallets SET balance = balance - $a WHERE account = $1 AND
+// balance >= $a" and the payment's ledger row,
 // keyed by the payment's idempotency key (Store.Do). With Via "exec" the
 // debit is one statement through Store.Exec, and the key's record,
 // written by the same statement, is the payment's ledger row. Payments

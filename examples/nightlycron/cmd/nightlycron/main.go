@@ -5,10 +5,11 @@
 //
 //	go run ./examples/nightlycron/cmd/nightlycron [-dynamodb http://127.0.0.1:18000] [-replicas 6] [-nights 5] [-lease 2s]
 //
-// The endpoint defaults to $NOLOCK_TEST_DYNAMODB (see scripts/services).
+// The endpoint defaults to $AWS_ENDPOINT_URL_DYNAMODB, else $AWS_ENDPOINT_URL.
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -21,13 +22,13 @@ import (
 )
 
 func main() {
-	endpoint := flag.String("dynamodb", os.Getenv("NOLOCK_TEST_DYNAMODB"), "DynamoDB endpoint URL")
+	endpoint := flag.String("dynamodb", cmp.Or(os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"), os.Getenv("AWS_ENDPOINT_URL")), "DynamoDB endpoint URL")
 	replicas := flag.Int("replicas", 6, "replicas firing the job")
 	nights := flag.Int("nights", 5, "nights to run")
 	lease := flag.Duration("lease", 2*time.Second, "the lock's lease")
 	flag.Parse()
 	if *endpoint == "" {
-		log.Fatal(`no -dynamodb and no NOLOCK_TEST_DYNAMODB: run scripts/services up, then eval "$(scripts/services env)"`)
+		log.Fatal("no -dynamodb and no AWS_ENDPOINT_URL_DYNAMODB or AWS_ENDPOINT_URL")
 	}
 	db := localdynamo.Client(*endpoint)
 	rep, err := nightlycron.Run(context.Background(), nightlycron.Config{

@@ -15,11 +15,15 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/nolock/nolock/examples/internal/service"
 	"github.com/nolock/nolock/examples/internal/servicetest"
 	"github.com/nolock/nolock/internal/services"
 	"github.com/nolock/nolock/internal/testenv"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // Two replicas as processes on DynamoDB: one holds the lock and commits
 // generations; a commit held in flight when SIGTERM comes is applied

@@ -5,10 +5,14 @@ import (
 	"net/http"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/nolock/nolock/examples/internal/service"
 	"github.com/nolock/nolock/examples/internal/servicetest"
 	"github.com/nolock/nolock/internal/testenv"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func status(t *testing.T, p *servicetest.Proc) service.LeaderStatus {
 	t.Helper()

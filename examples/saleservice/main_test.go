@@ -5,10 +5,14 @@ import (
 	"sync"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/examples/internal/servicetest"
 	"github.com/nolock/nolock/internal/testenv"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // The service as a process: 40 buyers race for 25 units, 25 get one and
 // 15 are told sold out, and the stock reads 0; /metrics counts grants and

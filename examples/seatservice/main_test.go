@@ -5,10 +5,14 @@ import (
 	"net/http"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/examples/internal/servicetest"
 	"github.com/nolock/nolock/internal/testenv"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // The service as a process: a held seat refuses a second holder (409),
 // hold-any gives the free one, a confirmed seat stays its holder's, a

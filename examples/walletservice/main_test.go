@@ -6,9 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/nolock/nolock/examples/internal/servicetest"
 	"github.com/nolock/nolock/internal/testenv"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // The service as a process: a payment replayed with its key takes effect
 // once, a key reused for another payment is refused, a debit past the

@@ -9,10 +9,13 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.uber.org/goleak"
 
 	"github.com/nolock/nolock/examples/internal/servicetest"
 	"github.com/nolock/nolock/internal/testenv"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // The service as a process: 40 payments, 10 of them sent twice, are
 // applied once each; a poison message is parked and listed at

@@ -40,8 +40,9 @@ func Build(t testing.TB) string {
 // Proc is a service process.
 type Proc struct {
 	*testenv.Child
-	t   testing.TB
-	URL string // http://host:port, where it listens
+	t      testing.TB
+	URL    string // http://host:port, where it listens
+	client *http.Client
 }
 
 // Env returns the environment a service process needs besides its own
@@ -61,7 +62,9 @@ func Start(t testing.TB, bin string, settings ...string) *Proc {
 	if i < 0 {
 		t.Fatalf("no addr= in %q", line)
 	}
-	p := &Proc{Child: c, t: t, URL: "http://" + strings.Fields(line[i+len("addr="):])[0]}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections) // after the process ended: no connection outlives the test
+	p := &Proc{Child: c, t: t, URL: "http://" + strings.Fields(line[i+len("addr="):])[0], client: &http.Client{Transport: tr}}
 	testenv.Until(t, "/healthz answers 200", func() (bool, error) {
 		status, _, _ := p.try(http.MethodGet, "/healthz", "")
 		return status == http.StatusOK, nil
@@ -100,7 +103,7 @@ func (p *Proc) try(method, path, body string, headers ...string) (int, string, h
 		k, v, _ := strings.Cut(h, ":")
 		req.Header.Set(k, strings.TrimSpace(v))
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := p.client.Do(req)
 	if err != nil {
 		return 0, err.Error(), nil
 	}

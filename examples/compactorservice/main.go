@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -60,7 +61,11 @@ func main() {
 	table, dataset := s.Env("DYNAMODB_TABLE", ""), s.Env("DATASET", "events")
 	every := s.Duration("JOB_INTERVAL", time.Second)
 	lease := s.Duration("LEASE", 20*time.Second)
-	db := dynamodb.NewFromConfig(s.AWS())
+	cfg, err := config.LoadDefaultConfig(s.Context())
+	if err != nil || cfg.Region == "" {
+		s.Usage("AWS configuration: set AWS_REGION and credentials (%v)", err)
+	}
+	db := dynamodb.NewFromConfig(cfg)
 	if err := createTable(s.Context(), db, table); err != nil {
 		s.Fatal(err)
 	}

@@ -49,12 +49,12 @@ func TestCompactorService(t *testing.T) {
 		"JOB_INTERVAL=20ms", "LEASE=10m"}
 	a := servicetest.Start(t, bin, append(env, "AWS_ENDPOINT_URL="+g.url)...)
 	testenv.Until(t, "a leads and commits", func() (bool, error) {
-		l := status(t, a)
+		l := a.Leader()
 		return l.Leader && l.Steps >= 3, nil
 	})
 	b := servicetest.Start(t, bin, append(env, "AWS_ENDPOINT_URL="+endpoint)...)
-	first := status(t, a)
-	if l := status(t, b); l.Leader {
+	first := a.Leader()
+	if l := b.Leader(); l.Leader {
 		t.Fatalf("both lead: %+v and %+v", first, l)
 	}
 	a.WaitMetrics(`nolock_events_total{nolock_event="dynamolock.acquired"} 1`) // ApplyUpdate sends nothing itself, so it reports no event
@@ -72,7 +72,7 @@ func TestCompactorService(t *testing.T) {
 	}
 	var second service.LeaderStatus
 	testenv.Until(t, "b takes over", func() (bool, error) {
-		second = status(t, b)
+		second = b.Leader()
 		return second.Leader && second.Steps >= 2, nil
 	})
 	if second.Token <= first.Token {
@@ -87,16 +87,6 @@ func TestCompactorService(t *testing.T) {
 		t.Fatalf("manifest %v: want b's token %d as its fence", m, second.Token)
 	}
 	b.Stop()
-}
-
-func status(t *testing.T, p *servicetest.Proc) service.LeaderStatus {
-	t.Helper()
-	_, body, _ := p.Do(http.MethodGet, "/leader", "")
-	var l service.LeaderStatus
-	if err := json.Unmarshal([]byte(body), &l); err != nil {
-		t.Fatalf("/leader: %s: %v", body, err)
-	}
-	return l
 }
 
 // gate is a proxy to DynamoDB that, once closed, holds the next manifest

@@ -38,6 +38,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/examples/internal/pgservice"
 	"github.com/nolock/nolock/examples/internal/service"
 	"github.com/nolock/nolock/lease"
 )
@@ -51,7 +52,7 @@ func main() {
 	s.Require("DATABASE_URL")
 	name := s.Env("JOB", "invoicing")
 	every := s.Duration("JOB_INTERVAL", time.Second)
-	pool := s.Postgres()
+	pool := pgservice.Pool(s)
 	client, err := lease.New(pool, lease.WithLease(s.Duration("LEASE", 15*time.Second)), lease.WithObserver(s.Observer()), lease.WithLogger(s.Log))
 	if err != nil {
 		s.Fatal(err)

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"net/http"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -13,16 +11,6 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func status(t *testing.T, p *servicetest.Proc) service.LeaderStatus {
-	t.Helper()
-	_, body, _ := p.Do(http.MethodGet, "/leader", "")
-	var l service.LeaderStatus
-	if err := json.Unmarshal([]byte(body), &l); err != nil {
-		t.Fatalf("/leader: %s: %v", body, err)
-	}
-	return l
-}
 
 // Two replicas as processes: one leads and sends pages; SIGTERM lets its
 // page in flight commit, releases the lease and exits 0; the other takes
@@ -37,12 +25,12 @@ func TestLeaderService(t *testing.T) {
 	env := []string{"DATABASE_URL=" + testenv.PostgresDSNFor(t, schema), "JOB_INTERVAL=20ms", "LEASE=10m"}
 	a := servicetest.Start(t, bin, env...)
 	testenv.Until(t, "a leads and sends pages", func() (bool, error) {
-		l := status(t, a)
+		l := a.Leader()
 		return l.Leader && l.Steps >= 3, nil
 	})
 	b := servicetest.Start(t, bin, env...)
-	first := status(t, a)
-	if l := status(t, b); l.Leader {
+	first := a.Leader()
+	if l := b.Leader(); l.Leader {
 		t.Fatalf("both lead: %+v and %+v", first, l)
 	}
 	a.WaitMetrics(`nolock_events_total{nolock_event="lease.acquired"} 1`, `nolock_events_total{nolock_event="conditional.written"}`)
@@ -51,7 +39,7 @@ func TestLeaderService(t *testing.T) {
 	a.StopWhileLocked(pool, `SELECT FROM job_cursor FOR UPDATE`, func() {})
 	var second service.LeaderStatus
 	testenv.Until(t, "b takes over", func() (bool, error) {
-		second = status(t, b)
+		second = b.Leader()
 		return second.Leader && second.Steps >= 3, nil
 	})
 	if second.Token <= first.Token {

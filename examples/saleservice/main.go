@@ -27,17 +27,17 @@
 package main
 
 import (
-	"errors"
 	"net/http"
 
 	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/examples/internal/pgservice"
 	"github.com/nolock/nolock/examples/internal/service"
 )
 
 func main() {
 	s := service.New("saleservice")
 	s.Require("DATABASE_URL")
-	pool := s.Postgres()
+	pool := pgservice.Pool(s)
 	stock, err := conditional.NewStock(pool, conditional.WithObserver(s.Observer()))
 	if err != nil {
 		s.Fatal(err)
@@ -95,19 +95,5 @@ func (sl sale) take(w http.ResponseWriter, r *http.Request) {
 	service.JSON(w, http.StatusOK, units{SKU: r.PathValue("sku"), Units: req.Units})
 }
 
-// fail answers with the status err means; 503 when the take's outcome is
-// unknown (read the stock before buying again).
-func fail(w http.ResponseWriter, err error) {
-	status := http.StatusInternalServerError
-	switch {
-	case errors.Is(err, conditional.ErrSoldOut):
-		status = http.StatusConflict
-	case errors.Is(err, conditional.ErrNotFound):
-		status = http.StatusNotFound
-	case errors.Is(err, conditional.ErrInvalid):
-		status = http.StatusBadRequest
-	case errors.Is(err, conditional.ErrAmbiguousCommit):
-		status = http.StatusServiceUnavailable
-	}
-	service.Error(w, status, err.Error())
-}
+// fail answers with the status err means (pgservice.Status).
+func fail(w http.ResponseWriter, err error) { service.Error(w, pgservice.Status(err), err.Error()) }

@@ -27,11 +27,11 @@
 package main
 
 import (
-	"errors"
 	"net/http"
 	"time"
 
 	"github.com/nolock/nolock/conditional"
+	"github.com/nolock/nolock/examples/internal/pgservice"
 	"github.com/nolock/nolock/examples/internal/service"
 )
 
@@ -39,7 +39,7 @@ func main() {
 	s := service.New("seatservice")
 	s.Require("DATABASE_URL")
 	ttl := s.Duration("HOLD_TTL", 10*time.Minute)
-	pool := s.Postgres()
+	pool := pgservice.Pool(s)
 	holds, err := conditional.NewHolds(pool, conditional.WithObserver(s.Observer()))
 	if err != nil {
 		s.Fatal(err)
@@ -97,83 +97,59 @@ func (ss seats) get(w http.ResponseWriter, r *http.Request) {
 	service.JSON(w, http.StatusOK, out)
 }
 
+// A holder's calls: the body names the holder (and, for POST /holds, the
+// seats); each answers the seat's new state or why not.
+
 func (ss seats) hold(w http.ResponseWriter, r *http.Request) {
-	var req request
-	if !readHolder(w, r, &req) {
-		return
-	}
-	seat := r.PathValue("seat")
-	until, err := ss.holds.Hold(r.Context(), seat, req.Holder, ss.ttl)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	service.JSON(w, http.StatusOK, status{Seat: seat, Holder: req.Holder, Until: &until})
+	withHolder(w, r, func(req request) {
+		until, err := ss.holds.Hold(r.Context(), r.PathValue("seat"), req.Holder, ss.ttl)
+		answer(w, err, status{Seat: r.PathValue("seat"), Holder: req.Holder, Until: &until})
+	})
 }
 
 // holdAny holds whichever of the seats is free.
 func (ss seats) holdAny(w http.ResponseWriter, r *http.Request) {
+	withHolder(w, r, func(req request) {
+		seat, until, err := ss.holds.HoldAny(r.Context(), req.Seats, req.Holder, ss.ttl)
+		answer(w, err, status{Seat: seat, Holder: req.Holder, Until: &until})
+	})
+}
+
+func (ss seats) confirm(w http.ResponseWriter, r *http.Request) {
+	withHolder(w, r, func(req request) {
+		err := ss.holds.Confirm(r.Context(), r.PathValue("seat"), req.Holder)
+		answer(w, err, status{Seat: r.PathValue("seat"), Holder: req.Holder, Confirmed: true})
+	})
+}
+
+func (ss seats) release(w http.ResponseWriter, r *http.Request) {
+	withHolder(w, r, func(req request) {
+		answer(w, ss.holds.Release(r.Context(), r.PathValue("seat"), req.Holder), status{Seat: r.PathValue("seat")})
+	})
+}
+
+// withHolder reads the request's body and calls f, unless the body is bad
+// or names no holder.
+func withHolder(w http.ResponseWriter, r *http.Request, f func(request)) {
 	var req request
-	if !readHolder(w, r, &req) {
+	if !service.ReadJSON(w, r, &req) {
 		return
 	}
-	seat, until, err := ss.holds.HoldAny(r.Context(), req.Seats, req.Holder, ss.ttl)
+	if req.Holder == "" {
+		service.Error(w, http.StatusBadRequest, "holder is required")
+		return
+	}
+	f(req)
+}
+
+// answer writes st, or the failure err says.
+func answer(w http.ResponseWriter, err error, st status) {
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	service.JSON(w, http.StatusOK, status{Seat: seat, Holder: req.Holder, Until: &until})
+	service.JSON(w, http.StatusOK, st)
 }
 
-func (ss seats) confirm(w http.ResponseWriter, r *http.Request) {
-	var req request
-	if !readHolder(w, r, &req) {
-		return
-	}
-	if err := ss.holds.Confirm(r.Context(), r.PathValue("seat"), req.Holder); err != nil {
-		fail(w, err)
-		return
-	}
-	service.JSON(w, http.StatusOK, status{Seat: r.PathValue("seat"), Holder: req.Holder, Confirmed: true})
-}
-
-func (ss seats) release(w http.ResponseWriter, r *http.Request) {
-	var req request
-	if !readHolder(w, r, &req) {
-		return
-	}
-	if err := ss.holds.Release(r.Context(), r.PathValue("seat"), req.Holder); err != nil {
-		fail(w, err)
-		return
-	}
-	service.JSON(w, http.StatusOK, status{Seat: r.PathValue("seat")})
-}
-
-func readHolder(w http.ResponseWriter, r *http.Request, req *request) bool {
-	if !service.ReadJSON(w, r, req) {
-		return false
-	}
-	if req.Holder == "" {
-		service.Error(w, http.StatusBadRequest, "holder is required")
-		return false
-	}
-	return true
-}
-
-// fail answers with the status err means: 409 for a seat held, confirmed
-// or not the holder's, 404 for no such seat, 400 for bad input, 503 when
-// the outcome is unknown (retry: every call here is idempotent).
-func fail(w http.ResponseWriter, err error) {
-	status := http.StatusInternalServerError
-	switch {
-	case errors.Is(err, conditional.ErrHeld), errors.Is(err, conditional.ErrConfirmed), errors.Is(err, conditional.ErrNotHolder):
-		status = http.StatusConflict
-	case errors.Is(err, conditional.ErrNotFound):
-		status = http.StatusNotFound
-	case errors.Is(err, conditional.ErrInvalid):
-		status = http.StatusBadRequest
-	case errors.Is(err, conditional.ErrAmbiguousCommit):
-		status = http.StatusServiceUnavailable
-	}
-	service.Error(w, status, err.Error())
-}
+// fail answers with the status err means (pgservice.Status).
+func fail(w http.ResponseWriter, err error) { service.Error(w, pgservice.Status(err), err.Error()) }

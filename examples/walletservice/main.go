@@ -34,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nolock/nolock/examples/internal/pgservice"
 	"github.com/nolock/nolock/examples/internal/service"
 	"github.com/nolock/nolock/idempotency"
 )
@@ -45,7 +46,7 @@ CREATE TABLE IF NOT EXISTS wallet_ledger (wallet text NOT NULL, idempotency_key 
 func main() {
 	s := service.New("walletservice")
 	s.Require("DATABASE_URL")
-	pool := s.Postgres()
+	pool := pgservice.Pool(s)
 	store, err := idempotency.New(pool, idempotency.WithObserver(s.Observer()))
 	if err != nil {
 		s.Fatal(err)

@@ -46,6 +46,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/nolock/nolock/examples/internal/pgservice"
 	"github.com/nolock/nolock/examples/internal/service"
 	"github.com/nolock/nolock/inbox"
 )
@@ -61,7 +62,7 @@ func main() {
 	group := s.Env("KAFKA_GROUP", "payments-ledger")
 	retention := s.Duration("INBOX_RETENTION", 7*24*time.Hour)
 	parkedRetention := s.Duration("PARKED_RETENTION", 14*24*time.Hour)
-	pool := s.Postgres()
+	pool := pgservice.Pool(s)
 	in, err := inbox.New(pool, group, inbox.WithObserver(s.Observer()), inbox.WithLogger(s.Log))
 	if err != nil {
 		s.Fatal(err)

@@ -4,10 +4,11 @@
 // a graceful stop.
 //
 // A service's main calls New, Require for the variables it cannot do
-// without, sets up its clients (Postgres, Brokers, AWS), registers its
-// handlers (Handle), health checks (Check), reapers (Reap), background work
-// (Go) and what to close at the end (OnStop), then calls Run, which does
-// not return.
+// without, sets up its clients (pgservice.Pool, Brokers, the AWS SDK's
+// config), registers its handlers (Handle), health checks (Check), reapers
+// (Reap), background work (Go, Lead) and what to close at the end
+// (OnStop), then calls Run, which does not return. The package links no
+// database client: a service links only the ones it uses.
 //
 // Run serves on ADDR (default :8080) until SIGTERM or SIGINT, then stops in
 // this order: the HTTP server stops accepting and waits for the requests

@@ -6,6 +6,7 @@ package servicetest
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nolock/nolock/examples/internal/service"
 	"github.com/nolock/nolock/internal/testenv"
 )
 
@@ -158,6 +160,17 @@ func (p *Proc) Stop() {
 	if code := p.ExitCode(); code != 0 {
 		p.t.Fatalf("the service exited %d after SIGTERM, want 0", code)
 	}
+}
+
+// Leader returns the service's GET /leader (see service.Leader).
+func (p *Proc) Leader() service.LeaderStatus {
+	p.t.Helper()
+	_, body, _ := p.Do(http.MethodGet, "/leader", "")
+	var l service.LeaderStatus
+	if err := json.Unmarshal([]byte(body), &l); err != nil {
+		p.t.Fatalf("/leader: %s: %v", body, err)
+	}
+	return l
 }
 
 // MissingEnv starts bin with none of its settings and requires it to exit

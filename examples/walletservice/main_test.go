@@ -66,3 +66,18 @@ func TestWalletService(t *testing.T) {
 		t.Fatalf("ledger: %d rows, %d debited; want 2 rows, 400 (pay-1 and pay-3 once each)", rows, debited)
 	}
 }
+
+// /healthz answers 503 while the database does not answer (its link cut
+// by a gate that holds every packet), and 200 again once it does.
+func TestWalletServiceHealth(t *testing.T) {
+	bin := servicetest.Build(t)
+	_, schema := testenv.PostgresSchema(t, 1)
+	gate := testenv.NewGate()
+	dsn := testenv.Proxy(t, testenv.PostgresDSNFor(t, schema), gate.Relay(), gate.Relay())
+	p := servicetest.Start(t, bin, "DATABASE_URL="+dsn)
+	gate.Shut()
+	p.WaitHealth(http.StatusServiceUnavailable)
+	gate.Open()
+	p.WaitHealth(http.StatusOK)
+	p.Stop()
+}

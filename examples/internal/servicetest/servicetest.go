@@ -7,6 +7,7 @@ package servicetest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -67,11 +68,17 @@ func Start(t testing.TB, bin string, settings ...string) *Proc {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	t.Cleanup(tr.CloseIdleConnections) // after the process ended: no connection outlives the test
 	p := &Proc{Child: c, t: t, URL: "http://" + strings.Fields(line[i+len("addr="):])[0], client: &http.Client{Transport: tr}}
-	testenv.Until(t, "/healthz answers 200", func() (bool, error) {
-		status, _, _ := p.try(http.MethodGet, "/healthz", "")
-		return status == http.StatusOK, nil
-	})
+	p.WaitHealth(http.StatusOK)
 	return p
+}
+
+// WaitHealth polls /healthz until it answers status.
+func (p *Proc) WaitHealth(status int) {
+	p.t.Helper()
+	testenv.Until(p.t, fmt.Sprintf("/healthz answers %d", status), func() (bool, error) {
+		got, _, _ := p.try(http.MethodGet, "/healthz", "")
+		return got == status, nil
+	})
 }
 
 // Do sends a request with body (JSON, or none when empty) and headers

@@ -12,17 +12,23 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// Two replicas as processes: one leads and sends pages; SIGTERM lets its
-// page in flight commit, releases the lease and exits 0; the other takes
-// over with a higher token long before the 10-minute lease could run out
-// (only the release lets it), and carries on. Every page is sent once, in
-// order, with tokens that never go down.
+// Two replicas as processes, on PostgreSQL directly and behind PgBouncer:
+// one leads and sends pages; SIGTERM lets its page in flight commit,
+// releases the lease and exits 0; the other takes over with a higher token
+// long before the 10-minute lease could run out (only the release lets
+// it), and carries on. Every page is sent once, in order, with tokens that
+// never go down.
 func TestLeaderService(t *testing.T) {
 	bin := servicetest.Build(t)
 	servicetest.MissingEnv(t, bin, "DATABASE_URL")
+	for _, d := range servicetest.Deployments() {
+		t.Run(d.Name, func(t *testing.T) { testLeader(t, bin, d) })
+	}
+}
 
+func testLeader(t *testing.T, bin string, d servicetest.Deployment) {
 	pool, schema := testenv.PostgresSchema(t, 2)
-	env := []string{"DATABASE_URL=" + testenv.PostgresDSNFor(t, schema), "JOB_INTERVAL=20ms", "LEASE=10m"}
+	env := []string{"DATABASE_URL=" + d.DSN(t, schema), "JOB_INTERVAL=20ms", "LEASE=10m"}
 	a := servicetest.Start(t, bin, env...)
 	testenv.Until(t, "a leads and sends pages", func() (bool, error) {
 		l := a.Leader()

@@ -14,16 +14,21 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// The service as a process: 40 buyers race for 25 units, 25 get one and
-// 15 are told sold out, and the stock reads 0; /metrics counts grants and
-// refusals; a take in flight when SIGTERM comes gets its answer, then the
-// service exits 0.
+// The service as a process, on PostgreSQL directly and behind PgBouncer:
+// 40 buyers race for 25 units, 25 get one and 15 are told sold out, and
+// the stock reads 0; /metrics counts grants and refusals; a take in flight
+// when SIGTERM comes gets its answer, then the service exits 0.
 func TestSaleService(t *testing.T) {
 	bin := servicetest.Build(t)
 	servicetest.MissingEnv(t, bin, "DATABASE_URL")
+	for _, d := range servicetest.Deployments() {
+		t.Run(d.Name, func(t *testing.T) { testSale(t, bin, d) })
+	}
+}
 
+func testSale(t *testing.T, bin string, d servicetest.Deployment) {
 	pool, schema := testenv.PostgresSchema(t, 2)
-	p := servicetest.Start(t, bin, "DATABASE_URL="+testenv.PostgresDSNFor(t, schema))
+	p := servicetest.Start(t, bin, "DATABASE_URL="+d.DSN(t, schema))
 	const units, buyers = 25, 40
 	if status, body, _ := p.Do(http.MethodPost, "/stock/tv/restock", `{"units": 25}`); status != http.StatusOK {
 		t.Fatalf("restock: %d %s", status, body)

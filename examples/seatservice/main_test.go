@@ -14,16 +14,22 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// The service as a process: a held seat refuses a second holder (409),
-// hold-any gives the free one, a confirmed seat stays its holder's, a
-// released one is free; /metrics counts the holds' events; a hold in
-// flight when SIGTERM comes gets its answer, then the service exits 0.
+// The service as a process, on PostgreSQL directly and behind PgBouncer: a
+// held seat refuses a second holder (409), hold-any gives the free one, a
+// confirmed seat stays its holder's, a released one is free; /metrics
+// counts the holds' events; a hold in flight when SIGTERM comes gets its
+// answer, then the service exits 0.
 func TestSeatService(t *testing.T) {
 	bin := servicetest.Build(t)
 	servicetest.MissingEnv(t, bin, "DATABASE_URL")
+	for _, d := range servicetest.Deployments() {
+		t.Run(d.Name, func(t *testing.T) { testSeats(t, bin, d) })
+	}
+}
 
+func testSeats(t *testing.T, bin string, d servicetest.Deployment) {
 	pool, schema := testenv.PostgresSchema(t, 2)
-	p := servicetest.Start(t, bin, "DATABASE_URL="+testenv.PostgresDSNFor(t, schema))
+	p := servicetest.Start(t, bin, "DATABASE_URL="+d.DSN(t, schema))
 	call := func(method, path, body string, want int) status {
 		t.Helper()
 		got, answer, _ := p.Do(method, path, body)

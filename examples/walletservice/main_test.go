@@ -14,17 +14,22 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// The service as a process: a payment replayed with its key takes effect
-// once, a key reused for another payment is refused, a debit past the
-// balance is declined once; the reaper runs on its interval; /metrics
-// counts the middleware's events; SIGTERM lets a debit in flight finish,
-// then the service exits 0.
+// The service as a process, on PostgreSQL directly and behind PgBouncer: a
+// payment replayed with its key takes effect once, a key reused for
+// another payment is refused, a debit past the balance is declined once;
+// the reaper runs on its interval; /metrics counts the middleware's
+// events; SIGTERM lets a debit in flight finish, then the service exits 0.
 func TestWalletService(t *testing.T) {
 	bin := servicetest.Build(t)
 	servicetest.MissingEnv(t, bin, "DATABASE_URL")
+	for _, d := range servicetest.Deployments() {
+		t.Run(d.Name, func(t *testing.T) { testWallet(t, bin, d) })
+	}
+}
 
+func testWallet(t *testing.T, bin string, d servicetest.Deployment) {
 	pool, schema := testenv.PostgresSchema(t, 2)
-	p := servicetest.Start(t, bin, "DATABASE_URL="+testenv.PostgresDSNFor(t, schema), "REAP_INTERVAL=50ms")
+	p := servicetest.Start(t, bin, "DATABASE_URL="+d.DSN(t, schema), "REAP_INTERVAL=50ms")
 	p.WaitFor("reaper=idempotency", time.Minute)
 
 	expect := func(status int, want int, body, wantBody string) {

@@ -17,18 +17,23 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// The service as a process: 40 payments, 10 of them sent twice, are
-// applied once each; a poison message is parked and listed at
-// /admin/parked/ (with the token only); both reapers run; /metrics counts
-// the inbox's events; a batch in flight when SIGTERM comes commits, then
-// the service exits 0.
+// The service as a process, on PostgreSQL directly and behind PgBouncer:
+// 40 payments, 10 of them sent twice, are applied once each; a poison
+// message is parked and listed at /admin/parked/ (with the token only);
+// both reapers run; /metrics counts the inbox's events; a batch in flight
+// when SIGTERM comes commits, then the service exits 0.
 func TestWorkerService(t *testing.T) {
 	bin := servicetest.Build(t)
 	servicetest.MissingEnv(t, bin, "DATABASE_URL", "KAFKA_BROKERS", "KAFKA_TOPIC")
+	for _, d := range servicetest.Deployments() {
+		t.Run(d.Name, func(t *testing.T) { testWorker(t, bin, d) })
+	}
+}
 
+func testWorker(t *testing.T, bin string, d servicetest.Deployment) {
 	pool, schema := testenv.PostgresSchema(t, 2)
 	brokers, topic := testenv.Topic(t, 1) // one partition: the last message applied means every earlier one was handled
-	p := servicetest.Start(t, bin, "DATABASE_URL="+testenv.PostgresDSNFor(t, schema), "KAFKA_BROKERS="+strings.Join(brokers, ","),
+	p := servicetest.Start(t, bin, "DATABASE_URL="+d.DSN(t, schema), "KAFKA_BROKERS="+strings.Join(brokers, ","),
 		"KAFKA_TOPIC="+topic, "KAFKA_GROUP="+testenv.Name("g"), "REAP_INTERVAL=50ms", "ADMIN_TOKEN=secret")
 	p.WaitFor("reaper=inbox", time.Minute)
 	p.WaitFor("reaper=parked", time.Minute)

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -242,5 +243,36 @@ func (p *Proc) StopWhileLocked(pool *pgxpool.Pool, lockSQL string, start func())
 	}
 	if code := p.ExitCode(); code != 0 {
 		p.t.Fatalf("exit %d after SIGTERM, want 0", code)
+	}
+}
+
+// Deployment is one way a service reaches PostgreSQL.
+type Deployment struct {
+	Name string
+	// DSN returns the DSN of the test's schema, made with
+	// testenv.PostgresSchema, this way.
+	DSN func(t testing.TB, schema string) string
+}
+
+// Deployments lists the ways a service's test runs it: on PostgreSQL
+// directly, and through the shared PgBouncer (transaction pooling) in
+// pgx's exec mode, the setting docs/deploying.md gives for PgBouncer
+// before 1.21. Both keep the schema's name as application_name, so
+// testenv.WaitLockWaiters sees the service's sessions.
+func Deployments() []Deployment {
+	return []Deployment{
+		{"direct", testenv.PostgresDSNFor},
+		{"pgbouncer/exec", func(t testing.TB, schema string) string {
+			t.Helper()
+			u, err := url.Parse(testenv.PgBouncerDSNFor(t, schema))
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := u.Query()
+			q.Set("default_query_exec_mode", "exec")
+			q.Set("application_name", schema)
+			u.RawQuery = q.Encode()
+			return u.String()
+		}},
 	}
 }

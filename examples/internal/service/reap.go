@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Reap registers a reaper: reap runs at start and then every ReapEvery
-// (REAP_INTERVAL) until the service stops, and returns how many rows it
+// Reap registers a reaper: reap runs at start and then every REAP_INTERVAL
+// (default 1m) until the service stops, and returns how many rows it
 // deleted. Each run is logged at Info ("reaped", with the reaper's name
 // and the count), so an operator sees that retention keeps up; a failed
 // run is logged at Warn and tried again at the next interval.

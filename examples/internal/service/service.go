@@ -42,23 +42,25 @@ import (
 // Service is one example service's process. Its methods are for main's
 // goroutine, before Run.
 type Service struct {
-	name    string
-	Log     *slog.Logger
-	ctx     context.Context // ends on SIGTERM or SIGINT
-	stop    context.CancelFunc
-	mux     *http.ServeMux
-	metrics promtext.Counts
-	health  health
-	reapers []reaper
-	workers []worker
-	closers []func() error
-	// ReapEvery is how often the reapers run (REAP_INTERVAL, default 1m).
-	ReapEvery time.Duration
+	name        string
+	Log         *slog.Logger
+	ctx         context.Context // ends on SIGTERM or SIGINT
+	stop        context.CancelFunc
+	mux         *http.ServeMux
+	metrics     promtext.Counts
+	health      health
+	reapers     []reaper
+	workers     []worker
+	closers     []func() error
+	reapEvery   time.Duration // REAP_INTERVAL: how often the reapers run
+	addr        string        // ADDR
+	stopTimeout time.Duration // STOP_TIMEOUT
 }
 
 // New starts a service named name (its log lines carry it): it reads
-// REAP_INTERVAL, logs to stderr, and catches SIGTERM and SIGINT from now
-// on, so a signal while setting up ends Context.
+// ADDR, REAP_INTERVAL and STOP_TIMEOUT (exiting 2 if one is invalid),
+// logs to stderr, and catches SIGTERM and SIGINT from now on, so a signal
+// while setting up ends Context.
 func New(name string) *Service {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	s := &Service{
@@ -66,7 +68,9 @@ func New(name string) *Service {
 		Log:  slog.New(slog.NewTextHandler(os.Stderr, nil)).With("service", name),
 		ctx:  ctx, stop: stop, mux: http.NewServeMux(),
 	}
-	s.ReapEvery = s.Duration("REAP_INTERVAL", time.Minute)
+	s.reapEvery = s.Duration("REAP_INTERVAL", time.Minute)
+	s.addr = s.Env("ADDR", ":8080")
+	s.stopTimeout = s.Duration("STOP_TIMEOUT", 30*time.Second)
 	s.health.checks = map[string]time.Time{}
 	s.mux.Handle("GET /metrics", &s.metrics)
 	s.mux.HandleFunc("GET /healthz", s.health.serve)
@@ -163,11 +167,9 @@ func (s *Service) Run() {
 }
 
 func (s *Service) run() int {
-	addr := s.Env("ADDR", ":8080")
-	stopTimeout := s.Duration("STOP_TIMEOUT", 30*time.Second)
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", s.addr)
 	if err != nil {
-		s.Log.Error("cannot listen", "addr", addr, "err", err)
+		s.Log.Error("cannot listen", "addr", s.addr, "err", err)
 		s.closeAll()
 		return 1
 	}
@@ -177,7 +179,7 @@ func (s *Service) run() int {
 	var loops, work sync.WaitGroup
 	loops.Go(func() { s.health.run(bg, s.Log) })
 	for _, r := range s.reapers {
-		loops.Go(func() { r.run(bg, s.ReapEvery, s.Log) })
+		loops.Go(func() { r.run(bg, s.reapEvery, s.Log) })
 	}
 	failed := make(chan error, len(s.workers)+1)
 	for _, w := range s.workers {
@@ -205,7 +207,7 @@ func (s *Service) run() int {
 		code = 1
 	}
 	s.stop() // a second signal now ends the process at once
-	ctx, cancelStop := context.WithTimeout(context.Background(), stopTimeout)
+	ctx, cancelStop := context.WithTimeout(context.Background(), s.stopTimeout)
 	defer cancelStop()
 	if err := srv.Shutdown(ctx); err != nil {
 		s.Log.Error("requests in flight did not finish", "err", err)

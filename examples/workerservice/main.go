@@ -19,7 +19,8 @@
 //	PARKED_RETENTION  how long parked messages wait for an operator (default 336h)
 //	REAP_INTERVAL     how often both are reaped (default 1m)
 //	ADMIN_TOKEN       when set, /admin/parked/ (inbox.ParkedHandler: list, replay,
-//	                  purge) answers requests with "Authorization: Bearer ADMIN_TOKEN"
+//	                  purge) answers requests that carry it, as a bearer token or
+//	                  as the basic-authentication password
 //	ADDR              listen address for /healthz, /metrics, /accounts (default :8080)
 //
 // On SIGTERM the batches in flight commit (or roll back whole), their
@@ -30,8 +31,8 @@
 //	DATABASE_URL=postgres://postgres@localhost:5432/postgres KAFKA_BROKERS=localhost:9092 KAFKA_TOPIC=payments go run ./examples/workerservice
 //	kcat -P -b localhost:9092 -t payments -k acct-1 -H id=pay-1 <<< 250   # twice: applied once
 //	curl localhost:8080/accounts/acct-1
-//	ADMIN_TOKEN=… curl -H "Authorization: Bearer $ADMIN_TOKEN" localhost:8080/admin/parked/
-//	nolock parked list -service http://localhost:8080/admin/parked/
+//	curl -H "Authorization: Bearer $ADMIN_TOKEN" localhost:8080/admin/parked/   # started with ADMIN_TOKEN set
+//	nolock parked list -service "http://admin:$ADMIN_TOKEN@localhost:8080/admin/parked/"
 package main
 
 import (
@@ -41,6 +42,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -82,9 +84,9 @@ func main() {
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, GroupID: group,
 		StartOffset: kafka.FirstOffset, IsolationLevel: kafka.ReadCommitted, MaxWait: 250 * time.Millisecond})
 	s.OnStop(r.Close) // after Run returned: the reader leaves the group
-	admin := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr}
+	kc := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr}
 	s.Check("kafka", func(ctx context.Context) error {
-		_, err := admin.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+		_, err := kc.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 		return err
 	})
 	s.Go("consumer", func(ctx context.Context) error { return in.Run(ctx, r, apply) })
@@ -102,7 +104,7 @@ func main() {
 		}
 	})
 	if token := s.Env("ADMIN_TOKEN", ""); token != "" {
-		s.Handle("/admin/parked/", bearer(token, inbox.ParkedHandler(in, apply)))
+		s.Handle("/admin/parked/", admin(token, inbox.ParkedHandler(in, apply)))
 	}
 	s.Run()
 }
@@ -127,12 +129,18 @@ func apply(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
 	return err
 }
 
-// bearer lets through requests that carry the token.
-func bearer(token string, h http.Handler) http.Handler {
-	want := []byte("Bearer " + token)
+// admin lets through requests that carry the token: as a bearer token,
+// or as the password of basic authentication, which a URL's userinfo
+// gives (nolock parked -service http://admin:TOKEN@host/admin/parked/).
+func admin(token string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			service.Error(w, http.StatusUnauthorized, "admin: bearer token required")
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok {
+			_, got, _ = r.BasicAuth()
+		}
+		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="admin"`)
+			service.Error(w, http.StatusUnauthorized, "admin: token required")
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"strings"
@@ -70,8 +71,10 @@ func testWorker(t *testing.T, bin string, d servicetest.Deployment) {
 	if status, _, _ := p.Do(http.MethodGet, "/admin/parked/", ""); status != http.StatusUnauthorized {
 		t.Fatalf("/admin/parked/ without the token: %d, want 401", status)
 	}
-	if status, body, _ := p.Do(http.MethodGet, "/admin/parked/", "", "Authorization: Bearer secret"); status != http.StatusOK || !strings.Contains(body, `"message_id":"poison"`) {
-		t.Fatalf("/admin/parked/: %d %s; want the poison message", status, body)
+	for _, auth := range []string{"Bearer secret", "Basic " + base64.StdEncoding.EncodeToString([]byte("admin:secret"))} {
+		if status, body, _ := p.Do(http.MethodGet, "/admin/parked/", "", "Authorization: "+auth); status != http.StatusOK || !strings.Contains(body, `"message_id":"poison"`) {
+			t.Fatalf("/admin/parked/ with %s: %d %s; want the poison message", auth, status, body)
+		}
 	}
 	p.WaitMetrics(`nolock_events_total{nolock_event="inbox.committed"}`, `nolock_events_total{nolock_event="inbox.duplicate"}`,
 		`nolock_events_total{nolock_event="inbox.parked"} 1`)

@@ -132,9 +132,10 @@ func TestExamples(t *testing.T) {
 	want := `nolock.lock.held nolock.pattern=lease 0
 nolock.lock.hold.duration nolock.event=lease.released 1
 nolock.lock.wait.duration nolock.event=lease.acquired 1
+nolock.operation.duration nolock.event=cas.committed 1
 nolock.operation.duration nolock.event=idempotency.ran 1
 nolock.operation.duration nolock.event=idempotency.replayed 1
-nolock.outcomes nolock.event=cas.committed 1
+nolock.operation.duration nolock.event=lease.released 1
 nolock.unreaped.age nolock.table=nolock_idempotency 0
 `
 	if got != want {

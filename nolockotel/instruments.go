@@ -8,17 +8,21 @@ import (
 	"github.com/nolock/nolock/internal/errfmt"
 )
 
-// The instruments' names. Each has one meaning; an event is counted by
-// exactly one of the histograms of durations, MetricRetries and
-// MetricOutcomes (docs/observability.md has the table).
+// The instruments' names. Each has one meaning; a call's End is counted
+// by exactly one of MetricOperationDuration, MetricLockWait and
+// MetricProcessDuration (its duration, measured from its Start), and
+// every other event by exactly one of MetricLockRenewal, MetricLockHold,
+// MetricRetries and MetricOutcomes (docs/observability.md has the
+// table).
 const (
 	// MetricOperationDuration is the histogram (s) of calls' durations,
-	// from the call to its return, by AttrEvent (the call's outcome, e.g.
-	// idempotency.replayed) and AttrErrorType: idempotency's Do and Exec,
-	// conditional's Holds and Fenced calls.
+	// from the Adapter's Start to its End, by AttrEvent (the call's
+	// outcome, e.g. idempotency.replayed, cas.committed, lease.released)
+	// and AttrErrorType: every call but a lock's acquisition
+	// (MetricLockWait) and a consumer's (MetricProcessDuration).
 	MetricOperationDuration = "nolock.operation.duration"
 	// MetricLockWait is the histogram (s) of Acquire and TryAcquire calls'
-	// waits, by AttrEvent (lease.acquired, dynamolock.not_acquired, …) and
+	// durations (their waits), from Start to End, by AttrEvent (lease.acquired, dynamolock.not_acquired, …) and
 	// AttrErrorType.
 	MetricLockWait = "nolock.lock.wait.duration"
 	// MetricLockHold is the histogram (s) of how long locks were held,
@@ -34,8 +38,10 @@ const (
 	// and per lost.
 	MetricLocksHeld = "nolock.lock.held"
 	// MetricProcessDuration is OpenTelemetry's messaging.process.duration
-	// (s): a consumer's batch, by AttrEvent (partition.committed: from its
-	// first attempt to its commit; inbox.committed: its transaction),
+	// (s): a consumer's call, from Start to End (partition.handle: a
+	// batch, all its attempts; inbox.handle: a handler's run on one
+	// message), by AttrEvent (its outcome: partition.committed,
+	// inbox.handled, …),
 	// messaging.system, messaging.operation.name (process),
 	// messaging.destination.name and messaging.destination.partition.id.
 	MetricProcessDuration = "messaging.process.duration"
@@ -48,12 +54,11 @@ const (
 	// partition.retry, inbox.retry) and AttrErrorType: an attempt failed
 	// and another follows after a wait.
 	MetricRetries = "nolock.retries"
-	// MetricOutcomes counts ({event}) the events that no histogram above
-	// measures and that are not retries, by AttrEvent and AttrErrorType:
-	// outcomes without a duration (cas.conflict, conditional.granted,
-	// partition.parked, lease.lost, …) and those whose Duration is not a
-	// call's (partition.released: an ownership; dynamolock.takeover: the
-	// lease waited out).
+	// MetricOutcomes counts ({event}) the events that are no call's End,
+	// no retry, renewal or release, by AttrEvent and AttrErrorType
+	// (cas.conflict, partition.parked, lease.lost, a Store's
+	// cas.committed, inbox.committed, partition.released,
+	// dynamolock.takeover, …).
 	MetricOutcomes = "nolock.outcomes"
 	// MetricDropped counts events ({event}) a package dropped because its
 	// observer fell behind or panicked (Event.Dropped), without attributes.

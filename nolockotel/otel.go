@@ -3,6 +3,7 @@ package nolockotel
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -86,9 +87,10 @@ func WithErrorType(f func(error) string) Option {
 	}
 }
 
-// Adapter turns observe.Events into OpenTelemetry metrics and spans. Its
-// instruments are created once, by New. It is safe for concurrent use,
-// like the Observer it provides.
+// Adapter is an observe.Observer that turns nolock's calls and events
+// into OpenTelemetry spans and metrics: pass it to every package's
+// WithObserver option (lease.WithObserver(a)). Its instruments are
+// created once, by New. It is safe for concurrent use.
 type Adapter struct {
 	tracer     trace.Tracer
 	meter      metric.Meter
@@ -96,7 +98,7 @@ type Adapter struct {
 	gauges     gauges
 	propagator propagation.TextMapPropagator
 	errorType  func(error) string
-	now        func() time.Time
+	now        func() time.Time // measures calls' durations
 	// attrs caches each (event, error type, key)'s metric attributes; the
 	// library's event names, error classes and partitions are few.
 	attrs sync.Map // attrsKey -> metric.MeasurementOption
@@ -147,87 +149,72 @@ func New(opts ...Option) (*Adapter, error) {
 	}, nil
 }
 
-// Start returns ctx: an Adapter starts no span when a call begins.
-func (a *Adapter) Start(ctx context.Context, _ observe.Call) context.Context { return ctx }
-
-// End records a call's outcome event e as Observe does.
-func (a *Adapter) End(ctx context.Context, e observe.Event) { a.Observe(ctx, e) }
-
-// Event records e as Observe does.
-func (a *Adapter) Event(ctx context.Context, e observe.Event) { a.Observe(ctx, e) }
-
-// Observe records e: an Adapter is the observe.Observer to pass to every
-// package's WithObserver, and its End and Event call Observe. It records e in one instrument by what e means
-// (docs/observability.md's table: a call's, a lock wait's, a hold's, a
-// renewal's or a batch's duration; a retry; an outcome without a
-// duration), its batch size, the locks held and e.Dropped. When e has a
-// Duration (and is not a retry), it ends a span named e.Name under the
-// span in ctx, started e.Duration ago; otherwise e is added as an event
-// to the span in ctx if that span is recording. Observe does not block on
-// I/O: exporting is the providers'.
-func (a *Adapter) Observe(ctx context.Context, e observe.Event) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	a.event(ctx, e)
-}
-
-// event handles one event, given the context it belongs to.
-func (a *Adapter) event(ctx context.Context, e observe.Event) {
-	errType := ""
-	if e.Err != nil {
-		if errType = a.errorType(e.Err); errType == "" {
-			errType = ErrorType(e.Err)
-		}
-	}
-	a.record(ctx, e, errType)
-	if e.Duration != 0 && !isRetry(e.Name) {
-		a.span(ctx, e, errType)
-		return
-	}
-	addSpanEvent(ctx, e, errType)
-}
-
-// record adds e to its instruments.
+// record adds e, an event that is no call's End, to its instruments: a
+// retry to MetricRetries, a renewal to MetricLockRenewal, anything else
+// to MetricOutcomes; then its other measures (see measures).
 func (a *Adapter) record(ctx context.Context, e observe.Event, errType string) {
+	in := a.in
+	pattern, what, _ := strings.Cut(e.Name, ".")
+	attrs := a.metricAttrs(e.Name, errType, "")
+	switch {
+	case isRetry(e.Name):
+		in.retries.Add(ctx, 1, attrs)
+	case isLock(pattern) && (what == "renewed" || what == "renew_failed"):
+		in.lockRenewal.Record(ctx, e.Duration.Seconds(), attrs)
+	case isLock(pattern) && what == "released":
+		// A release outside a call: its hold is measured below.
+	default:
+		in.outcomes.Add(ctx, 1, attrs)
+	}
+	a.measures(ctx, e, attrs)
+}
+
+// recordCall adds call c's End, e, to its instruments: its duration d
+// (measured from Start) to the one histogram of its meaning (a lock's
+// acquisition to MetricLockWait, a consumer's message or batch to
+// MetricProcessDuration, every other call to MetricOperationDuration);
+// then e's other measures.
+func (a *Adapter) recordCall(ctx context.Context, c *call, e observe.Event, errType string, d time.Duration) {
+	in := a.in
+	attrs := a.metricAttrs(e.Name, errType, "")
+	switch pattern, what, _ := strings.Cut(c.name, "."); {
+	case isLock(pattern) && (what == "acquire" || what == "try_acquire"):
+		in.lockWait.Record(ctx, d.Seconds(), attrs)
+	case c.msg != nil:
+		key := c.msg.Topic + "/" + strconv.Itoa(c.msg.Partition)
+		in.process.Record(ctx, d.Seconds(), a.metricAttrs(e.Name, errType, key))
+	default:
+		in.operation.Record(ctx, d.Seconds(), attrs)
+	}
+	a.measures(ctx, e, attrs)
+}
+
+// measures records what e carries besides its own count or duration: the
+// events Dropped before it, a lock's hold (released) and the locks held,
+// a batch's size.
+func (a *Adapter) measures(ctx context.Context, e observe.Event, attrs metric.MeasurementOption) {
 	in := a.in
 	if e.Dropped > 0 {
 		in.dropped.Add(ctx, e.Dropped)
 	}
 	pattern, what, _ := strings.Cut(e.Name, ".")
-	lock := pattern == "lease" || pattern == "dynamolock"
-	consumer := pattern == "inbox" || pattern == "partition"
-	attrs := a.metricAttrs(e.Name, errType, "")
-	secs := e.Duration.Seconds()
-	switch {
-	case isRetry(e.Name):
-		in.retries.Add(ctx, 1, attrs)
-	case lock && (what == "acquired" || what == "not_acquired"):
-		in.lockWait.Record(ctx, secs, attrs)
-	case lock && (what == "renewed" || what == "renew_failed"):
-		in.lockRenewal.Record(ctx, secs, attrs)
-	case lock && what == "released":
-		in.lockHold.Record(ctx, secs, attrs)
-	case consumer && what == "committed":
-		in.process.Record(ctx, secs, a.metricAttrs(e.Name, errType, e.Key))
-	case e.Duration != 0 && (pattern == "idempotency" || pattern == "conditional"):
-		in.operation.Record(ctx, secs, attrs) // the calls whose events carry their Duration
-
-	default:
-		in.outcomes.Add(ctx, 1, attrs)
-	}
-	if lock {
+	if isLock(pattern) {
 		switch what {
 		case "acquired":
 			in.held.Add(ctx, 1, a.metricAttrs(pattern, "", ""))
-		case "released", "lost":
+		case "released":
+			in.lockHold.Record(ctx, e.Duration.Seconds(), attrs)
+			in.held.Add(ctx, -1, a.metricAttrs(pattern, "", ""))
+		case "lost":
 			in.held.Add(ctx, -1, a.metricAttrs(pattern, "", ""))
 		}
 	}
-	if e.Name == "cas.committed" || e.Name == "conditional.batch" || consumer && what == "committed" {
+	if e.Name == "cas.committed" || e.Name == "conditional.batch" || e.Name == "partition.committed" || e.Name == "inbox.committed" {
 		in.batch.Record(ctx, e.N, attrs)
 	}
 }
+
+func isLock(pattern string) bool { return pattern == "lease" || pattern == "dynamolock" }
 
 func isRetry(name string) bool { return strings.HasSuffix(name, ".retry") }
 

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
@@ -25,13 +28,40 @@ func (e *heldError) Error() string { return "held by " + e.holder }
 // errConflict has cas.ErrConflict's text: ErrorType names it as it.
 var errConflict = errors.New("cas: version conflict")
 
-// Synthetic events land each in the one instrument of its meaning,
-// counted exactly by name and error type; batch sizes, locks held and
-// Dropped are recorded; no key reaches a metric (a consumer's topic and
-// partition do, as messaging.* attributes).
+// clock is a fake clock for the Adapter's measures: it moves only when
+// told.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *clock) add(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.t = c.t.Add(d) }
+
+// call runs one call on o: Start, the clock moves d, the events, End with
+// end. It returns the context Start returned.
+func call(ctx context.Context, o observe.Observer, clk *clock, c observe.Call, d time.Duration, end observe.Event, events ...observe.Event) context.Context {
+	ctx = o.Start(ctx, c)
+	clk.add(d)
+	for _, e := range events {
+		o.Event(ctx, e)
+	}
+	o.End(ctx, end)
+	return ctx
+}
+
+// Calls' durations, measured from Start to End, land each in the one
+// histogram of their meaning, and other events each in the one
+// instrument of theirs, counted exactly by name and error type; batch
+// sizes, holds, locks held and Dropped are recorded; no key reaches a
+// metric (a consumer's topic and partition do, as messaging.*
+// attributes). An End without a Start counts as an outcome.
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	b := newBed(t)
+	clk := &clock{t: time.Unix(0, 0)}
+	nolockotel.SetNow(b.a, clk.now)
 	ctx := context.Background()
 	var obs observe.Observer = b.a
 	for i := range 3 {
@@ -43,27 +73,38 @@ func TestMetrics(t *testing.T) {
 	obs.Event(ctx, observe.Event{Name: "cas.committed", Key: "doc", N: 5})
 	obs.Event(ctx, observe.Event{Name: "cas.committed", Key: "doc", N: 3})
 	obs.Event(ctx, observe.Event{Name: "conditional.batch", Key: "sku", N: 7})
-	obs.Event(ctx, observe.Event{Name: "partition.parked", Key: "t/0@12", Token: 2, N: 1, Attempt: 3, Err: errors.New("poison")})
-	obs.Event(ctx, observe.Event{Name: "partition.committed", Key: "orders/3", Token: 2, N: 10, Duration: 200 * time.Millisecond})
-	obs.Event(ctx, observe.Event{Name: "lease.acquired", Key: "k", Token: 9, Attempt: 1, Duration: 50 * time.Millisecond})
-	obs.Event(ctx, observe.Event{Name: "dynamolock.acquired", Key: "k", Token: 1, Attempt: 1, Duration: 25 * time.Millisecond})
-	obs.Event(ctx, observe.Event{Name: "dynamolock.acquired", Key: "k2", Token: 1, Attempt: 1, Duration: 25 * time.Millisecond})
+	obs.Event(ctx, observe.Event{Name: "inbox.committed", Key: "t/0", N: 4, Duration: time.Second})
+	msg := &observe.Message{Topic: "orders", Partition: 3, Offset: 40}
+	call(ctx, obs, clk, observe.Call{Name: "partition.handle", Key: "orders/3", Message: msg}, 200*time.Millisecond,
+		observe.Event{Name: "partition.committed", Key: "orders/3", Token: 2, N: 10, Duration: time.Hour},
+		observe.Event{Name: "partition.parked", Key: "orders/3@41", Token: 2, N: 1, Attempt: 3, Err: errors.New("poison")})
+	call(ctx, obs, clk, observe.Call{Name: "lease.acquire", Key: "k"}, 50*time.Millisecond,
+		observe.Event{Name: "lease.acquired", Key: "k", Token: 9, Attempt: 1, Duration: time.Hour})
+	for _, k := range []string{"k", "k2"} {
+		call(ctx, obs, clk, observe.Call{Name: "dynamolock.try_acquire", Key: k}, 25*time.Millisecond,
+			observe.Event{Name: "dynamolock.acquired", Key: k, Token: 1, Attempt: 1})
+	}
 	obs.Event(ctx, observe.Event{Name: "dynamolock.lost", Key: "k2", Token: 1, Err: fmt.Errorf("lost: %w", errors.New("dynamolock: lock lost"))})
-	obs.Event(ctx, observe.Event{Name: "lease.not_acquired", Key: "k", Attempt: 2, Duration: time.Second,
-		Err: fmt.Errorf("lease: not acquired: %w", &heldError{"other"})})
-	obs.Event(ctx, observe.Event{Name: "lease.not_acquired", Key: "k", Attempt: 2, Duration: time.Second,
-		Err: fmt.Errorf("wait: %w", context.DeadlineExceeded)})
+	call(ctx, obs, clk, observe.Call{Name: "lease.acquire", Key: "k"}, time.Second,
+		observe.Event{Name: "lease.not_acquired", Key: "k", Attempt: 2, Err: fmt.Errorf("lease: not acquired: %w", &heldError{"other"})})
+	call(ctx, obs, clk, observe.Call{Name: "lease.acquire", Key: "k"}, time.Second,
+		observe.Event{Name: "lease.not_acquired", Key: "k", Attempt: 2, Err: fmt.Errorf("wait: %w", context.DeadlineExceeded)})
 	obs.Event(ctx, observe.Event{Name: "lease.renewed", Key: "k", Token: 9, Duration: 2 * time.Millisecond, Dropped: 4})
-	obs.Event(ctx, observe.Event{Name: "lease.released", Key: "k", Token: 9, Duration: 3 * time.Second})
-	obs.Event(ctx, observe.Event{Name: "idempotency.replayed", Key: "order-1", Duration: 4 * time.Millisecond})
+	call(ctx, obs, clk, observe.Call{Name: "lease.release", Key: "k"}, 3*time.Millisecond,
+		observe.Event{Name: "lease.released", Key: "k", Token: 9, Duration: 3 * time.Second})
+	call(ctx, obs, clk, observe.Call{Name: "idempotency.do", Key: "order-1"}, 4*time.Millisecond,
+		observe.Event{Name: "idempotency.replayed", Key: "order-1", Duration: time.Hour})
+	obs.End(ctx, observe.Event{Name: "cas.updated", Key: "doc"}) // no Start
 
 	m := b.collect(t)
 	equalMaps(t, nolockotel.MetricOutcomes, m.counts(t), map[string]int64{
 		"cas.conflict/cas.ErrConflict":           3,
 		"cas.committed":                          2,
 		"conditional.batch":                      1,
+		"inbox.committed":                        1,
 		"partition.parked/_OTHER":                1,
 		"dynamolock.lost/dynamolock.ErrLockLost": 1,
+		"cas.updated":                            1,
 	})
 	equalMaps(t, nolockotel.MetricRetries, m.counts(t, nolockotel.MetricRetries), map[string]int64{"cas.retry/cas.ErrConflict": 2})
 	equalMaps(t, nolockotel.MetricLocksHeld, m.counts(t, nolockotel.MetricLocksHeld), map[string]int64{"lease": 0, "dynamolock": 1})
@@ -75,9 +116,12 @@ func TestMetrics(t *testing.T) {
 			"lease.not_acquired/*nolockotel_test.heldError": {1, 1},
 			"lease.not_acquired/context.DeadlineExceeded":   {1, 1},
 		},
-		nolockotel.MetricLockRenewal:       {"lease.renewed": {1, 0.002}},
-		nolockotel.MetricLockHold:          {"lease.released": {1, 3}},
-		nolockotel.MetricOperationDuration: {"idempotency.replayed": {1, 0.004}},
+		nolockotel.MetricLockRenewal: {"lease.renewed": {1, 0.002}},
+		nolockotel.MetricLockHold:    {"lease.released": {1, 3}},
+		nolockotel.MetricOperationDuration: {
+			"lease.released":       {1, 0.003},
+			"idempotency.replayed": {1, 0.004},
+		},
 		nolockotel.MetricProcessDuration: {
 			"partition.committed messaging.destination.name=orders messaging.destination.partition.id=3 messaging.operation.name=process messaging.system=kafka": {1, 0.2},
 		},
@@ -87,40 +131,47 @@ func TestMetrics(t *testing.T) {
 	equalMaps(t, "nolock.batch.size (count, sum)", histogram[int64](t, m, nolockotel.MetricBatchSize), map[string][2]float64{
 		"cas.committed":       {2, 8},
 		"conditional.batch":   {1, 7},
+		"inbox.committed":     {1, 4},
 		"partition.committed": {1, 10},
 	})
 }
 
-// An event with a Duration is a span under the caller's, ending now and
-// starting Duration earlier; with an error, the span's status is Error.
-// A retry, and an event without a Duration, is an event of the caller's
-// span (a retry's with its wait), or nothing when no span is recording:
-// no span ends in the future.
+// A call is a span from its Start to its End, a child of the span in the
+// context Start got, of kind internal, named after the call, with the
+// outcome's attributes and, with an error, status Error. The events
+// inside the call are its span's events (a retry's with its wait); an
+// event outside a call makes no span. No span is back-dated.
 func TestSpans(t *testing.T) {
 	t.Parallel()
 	b := newBed(t)
 	ctx, caller := b.tp.Tracer("test").Start(context.Background(), "caller")
 	before := time.Now()
-	b.a.Observe(ctx, observe.Event{Name: "lease.acquired", Key: "k", Token: 9, Attempt: 2, Duration: 50 * time.Millisecond})
-	b.a.Observe(ctx, observe.Event{Name: "lease.not_acquired", Key: "k", Attempt: 1, Duration: 20 * time.Millisecond, Err: context.DeadlineExceeded})
-	b.a.Observe(ctx, observe.Event{Name: "cas.conflict", Key: "doc", Attempt: 1, Err: errConflict})
-	b.a.Observe(ctx, observe.Event{Name: "cas.retry", Attempt: 1, Duration: 20 * time.Millisecond, Err: errConflict})
+	var obs observe.Observer = b.a
+	in := obs.Start(ctx, observe.Call{Name: "lease.acquire", Key: "k"})
+	obs.Event(in, observe.Event{Name: "lease.contended", Key: "k", Token: 3, Attempt: 1})
+	obs.End(in, observe.Event{Name: "lease.acquired", Key: "k", Token: 9, Attempt: 2, Duration: time.Hour})
+	in = obs.Start(ctx, observe.Call{Name: "cas.retry_op"})
+	obs.Event(in, observe.Event{Name: "cas.conflict", Key: "doc", Attempt: 1, Err: errConflict})
+	obs.Event(in, observe.Event{Name: "cas.retry", Attempt: 1, Duration: 20 * time.Millisecond, Err: errConflict})
+	obs.End(in, observe.Event{Name: "cas.failed", Attempt: 2, Err: context.DeadlineExceeded})
+	obs.End(in, observe.Event{Name: "cas.failed", Attempt: 2, Err: context.DeadlineExceeded}) // a second End: no span
+	obs.Event(ctx, observe.Event{Name: "lease.renewed", Key: "k", Token: 9, Duration: time.Millisecond})
 	caller.End()
 	after := time.Now()
-	b.a.Observe(context.Background(), observe.Event{Name: "cas.conflict", Key: "doc", Attempt: 1, Err: errConflict})
+	obs.Event(context.Background(), observe.Event{Name: "cas.conflict", Key: "doc", Attempt: 1, Err: errConflict})
 
 	spans := map[string]sdktrace.ReadOnlySpan{}
 	for _, s := range b.spans.Ended() {
 		spans[s.Name()] = s
-		if s.EndTime().After(after) {
-			t.Errorf("span %s ends at %v, after the test's %v", s.Name(), s.EndTime(), after)
+		if s.StartTime().Before(before) && s.Name() != "caller" || s.EndTime().After(after) {
+			t.Errorf("span %s from %v to %v, outside the test's %v to %v", s.Name(), s.StartTime(), s.EndTime(), before, after)
 		}
 	}
-	if len(spans) != 3 {
-		t.Fatalf("spans %v: want caller, lease.acquired and lease.not_acquired", spans)
+	if len(spans) != 3 || len(b.spans.Ended()) != 3 {
+		t.Fatalf("spans %v: want caller, lease.acquire and cas.retry_op", spans)
 	}
 	parent := spans["caller"]
-	for _, name := range []string{"lease.acquired", "lease.not_acquired"} {
+	for _, name := range []string{"lease.acquire", "cas.retry_op"} {
 		s := spans[name]
 		if s.Parent().SpanID() != parent.SpanContext().SpanID() || s.SpanContext().TraceID() != parent.SpanContext().TraceID() {
 			t.Errorf("%s's parent %v, want the caller's span %v", name, s.Parent().SpanID(), parent.SpanContext().SpanID())
@@ -132,28 +183,28 @@ func TestSpans(t *testing.T) {
 			t.Errorf("%s: scope %+v, want version and schema URL", name, s.InstrumentationScope())
 		}
 	}
-	acq := spans["lease.acquired"]
-	if acq.EndTime().Before(before) || acq.EndTime().Sub(acq.StartTime()) != 50*time.Millisecond {
-		t.Errorf("lease.acquired from %v to %v: want 50ms ending between %v and %v", acq.StartTime(), acq.EndTime(), before, after)
-	}
-	wantAttrs(t, "lease.acquired", acq.Attributes(), map[attribute.Key]attribute.Value{
+	acq := spans["lease.acquire"]
+	wantAttrs(t, "lease.acquire", acq.Attributes(), map[attribute.Key]attribute.Value{
 		nolockotel.AttrEvent: attribute.StringValue("lease.acquired"), nolockotel.AttrKey: attribute.StringValue("k"),
 		nolockotel.AttrToken: attribute.Int64Value(9), nolockotel.AttrAttempt: attribute.IntValue(2),
 	})
 	if acq.Status().Code != codes.Unset {
-		t.Errorf("lease.acquired status %v, want unset", acq.Status())
+		t.Errorf("lease.acquire status %v, want unset", acq.Status())
 	}
-	not := spans["lease.not_acquired"]
-	if not.Status().Code != codes.Error || not.Status().Description != context.DeadlineExceeded.Error() {
-		t.Errorf("lease.not_acquired status %+v, want Error with the error's text", not.Status())
+	if ev := acq.Events(); len(ev) != 1 || ev[0].Name != "lease.contended" {
+		t.Errorf("lease.acquire's span events %+v: want lease.contended", ev)
 	}
-	wantAttrs(t, "lease.not_acquired", not.Attributes(), map[attribute.Key]attribute.Value{
-		nolockotel.AttrEvent: attribute.StringValue("lease.not_acquired"), nolockotel.AttrKey: attribute.StringValue("k"),
-		nolockotel.AttrAttempt: attribute.IntValue(1), nolockotel.AttrErrorType: attribute.StringValue("context.DeadlineExceeded"),
+	op := spans["cas.retry_op"]
+	if op.Status().Code != codes.Error || op.Status().Description != context.DeadlineExceeded.Error() {
+		t.Errorf("cas.retry_op status %+v, want Error with the error's text", op.Status())
+	}
+	wantAttrs(t, "cas.retry_op", op.Attributes(), map[attribute.Key]attribute.Value{
+		nolockotel.AttrEvent: attribute.StringValue("cas.failed"), nolockotel.AttrAttempt: attribute.IntValue(2),
+		nolockotel.AttrErrorType: attribute.StringValue("context.DeadlineExceeded"),
 	})
-	events := parent.Events()
-	if len(events) != 2 || events[0].Name != "cas.conflict" || events[1].Name != "cas.retry" {
-		t.Fatalf("caller's span events %+v: want cas.conflict, cas.retry", events)
+	events := op.Events()
+	if len(events) != 3 || events[0].Name != "cas.conflict" || events[1].Name != "cas.retry" || events[2].Name != "exception" {
+		t.Fatalf("cas.retry_op's span events %+v: want cas.conflict, cas.retry, exception", events)
 	}
 	wantAttrs(t, "the cas.conflict span event", events[0].Attributes, map[attribute.Key]attribute.Value{
 		nolockotel.AttrEvent: attribute.StringValue("cas.conflict"), nolockotel.AttrKey: attribute.StringValue("doc"),
@@ -165,6 +216,64 @@ func TestSpans(t *testing.T) {
 		nolockotel.AttrErrorType: attribute.StringValue("cas.ErrConflict"), "nolock.delay": attribute.Float64Value(0.02),
 		"error.message": attribute.StringValue(errConflict.Error()),
 	})
+	if ev := parent.Events(); len(ev) != 1 || ev[0].Name != "lease.renewed" {
+		t.Errorf("caller's span events %+v: want lease.renewed, an event outside a call on the span in its context", ev)
+	}
+}
+
+// A consumer's call is a consumer span with the messaging attributes,
+// whose parent is the producer's context from the message's headers (the
+// span in Start's context a link); without one in the headers, its
+// parent is the span in Start's context.
+func TestConsumerSpan(t *testing.T) {
+	t.Parallel()
+	b := newBed(t, nolockotel.WithPropagator(propagation.TraceContext{}))
+	tr := b.tp.Tracer("test")
+	pctx, producer := tr.Start(context.Background(), "produce", trace.WithSpanKind(trace.SpanKindProducer))
+	var km kafka.Message
+	b.a.Inject(pctx, &km)
+	producer.End()
+	hs := make([]observe.Header, len(km.Headers))
+	for i, h := range km.Headers {
+		hs[i] = observe.Header{Key: h.Key, Value: h.Value}
+	}
+	ctx, run := tr.Start(context.Background(), "run")
+	for _, h := range [][]observe.Header{hs, nil} {
+		in := b.a.Start(ctx, observe.Call{Name: "inbox.handle", Key: "t/2@7", Message: &observe.Message{Topic: "t", Partition: 2, Offset: 7, Headers: h}})
+		b.a.End(in, observe.Event{Name: "inbox.handled", Key: "t/2@7", N: 1})
+	}
+	run.End()
+	var handled []sdktrace.ReadOnlySpan
+	for _, s := range b.spans.Ended() {
+		if s.Name() == "inbox.handle" {
+			handled = append(handled, s)
+		}
+	}
+	if len(handled) != 2 {
+		t.Fatalf("%d inbox.handle spans, want 2", len(handled))
+	}
+	for i, s := range handled {
+		if s.SpanKind() != trace.SpanKindConsumer {
+			t.Errorf("inbox.handle: kind %v, want consumer", s.SpanKind())
+		}
+		wantAttrs(t, "inbox.handle", s.Attributes(), map[attribute.Key]attribute.Value{
+			nolockotel.AttrEvent: attribute.StringValue("inbox.handled"), nolockotel.AttrKey: attribute.StringValue("t/2@7"),
+			nolockotel.AttrN: attribute.Int64Value(1), "messaging.system": attribute.StringValue("kafka"),
+			"messaging.operation.type": attribute.StringValue("process"), "messaging.operation.name": attribute.StringValue("process"),
+			"messaging.destination.name": attribute.StringValue("t"), "messaging.destination.partition.id": attribute.StringValue("2"),
+			"messaging.kafka.offset": attribute.IntValue(7),
+		})
+		want, links := producer.SpanContext(), 1
+		if i == 1 {
+			want, links = run.SpanContext(), 0
+		}
+		if s.Parent().SpanID() != want.SpanID() || s.SpanContext().TraceID() != want.TraceID() || !s.Parent().IsRemote() == (i == 0) {
+			t.Errorf("inbox.handle %d: parent %v (remote %v), want %v", i, s.Parent().SpanID(), s.Parent().IsRemote(), want.SpanID())
+		}
+		if len(s.Links()) != links || links == 1 && s.Links()[0].SpanContext.SpanID() != run.SpanContext().SpanID() {
+			t.Errorf("inbox.handle %d: links %+v, want %d to the span in Start's context", i, s.Links(), links)
+		}
+	}
 }
 
 func wantAttrs(t *testing.T, what string, got []attribute.KeyValue, want map[attribute.Key]attribute.Value) {
@@ -221,8 +330,8 @@ func TestWithErrorType(t *testing.T) {
 		}
 		return ""
 	}))
-	b.a.Observe(context.Background(), observe.Event{Name: "cas.conflict", Err: fmt.Errorf("x: %w", mine)})
-	b.a.Observe(context.Background(), observe.Event{Name: "cas.conflict", Err: context.Canceled})
+	b.a.Event(context.Background(), observe.Event{Name: "cas.conflict", Err: fmt.Errorf("x: %w", mine)})
+	b.a.Event(context.Background(), observe.Event{Name: "cas.conflict", Err: context.Canceled})
 	equalMaps(t, nolockotel.MetricOutcomes, b.collect(t).counts(t), map[string]int64{
 		"cas.conflict/app.Mine":         1,
 		"cas.conflict/context.Canceled": 1,

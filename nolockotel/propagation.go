@@ -5,6 +5,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/nolock/nolock/observe"
 )
 
 // Inject writes the trace context of ctx (W3C traceparent and tracestate
@@ -58,6 +60,39 @@ func (h *carrier) Keys() []string {
 	keys := make([]string, 0, len(*h))
 	seen := map[string]bool{}
 	for _, x := range *h {
+		if !seen[x.Key] {
+			seen[x.Key] = true
+			keys = append(keys, x.Key)
+		}
+	}
+	return keys
+}
+
+// headers is a read-only propagation.TextMapCarrier over the headers of
+// an observe.Message, which an Observer must not modify: Set does
+// nothing.
+type headers []observe.Header
+
+var _ propagation.TextMapCarrier = headers(nil)
+
+// Get returns the value of the last header named key, or "".
+func (h headers) Get(key string) string {
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i].Key == key {
+			return string(h[i].Value)
+		}
+	}
+	return ""
+}
+
+// Set does nothing: the headers are the message's.
+func (h headers) Set(string, string) {}
+
+// Keys returns the headers' keys, each once, in order.
+func (h headers) Keys() []string {
+	keys := make([]string, 0, len(h))
+	seen := map[string]bool{}
+	for _, x := range h {
 		if !seen[x.Key] {
 			seen[x.Key] = true
 			keys = append(keys, x.Key)

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/nolock/nolock/cas"
 	"github.com/nolock/nolock/cas/pgcas"
@@ -86,6 +87,8 @@ func TestWorkloadPostgres(t *testing.T) {
 	const n = 5
 	for range n {
 		if _, err := store.Do(ctx, "orders", "order-1", []byte("req"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			_, inner := b.tp.Tracer("test").Start(ctx, "fn")
+			inner.End()
 			return []byte("ok"), nil
 		}); err != nil {
 			t.Fatal(err)
@@ -100,9 +103,7 @@ func TestWorkloadPostgres(t *testing.T) {
 
 	m := b.collect(t)
 	equalMaps(t, nolockotel.MetricOutcomes, byEvent(m.counts(t)), map[string]int64{
-		"cas.conflict":  int64(conflicts), // 1+2+0+3 + 2
-		"cas.committed": int64(commits),
-		"cas.gave_up":   1,
+		"cas.conflict": int64(conflicts), // 1+2+0+3 + 2
 	})
 	equalMaps(t, nolockotel.MetricRetries, m.counts(t, nolockotel.MetricRetries), map[string]int64{"cas.retry/cas.ErrConflict": int64(retries)})
 	calls := map[string]int64{}
@@ -110,6 +111,8 @@ func TestWorkloadPostgres(t *testing.T) {
 		calls[k] = int64(v[0])
 	}
 	equalMaps(t, nolockotel.MetricOperationDuration+" (count)", calls, map[string]int64{
+		"cas.committed":                                int64(commits),
+		"cas.gave_up/cas.ErrConflict":                  1,
 		"idempotency.ran":                              1,
 		"idempotency.replayed":                         n - 1,
 		"idempotency.mismatch/idempotency.ErrMismatch": 1,
@@ -118,20 +121,22 @@ func TestWorkloadPostgres(t *testing.T) {
 	if got := histogram[int64](t, m, nolockotel.MetricBatchSize)["cas.committed"]; got != [2]float64{float64(commits), float64(commits)} {
 		t.Errorf("nolock.batch.size for cas.committed (count, sum) = %v, want %d Retry commits of 1", got, commits)
 	}
-	// Every idempotency call is a span under the caller's.
-	idem := 0
+	// Every call is a span under the caller's, and a span fn starts is
+	// under its Do's.
+	spans := map[string]int{}
+	names := map[trace.SpanID]string{}
 	for _, s := range b.spans.Ended() {
-		if !strings.HasPrefix(s.Name(), "idempotency.") {
-			continue
-		}
-		idem++
-		if s.Parent().SpanID() != caller.SpanContext().SpanID() {
-			t.Errorf("span %s: parent %v, want the caller's %v", s.Name(), s.Parent().SpanID(), caller.SpanContext().SpanID())
+		names[s.SpanContext().SpanID()] = s.Name()
+	}
+	for _, s := range b.spans.Ended() {
+		spans[s.Name()]++
+		switch parent := names[s.Parent().SpanID()]; {
+		case s.Name() == "fn" && parent != idempotency.CallDo,
+			s.Name() != "fn" && s.Name() != "caller" && s.Parent().SpanID() != caller.SpanContext().SpanID():
+			t.Errorf("span %s: parent %v (%s)", s.Name(), s.Parent().SpanID(), parent)
 		}
 	}
-	if idem != n+1 {
-		t.Errorf("%d idempotency spans, want %d", idem, n+1)
-	}
+	equalMaps(t, "spans", spans, map[string]int{"caller": 1, cas.CallRetry: commits + 1, idempotency.CallDo: n + 1, "fn": 1})
 }
 
 // A partition consumer that parks its poison messages (one attempt each)
@@ -210,28 +215,37 @@ func TestWorkloadKafka(t *testing.T) {
 		t.Errorf("partition.claimed %d, released %d: want at least 2, each released", counts["partition.claimed"], counts["partition.released"])
 	}
 	for k, v := range histogram[float64](t, m, nolockotel.MetricProcessDuration) {
-		if want := "partition.committed messaging.destination.name=" + topic + " messaging.destination.partition.id=0 messaging.operation.name=process messaging.system=kafka"; k != want {
+		event, attrs, _ := strings.Cut(k, " ")
+		if want := "messaging.destination.name=" + topic + " messaging.destination.partition.id=0 messaging.operation.name=process messaging.system=kafka"; attrs != want {
 			t.Errorf("%s: series %q, want %q", nolockotel.MetricProcessDuration, k, want)
 		}
-		counts["partition.committed"] += int64(v[0])
+		if event == "partition.committed" {
+			counts["partition.committed"] += int64(v[0])
+		}
 	}
 	committed := histogram[int64](t, m, nolockotel.MetricBatchSize)["partition.committed"]
 	if committed[0] != float64(counts["partition.committed"]) || committed[1] != n-poisons+1 {
 		t.Errorf("nolock.batch.size for partition.committed (count, sum) = %v, want %d batches adding up to %d messages",
 			committed, counts["partition.committed"], n-poisons+1)
 	}
-	// The consumer's batches are spans under the span Run was called in.
-	batches := 0
+	// The consumer's batches are consumer spans under the span Run was
+	// called in (the messages carry no trace context).
+	batches := map[string]int64{}
 	for _, s := range b.spans.Ended() {
-		if s.Name() == "partition.committed" {
-			batches++
-			if s.Parent().SpanID() != consumer.SpanContext().SpanID() {
-				t.Errorf("partition.committed span's parent %v, want Run's caller's %v", s.Parent().SpanID(), consumer.SpanContext().SpanID())
+		if s.Name() != partition.CallHandle {
+			continue
+		}
+		for _, kv := range s.Attributes() {
+			if kv.Key == nolockotel.AttrEvent {
+				batches[kv.Value.AsString()]++
 			}
 		}
+		if s.Parent().SpanID() != consumer.SpanContext().SpanID() || s.SpanKind() != trace.SpanKindConsumer {
+			t.Errorf("partition.handle span's parent %v, kind %v: want Run's caller's %v, consumer", s.Parent().SpanID(), s.SpanKind(), consumer.SpanContext().SpanID())
+		}
 	}
-	if int64(batches) != counts["partition.committed"] {
-		t.Errorf("%d partition.committed spans, want %d", batches, counts["partition.committed"])
+	if batches["partition.committed"] != counts["partition.committed"] {
+		t.Errorf("%d partition.handle spans ending partition.committed, want %d", batches["partition.committed"], counts["partition.committed"])
 	}
 }
 

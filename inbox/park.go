@@ -59,6 +59,7 @@ func (in *Inbox) fail(ctx context.Context, msg kafka.Message, cause error, perma
 		return err == nil, err
 	}
 	in.counts.parked.Add(1)
+	in.counts.handled(msg)
 	in.log.Error("inbox: message parked", "topic", msg.Topic, "partition", msg.Partition, "offset", msg.Offset, "attempts", attempts, "err", cause)
 	in.note(ctx, EventParked, msg, true, observe.Event{N: 1, Attempt: attempts, Err: cause})
 	return true, nil

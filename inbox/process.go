@@ -88,6 +88,7 @@ func (in *Inbox) Process(ctx context.Context, msgs []kafka.Message, h Handler) (
 		return Outcome{}, err
 	}
 	in.counts.processed.Add(int64(out.Processed))
+	in.counts.handled(msgs...)
 	if out.Duplicates > 0 {
 		in.counts.duplicates.Add(int64(out.Duplicates))
 		last := msgs[len(msgs)-1]

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
+	"github.com/nolock/nolock/inbox"
 	"github.com/nolock/nolock/internal/errfmt"
 	"github.com/nolock/nolock/partition"
 )
@@ -70,10 +71,26 @@ func PartitionLag(group string, c interface {
 	}
 }
 
+// InboxLag returns the lag of each partition in in's Stats (the
+// partitions it has handled messages of, each as of its last one), for
+// ObserveLag; group is in's consumer name (usually the Reader's GroupID),
+// for the attribute (ObserveLag leaves out a lag that is unknown, -1).
+// Reading it does no I/O.
+func InboxLag(group string, in interface{ Stats() inbox.Stats }) func() []Lag {
+	return func() []Lag {
+		stats := in.Stats().Partitions
+		out := make([]Lag, 0, len(stats))
+		for _, s := range stats {
+			out = append(out, Lag{Group: group, Topic: s.Topic, Partition: s.Partition, Messages: s.Lag})
+		}
+		return out
+	}
+}
+
 // ReaderLag returns the lag of a kafka-go Reader of one partition
 // (Reader.Lag: as of its last message; unknown for a Reader with a
-// GroupID), for ObserveLag: an inbox.Inbox reads through your Reader, and
-// this is its lag. group names the consumer in the attribute. Reading it
+// GroupID, for which InboxLag gives an Inbox's), for ObserveLag. group
+// names the consumer in the attribute. Reading it
 // does no I/O and does not reset the Reader's Stats.
 func ReaderLag(group string, r *kafka.Reader) func() []Lag {
 	cfg := r.Config()

@@ -121,6 +121,10 @@ type stats []partition.PartitionStats
 
 func (s stats) Stats() []partition.PartitionStats { return s }
 
+type inboxStats inbox.Stats
+
+func (s inboxStats) Stats() inbox.Stats { return inbox.Stats(s) }
+
 // Lags are observed per group, topic and partition; an unknown one (-1)
 // is left out; a nil source is refused.
 func TestObserveLag(t *testing.T) {
@@ -133,6 +137,15 @@ func TestObserveLag(t *testing.T) {
 	equalMaps(t, nolockotel.MetricConsumerLag, gauge[int64](t, b.collect(t), nolockotel.MetricConsumerLag), map[string]int64{
 		" messaging.consumer.group.name=billing messaging.destination.name=orders messaging.destination.partition.id=0 messaging.system=kafka":  12,
 		" messaging.consumer.group.name=billing messaging.destination.name=refunds messaging.destination.partition.id=2 messaging.system=kafka": 0,
+	})
+	in := inboxStats{Partitions: []inbox.PartitionStats{{Topic: "mail", Partition: 4, Lag: 3}, {Topic: "mail", Partition: 5, Lag: -1}}}
+	if _, err := b.a.ObserveLag(nolockotel.InboxLag("mailer", in)); err != nil {
+		t.Fatal(err)
+	}
+	equalMaps(t, nolockotel.MetricConsumerLag, gauge[int64](t, b.collect(t), nolockotel.MetricConsumerLag), map[string]int64{
+		" messaging.consumer.group.name=billing messaging.destination.name=orders messaging.destination.partition.id=0 messaging.system=kafka":  12,
+		" messaging.consumer.group.name=billing messaging.destination.name=refunds messaging.destination.partition.id=2 messaging.system=kafka": 0,
+		" messaging.consumer.group.name=mailer messaging.destination.name=mail messaging.destination.partition.id=4 messaging.system=kafka":     3,
 	})
 	if _, err := b.a.ObserveLag(nil); !errors.Is(err, nolockotel.ErrInvalid) {
 		t.Errorf("ObserveLag(nil): %v, want ErrInvalid", err)

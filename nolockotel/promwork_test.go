@@ -53,7 +53,8 @@ func waitResults(t *testing.T, pool *pgxpool.Pool, consumer string, want int) {
 }
 
 // runInbox runs an inbox over topic (two attempts, then a message is
-// parked) until it recorded want messages and parked the poison one.
+// parked), whose lag the Adapter observes, until it recorded want
+// messages and parked the poison one.
 func runInbox(t *testing.T, a *nolockotel.Adapter, pool *pgxpool.Pool, brokers []string, topic string, want int) {
 	t.Helper()
 	ctx := context.Background()
@@ -63,6 +64,9 @@ func runInbox(t *testing.T, a *nolockotel.Adapter, pool *pgxpool.Pool, brokers [
 		t.Fatal(err)
 	}
 	if err := in.CreateSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.ObserveLag(nolockotel.InboxLag("billing", in)); err != nil {
 		t.Fatal(err)
 	}
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: testenv.Name("billing"), Topic: topic,

@@ -35,8 +35,8 @@ type Stats struct {
 	Partitions []PartitionStats
 }
 
-// PartitionStats is where an Inbox is in one partition, as of the last
-// message of it that the Inbox handled: its fields have the meanings of
+// PartitionStats is where an Inbox is in one partition, as of the
+// messages of it that the Inbox handled: its fields have the meanings of
 // partition.PartitionStats' fields of the same names.
 type PartitionStats struct {
 	Topic     string
@@ -45,9 +45,9 @@ type PartitionStats struct {
 	// skipped as a duplicate, or parked).
 	NextOffset int64
 	// HighWaterMark is the partition's high-water mark (the offset after
-	// its last record) as the fetch of that message reported it
-	// (kafka.Message's HighWaterMark; 0 when the message did not carry
-	// one, as in a Process of messages built by hand). It is not
+	// its last record), the highest that the fetches of the messages
+	// handled reported (kafka.Message's HighWaterMark; 0 when none
+	// carried one, as in a Process of messages built by hand). It is not
 	// refreshed while no message of the partition is handled.
 	HighWaterMark int64
 	// Lag is HighWaterMark - NextOffset, not below 0: the records Kafka
@@ -79,8 +79,9 @@ type counters struct {
 
 type position struct{ next, hwm int64 }
 
-// handled records that msgs, in order, were handled: each partition's
-// position moves past its last message there.
+// handled records that msgs were handled: each partition's position
+// moves past its highest offset there, and its high-water mark up to the
+// highest seen.
 func (c *counters) handled(msgs ...kafka.Message) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -89,9 +90,8 @@ func (c *counters) handled(msgs ...kafka.Message) {
 	}
 	for _, m := range msgs {
 		k := topicPartition{m.Topic, m.Partition}
-		if p, ok := c.pos[k]; !ok || m.Offset+1 > p.next {
-			c.pos[k] = position{next: m.Offset + 1, hwm: m.HighWaterMark}
-		}
+		p := c.pos[k] // a redelivery's older offsets do not move it back
+		c.pos[k] = position{next: max(p.next, m.Offset+1), hwm: max(p.hwm, m.HighWaterMark)}
 	}
 }
 

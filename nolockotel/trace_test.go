@@ -127,7 +127,10 @@ func TestTraceInbox(t *testing.T) {
 			return err
 		})
 	}()
-	for in.Stats().Processed < 1 {
+	for deadline := time.Now().Add(testenv.Scale(time.Minute)); in.Stats().Processed < 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the message not processed within a minute")
+		}
 		select {
 		case err := <-done:
 			t.Fatalf("Run returned early: %v", err)

@@ -348,11 +348,10 @@ func (f *found) scan(row interface{ Scan(...any) error }) error {
 // lookup returns the record of (scope, key), live or expired; ErrNotFound
 // if there is none.
 func (s *Store) lookup(ctx context.Context, scope, key string) (found, error) {
-	f := found{Record: Record{Scope: scope, Key: key}}
+	f := found{Record: Record{Scope: scope, Key: key}, exists: true}
 	err := s.onDB(ctx, func(ctx context.Context) error {
 		return f.scan(s.over.QueryRow(ctx, s.db, s.readSQL, scope, key))
 	})
-	f.exists = err == nil
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return found{}, ErrNotFound

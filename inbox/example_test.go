@@ -166,7 +166,7 @@ func ExampleInbox_ReplayParked() {
 		}
 		fmt.Println("  purged")
 	}
-	if _, err := in.PurgeParkedOlderThan(ctx, 30*24*time.Hour); err != nil { // the parked table's retention: schedule it, e.g. daily
+	if _, err := in.PurgeParkedOlderThan(ctx, 30*24*time.Hour, 1000); err != nil { // the parked table's retention: schedule it, e.g. daily
 		log.Fatal(err)
 	}
 	var n int

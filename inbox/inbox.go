@@ -230,9 +230,12 @@ ON CONFLICT DO NOTHING RETURNING id`
 	in.attemptSQL = `INSERT INTO ` + att + ` AS a (consumer, id, attempts, last_error) VALUES ($1, $2, 1, $3)
 ON CONFLICT (consumer, id) DO UPDATE SET attempts = a.attempts + 1, last_error = $3, updated_at = now() RETURNING attempts`
 	in.clearSQL = `DELETE FROM ` + att + ` WHERE consumer = $1 AND id = $2`
+	// Each reap statement deletes at most $2 rows, locked first and
+	// skipped if another transaction holds them.
 	in.reapSQL = `DELETE FROM ` + t + ` WHERE ctid = ANY (ARRAY(SELECT ctid FROM ` + t + `
-WHERE processed_at < now() - $1::interval AND consumer = $3 LIMIT $2))`
-	in.reapAttemptsSQL = `DELETE FROM ` + att + ` WHERE updated_at < now() - $1::interval AND consumer = $2`
+WHERE processed_at < now() - $1::interval AND consumer = $3 LIMIT $2 FOR UPDATE SKIP LOCKED))`
+	in.reapAttemptsSQL = `DELETE FROM ` + att + ` WHERE ctid = ANY (ARRAY(SELECT ctid FROM ` + att + `
+WHERE updated_at < now() - $1::interval AND consumer = $3 LIMIT $2 FOR UPDATE SKIP LOCKED))`
 	in.recordSQL = `INSERT INTO ` + t + ` (consumer, id) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 	return in, nil
 }

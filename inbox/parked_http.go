@@ -43,7 +43,7 @@ func ParkedHandler(in *Inbox, h Handler) http.Handler {
 		Replay: func(ctx context.Context, id kafkapark.ID) error { return in.ReplayParked(ctx, ParkedID(id), h) },
 		Purge:  func(ctx context.Context, id kafkapark.ID) error { return in.PurgeParked(ctx, ParkedID(id)) },
 		PurgeOlder: func(ctx context.Context, d time.Duration) (int64, error) {
-			return in.PurgeParkedOlderThan(ctx, d)
+			return in.PurgeParkedOlderThan(ctx, d, kafkapark.PurgeBatch)
 		},
 		Invalid: ErrInvalid, NotParked: ErrNotParked, Ambiguous: ErrAmbiguousCommit,
 		HandlerFailed: func(err error) bool { var he *HandlerError; return errors.As(err, &he) },

@@ -245,7 +245,7 @@ func TestPurgeParked(t *testing.T) {
 	if _, err := pool.Exec(ctx, `UPDATE nolock_inbox_parked SET parked_at = now() - interval '8 days' WHERE message_id IN ('a', 'c')`); err != nil {
 		t.Fatal(err)
 	}
-	n, err := in.PurgeParkedOlderThan(ctx, 7*24*time.Hour)
+	n, err := in.PurgeParkedOlderThan(ctx, 7*24*time.Hour, 1)
 	if err != nil || n != 2 {
 		t.Fatalf("purged %d parked over 7 days ago (%v), want 2: a and c", n, err)
 	}
@@ -313,9 +313,10 @@ func TestParkedBadInput(t *testing.T) {
 		{"purge: empty id", in.PurgeParked(ctx, inbox.ParkedID{})},
 		{"purge: negative offset", in.PurgeParked(ctx, inbox.ParkedID{Topic: "t", Offset: -1})},
 		{"parse: no offset", func() error { _, err := inbox.ParseParkedID("t/1"); return err }()},
-		{"purge older: nil ctx", func() error { _, err := in.PurgeParkedOlderThan(nilCtx, time.Hour); return err }()},
-		{"purge older: zero retention", func() error { _, err := in.PurgeParkedOlderThan(ctx, 0); return err }()},
-		{"purge older: negative retention", func() error { _, err := in.PurgeParkedOlderThan(ctx, -time.Hour); return err }()},
+		{"purge older: nil ctx", func() error { _, err := in.PurgeParkedOlderThan(nilCtx, time.Hour, 1000); return err }()},
+		{"purge older: zero retention", func() error { _, err := in.PurgeParkedOlderThan(ctx, 0, 1000); return err }()},
+		{"purge older: zero batch", func() error { _, err := in.PurgeParkedOlderThan(ctx, time.Hour, 0); return err }()},
+		{"purge older: negative retention", func() error { _, err := in.PurgeParkedOlderThan(ctx, -time.Hour, 1000); return err }()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !errors.Is(tc.err, inbox.ErrInvalid) {

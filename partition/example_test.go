@@ -139,7 +139,7 @@ func ExampleConsumer_ReplayParked() {
 		}
 		fmt.Println("  purged")
 	}
-	if _, err := c.PurgeParkedOlderThan(ctx, 30*24*time.Hour); err != nil { // the parked table's retention: schedule it, e.g. daily
+	if _, err := c.PurgeParkedOlderThan(ctx, 30*24*time.Hour, 1000); err != nil { // the parked table's retention: schedule it, e.g. daily
 		log.Fatal(err)
 	}
 	var balance int64

@@ -219,22 +219,33 @@ func (c *Consumer) PurgeParked(ctx context.Context, id ParkedID) error {
 // how many it deleted. It is the parked table's retention: nothing purges
 // parked messages by itself, so schedule it (e.g. daily) with the time
 // operators have to act.
-func (c *Consumer) PurgeParkedOlderThan(ctx context.Context, retention time.Duration) (int64, error) {
+//
+// It deletes at most batch rows per statement, each in a transaction of
+// its own, until none is left: writers never wait long behind it. A
+// message being replayed meanwhile is skipped, not waited for. Cancelling
+// ctx stops it between batches; what was deleted stays deleted, and is
+// counted in the total returned with the error.
+func (c *Consumer) PurgeParkedOlderThan(ctx context.Context, retention time.Duration, batch int) (int64, error) {
 	if ctx == nil {
 		return 0, invalid("ctx is nil")
 	}
-	if retention <= 0 {
+	switch {
+	case retention <= 0:
 		return 0, invalid("retention %v is not positive", retention)
+	case batch < 1:
+		return 0, invalid("batch %d is below 1", batch)
 	}
-	var n int64
-	err := kafkapark.Again(func() error {
-		return c.inTx(ctx, func(tx pgx.Tx) (err error) {
-			n, err = c.parked.PurgeOlder(ctx, tx, c.cfg.GroupID, retention)
-			return err
+	n, err := kafkapark.Batches(ctx, batch, func() (n int64, err error) {
+		err = kafkapark.Again(func() error {
+			return c.inTx(ctx, func(tx pgx.Tx) (err error) {
+				n, err = c.parked.PurgeOlder(ctx, tx, c.cfg.GroupID, retention, batch)
+				return err
+			})
 		})
+		return n, err
 	})
 	if err != nil {
-		return 0, errfmt.Errorf("partition: purge parked: %w", err)
+		return n, errfmt.Errorf("partition: purge parked: %w", err)
 	}
 	return n, nil
 }

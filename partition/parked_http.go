@@ -36,7 +36,7 @@ func ParkedHandler(c *Consumer, h Handler) http.Handler {
 		Replay: func(ctx context.Context, id kafkapark.ID) error { return c.ReplayParked(ctx, ParkedID(id), h) },
 		Purge:  func(ctx context.Context, id kafkapark.ID) error { return c.PurgeParked(ctx, ParkedID(id)) },
 		PurgeOlder: func(ctx context.Context, d time.Duration) (int64, error) {
-			return c.PurgeParkedOlderThan(ctx, d)
+			return c.PurgeParkedOlderThan(ctx, d, kafkapark.PurgeBatch)
 		},
 		Invalid: ErrInvalid, NotParked: ErrNotParked, Ambiguous: ErrAmbiguousCommit,
 		HandlerFailed: func(err error) bool { var he *HandlerError; return errors.As(err, &he) },

@@ -328,7 +328,7 @@ func TestPurgeParked(t *testing.T) {
 	if _, err := b.pool.Exec(ctx, `UPDATE `+partition.DefaultTable+`_parked SET parked_at = now() - interval '8 days' WHERE "offset" IN (0, 2)`); err != nil {
 		t.Fatal(err)
 	}
-	n, err := c.PurgeParkedOlderThan(ctx, 7*24*time.Hour)
+	n, err := c.PurgeParkedOlderThan(ctx, 7*24*time.Hour, 1)
 	if err != nil || n != 2 {
 		t.Fatalf("purged %d parked over 7 days ago (%v), want 2: offsets 0 and 2", n, err)
 	}
@@ -373,8 +373,9 @@ func TestParkedBadInput(t *testing.T) {
 		{"replay: nil handler", c.ReplayParked(ctx, good, nil)},
 		{"purge: nil ctx", c.PurgeParked(nilCtx, good)},
 		{"purge: empty topic", c.PurgeParked(ctx, partition.ParkedID{Offset: 3})},
-		{"purge older: nil ctx", func() error { _, err := c.PurgeParkedOlderThan(nilCtx, time.Hour); return err }()},
-		{"purge older: zero retention", func() error { _, err := c.PurgeParkedOlderThan(ctx, 0); return err }()},
+		{"purge older: nil ctx", func() error { _, err := c.PurgeParkedOlderThan(nilCtx, time.Hour, 1000); return err }()},
+		{"purge older: zero retention", func() error { _, err := c.PurgeParkedOlderThan(ctx, 0, 1000); return err }()},
+		{"purge older: zero batch", func() error { _, err := c.PurgeParkedOlderThan(ctx, time.Hour, 0); return err }()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !errors.Is(tc.err, partition.ErrInvalid) {

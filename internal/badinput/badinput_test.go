@@ -412,7 +412,7 @@ func TestNilContextRefused(t *testing.T) {
 			return in.ReplayParked(c, inbox.ParkedID{Topic: "t", Offset: 1}, func(context.Context, pgx.Tx, kafka.Message) error { return nil })
 		}),
 		e(inbox.ErrInvalid, "Inbox.PurgeParked", func() error { return in.PurgeParked(c, inbox.ParkedID{Topic: "t", Offset: 1}) }),
-		e(inbox.ErrInvalid, "Inbox.PurgeParkedOlderThan", func() error { _, err := in.PurgeParkedOlderThan(c, time.Hour); return err }),
+		e(inbox.ErrInvalid, "Inbox.PurgeParkedOlderThan", func() error { _, err := in.PurgeParkedOlderThan(c, time.Hour, 1000); return err }),
 
 		e(partition.ErrInvalid, "Consumer.CreateSchema", func() error { return consumer.CreateSchema(c) }),
 		e(partition.ErrInvalid, "Consumer.Run", func() error {
@@ -423,7 +423,7 @@ func TestNilContextRefused(t *testing.T) {
 			return consumer.ReplayParked(c, partition.ParkedID{Topic: "t", Offset: 1}, func(context.Context, pgx.Tx, []kafka.Message) error { return nil })
 		}),
 		e(partition.ErrInvalid, "Consumer.PurgeParked", func() error { return consumer.PurgeParked(c, partition.ParkedID{Topic: "t", Offset: 1}) }),
-		e(partition.ErrInvalid, "Consumer.PurgeParkedOlderThan", func() error { _, err := consumer.PurgeParkedOlderThan(c, time.Hour); return err }),
+		e(partition.ErrInvalid, "Consumer.PurgeParkedOlderThan", func() error { _, err := consumer.PurgeParkedOlderThan(c, time.Hour, 1000); return err }),
 
 		e(lease.ErrInvalid, "lease.Client.Acquire", func() error { _, err := leases.Acquire(c, "k"); return err }),
 		e(lease.ErrInvalid, "lease.Client.TryAcquire", func() error { _, err := leases.TryAcquire(c, "k"); return err }),

@@ -1,6 +1,10 @@
 package kafkapark
 
-import "testing"
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
 
 func TestParse(t *testing.T) {
 	for _, tc := range []struct {
@@ -46,4 +50,25 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("round trip of %v: %v, %v", id, again, err)
 		}
 	})
+}
+
+func TestIndexName(t *testing.T) {
+	long := strings.Repeat("é", 31) + "_parked" // 69 bytes
+	for _, tc := range []struct{ table, want string }{
+		{"nolock_inbox_parked", "nolock_inbox_parked_at"},
+		{strings.Repeat("a", 60), strings.Repeat("a", 60) + "_at"},
+	} {
+		if got := indexName(tc.table); got != tc.want {
+			t.Errorf("indexName(%q) = %q, want %q", tc.table, got, tc.want)
+		}
+	}
+	a, b := indexName(strings.Repeat("a", 61)), indexName(strings.Repeat("a", 62))
+	for _, name := range []string{a, b, indexName(long)} {
+		if len(name) > 63 || !utf8.ValidString(name) {
+			t.Errorf("indexName gave %q: %d bytes, or not UTF-8", name, len(name))
+		}
+	}
+	if a == b {
+		t.Errorf("two long tables share the index name %q", a)
+	}
 }

@@ -18,3 +18,5 @@ CREATE TABLE IF NOT EXISTS {{parked}} (
     parked_at    timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (group_id, topic, partition_id, "offset")
 );
+-- For PurgeParkedOlderThan, which deletes in batches of the oldest.
+CREATE INDEX IF NOT EXISTS {{parked_at}} ON {{parked}} (group_id, parked_at);

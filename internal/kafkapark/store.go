@@ -4,9 +4,12 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
@@ -43,7 +46,7 @@ func NewStore(table string) Store {
 	const key = `group_id = $1 AND topic = $2 AND partition_id = $3 AND "offset" = $4`
 	const cols = `topic, partition_id, "offset", key, value, headers, error, attempts, epoch, coalesce(message_id, ''), parked_at`
 	return Store{
-		schema: strings.ReplaceAll(parkedSQL, "{{parked}}", t),
+		schema: strings.NewReplacer("{{parked}}", t, "{{parked_at}}", pgx.Identifier{indexName(table)}.Sanitize()).Replace(parkedSQL),
 		insert: `INSERT INTO ` + t + ` (group_id, topic, partition_id, "offset", key, value, headers, error, attempts, epoch, message_id)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULLIF($11, '')) ON CONFLICT DO NOTHING`,
 		exists: `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE ` + key + `)`,
@@ -53,11 +56,34 @@ ORDER BY topic, partition_id, "offset" LIMIT $5`,
 		// take deletes the row, so it holds the row's lock until the
 		// replay ends: a concurrent replay or purge of the same id waits,
 		// then finds the row gone (or, after a rollback, still there).
-		take:       `DELETE FROM ` + t + ` WHERE ` + key + ` RETURNING ` + cols,
-		failed:     `UPDATE ` + t + ` SET error = $5, attempts = attempts + 1 WHERE ` + key,
-		purge:      `DELETE FROM ` + t + ` WHERE ` + key,
-		purgeOlder: `DELETE FROM ` + t + ` WHERE group_id = $1 AND parked_at < now() - $2::interval`,
+		take:   `DELETE FROM ` + t + ` WHERE ` + key + ` RETURNING ` + cols,
+		failed: `UPDATE ` + t + ` SET error = $5, attempts = attempts + 1 WHERE ` + key,
+		purge:  `DELETE FROM ` + t + ` WHERE ` + key,
+		// purgeOlder deletes at most $3 rows, locked first and skipped if
+		// a replay or another purge holds them, found by the index on
+		// (group_id, parked_at).
+		purgeOlder: `DELETE FROM ` + t + ` WHERE ctid = ANY (ARRAY(SELECT ctid FROM ` + t + `
+WHERE group_id = $1 AND parked_at < now() - $2::interval LIMIT $3 FOR UPDATE SKIP LOCKED))`,
 	}
+}
+
+// indexName is the name of table's index on (group_id, parked_at):
+// table + "_at", shortened with a hash of the whole name to fit
+// PostgreSQL's 63 bytes, which would otherwise cut it (and could make two
+// tables' index names one).
+func indexName(table string) string {
+	const max, suffix = 63, "_at"
+	if len(table)+len(suffix) <= max {
+		return table + suffix
+	}
+	h := fnv.New32a()
+	h.Write([]byte(table))
+	tail := fmt.Sprintf("_%08x%s", h.Sum32(), suffix)
+	cut := max - len(tail)
+	for cut > 0 && !utf8.RuneStart(table[cut]) {
+		cut--
+	}
+	return table[:cut] + tail
 }
 
 // Schema is the parked table's DDL (idempotent).
@@ -116,12 +142,35 @@ func (s Store) Purge(ctx context.Context, tx pgx.Tx, group string, id ID) (bool,
 	return tag.RowsAffected() > 0, err
 }
 
-// PurgeOlder deletes group's rows parked longer ago than retention and
-// returns how many.
-func (s Store) PurgeOlder(ctx context.Context, tx pgx.Tx, group string, retention time.Duration) (int64, error) {
+// PurgeOlder deletes at most batch of group's rows parked longer ago than
+// retention, skipping rows another transaction holds, and returns how
+// many it deleted.
+func (s Store) PurgeOlder(ctx context.Context, tx pgx.Tx, group string, retention time.Duration, batch int) (int64, error) {
 	iv := strconv.FormatInt(retention.Microseconds(), 10) + " microseconds"
-	tag, err := tx.Exec(ctx, s.purgeOlder, group, iv)
+	tag, err := tx.Exec(ctx, s.purgeOlder, group, iv, batch)
 	return tag.RowsAffected(), err
+}
+
+// PurgeBatch is the batch of a purge by age asked for over HTTP (the
+// operator's command), which names no batch.
+const PurgeBatch = 1000
+
+// Batches calls one, which deletes at most batch rows in a transaction of
+// its own, until a call deletes fewer, ctx ends or a call fails, and
+// returns how many rows the calls deleted: what was deleted stays
+// deleted.
+func Batches(ctx context.Context, batch int, one func() (int64, error)) (int64, error) {
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, err := one()
+		total += n
+		if err != nil || n < int64(batch) {
+			return total, err
+		}
+	}
 }
 
 // scan reads one row of cols.

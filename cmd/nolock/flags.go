@@ -158,15 +158,16 @@ func benchCommand(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Conte
 }
 
 func schemaCommand(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Context) int {
+	partitioned := fs.Bool("partitioned", false, "print the idempotency records and inbox ids tables partitioned by day of their UUIDv7 keys, and the function that creates the partitions")
 	return func(context.Context) int {
 		var err error
 		switch {
 		case fs.NArg() > 1:
 			return usageError(fs, "nolock schema takes at most one argument")
 		case fs.NArg() == 0:
-			err = schema(stdout)
+			err = schema(stdout, *partitioned)
 		case fs.Arg(0) == "postgres":
-			err = postgresSchema(stdout)
+			err = postgresSchema(stdout, *partitioned)
 		case fs.Arg(0) == "dynamodb":
 			err = dynamoSchema(stdout, "")
 		default:

@@ -4,7 +4,7 @@
 //
 //	nolock demo    [-postgres DSN] [-kafka BROKERS] [-dynamodb URL] [-run REGEXP] [-metrics ADDR]
 //	nolock bench   [-postgres DSN] [-redis ADDR] [-clients 1,4,16,64] [-duration 3s] [-svg FILE] [-run REGEXP] [-from FILE] [-metrics ADDR]
-//	nolock schema  [postgres | dynamodb]
+//	nolock schema  [-partitioned] [postgres | dynamodb]
 //	nolock doctor  [-postgres DSN] [-kafka BROKERS -topic TOPICS] [-dynamodb URL -dynamodb-table TABLES] [-json]
 //	nolock parked  list|replay|purge [-inbox NAME | -group GROUP] [-postgres DSN | -service URL] [-json] [ID]
 //	nolock version
@@ -87,14 +87,17 @@ scripts/bench or go test) and prints and plots its rates by client count.`,
 		flags: benchCommand,
 	},
 	{
-		name: "schema", args: "[postgres | dynamodb]",
+		name: "schema", args: "[-partitioned] [postgres | dynamodb]",
 		summary: "print the tables every package needs",
 		about: `Prints every PostgreSQL table of every package (idempotent DDL with the
 default names, ready for psql or a migration tool), then the DynamoDB
 tables as 'aws dynamodb create-table --cli-input-json' commands, one per
 DynamoDB-backed type, commented out so that the whole output stays SQL.
 "nolock schema postgres" prints only the DDL; "nolock schema dynamodb"
-prints only the DynamoDB commands, as a shell script. Nothing connects
+prints only the DynamoDB commands, as a shell script. With -partitioned,
+the idempotency records and inbox ids tables come first partitioned by
+day of their UUIDv7 keys, with nolock_create_partitions to create the
+days (retention by dropping a day: docs/operating.md). Nothing connects
 anywhere.`,
 		flags: schemaCommand,
 	},

@@ -15,14 +15,15 @@ import (
 	"github.com/nolock/nolock/conditional"
 	"github.com/nolock/nolock/idempotency"
 	"github.com/nolock/nolock/inbox"
+	"github.com/nolock/nolock/internal/timepart"
 	"github.com/nolock/nolock/lease"
 	"github.com/nolock/nolock/partition"
 )
 
 // schema prints the PostgreSQL DDL, then the DynamoDB table definitions
 // as SQL comments, so that the whole output applies with psql.
-func schema(out io.Writer) error {
-	if err := postgresSchema(out); err != nil {
+func schema(out io.Writer, partitioned bool) error {
+	if err := postgresSchema(out, partitioned); err != nil {
 		return err
 	}
 	if _, err := fmt.Fprint(out, "\n-- DynamoDB tables, one per DynamoDB-backed type (\"nolock schema dynamodb\"\n-- prints them as a shell script). Rename the tables at will and pass the\n-- names to the constructors.\n--\n"); err != nil {
@@ -33,8 +34,15 @@ func schema(out io.Writer) error {
 
 // postgresSchema prints the DDL of every PostgreSQL table the packages
 // need, with their default names, for migration tools. Nothing connects
-// anywhere: the constructors only render SQL.
-func postgresSchema(out io.Writer) error {
+// anywhere: the constructors only render SQL. With partitioned, the
+// time-partitioned layout of the idempotency records and inbox ids comes
+// first (internal/timepart), and the rest's IF NOT EXISTS leaves it.
+func postgresSchema(out io.Writer, partitioned bool) error {
+	if partitioned {
+		if _, err := fmt.Fprintf(out, "-- idempotency.Store and inbox.Inbox, time-partitioned\n%s\n", timepart.DDL(idempotency.DefaultTable, inbox.DefaultTable)); err != nil {
+			return err
+		}
+	}
 	var db offline
 	stock, err := conditional.NewStock(db)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -59,27 +60,35 @@ func TestSchemaNamesEveryTable(t *testing.T) {
 
 // The printed output applies cleanly to an empty schema, twice (it is
 // idempotent, and the DynamoDB part is commented out), and creates every
-// table.
+// table; with -partitioned, the idempotency and inbox tables partitioned.
 func TestSchemaApplies(t *testing.T) {
-	var out bytes.Buffer
-	if err := schema(&out); err != nil {
-		t.Fatal(err)
-	}
-	pool := testenv.Postgres(t)
-	ctx := context.Background()
-	for i := 0; i < 2; i++ {
-		if _, err := pool.Exec(ctx, out.String()); err != nil {
-			t.Fatalf("applying the schema (pass %d): %v", i+1, err)
-		}
-	}
-	for _, name := range postgresTables {
-		var ok bool
-		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = $1)`, name).Scan(&ok); err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			t.Errorf("table %s not created", name)
-		}
+	for _, partitioned := range []bool{false, true} {
+		t.Run(fmt.Sprint("partitioned=", partitioned), func(t *testing.T) {
+			var out bytes.Buffer
+			if err := schema(&out, partitioned); err != nil {
+				t.Fatal(err)
+			}
+			pool := testenv.Postgres(t)
+			ctx := context.Background()
+			for i := 0; i < 2; i++ {
+				if _, err := pool.Exec(ctx, out.String()); err != nil {
+					t.Fatalf("applying the schema (pass %d): %v", i+1, err)
+				}
+			}
+			for _, name := range postgresTables {
+				var kind string
+				if err := pool.QueryRow(ctx, `SELECT coalesce((SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)), '')`, name).Scan(&kind); err != nil {
+					t.Fatal(err)
+				}
+				want := "r"
+				if partitioned && (name == "nolock_idempotency" || name == "nolock_inbox") {
+					want = "p"
+				}
+				if kind != want {
+					t.Errorf("table %s: relkind %q, want %q", name, kind, want)
+				}
+			}
+		})
 	}
 }
 

@@ -231,9 +231,11 @@ ON CONFLICT DO NOTHING RETURNING id`
 ON CONFLICT (consumer, id) DO UPDATE SET attempts = a.attempts + 1, last_error = $3, updated_at = now() RETURNING attempts`
 	in.clearSQL = `DELETE FROM ` + att + ` WHERE consumer = $1 AND id = $2`
 	// Each reap statement deletes at most $2 rows, locked first and
-	// skipped if another transaction holds them.
-	in.reapSQL = `DELETE FROM ` + t + ` WHERE ctid = ANY (ARRAY(SELECT ctid FROM ` + t + `
-WHERE processed_at < now() - $1::interval AND consumer = $3 LIMIT $2 FOR UPDATE SKIP LOCKED))`
+	// skipped if another transaction holds them. The ids table's go by
+	// key, found in the primary key, not by ctid: partitioned (nolock
+	// schema -partitioned), a ctid names a row only within its partition.
+	in.reapSQL = `DELETE FROM ` + t + ` WHERE consumer = $3 AND processed_at < now() - $1::interval AND id = ANY (ARRAY(
+SELECT id FROM ` + t + ` WHERE processed_at < now() - $1::interval AND consumer = $3 LIMIT $2 FOR UPDATE SKIP LOCKED))`
 	in.reapAttemptsSQL = `DELETE FROM ` + att + ` WHERE ctid = ANY (ARRAY(SELECT ctid FROM ` + att + `
 WHERE updated_at < now() - $1::interval AND consumer = $3 LIMIT $2 FOR UPDATE SKIP LOCKED))`
 	in.recordSQL = `INSERT INTO ` + t + ` (consumer, id) VALUES ($1, $2) ON CONFLICT DO NOTHING`

@@ -132,7 +132,7 @@ func (d *deletes) TraceQueryEnd(_ context.Context, conn *pgx.Conn, data pgx.Trac
 	sql := strings.TrimSpace(d.started[conn])
 	switch {
 	case data.Err != nil:
-	case strings.HasPrefix(sql, "DELETE"):
+	case strings.Contains(sql, "DELETE FROM"): // a reap, whichever form it takes
 		d.rows = append(d.rows, data.CommandTag.RowsAffected())
 		if _, open := d.inTx[conn]; open {
 			d.inTx[conn]++

@@ -57,7 +57,7 @@ func NewGrowth(t testing.TB, prefix string, rows int64, maxConns int32) *Growth 
 // Fill runs fill on the filled table, with {{table}} replaced by table's
 // quoted name (one of Filled's tables: Filled itself or a table the
 // pattern names after it) and $1 bound to Rows, then VACUUM ANALYZE on
-// both tables (empty is the Empty twin of table; "" for none), and logs the time it
+// table and on empty (its Empty twin; "" for none), and logs the time it
 // took and the filled table's sizes. fill is an INSERT … SELECT … FROM
 // generate_series(1, $1): the rows never cross the wire.
 func (g *Growth) Fill(t testing.TB, table, empty, fill string) {

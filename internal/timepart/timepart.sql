@@ -18,9 +18,11 @@
 --   SELECT {{function}}('{{idem_name}}', current_date, 7);
 --   SELECT {{function}}('{{inbox_name}}', current_date, 7);
 -- Retention drops a day whose every record has expired (its keys' day
--- plus the retention, plus a margin for keys made before their first use):
---   ALTER TABLE {{idem_name}} DETACH PARTITION {{idem_name}}_20260101 CONCURRENTLY;
---   DROP TABLE {{idem_name}}_20260101;
+-- plus the retention, plus a margin for keys made before their first use).
+-- DROP TABLE of a partition takes an ACCESS EXCLUSIVE lock on the whole
+-- table for a moment (DETACH … CONCURRENTLY is refused beside a DEFAULT
+-- partition): bound its wait, and retry later if it gives up.
+--   SET lock_timeout = '1s'; DROP TABLE {{idem_name}}_20260101;
 CREATE OR REPLACE FUNCTION {{function}}(parent regclass, first date, days int) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE

@@ -77,7 +77,7 @@ func main() {
 		s.Fatal(err)
 	}
 	s.Reap("inbox", func(ctx context.Context) (int64, error) { return in.Reap(ctx, retention, 1000) })
-	s.Reap("parked", func(ctx context.Context) (int64, error) { return in.PurgeParkedOlderThan(ctx, parkedRetention) })
+	s.Reap("parked", func(ctx context.Context) (int64, error) { return in.PurgeParkedOlderThan(ctx, parkedRetention, 1000) })
 
 	tr := &kafka.Transport{}
 	s.OnStop(func() error { tr.CloseIdleConnections(); return nil })

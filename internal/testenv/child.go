@@ -2,8 +2,6 @@ package testenv
 
 import (
 	"bufio"
-	"bytes"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -161,18 +159,8 @@ func (c *Child) Pause() {
 	})
 }
 
-// stopped reports whether the kernel shows the child stopped by a signal
-// (state T in /proc/<pid>/stat).
-func (c *Child) stopped() bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Pid()))
-	if err != nil {
-		return false
-	}
-	// The state follows the command name, which is in parentheses and may
-	// itself hold spaces or parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'T'
-}
+// stopped reports whether the kernel shows the child stopped by a signal.
+func (c *Child) stopped() bool { return procState(c.Pid()) == 'T' }
 
 // Resume continues a paused child with SIGCONT.
 func (c *Child) Resume() { c.signal(syscall.SIGCONT) }

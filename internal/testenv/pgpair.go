@@ -174,20 +174,12 @@ func (p *PGPair) KillPrimary() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := p.nodes[p.primary]
-	pidFile, err := os.ReadFile(filepath.Join(n.data(), "postmaster.pid"))
+	pm, lines, err := postmaster(n.data())
 	if err != nil {
-		p.t.Fatalf("testenv: the primary is not running: %v", err)
-	}
-	lines := strings.Split(string(pidFile), "\n")
-	pm, err := strconv.Atoi(strings.TrimSpace(lines[0]))
-	if err != nil {
-		p.t.Fatalf("testenv: postmaster.pid: %v", err)
+		p.t.Fatalf("testenv: the primary: %v", err)
 	}
 	// Stopped first, the postmaster starts no child while they are listed.
-	if err := syscall.Kill(pm, syscall.SIGSTOP); err != nil {
-		p.t.Fatalf("testenv: stop the postmaster: %v", err)
-	}
-	Until(p.t, "the postmaster is stopped", func() (bool, error) { return procState(pm) == 'T', nil })
+	stopAll(p.t, []int{pm})
 	procs := append([]int{pm}, children(pm)...)
 	for _, pid := range procs {
 		_ = syscall.Kill(pid, syscall.SIGKILL)

@@ -19,6 +19,7 @@ type PGServer struct {
 	t        testing.TB
 	bin, dir string
 	port     int
+	paused   []int // the processes Pause stopped
 }
 
 // PostgresServer starts a PGServer. Without PostgreSQL's server binaries

@@ -1,0 +1,58 @@
+package lease_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/lease"
+)
+
+// One Client holding many locks keeps them all through a pause of
+// PostgreSQL (every process of a server of the test's own stopped with
+// SIGSTOP) shorter than the lease minus a heartbeat, and loses them all,
+// as expiries, in one longer than the lease (testenv.StallTrial).
+func TestManyLocksServerPaused(t *testing.T) {
+	t.Parallel()
+	stallTrial(t, 100)
+}
+
+// The same with 1,000 locks.
+func TestThousandLocksServerPaused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1,000 locks through two pauses of the server")
+	}
+	t.Parallel()
+	stallTrial(t, 1000)
+}
+
+func stallTrial(t *testing.T, n int) {
+	srv := testenv.PostgresServer(t)
+	pool := testenv.Pool(t, srv.DSN(), 4)
+	hb := testenv.Scale(500 * time.Millisecond)
+	var ev testenv.Events
+	c := newClient(t, pool, lease.WithLease(4*hb), lease.WithHeartbeat(hb), lease.WithObserver(ev.Observe))
+	locks := holdMany(t, c, "stall", n)
+	held := make([]testenv.HeldLock, n)
+	for i, l := range locks {
+		held[i] = l
+	}
+	testenv.StallTrial(t, testenv.Stall{
+		Name:  fmt.Sprintf("lease PostgreSQL server (%d locks)", n),
+		Locks: held, Lease: 4 * hb, Heartbeat: hb,
+		Pause: srv.Pause, Resume: srv.Resume,
+		Renewed: func(key string) int { return len(ev.Of(key, lease.EventRenewed)) },
+		Stored: func(l testenv.HeldLock) error {
+			if row := readRow(t, pool, l.Key()); row.Token != l.Token() || row.Released || row.Owner != c.Owner() {
+				return fmt.Errorf("the row carries %+v", row)
+			}
+			return nil
+		},
+		Expired: func(err error) bool {
+			var lost *lease.LostError
+			return errors.As(err, &lost) && lost.Cause == lease.Expired
+		},
+	})
+}

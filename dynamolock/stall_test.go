@@ -1,0 +1,62 @@
+package dynamolock_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nolock/nolock/dynamolock"
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// One Client holding many locks keeps them all through a pause of the
+// DynamoDB server (SIGSTOP, a server of the test's own) shorter than the
+// lease minus a heartbeat, and loses them all, as expiries, in one longer
+// than the lease (testenv.StallTrial). Heartbeat 2 s (more under -race):
+// 50 heartbeats a second.
+func TestManyLocksServerPaused(t *testing.T) {
+	stallTrial(t, 100, max(testenv.Scale(500*time.Millisecond), 2*time.Second))
+}
+
+// BenchmarkManyLocksServerPaused is the same with 1,000 locks, once per
+// run whatever b.N (about 75 s: heartbeat 5 s, so 200 heartbeats a
+// second, which the test's own dynalite, about 400 writes a second when
+// idle, confirms beside the suite's load). The Figures line is the
+// result.
+func BenchmarkManyLocksServerPaused(b *testing.B) {
+	stallTrial(b, 1000, 5*time.Second)
+}
+
+// stallTrial runs testenv.StallTrial on n locks of one Client with
+// heartbeat hb and a lease of four heartbeats.
+func stallTrial(t testing.TB, n int, hb time.Duration) {
+	srv := testenv.DynamoDBServer(t)
+	api := srv.Client()
+	table := testenv.Table(t, api, false)
+	lease := 4 * hb
+	var ev testenv.Events
+	c := newClient(t, api, table, dynamolock.WithLease(lease), dynamolock.WithHeartbeat(hb), dynamolock.WithObserver(ev.Observe))
+	locks, _ := holdAll(t, c, lease, "stall", n)
+	held := make([]testenv.HeldLock, n)
+	for i, l := range locks {
+		held[i] = l
+	}
+	testenv.StallTrial(t, testenv.Stall{
+		Name:  fmt.Sprintf("dynamolock DynamoDB server (%d locks)", n),
+		Locks: held, Lease: lease, Heartbeat: hb,
+		Pause: srv.Pause, Resume: srv.Resume,
+		Renewed: func(key string) int { return len(ev.Of(key, dynamolock.EventRenewed)) },
+		Stored: func(l testenv.HeldLock) error {
+			item := readItem(t, api, table, l.Key())
+			if tok := attrN(item, dynamolock.TokenAttr); tok != fmt.Sprint(l.Token()) || item[dynamolock.ReleasedAttr] != nil || attrS(item, dynamolock.OwnerAttr) != c.Owner() {
+				return fmt.Errorf("the item carries token %s, owner %q, released %v", tok, attrS(item, dynamolock.OwnerAttr), item[dynamolock.ReleasedAttr])
+			}
+			return nil
+		},
+		Expired: func(err error) bool {
+			var lost *dynamolock.LostError
+			return errors.As(err, &lost) && lost.Cause == dynamolock.Expired
+		},
+	})
+}

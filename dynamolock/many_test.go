@@ -2,7 +2,9 @@ package dynamolock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/nolock/nolock/dynamolock"
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 )
 
 // beats wraps a DynamoDB client: it records when each lock's heartbeats
@@ -135,17 +138,62 @@ func TestManyLocksSpreadHeartbeats(t *testing.T) {
 	}
 }
 
+// renewStats is an observer that tallies a Client's heartbeats: the round
+// trips of those confirmed, and those that failed, cut off at their time
+// bound or not.
+type renewStats struct {
+	mu        sync.Mutex
+	rtts      []time.Duration
+	cut, fail int
+}
+
+func (r *renewStats) observe(_ context.Context, e observe.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case e.Name == dynamolock.EventRenewed:
+		r.rtts = append(r.rtts, e.Duration)
+	case e.Name == dynamolock.EventRenewFailed && errors.Is(e.Err, context.DeadlineExceeded):
+		r.cut++
+	case e.Name == dynamolock.EventRenewFailed:
+		r.fail++
+	}
+}
+
+// report reports the heartbeats' round trips (median, 99th percentile)
+// and the failures per second over secs, then starts a new tally.
+func (r *renewStats) report(b *testing.B, secs float64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	slices.Sort(r.rtts)
+	q := func(f float64) float64 {
+		if len(r.rtts) == 0 {
+			return 0
+		}
+		return float64(r.rtts[int(f*float64(len(r.rtts)-1))].Milliseconds())
+	}
+	b.ReportMetric(q(0.5), "rtt-p50-ms")
+	b.ReportMetric(q(0.99), "rtt-p99-ms")
+	b.ReportMetric(float64(r.cut)/secs, "cut/s")
+	b.ReportMetric(float64(r.fail)/secs, "failed/s")
+	r.rtts, r.cut, r.fail = nil, 0, 0
+}
+
 // BenchmarkHeldLocks reports, per count of locks one Client holds, the
 // heartbeat calls per second it sends (lease 2 s, heartbeat 500 ms: two
-// per lock per second, spread over the period), and the locks it lost.
-// Each iteration holds the locks for one heartbeat period.
+// per lock per second, spread over the period), their round trips, those
+// cut off at their time bound or failed, and the locks it lost. Each
+// iteration holds the locks for one heartbeat period. Run it beside CPU
+// hogs to see a slow server: a lock is lost only when no heartbeat of it
+// is confirmed within a lease.
 func BenchmarkHeldLocks(b *testing.B) {
 	for _, n := range []int{1, 100, 300, 1000} {
 		b.Run(fmt.Sprintf("locks=%d", n), func(b *testing.B) {
 			server, table := newTable(b)
 			api := newBeats(server)
 			hb := 500 * time.Millisecond
-			c := newClient(b, api, table, dynamolock.WithLease(4*hb), dynamolock.WithHeartbeat(hb))
+			var stats renewStats
+			c := newClient(b, api, table, dynamolock.WithLease(4*hb), dynamolock.WithHeartbeat(hb), dynamolock.WithObserver(stats.observe))
 			locks, _ := holdAll(b, c, 4*hb, "bench", n)
 			total := func() int {
 				s := 0
@@ -156,6 +204,7 @@ func BenchmarkHeldLocks(b *testing.B) {
 				return s
 			}
 			from, start := total(), time.Now()
+			stats.report(b, 1) // the acquisitions' part: discarded
 			b.ResetTimer()
 			for range b.N {
 				time.Sleep(hb)
@@ -174,6 +223,7 @@ func BenchmarkHeldLocks(b *testing.B) {
 			_, stacked := api.count("")
 			b.ReportMetric(float64(n), "locks")
 			b.ReportMetric(float64(total()-from)/secs, "heartbeats/s")
+			stats.report(b, secs)
 			b.ReportMetric(float64(stacked), "stacked")
 			b.ReportMetric(float64(lost), "lost")
 		})

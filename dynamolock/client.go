@@ -40,7 +40,11 @@ const (
 	MaxSortKeyLen = 1024       // bytes of a sort key value (DynamoDB's limit)
 	MaxDataLen    = 350 * 1024 // bytes of a data payload, leaving room in DynamoDB's 400 KB item
 	maxPending    = 32         // RVNs of writes with unknown outcome a lock remembers
-	maxHeartbeats = 64         // heartbeat calls a Client has in flight at once
+	// maxHeartbeats bounds the heartbeat calls a Client has in flight at
+	// once. Below it the lock core keeps a bound that follows the
+	// server's round trips, starting at 8, within the connections the
+	// SDK's default HTTP client keeps open per host (10).
+	maxHeartbeats = 64
 )
 
 // config is a Client's settings after its options.

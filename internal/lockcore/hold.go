@@ -69,6 +69,7 @@ type Hold struct {
 // call is one renewal call in flight, for one lock or a batch.
 type call struct {
 	at     time.Time
+	bound  time.Duration // how long it may wait for its answer
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the call has returned
 }

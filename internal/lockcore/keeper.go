@@ -67,6 +67,8 @@ type Config struct {
 	// (0: no bound). Beyond it, due locks wait, those with the least time
 	// left first: a store slower than the locks' heartbeats then serves
 	// the calls it can, instead of a queue of calls that all time out.
+	// Below it the Keeper keeps a bound of its own that follows the
+	// store's round trips (see adapt), starting at StartCalls.
 	MaxCalls int
 	Prefix   string // the package's name, for messages
 	Renewal  string // what a renewal is called in messages ("renewal", "heartbeat")
@@ -96,6 +98,8 @@ type Keeper struct {
 	live     map[*Hold]struct{} // not yet ended: the loop renews them
 	looping  bool
 	calls    int            // renewal calls in flight; the loop's own
+	window   float64        // the bound on calls in flight below MaxCalls; the loop's own
+	shrunk   time.Time      // when window last shrank; the loop's own
 	wg       sync.WaitGroup // calls, the loop, renewals, background releases
 	nudge    chan struct{}
 	results  chan results
@@ -128,6 +132,7 @@ func NewKeeper(cfg Config, be Backend) *Keeper {
 		ctx:   ctx, cancel: cancel,
 		held: make(map[*Hold]struct{}), live: make(map[*Hold]struct{}),
 		nudge: make(chan struct{}, 1), results: make(chan results), loopDone: make(chan struct{}),
+		window: float64(min(StartCalls, max(cfg.MaxCalls, 1))),
 	}
 }
 

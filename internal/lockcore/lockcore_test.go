@@ -214,3 +214,65 @@ func TestRetryAtOnceOnlyAfterTheCut(t *testing.T) {
 		}
 	}
 }
+
+// The bound on calls in flight starts at StartCalls, rises by one per
+// bound's worth of calls answered within a quarter of their time bound
+// while all it allowed were in flight, up to MaxCalls; it halves, down to
+// one, when a call takes longer or is cut off, once for the calls sent
+// before that.
+func TestCallsFollowRoundTrips(t *testing.T) {
+	t0 := time.Now()
+	s := Defaults()
+	s.Now = func() time.Time { return t0 }
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	k := NewKeeper(Config{Settings: s, MaxCalls: 20, Prefix: "test", Events: EventsOf("test"),
+		Closed: errClosed, Released: errReleased, LockLost: errLost, NotAcquired: errors.New("test: held")}, &fake{})
+	defer k.Close(nil)
+	h := k.NewHold(context.Background(), "k", 1, t0, 0)
+	answer := func(sent time.Time, full, cut bool) {
+		k.calls = 1
+		if full {
+			k.calls = int(k.window)
+		}
+		c := &call{at: sent, bound: time.Second}
+		k.settle(results{c: c, hs: []*Hold{h}, rs: []Renewed{{At: sent, Valid: t0.Add(time.Minute)}}, cut: cut})
+	}
+	if k.window != StartCalls {
+		t.Fatalf("window %v at the start; want %d", k.window, StartCalls)
+	}
+	fast := t0.Add(-10 * time.Millisecond) // a quarter of the bound is 250 ms
+	answer(fast, false, false)
+	if k.window != StartCalls {
+		t.Fatalf("window %v after a fast answer with room to spare; want it unchanged", k.window)
+	}
+	for range StartCalls + 1 {
+		answer(fast, true, false)
+	}
+	if int(k.window) != StartCalls+1 {
+		t.Fatalf("window %v after %d fast answers while full; want %d", k.window, StartCalls+1, StartCalls+1)
+	}
+	for range 1000 {
+		answer(fast, true, false)
+	}
+	if k.window != 20 {
+		t.Fatalf("window %v after many fast answers; want MaxCalls, 20", k.window)
+	}
+	slow := t0.Add(-300 * time.Millisecond)
+	answer(slow, false, false)
+	if k.window != 10 {
+		t.Fatalf("window %v after a slow answer; want 10", k.window)
+	}
+	answer(slow, false, false) // sent before the bound shrank
+	if k.window != 10 {
+		t.Fatalf("window %v after a second slow call sent before the first answered; want 10", k.window)
+	}
+	for i := range 10 {
+		t0 = t0.Add(time.Second)
+		answer(t0.Add(-300*time.Millisecond), false, i%2 == 0) // sent after the last shrink; cut, or slow
+	}
+	if k.window != 1 {
+		t.Fatalf("window %v after slow calls and cuts; want 1", k.window)
+	}
+}

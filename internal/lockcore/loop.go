@@ -95,7 +95,7 @@ func (k *Keeper) tick() time.Time {
 	// One call per lock, at most MaxCalls at once, the locks with the
 	// least time left first. A due lock left waiting is looked at again
 	// when a call answers.
-	if room := k.cfg.MaxCalls - k.calls; k.cfg.MaxCalls > 0 && room < len(due) {
+	if room := int(k.window) - k.calls; k.cfg.MaxCalls > 0 && room < len(due) {
 		slices.SortFunc(due, func(a, b *Hold) int { return a.ValidUntil().Compare(b.ValidUntil()) })
 		due = due[:max(room, 0)]
 	}
@@ -181,7 +181,8 @@ func (k *Keeper) start(hs []*Hold, now time.Time) {
 		close(c.done)
 		return
 	}
-	ctx, stop := context.WithTimeout(ctx, max(left-left/4, time.Millisecond))
+	c.bound = max(left-left/4, time.Millisecond)
+	ctx, stop := context.WithTimeout(ctx, c.bound)
 	k.calls++
 	k.wg.Add(1)
 	go func() {
@@ -204,8 +205,10 @@ func (k *Keeper) start(hs []*Hold, now time.Time) {
 // renewal extends the local validity and schedules the next a heartbeat
 // after it was sent.
 func (k *Keeper) settle(r results) {
+	full := k.calls >= int(k.window)
 	k.calls--
 	now := k.cfg.Now()
+	k.adapt(r, now, full)
 	for i, h := range r.hs {
 		h.mu.Lock()
 		if h.call == r.c {
@@ -236,5 +239,35 @@ func (k *Keeper) settle(r results) {
 			h.event(k.cfg.Events.Renewed, now.Sub(res.At), nil)
 			h.next = res.At.Add(k.cfg.Heartbeat)
 		}
+	}
+}
+
+// StartCalls is the bound on renewal calls in flight a Keeper starts with
+// (at most Config.MaxCalls).
+const StartCalls = 8
+
+// adapt moves the Keeper's bound on renewal calls in flight (without
+// Batch) after call r answered at now: it halves it, down to one, when
+// the call took more than a quarter of its time bound or was cut off at
+// it, once for the calls sent before that (they met the same queue), and
+// raises it by one per bound's worth of calls answered sooner while all
+// the calls it allowed were in flight (full), up to MaxCalls. A store
+// runs the calls it cannot serve at once in arrival order, so a call
+// beyond them waits in its queue, and the wait counts against the call's
+// bound; kept in the Keeper, it waits for a call to answer, behind the
+// locks with less time left, and costs the store nothing if its lock
+// needs it no more.
+func (k *Keeper) adapt(r results, now time.Time, full bool) {
+	if k.cfg.Batch || k.cfg.MaxCalls <= 0 {
+		return
+	}
+	switch {
+	case r.cut || now.Sub(r.c.at) > r.c.bound/4:
+		if r.c.at.After(k.shrunk) {
+			k.window = max(k.window/2, 1)
+			k.shrunk = now
+		}
+	case full:
+		k.window = min(k.window+1/k.window, float64(k.cfg.MaxCalls))
 	}
 }

@@ -218,8 +218,8 @@ func TestRetryAtOnceOnlyAfterTheCut(t *testing.T) {
 // The bound on calls in flight starts at StartCalls, rises by one per
 // bound's worth of calls answered within a quarter of their time bound
 // while all it allowed were in flight, up to MaxCalls; it halves, down to
-// one, when a call takes longer or is cut off, once for the calls sent
-// before that.
+// StartCalls, when a call takes longer or is cut off, once for the calls
+// sent before that.
 func TestCallsFollowRoundTrips(t *testing.T) {
 	t0 := time.Now()
 	s := Defaults()
@@ -272,7 +272,7 @@ func TestCallsFollowRoundTrips(t *testing.T) {
 		t0 = t0.Add(time.Second)
 		answer(t0.Add(-300*time.Millisecond), false, i%2 == 0) // sent after the last shrink; cut, or slow
 	}
-	if k.window != 1 {
-		t.Fatalf("window %v after slow calls and cuts; want 1", k.window)
+	if k.window != StartCalls {
+		t.Fatalf("window %v after slow calls and cuts; want StartCalls, %d", k.window, StartCalls)
 	}
 }

@@ -247,7 +247,8 @@ func (k *Keeper) settle(r results) {
 const StartCalls = 8
 
 // adapt moves the Keeper's bound on renewal calls in flight (without
-// Batch) after call r answered at now: it halves it, down to one, when
+// Batch) after call r answered at now: it halves it, down to StartCalls
+// (or MaxCalls if lower), when
 // the call took more than a quarter of its time bound or was cut off at
 // it, once for the calls sent before that (they met the same queue), and
 // raises it by one per bound's worth of calls answered sooner while all
@@ -256,7 +257,10 @@ const StartCalls = 8
 // beyond them waits in its queue, and the wait counts against the call's
 // bound; kept in the Keeper, it waits for a call to answer, behind the
 // locks with less time left, and costs the store nothing if its lock
-// needs it no more.
+// needs it no more. It never goes below StartCalls: a store that stalls
+// (paused, or starved of CPU) makes every call slow, not only those
+// beyond its queue, and the locks then need every call it can answer
+// once it resumes.
 func (k *Keeper) adapt(r results, now time.Time, full bool) {
 	if k.cfg.Batch || k.cfg.MaxCalls <= 0 {
 		return
@@ -264,7 +268,7 @@ func (k *Keeper) adapt(r results, now time.Time, full bool) {
 	switch {
 	case r.cut || now.Sub(r.c.at) > r.c.bound/4:
 		if r.c.at.After(k.shrunk) {
-			k.window = max(k.window/2, 1)
+			k.window = max(k.window/2, float64(min(StartCalls, k.cfg.MaxCalls)))
 			k.shrunk = now
 		}
 	case full:

@@ -192,19 +192,28 @@ func TestBatchOneCall(t *testing.T) {
 	}
 }
 
+// onClock returns a Keeper with cfg's Batch and MaxCalls over a fake
+// backend whose clock reads *now, closed when the test ends; its loop
+// never runs, so a test calls settle itself.
+func onClock(t *testing.T, now *time.Time, cfg Config) *Keeper {
+	t.Helper()
+	s := Defaults()
+	s.Now = func() time.Time { return *now }
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	k := NewKeeper(Config{Settings: s, Batch: cfg.Batch, MaxCalls: cfg.MaxCalls, Prefix: "test", Events: EventsOf("test"),
+		Closed: errClosed, Released: errReleased, LockLost: errLost, NotAcquired: errors.New("test: held")}, &fake{})
+	t.Cleanup(func() { k.Close(nil) })
+	return k
+}
+
 // A failed renewal is retried at once only when its call reached its time
 // bound; an error that merely wraps context.DeadlineExceeded (a client's
 // own timeout, well inside the bound) waits for the backoff.
 func TestRetryAtOnceOnlyAfterTheCut(t *testing.T) {
 	t0 := time.Now()
-	s := Defaults()
-	s.Now = func() time.Time { return t0 }
-	if err := s.Check(); err != nil {
-		t.Fatal(err)
-	}
-	k := NewKeeper(Config{Settings: s, Batch: true, Prefix: "test", Events: EventsOf("test"),
-		Closed: errClosed, Released: errReleased, LockLost: errLost, NotAcquired: errors.New("test: held")}, &fake{})
-	defer k.Close(nil)
+	k := onClock(t, &t0, Config{Batch: true})
 	timeout := fmt.Errorf("client timeout: %w", context.DeadlineExceeded)
 	for _, cut := range []bool{false, true} {
 		h := k.NewHold(context.Background(), "k", 1, t0, 0)
@@ -222,14 +231,7 @@ func TestRetryAtOnceOnlyAfterTheCut(t *testing.T) {
 // sent before that.
 func TestCallsFollowRoundTrips(t *testing.T) {
 	t0 := time.Now()
-	s := Defaults()
-	s.Now = func() time.Time { return t0 }
-	if err := s.Check(); err != nil {
-		t.Fatal(err)
-	}
-	k := NewKeeper(Config{Settings: s, MaxCalls: 20, Prefix: "test", Events: EventsOf("test"),
-		Closed: errClosed, Released: errReleased, LockLost: errLost, NotAcquired: errors.New("test: held")}, &fake{})
-	defer k.Close(nil)
+	k := onClock(t, &t0, Config{MaxCalls: 20})
 	h := k.NewHold(context.Background(), "k", 1, t0, 0)
 	answer := func(sent time.Time, full, cut bool) {
 		k.calls = 1

@@ -193,7 +193,7 @@ func BenchmarkHeldLocks(b *testing.B) {
 			api := newBeats(server)
 			hb := 500 * time.Millisecond
 			var stats renewStats
-			c := newClient(b, api, table, dynamolock.WithLease(4*hb), dynamolock.WithHeartbeat(hb), dynamolock.WithObserver(stats.observe))
+			c := newClient(b, api, table, dynamolock.WithLease(4*hb), dynamolock.WithHeartbeat(hb), dynamolock.WithObserver(observe.Func(stats.observe)))
 			locks, _ := holdAll(b, c, 4*hb, "bench", n)
 			total := func() int {
 				s := 0

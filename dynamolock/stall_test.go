@@ -8,6 +8,7 @@ import (
 
 	"github.com/nolock/nolock/dynamolock"
 	"github.com/nolock/nolock/internal/testenv"
+	"github.com/nolock/nolock/observe"
 )
 
 // One Client holding many locks keeps them all through a pause of the
@@ -37,7 +38,7 @@ func stallTrial(t testing.TB, n int, hb time.Duration) {
 	table := testenv.Table(t, api, false)
 	lease := 4 * hb
 	var ev testenv.Events
-	c := newClient(t, api, table, dynamolock.WithLease(lease), dynamolock.WithHeartbeat(hb), dynamolock.WithObserver(ev.Observe))
+	c := newClient(t, api, table, dynamolock.WithLease(lease), dynamolock.WithHeartbeat(hb), dynamolock.WithObserver(observe.Func(ev.Observe)))
 	locks, _ := holdAll(t, c, lease, "stall", n)
 	held := make([]testenv.HeldLock, n)
 	for i, l := range locks {

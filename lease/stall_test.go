@@ -8,6 +8,7 @@ import (
 
 	"github.com/nolock/nolock/internal/testenv"
 	"github.com/nolock/nolock/lease"
+	"github.com/nolock/nolock/observe"
 )
 
 // One Client holding many locks keeps them all through a pause of
@@ -33,7 +34,7 @@ func stallTrial(t *testing.T, n int) {
 	pool := testenv.Pool(t, srv.DSN(), 4)
 	hb := testenv.Scale(500 * time.Millisecond)
 	var ev testenv.Events
-	c := newClient(t, pool, lease.WithLease(4*hb), lease.WithHeartbeat(hb), lease.WithObserver(ev.Observe))
+	c := newClient(t, pool, lease.WithLease(4*hb), lease.WithHeartbeat(hb), lease.WithObserver(observe.Func(ev.Observe)))
 	locks := holdMany(t, c, "stall", n)
 	held := make([]testenv.HeldLock, n)
 	for i, l := range locks {

@@ -6,6 +6,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/nolock/nolock/internal/errfmt"
+	"github.com/nolock/nolock/internal/telemetry"
 )
 
 // The instruments' names. Each has one meaning; a call's End is counted
@@ -107,37 +108,37 @@ type instruments struct {
 	held                                                metric.Int64UpDownCounter
 }
 
-// seconds are the buckets of the duration histograms: calls of a
-// millisecond to holds of minutes.
-var seconds = metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
-
-// newInstruments creates the instruments on meter.
+// newInstruments creates the instruments on meter, as package telemetry
+// defines them (names, units, buckets), which the example services' and
+// the CLI's Prometheus text follow too.
 func newInstruments(meter metric.Meter) (*instruments, error) {
 	var in instruments
 	var errs []error
-	hist := func(name, desc string) metric.Float64Histogram {
-		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), seconds)
+	hist := func(t telemetry.Instrument) metric.Float64Histogram {
+		h, err := meter.Float64Histogram(t.Name, metric.WithUnit(t.Unit), metric.WithDescription(t.Help),
+			metric.WithExplicitBucketBoundaries(telemetry.Seconds...))
 		errs = append(errs, err)
 		return h
 	}
-	count := func(name, unit, desc string) metric.Int64Counter {
-		c, err := meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	count := func(t telemetry.Instrument) metric.Int64Counter {
+		c, err := meter.Int64Counter(t.Name, metric.WithUnit(t.Unit), metric.WithDescription(t.Help))
 		errs = append(errs, err)
 		return c
 	}
-	in.operation = hist(MetricOperationDuration, "Duration of nolock calls, by outcome.")
-	in.lockWait = hist(MetricLockWait, "Time Acquire and TryAcquire calls waited for a lock, by outcome.")
-	in.lockHold = hist(MetricLockHold, "Time locks were held, from acquisition to release.")
-	in.lockRenewal = hist(MetricLockRenewal, "Round trip of lock renewals, by outcome.")
-	in.process = hist(MetricProcessDuration, "Duration of a consumer's batch, by topic and partition.")
-	b, err := meter.Int64Histogram(MetricBatchSize, metric.WithUnit("{item}"),
-		metric.WithDescription("Sizes of the batches written in one statement or transaction."),
-		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))
+	in.operation = hist(telemetry.OperationDuration)
+	in.lockWait = hist(telemetry.LockWait)
+	in.lockHold = hist(telemetry.LockHold)
+	in.lockRenewal = hist(telemetry.LockRenewal)
+	in.process = hist(telemetry.ProcessDuration)
+	t := telemetry.BatchSize
+	b, err := meter.Int64Histogram(t.Name, metric.WithUnit(t.Unit), metric.WithDescription(t.Help),
+		metric.WithExplicitBucketBoundaries(telemetry.Items...))
 	in.batch, errs = b, append(errs, err)
-	in.retries = count(MetricRetries, "{retry}", "Attempts that failed and are tried again after a wait.")
-	in.outcomes = count(MetricOutcomes, "{event}", "Events without a duration, by name.")
-	in.dropped = count(MetricDropped, "{event}", "Events dropped because an observer fell behind or panicked.")
-	h, err := meter.Int64UpDownCounter(MetricLocksHeld, metric.WithUnit("{lock}"), metric.WithDescription("Locks held."))
+	in.retries = count(telemetry.Retries)
+	in.outcomes = count(telemetry.Outcomes)
+	in.dropped = count(telemetry.Dropped)
+	t = telemetry.LocksHeld
+	h, err := meter.Int64UpDownCounter(t.Name, metric.WithUnit(t.Unit), metric.WithDescription(t.Help))
 	in.held, errs = h, append(errs, err)
 	for _, err := range errs {
 		if err != nil {

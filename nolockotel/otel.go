@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/nolock/nolock/internal/errfmt"
+	"github.com/nolock/nolock/internal/telemetry"
 	"github.com/nolock/nolock/observe"
 )
 
@@ -149,74 +150,60 @@ func New(opts ...Option) (*Adapter, error) {
 	}, nil
 }
 
-// record adds e, an event that is no call's End, to its instruments: a
-// retry to MetricRetries, a renewal to MetricLockRenewal, anything else
-// to MetricOutcomes; then its other measures (see measures).
+// record adds e, an event that is no call's End, to the instrument of its
+// meaning (telemetry.OfEvent: a retry, a renewal, or an outcome), then
+// its other measures (see measures).
 func (a *Adapter) record(ctx context.Context, e observe.Event, errType string) {
-	in := a.in
-	pattern, what, _ := strings.Cut(e.Name, ".")
 	attrs := a.metricAttrs(e.Name, errType, "")
-	switch {
-	case isRetry(e.Name):
-		in.retries.Add(ctx, 1, attrs)
-	case isLock(pattern) && (what == "renewed" || what == "renew_failed"):
-		in.lockRenewal.Record(ctx, e.Duration.Seconds(), attrs)
-	case isLock(pattern) && what == "released":
-		// A release outside a call: its hold is measured below.
-	default:
-		in.outcomes.Add(ctx, 1, attrs)
+	if in, ok := telemetry.OfEvent(e.Name); ok {
+		switch in {
+		case telemetry.Retries:
+			a.in.retries.Add(ctx, 1, attrs)
+		case telemetry.LockRenewal:
+			a.in.lockRenewal.Record(ctx, e.Duration.Seconds(), attrs)
+		default:
+			a.in.outcomes.Add(ctx, 1, attrs)
+		}
 	}
 	a.measures(ctx, e, attrs)
 }
 
 // recordCall adds call c's End, e, to its instruments: its duration d
-// (measured from Start) to the one histogram of its meaning (a lock's
-// acquisition to MetricLockWait, a consumer's message or batch to
-// MetricProcessDuration, every other call to MetricOperationDuration);
-// then e's other measures.
+// (measured from Start) to the one histogram of its meaning
+// (telemetry.OfCall), then e's other measures.
 func (a *Adapter) recordCall(ctx context.Context, c *call, e observe.Event, errType string, d time.Duration) {
-	in := a.in
 	attrs := a.metricAttrs(e.Name, errType, "")
-	switch pattern, what, _ := strings.Cut(c.name, "."); {
-	case isLock(pattern) && (what == "acquire" || what == "try_acquire"):
-		in.lockWait.Record(ctx, d.Seconds(), attrs)
-	case c.msg != nil:
+	switch telemetry.OfCall(c.name, c.msg != nil) {
+	case telemetry.LockWait:
+		a.in.lockWait.Record(ctx, d.Seconds(), attrs)
+	case telemetry.ProcessDuration:
 		key := c.msg.Topic + "/" + strconv.Itoa(c.msg.Partition)
-		in.process.Record(ctx, d.Seconds(), a.metricAttrs(e.Name, errType, key))
+		a.in.process.Record(ctx, d.Seconds(), a.metricAttrs(e.Name, errType, key))
 	default:
-		in.operation.Record(ctx, d.Seconds(), attrs)
+		a.in.operation.Record(ctx, d.Seconds(), attrs)
 	}
 	a.measures(ctx, e, attrs)
 }
 
-// measures records what e carries besides its own count or duration: the
-// events Dropped before it, a lock's hold (released) and the locks held,
-// a batch's size.
+// measures records what e carries besides its own count or duration
+// (telemetry.MeasuresOf): the events Dropped before it, a lock's hold and
+// the locks held, a batch's size.
 func (a *Adapter) measures(ctx context.Context, e observe.Event, attrs metric.MeasurementOption) {
-	in := a.in
 	if e.Dropped > 0 {
-		in.dropped.Add(ctx, e.Dropped)
+		a.in.dropped.Add(ctx, e.Dropped)
 	}
-	pattern, what, _ := strings.Cut(e.Name, ".")
-	if isLock(pattern) {
-		switch what {
-		case "acquired":
-			in.held.Add(ctx, 1, a.metricAttrs(pattern, "", ""))
-		case "released":
-			in.lockHold.Record(ctx, e.Duration.Seconds(), attrs)
-			in.held.Add(ctx, -1, a.metricAttrs(pattern, "", ""))
-		case "lost":
-			in.held.Add(ctx, -1, a.metricAttrs(pattern, "", ""))
-		}
+	m := telemetry.MeasuresOf(e.Name)
+	if m.Hold {
+		a.in.lockHold.Record(ctx, e.Duration.Seconds(), attrs)
 	}
-	if e.Name == "cas.committed" || e.Name == "conditional.batch" || e.Name == "partition.committed" || e.Name == "inbox.committed" {
-		in.batch.Record(ctx, e.N, attrs)
+	if m.Held != 0 {
+		pattern, _, _ := strings.Cut(e.Name, ".")
+		a.in.held.Add(ctx, m.Held, a.metricAttrs(pattern, "", ""))
+	}
+	if m.Batch {
+		a.in.batch.Record(ctx, e.N, attrs)
 	}
 }
-
-func isLock(pattern string) bool { return pattern == "lease" || pattern == "dynamolock" }
-
-func isRetry(name string) bool { return strings.HasSuffix(name, ".retry") }
 
 type attrsKey struct{ name, errorType, key string }
 

@@ -32,7 +32,7 @@ func withMetrics(addr string, log io.Writer) (observe.Observer, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return observe.Func(m.Observe), stop, nil
+	return m, stop, nil
 }
 
 // serveMetrics serves m at addr's /metrics until stop is called. It

@@ -18,8 +18,9 @@ import (
 )
 
 // -metrics serves what the scenes' clients report, in Prometheus's text
-// format, under the OpenTelemetry adapter's names: a count per event and
-// the durations of those that have one.
+// format, under the OpenTelemetry adapter's names (see internal/telemetry):
+// a call's duration from its Start in the histogram of its meaning, an
+// event without a call as an outcome.
 func TestMetricsServed(t *testing.T) {
 	m := &promtext.Counts{}
 	var log strings.Builder
@@ -28,11 +29,7 @@ func TestMetricsServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	o := m.Observe
-	ctx := context.Background()
-	o(ctx, observe.Event{Name: "lease.acquired", Duration: 2 * time.Millisecond})
-	o(ctx, observe.Event{Name: "lease.acquired", Duration: 3 * time.Millisecond})
-	o(ctx, observe.Event{Name: "inbox.parked", Err: errors.New("poison")})
+	workload(m)
 	url := strings.TrimSpace(strings.TrimPrefix(log.String(), "metrics: "))
 	res, err := http.Get(url)
 	if err != nil {
@@ -41,19 +38,30 @@ func TestMetricsServed(t *testing.T) {
 	defer res.Body.Close()
 	body, _ := io.ReadAll(res.Body)
 	for _, want := range []string{
-		"# TYPE nolock_events_total counter\n",
-		`nolock_events_total{nolock_event="inbox.parked"} 1` + "\n",
-		`nolock_events_total{nolock_event="lease.acquired"} 2` + "\n",
-		`nolock_operation_duration_seconds_sum{nolock_event="lease.acquired"} 0.005` + "\n",
-		`nolock_operation_duration_seconds_count{nolock_event="lease.acquired"} 2` + "\n",
+		"# TYPE nolock_outcomes_total counter\n",
+		`nolock_outcomes_total{error_type="_OTHER",nolock_event="inbox.parked"} 1` + "\n",
+		"# TYPE nolock_lock_wait_duration_seconds histogram\n",
+		`nolock_lock_wait_duration_seconds_count{nolock_event="lease.acquired"} 2` + "\n",
+		`nolock_lock_wait_duration_seconds_bucket{nolock_event="lease.acquired",le="+Inf"} 2` + "\n",
+		`nolock_lock_held{nolock_pattern="lease"} 2` + "\n",
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)
 		}
 	}
-	if strings.Contains(string(body), `duration_seconds_count{nolock_event="inbox.parked"}`) {
-		t.Errorf("an event without a duration has a duration:\n%s", body)
+	if strings.Contains(string(body), `duration_seconds_count{error_type="_OTHER",nolock_event="inbox.parked"}`) {
+		t.Errorf("an event without a call has a duration:\n%s", body)
 	}
+}
+
+// workload reports two lock acquisitions (calls) and a parked message (an
+// event of no call) to o.
+func workload(o observe.Observer) {
+	for range 2 {
+		ctx := o.Start(context.Background(), observe.Call{Name: "lease.acquire", Key: "k"})
+		o.End(ctx, observe.Event{Name: "lease.acquired", Key: "k", Duration: time.Millisecond})
+	}
+	o.Event(context.Background(), observe.Event{Name: "inbox.parked", Err: errors.New("poison")})
 }
 
 // A real Prometheus scrapes -metrics and reads every series it serves.
@@ -66,10 +74,7 @@ func TestMetricsScrapedByPrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	ctx := context.Background()
-	m.Observe(ctx, observe.Event{Name: "lease.acquired", Duration: 2 * time.Millisecond})
-	m.Observe(ctx, observe.Event{Name: "lease.acquired", Duration: 3 * time.Millisecond})
-	m.Observe(ctx, observe.Event{Name: "inbox.parked", Err: errors.New("poison")})
+	workload(m)
 	u, err := url.Parse(strings.TrimSpace(strings.TrimPrefix(log.String(), "metrics: ")))
 	if err != nil {
 		t.Fatal(err)
@@ -77,15 +82,15 @@ func TestMetricsScrapedByPrometheus(t *testing.T) {
 	prom.Scrape(u.Host)
 	sel := `{instance_of="` + prom.Label() + `"}`
 	for query, want := range map[string]string{
-		`nolock_events_total` + sel:                             "3", // summed below
-		`nolock_operation_duration_seconds_count` + sel:         "2",
-		`nolock_operation_duration_seconds_sum` + sel:           "0.005",
-		`sum(nolock_events_total` + sel + `) by (nolock_event)`: "",
+		`nolock_outcomes_total` + sel:                                      "1",
+		`nolock_lock_wait_duration_seconds_count` + sel:                    "2",
+		`nolock_lock_held` + sel:                                           "2",
+		`sum(nolock_lock_wait_duration_seconds_bucket` + sel + `) by (le)`: "",
 	} {
 		series := prom.WaitSeries(query)
 		if want == "" {
-			if len(series) != 2 {
-				t.Errorf("%s: %d series, want 2 (one per event): %+v", query, len(series), series)
+			if len(series) != 19 {
+				t.Errorf("%s: %d series, want 19 (one per bucket): %+v", query, len(series), series)
 			}
 			continue
 		}

@@ -76,8 +76,8 @@ func testWorker(t *testing.T, bin string, d servicetest.Deployment) {
 			t.Fatalf("/admin/parked/ with %s: %d %s; want the poison message", auth, status, body)
 		}
 	}
-	p.WaitMetrics(`nolock_events_total{nolock_event="inbox.committed"}`, `nolock_events_total{nolock_event="inbox.duplicate"}`,
-		`nolock_events_total{nolock_event="inbox.parked"} 1`)
+	p.WaitMetrics(`nolock_outcomes_total{nolock_event="inbox.committed"}`, `nolock_outcomes_total{nolock_event="inbox.duplicate"}`,
+		`nolock_outcomes_total{error_type="*strconv.NumError",nolock_event="inbox.parked"} 1`)
 
 	// A batch in flight at SIGTERM: its balance update waits for the row
 	// locked here; released after the service stopped accepting, it

@@ -83,7 +83,7 @@ func (s *Service) Context() context.Context { return s.ctx }
 
 // Observer is what the service gives the library's WithObserver options:
 // the events it counts for /metrics.
-func (s *Service) Observer() observe.Observer { return observe.Func(s.metrics.Observe) }
+func (s *Service) Observer() observe.Observer { return &s.metrics }
 
 // Require exits 2, with a line naming them, unless every variable in names
 // is set.

@@ -126,7 +126,7 @@ func (p *Proc) try(method, path, body string, headers ...string) (int, string, h
 }
 
 // WaitMetrics polls /metrics until it has a line starting with each of
-// series (e.g. `nolock_events_total{nolock_event="lease.acquired"}`), and
+// series (e.g. `nolock_lock_wait_duration_seconds_count{nolock_event="lease.acquired"}`), and
 // returns the last scrape.
 func (p *Proc) WaitMetrics(series ...string) string {
 	p.t.Helper()

@@ -236,8 +236,9 @@ func TestPartitionedInbox(t *testing.T) {
 
 // Why the layout partitions by key: a primary key must include the
 // partition key, so partitioned by a time column the records' key is
-// unique per partition only, and the claim's ON CONFLICT (scope, key) has
-// no index to arbitrate: PostgreSQL refuses it (42P10).
+// unique per partition only, and the takeover of an expired record, whose
+// ON CONFLICT (scope, key) then has no index to arbitrate, is refused by
+// PostgreSQL (42P10).
 func TestPartitionedByTimeRefused(t *testing.T) {
 	pool := testenv.Postgres(t)
 	ctx := context.Background()
@@ -247,13 +248,20 @@ func TestPartitionedByTimeRefused(t *testing.T) {
 CREATE TABLE bytime_default PARTITION OF bytime DEFAULT`); err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.New(pool, idempotency.WithTable("bytime"))
+	store, err := idempotency.New(pool, idempotency.WithTable("bytime"), idempotency.WithRetention(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = store.Do(ctx, "pay", "k", nil, paid)
+	if _, err := store.Do(ctx, "pay", "k", nil, paid); err != nil {
+		t.Fatal(err) // a first run inserts, without ON CONFLICT
+	}
+	testenv.Until(t, "the record expires", func() (bool, error) {
+		_, err := store.Get(ctx, "pay", "k")
+		return errors.Is(err, idempotency.ErrNotFound), nil
+	})
+	_, err = store.Do(ctx, "pay", "k", nil, paid) // the takeover
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "42P10" {
-		t.Fatalf("Do on a table partitioned by time: %v, want 42P10", err)
+		t.Fatalf("Do taking over an expired key on a table partitioned by time: %v, want 42P10", err)
 	}
 }

@@ -107,7 +107,7 @@ func TestFlagFallbacks(t *testing.T) {
 		return nil, nil
 	}
 	t.Cleanup(func() { runDemo, runBench = demo, bench })
-	for _, v := range []string{"DATABASE_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL"} {
+	for _, v := range []string{"DATABASE_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL", "KAFKA_BROKERS"} {
 		t.Setenv(v, "")
 	}
 	t.Setenv("NOLOCK_TEST_POSTGRES", "postgres://testbed/db")
@@ -133,9 +133,10 @@ func TestFlagFallbacks(t *testing.T) {
 
 	t.Setenv("DATABASE_URL", "postgres://app@db.example/app")
 	t.Setenv("AWS_ENDPOINT_URL", "http://aws.example")
+	t.Setenv("KAFKA_BROKERS", "kb1:9092,kb2:9092")
 	mustRun("demo")
-	if gotDemo.postgres != "postgres://app@db.example/app" || gotDemo.dynamodb != "http://aws.example" {
-		t.Errorf("demo took %q and %q, want $DATABASE_URL and $AWS_ENDPOINT_URL", gotDemo.postgres, gotDemo.dynamodb)
+	if gotDemo.postgres != "postgres://app@db.example/app" || gotDemo.dynamodb != "http://aws.example" || strings.Join(gotDemo.kafka, ",") != "kb1:9092,kb2:9092" {
+		t.Errorf("demo took %+v, want $DATABASE_URL, $AWS_ENDPOINT_URL and $KAFKA_BROKERS", gotDemo)
 	}
 	mustRun("bench", "-clients", "2", "-duration", "1s")
 	if gotBench.postgres != "postgres://app@db.example/app" || len(gotBench.clients) != 1 || gotBench.clients[0] != 2 || gotBench.svg != "" {

@@ -49,7 +49,7 @@ func doctorCommand(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Cont
 		if cfg.timeout <= 0 {
 			return usageError(fs, fmt.Sprintf("-timeout %v must be positive", cfg.timeout))
 		}
-		withEnvDefaults(&cfg.postgres, &cfg.dynamodb)
+		withEnvDefaults(&cfg.postgres, &cfg.dynamodb, &cfg.kafka)
 		return runDoctor(ctx, cfg, stdout)
 	}
 }

@@ -32,8 +32,13 @@ func dynamodbFlag(fs *flag.FlagSet, p *string) {
 // withEnvDefaults fills the connection flags left empty from the
 // environment: postgres from DATABASE_URL (else it stays empty, for the
 // PG* variables), dynamodb from AWS_ENDPOINT_URL_DYNAMODB, then
-// AWS_ENDPOINT_URL. A nil pointer is a flag the command does not have.
-func withEnvDefaults(postgres, dynamodb *string) {
+// AWS_ENDPOINT_URL, kafka from KAFKA_BROKERS (comma-separated), as the
+// example services read them. A nil pointer is a flag the command does
+// not have.
+func withEnvDefaults(postgres, dynamodb *string, kafka *[]string) {
+	if kafka != nil && len(*kafka) == 0 && os.Getenv("KAFKA_BROKERS") != "" {
+		*kafka = strings.Split(os.Getenv("KAFKA_BROKERS"), ",")
+	}
 	if postgres != nil && *postgres == "" {
 		*postgres = os.Getenv("DATABASE_URL")
 	}
@@ -45,9 +50,10 @@ func withEnvDefaults(postgres, dynamodb *string) {
 	}
 }
 
-// kafkaFlag defines -kafka: comma-separated brokers, no default.
+// kafkaFlag defines -kafka: comma-separated brokers; its fallback,
+// $KAFKA_BROKERS, is read after parsing (withEnvDefaults).
 func kafkaFlag(fs *flag.FlagSet, p *[]string) {
-	listFlag(fs, p, "kafka", "comma-separated Kafka `BROKERS` (host:port,host:port)")
+	listFlag(fs, p, "kafka", "comma-separated Kafka `BROKERS` (host:port,host:port)\n(default $KAFKA_BROKERS)")
 }
 
 // searchPathDSN returns dsn with search_path (and application_name) set
@@ -90,7 +96,7 @@ func demoCommand(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Contex
 			}
 			cfg.run = re
 		}
-		withEnvDefaults(&cfg.postgres, &cfg.dynamodb)
+		withEnvDefaults(&cfg.postgres, &cfg.dynamodb, &cfg.kafka)
 		obs, stop, err := withMetrics(metricsAddr, stderr)
 		if err != nil {
 			return usageError(fs, err.Error())
@@ -142,7 +148,7 @@ func benchCommand(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Conte
 		if cfg.duration <= 0 {
 			return usageError(fs, fmt.Sprintf("-duration %v: want a positive duration", cfg.duration))
 		}
-		withEnvDefaults(&cfg.postgres, nil)
+		withEnvDefaults(&cfg.postgres, nil, nil)
 		obs, stop, err := withMetrics(metricsAddr, stderr)
 		if err != nil {
 			return usageError(fs, err.Error())

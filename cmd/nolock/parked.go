@@ -51,7 +51,7 @@ func parkedCommand(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Cont
 		if msg := cfg.parse(fs); msg != "" {
 			return usageError(fs, msg)
 		}
-		withEnvDefaults(&cfg.postgres, nil)
+		withEnvDefaults(&cfg.postgres, nil, nil)
 		ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 		defer cancel()
 		c, closeClient, err := cfg.client(ctx)

@@ -245,22 +245,27 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 		return conn.SendBatch(ctx, b).Close()
 	}
 	const insertRecord = `INSERT INTO nolock_idempotency (scope, key, fingerprint, result, expires_at) VALUES ('bench', $1, '', 'paid', now() + interval '1 day')`
-	boundDo := func(ctx context.Context, c int) error {
-		key := next("fd")
-		return onConn(ctx, pool, func(conn *pgx.Conn) error {
-			if err := begun(ctx, conn, key); err != nil {
-				return err
-			}
-			tag, err := conn.Exec(ctx, debit, wallet(c))
-			if err == nil && tag.RowsAffected() != 1 {
-				err = fmt.Errorf("not debited")
-			}
-			if err != nil {
-				return err
-			}
-			return committed(ctx, conn, batched{insertRecord, []any{key}})
-		})
+	// doBound is a first run of Do's least plan: begin (begun, or locked),
+	// the debit, the record inserted with COMMIT.
+	doBound := func(prefix string, begin func(context.Context, *pgx.Conn, string) error) op {
+		return func(ctx context.Context, c int) error {
+			key := next(prefix)
+			return onConn(ctx, pool, func(conn *pgx.Conn) error {
+				if err := begin(ctx, conn, key); err != nil {
+					return err
+				}
+				tag, err := conn.Exec(ctx, debit, wallet(c))
+				if err == nil && tag.RowsAffected() != 1 {
+					err = fmt.Errorf("not debited")
+				}
+				if err != nil {
+					return err
+				}
+				return committed(ctx, conn, batched{insertRecord, []any{key}})
+			})
+		}
 	}
+	boundDo, boundDoLock := doBound("fd", begun), doBound("fl", locked)
 	// boundExec is the least a quiet plan without a function does: the
 	// read with BEGIN, then the statement and the record's insert with
 	// COMMIT (the statement may run only once the read's answer is back).
@@ -271,23 +276,6 @@ func benchDebit(b *testing.B, pool *pgxpool.Pool, clientCounts []int, only []str
 				return err
 			}
 			return committed(ctx, conn, batched{debit, []any{wallet(c)}}, batched{insertRecord, []any{key}})
-		})
-	}
-	// boundDoLock is boundDo with the key's lock tried before the read.
-	boundDoLock := func(ctx context.Context, c int) error {
-		key := next("fl")
-		return onConn(ctx, pool, func(conn *pgx.Conn) error {
-			if err := locked(ctx, conn, key); err != nil {
-				return err
-			}
-			tag, err := conn.Exec(ctx, debit, wallet(c))
-			if err == nil && tag.RowsAffected() != 1 {
-				err = fmt.Errorf("not debited")
-			}
-			if err != nil {
-				return err
-			}
-			return committed(ctx, conn, batched{insertRecord, []any{key}})
 		})
 	}
 	// boundExecRows is boundExec with the key's lock, and the statement's

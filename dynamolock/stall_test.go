@@ -18,6 +18,7 @@ import (
 // (lease 16 s): the locks must also outlast the stalls of the test's own
 // dynalite (tables on disk) on a loaded machine before any pause.
 func TestManyLocksServerPaused(t *testing.T) {
+	t.Parallel() // on a server of its own
 	stallTrial(t, 100, max(testenv.Scale(time.Second), 2*time.Second))
 }
 

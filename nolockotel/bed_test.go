@@ -88,7 +88,7 @@ func label(t *testing.T, set attribute.Set) string {
 	}
 	for _, kv := range set.ToSlice() {
 		switch kv.Key {
-		case nolockotel.AttrEvent, nolockotel.AttrPattern, nolockotel.AttrErrorType:
+		case nolockotel.AttrEvent, nolockotel.AttrCall, nolockotel.AttrPattern, nolockotel.AttrErrorType:
 		case "messaging.system", "messaging.operation.name", "messaging.destination.name", "messaging.destination.partition.id",
 			"messaging.consumer.group.name", nolockotel.AttrTable:
 			out += " " + string(kv.Key) + "=" + kv.Value.String()

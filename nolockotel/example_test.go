@@ -131,11 +131,11 @@ func TestExamples(t *testing.T) {
 	got := testenv.Printed(t, Example)
 	want := `nolock.lock.held nolock.pattern=lease 0
 nolock.lock.hold.duration nolock.event=lease.released 1
-nolock.lock.wait.duration nolock.event=lease.acquired 1
-nolock.operation.duration nolock.event=cas.committed 1
-nolock.operation.duration nolock.event=idempotency.ran 1
-nolock.operation.duration nolock.event=idempotency.replayed 1
-nolock.operation.duration nolock.event=lease.released 1
+nolock.lock.wait.duration nolock.call=lease.acquire,nolock.event=lease.acquired 1
+nolock.operation.duration nolock.call=cas.retry_op,nolock.event=cas.committed 1
+nolock.operation.duration nolock.call=idempotency.do,nolock.event=idempotency.ran 1
+nolock.operation.duration nolock.call=idempotency.do,nolock.event=idempotency.replayed 1
+nolock.operation.duration nolock.call=lease.release,nolock.event=lease.released 1
 nolock.unreaped.age nolock.table=nolock_idempotency 0
 `
 	if got != want {

@@ -17,9 +17,10 @@ import (
 // table).
 const (
 	// MetricOperationDuration is the histogram (s) of calls' durations,
-	// from the Adapter's Start to its End, by AttrEvent (the call's
-	// outcome, e.g. idempotency.replayed, cas.committed, lease.released)
-	// and AttrErrorType: every call but a lock's acquisition
+	// from the Adapter's Start to its End, by AttrCall (the call:
+	// conditional.take, conditional.debit, …), AttrEvent (its outcome,
+	// e.g. idempotency.replayed, cas.committed, lease.released) and
+	// AttrErrorType: every call but a lock's acquisition
 	// (MetricLockWait) and a consumer's (MetricProcessDuration).
 	MetricOperationDuration = "nolock.operation.duration"
 	// MetricLockWait is the histogram (s) of Acquire and TryAcquire calls'
@@ -76,11 +77,12 @@ const (
 	MetricUnreapedAge = "nolock.unreaped.age"
 )
 
-// The attributes' keys. Metrics carry only AttrEvent, AttrPattern,
+// The attributes' keys. Metrics carry only AttrEvent, AttrCall, AttrPattern,
 // AttrErrorType, AttrTable and the messaging.* attributes of topics and
 // partitions: all bounded.
 const (
 	AttrEvent     = attribute.Key("nolock.event")   // the event's name
+	AttrCall      = attribute.Key("nolock.call")    // a call's name (observe.Call.Name): the call durations' histograms
 	AttrPattern   = attribute.Key("nolock.pattern") // the event name's package: lease, dynamolock, inbox, …
 	AttrTable     = attribute.Key("nolock.table")   // a table's name (ObserveTables)
 	AttrErrorType = semconv.ErrorTypeKey            // the error's class (see ErrorType): metrics, spans

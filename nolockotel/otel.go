@@ -172,17 +172,17 @@ func (a *Adapter) record(ctx context.Context, e observe.Event, errType string) {
 // (measured from Start) to the one histogram of its meaning
 // (telemetry.OfCall), then e's other measures.
 func (a *Adapter) recordCall(ctx context.Context, c *call, e observe.Event, errType string, d time.Duration) {
-	attrs := a.metricAttrs(e.Name, errType, "")
+	timed := a.callAttrs(c.name, e.Name, errType, "")
 	switch telemetry.OfCall(c.name, c.msg != nil) {
 	case telemetry.LockWait:
-		a.in.lockWait.Record(ctx, d.Seconds(), attrs)
+		a.in.lockWait.Record(ctx, d.Seconds(), timed)
 	case telemetry.ProcessDuration:
 		key := c.msg.Topic + "/" + strconv.Itoa(c.msg.Partition)
-		a.in.process.Record(ctx, d.Seconds(), a.metricAttrs(e.Name, errType, key))
+		a.in.process.Record(ctx, d.Seconds(), a.callAttrs(c.name, e.Name, errType, key))
 	default:
-		a.in.operation.Record(ctx, d.Seconds(), attrs)
+		a.in.operation.Record(ctx, d.Seconds(), timed)
 	}
-	a.measures(ctx, e, attrs)
+	a.measures(ctx, e, a.metricAttrs(e.Name, errType, ""))
 }
 
 // measures records what e carries besides its own count or duration
@@ -205,14 +205,20 @@ func (a *Adapter) measures(ctx context.Context, e observe.Event, attrs metric.Me
 	}
 }
 
-type attrsKey struct{ name, errorType, key string }
+type attrsKey struct{ call, name, errorType, key string }
 
 // metricAttrs returns the measurement option for an event's name and
 // error type, with, for a consumer's key (topic/partition), the
 // messaging.* attributes of its topic and partition. A name without a dot
 // is a pattern: its AttrPattern alone.
 func (a *Adapter) metricAttrs(name, errType, key string) metric.MeasurementOption {
-	k := attrsKey{name, errType, key}
+	return a.callAttrs("", name, errType, key)
+}
+
+// callAttrs is metricAttrs with, for a call's duration, AttrCall: the
+// call's name.
+func (a *Adapter) callAttrs(call, name, errType, key string) metric.MeasurementOption {
+	k := attrsKey{call, name, errType, key}
 	if o, ok := a.attrs.Load(k); ok {
 		return o.(metric.MeasurementOption)
 	}
@@ -224,6 +230,9 @@ func (a *Adapter) metricAttrs(name, errType, key string) metric.MeasurementOptio
 	}
 	if errType != "" {
 		kv = append(kv, AttrErrorType.String(errType))
+	}
+	if call != "" {
+		kv = append(kv, AttrCall.String(call))
 	}
 	if key != "" {
 		kv = append(kv, semconv.MessagingSystemKafka, semconv.MessagingOperationName("process"))

@@ -41,8 +41,8 @@ func TestMetricsServed(t *testing.T) {
 		"# TYPE nolock_outcomes_total counter\n",
 		`nolock_outcomes_total{error_type="_OTHER",nolock_event="inbox.parked"} 1` + "\n",
 		"# TYPE nolock_lock_wait_duration_seconds histogram\n",
-		`nolock_lock_wait_duration_seconds_count{nolock_event="lease.acquired"} 2` + "\n",
-		`nolock_lock_wait_duration_seconds_bucket{nolock_event="lease.acquired",le="+Inf"} 2` + "\n",
+		`nolock_lock_wait_duration_seconds_count{nolock_call="lease.acquire",nolock_event="lease.acquired"} 2` + "\n",
+		`nolock_lock_wait_duration_seconds_bucket{nolock_call="lease.acquire",nolock_event="lease.acquired",le="+Inf"} 2` + "\n",
 		`nolock_lock_held{nolock_pattern="lease"} 2` + "\n",
 	} {
 		if !strings.Contains(string(body), want) {

@@ -57,7 +57,7 @@ func TestCompactorService(t *testing.T) {
 	if l := b.Leader(); l.Leader {
 		t.Fatalf("both lead: %+v and %+v", first, l)
 	}
-	a.WaitMetrics(`nolock_lock_wait_duration_seconds_count{nolock_event="dynamolock.acquired"} 1`) // ApplyUpdate sends nothing itself, so it reports no event
+	a.WaitMetrics(`nolock_lock_wait_duration_seconds_count{nolock_call="dynamolock.acquire",nolock_event="dynamolock.acquired"} 1`) // ApplyUpdate sends nothing itself, so it reports no event
 
 	g.close()
 	<-g.held

@@ -39,7 +39,7 @@ func testLeader(t *testing.T, bin string, d servicetest.Deployment) {
 	if l := b.Leader(); l.Leader {
 		t.Fatalf("both lead: %+v and %+v", first, l)
 	}
-	a.WaitMetrics(`nolock_lock_wait_duration_seconds_count{nolock_event="lease.acquired"} 1`, `nolock_operation_duration_seconds_count{nolock_event="conditional.written"}`)
+	a.WaitMetrics(`nolock_lock_wait_duration_seconds_count{nolock_call="lease.acquire",nolock_event="lease.acquired"} 1`, `nolock_operation_duration_seconds_count{nolock_call="conditional.update",nolock_event="conditional.written"}`)
 
 	// a's page in flight at SIGTERM waits for the cursor's row, locked here.
 	a.StopWhileLocked(pool, `SELECT FROM job_cursor FOR UPDATE`, func() {})

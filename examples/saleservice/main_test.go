@@ -54,7 +54,7 @@ func testSale(t *testing.T, bin string, d servicetest.Deployment) {
 	if status, _, _ := p.Do(http.MethodPost, "/stock/radio/take", `{"units": 1}`); status != http.StatusNotFound {
 		t.Fatalf("a take of an unknown SKU: %d, want 404", status)
 	}
-	p.WaitMetrics(`nolock_operation_duration_seconds_count{nolock_event="conditional.granted"}`, `nolock_operation_duration_seconds_count{error_type="conditional.ErrSoldOut",nolock_event="conditional.refused"}`)
+	p.WaitMetrics(`nolock_operation_duration_seconds_count{nolock_call="conditional.take",nolock_event="conditional.granted"}`, `nolock_operation_duration_seconds_count{error_type="conditional.ErrSoldOut",nolock_call="conditional.take",nolock_event="conditional.refused"}`)
 
 	if status, body, _ := p.Do(http.MethodPost, "/stock/tv/restock", `{"units": 1}`); status != http.StatusOK {
 		t.Fatalf("restock: %d %s", status, body)

@@ -64,9 +64,9 @@ func testSeats(t *testing.T, bin string, d servicetest.Deployment) {
 	if st := call(http.MethodGet, "/seats/1B", "", http.StatusOK); st.Holder != "" {
 		t.Fatalf("1B: %+v, want free", st)
 	}
-	p.WaitMetrics(`nolock_operation_duration_seconds_count{nolock_event="conditional.held"}`,
-		`nolock_operation_duration_seconds_count{nolock_event="conditional.confirmed"} 1`,
-		`nolock_operation_duration_seconds_count{nolock_event="conditional.released"} 1`)
+	p.WaitMetrics(`nolock_operation_duration_seconds_count{nolock_call="conditional.hold",nolock_event="conditional.held"}`,
+		`nolock_operation_duration_seconds_count{nolock_call="conditional.confirm",nolock_event="conditional.confirmed"} 1`,
+		`nolock_operation_duration_seconds_count{nolock_call="conditional.release",nolock_event="conditional.released"} 1`)
 
 	status, body := p.StopDuring(pool, `SELECT FROM nolock_holds FOR UPDATE`, http.MethodPost, "/seats/1C/hold", `{"holder": "carol"}`)
 	if status != http.StatusOK {

@@ -53,9 +53,9 @@ func testWallet(t *testing.T, bin string, d servicetest.Deployment) {
 		status, body, _ = p.Do(http.MethodPost, "/wallets/w1/debits", `{"amount": 800}`, "Idempotency-Key: pay-2")
 		expect(status, http.StatusPaymentRequired, body, "")
 	}
-	p.WaitMetrics(`nolock_operation_duration_seconds_count{nolock_event="idempotency.ran"} 2`,
-		`nolock_operation_duration_seconds_count{nolock_event="idempotency.replayed"} 2`,
-		`nolock_operation_duration_seconds_count{error_type="idempotency.ErrMismatch",nolock_event="idempotency.mismatch"} 1`)
+	p.WaitMetrics(`nolock_operation_duration_seconds_count{nolock_call="idempotency.do",nolock_event="idempotency.ran"} 2`,
+		`nolock_operation_duration_seconds_count{nolock_call="idempotency.do",nolock_event="idempotency.replayed"} 2`,
+		`nolock_operation_duration_seconds_count{error_type="idempotency.ErrMismatch",nolock_call="idempotency.do",nolock_event="idempotency.mismatch"} 1`)
 
 	// A debit in flight when SIGTERM comes: it waits on the wallet's row,
 	// locked here, until the service has stopped accepting.

@@ -66,7 +66,7 @@ func (c *Counts) End(ctx context.Context, e observe.Event) {
 		return
 	}
 	in := telemetry.OfCall(cl.name, cl.message != nil)
-	labels := eventLabels(e)
+	labels := append(eventLabels(e), "nolock_call", cl.name)
 	if in == telemetry.ProcessDuration {
 		labels = append(labels,
 			"messaging_destination_name", cl.message.Topic,

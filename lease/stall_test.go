@@ -22,9 +22,6 @@ func TestManyLocksServerPaused(t *testing.T) {
 
 // The same with 1,000 locks.
 func TestThousandLocksServerPaused(t *testing.T) {
-	if testing.Short() {
-		t.Skip("1,000 locks through two pauses of the server")
-	}
 	t.Parallel()
 	stallTrial(t, 1000)
 }

@@ -19,7 +19,7 @@ import (
 //	GET  ?after=ID&limit=N      a page of ListParked (limit 1 to 1000, default 100)
 //	POST replay?id=ID           ReplayParked(id, h): the same exactly-once path
 //	POST purge?id=ID            PurgeParked(id)
-//	POST purge?older_than=DUR   PurgeParkedOlderThan(DUR), a Go duration
+//	POST purge?older_than=DUR   PurgeParkedOlderThan(DUR), a Go duration, 1,000 rows a statement
 //
 // Each message lists its id, position, parked_at, attempts, error,
 // message_id, and the first 256 bytes of its key and of its value (as

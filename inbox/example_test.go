@@ -294,7 +294,8 @@ func ExampleInbox_Run_quickstart() {
 		}
 		defer in.Close()
 		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: "payments", Topic: topic,
-			IsolationLevel: kafka.ReadCommitted}) // committed records only: Run's doc asks for it
+			IsolationLevel: kafka.ReadCommitted, // committed records only: Run's doc asks for it
+			MaxWait:        time.Second})        // Close waits for a fetch in flight: up to MaxWait
 		defer r.Close()
 		// Each message's id (its "id" header) commits with its effect: a redelivery is skipped.
 		return in.Run(ctx, r, func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
@@ -364,6 +365,7 @@ func ExampleWithMaxBatch() {
 		r := kafka.NewReader(kafka.ReaderConfig{
 			Brokers: brokers, Topic: topic, GroupID: group,
 			IsolationLevel: kafka.ReadCommitted,
+			MaxWait:        time.Second, // Close waits for a fetch in flight: up to MaxWait
 		})
 		defer r.Close()
 		return in.Run(ctx, r, func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/nolock/nolock/internal/backoff"
 	"github.com/nolock/nolock/internal/ddbarg"
 	"github.com/nolock/nolock/internal/ddberr"
 	"github.com/nolock/nolock/internal/errfmt"
@@ -26,6 +28,7 @@ import (
 type DynamoDBAPI interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 }
 
@@ -126,19 +129,7 @@ func intAttr(item map[string]types.AttributeValue, name string) (int64, error) {
 // return.
 func getItem(ctx context.Context, client DynamoDBAPI, table string, key map[string]types.AttributeValue, projection ...string) (map[string]types.AttributeValue, error) {
 	in := &dynamodb.GetItemInput{TableName: aws.String(table), Key: key, ConsistentRead: aws.Bool(true)}
-	if len(projection) > 0 {
-		in.ExpressionAttributeNames = map[string]string{}
-		expr := ""
-		for i, p := range projection {
-			ph := "#p" + strconv.Itoa(i)
-			in.ExpressionAttributeNames[ph] = p
-			if i > 0 {
-				expr += ", "
-			}
-			expr += ph
-		}
-		in.ProjectionExpression = aws.String(expr)
-	}
+	in.ProjectionExpression, in.ExpressionAttributeNames = projectionOf(projection)
 	out, err := client.GetItem(ctx, in)
 	if err != nil {
 		return nil, err
@@ -148,6 +139,69 @@ func getItem(ctx context.Context, client DynamoDBAPI, table string, key map[stri
 	}
 	return out.Item, nil
 }
+
+// projectionOf returns a projection expression of names with its
+// placeholders (#p0, #p1, …), or nil and nil when names is empty.
+func projectionOf(names []string) (*string, map[string]string) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	placeholders := make(map[string]string, len(names))
+	expr := ""
+	for i, name := range names {
+		ph := "#p" + strconv.Itoa(i)
+		placeholders[ph] = name
+		if i > 0 {
+			expr += ", "
+		}
+		expr += ph
+	}
+	return aws.String(expr), placeholders
+}
+
+// errUnprocessed: a BatchGetItem call left keys unprocessed.
+var errUnprocessed = errors.New("conditional: BatchGetItem left keys unprocessed")
+
+// batchGet reads the items whose partition key values are vs (1 to 100,
+// each once: one BatchGetItem's keys) with strongly consistent reads, and
+// returns each item found by its partition key value; an absent value has
+// no item. Keys a call leaves unprocessed (DynamoDB throttled it, or
+// bounded its answer's size) are asked again after a backoff with full
+// jitter, at most backoff.DefaultAttempts calls in all; then its error
+// wraps backoff.ErrExhausted. projection names the attributes wanted
+// besides the key.
+func batchGet(ctx context.Context, client DynamoDBAPI, table string, keys keyAttrs, vs []string, projection ...string) (map[string]map[string]types.AttributeValue, error) {
+	ka := types.KeysAndAttributes{ConsistentRead: aws.Bool(true)}
+	ka.ProjectionExpression, ka.ExpressionAttributeNames = projectionOf(append([]string{keys.pk}, projection...))
+	for _, v := range vs {
+		ka.Keys = append(ka.Keys, keys.item(v))
+	}
+	pending := map[string]types.KeysAndAttributes{table: ka}
+	found := make(map[string]map[string]types.AttributeValue, len(vs))
+	err := batchGetPolicy.Retry(ctx, func(ctx context.Context, _ int) error {
+		out, err := client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: pending})
+		if err != nil {
+			return err
+		}
+		for _, item := range out.Responses[table] {
+			if v, ok := item[keys.pk].(*types.AttributeValueMemberS); ok {
+				found[v.Value] = item
+			}
+		}
+		if len(out.UnprocessedKeys[table].Keys) > 0 {
+			pending = out.UnprocessedKeys
+			return errUnprocessed
+		}
+		return nil
+	}, func(err error) bool { return errors.Is(err, errUnprocessed) }, nil)
+	if err != nil {
+		return nil, err
+	}
+	return found, nil
+}
+
+// batchGetPolicy spaces the calls that ask again for unprocessed keys.
+var batchGetPolicy = backoff.Policy{Base: 5 * time.Millisecond, Cap: 200 * time.Millisecond}
 
 // ConditionFailedAt reports whether err is a TransactWriteItems
 // cancellation in which the action at index i (of the TransactItems sent)

@@ -65,15 +65,45 @@ func dynamoClientVia(t *testing.T, tx bool, wrap func(http.RoundTripper) http.Ro
 // wrote.
 type dynamoFaults struct {
 	dynamoconditional.DynamoDBAPI
-	dropEvery int64
+	dropEvery      int64
+	unprocessEvery int64 // see BatchGetItem
 
-	calls, reads, transactions, cancelled, applied, dropped atomic.Int64
+	calls, reads, transactions, cancelled, applied, dropped, unprocessed atomic.Int64
 }
 
 func (f *dynamoFaults) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
 	f.calls.Add(1)
 	f.reads.Add(1)
 	return f.DynamoDBAPI.GetItem(ctx, in, opts...)
+}
+
+// BatchGetItem counts as one read; with unprocessEvery > 0 it sends only
+// every key but the last of each unprocessEvery-th call, and answers that
+// last one as unprocessed, as DynamoDB does when it throttles a read.
+func (f *dynamoFaults) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	n := f.calls.Add(1)
+	f.reads.Add(1)
+	var held map[string]types.KeysAndAttributes
+	if f.unprocessEvery > 0 && n%f.unprocessEvery == 0 {
+		sent, kept := map[string]types.KeysAndAttributes{}, map[string]types.KeysAndAttributes{}
+		for table, ka := range in.RequestItems {
+			if len(ka.Keys) < 2 {
+				sent[table] = ka
+				continue
+			}
+			last := ka
+			ka.Keys, last.Keys = ka.Keys[:len(ka.Keys)-1], ka.Keys[len(ka.Keys)-1:]
+			sent[table], kept[table] = ka, last
+		}
+		in = &dynamodb.BatchGetItemInput{RequestItems: sent}
+		held = kept
+	}
+	out, err := f.DynamoDBAPI.BatchGetItem(ctx, in, opts...)
+	if err == nil && len(held) > 0 {
+		f.unprocessed.Add(1)
+		out.UnprocessedKeys = held
+	}
+	return out, err
 }
 
 func (f *dynamoFaults) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {

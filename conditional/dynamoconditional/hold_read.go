@@ -32,8 +32,8 @@ type HoldStatus struct {
 
 // Get returns resource's holder and the end of its hold, or that it is
 // free (a hold past its end by this Holds' clock counts as free), or
-// ErrNotFound. It is one strongly consistent GetItem (one read capacity
-// unit for an item under 4 KB), and a snapshot: the resource may change
+// ErrNotFound. It is one strongly consistent read (a BatchGetItem of one
+// key: one read capacity unit for an item under 4 KB), and a snapshot: the resource may change
 // right after. To hold a free resource, call Hold (or HoldAny): a read
 // followed by a Hold is not atomic, but the Hold is.
 func (h *Holds) Get(ctx context.Context, resource string) (HoldStatus, error) {
@@ -46,11 +46,11 @@ func (h *Holds) Get(ctx context.Context, resource string) (HoldStatus, error) {
 
 // Free returns those of resources that are free now (never held,
 // released, or held past their end by this Holds' clock), in the order
-// given. It reads each item with a strongly consistent GetItem, one after
-// another in sorted order (one read capacity unit each for items under
-// 4 KB), each judged by the clock when its answer came: each answer is a
-// snapshot of its item, not of the set at one instant, and a Hold may
-// change it right after. resources holds 1 to MaxResources names, each
+// given. It reads the items with one strongly consistent BatchGetItem
+// (one read capacity unit each for items under 4 KB; the keys DynamoDB
+// leaves unprocessed are asked again after a backoff), judged by the clock
+// when the answer came: each item read is a snapshot of that item, not of
+// the set at one instant, and a Hold may change it right after. resources holds 1 to MaxResources names, each
 // once; an unknown one is ErrNotFound naming it. Bad input is ErrInvalid,
 // before any I/O.
 func (h *Holds) Free(ctx context.Context, resources []string) ([]string, error) {
@@ -77,9 +77,9 @@ func (h *Holds) Free(ctx context.Context, resources []string) ([]string, error) 
 // resources holds 1 to MaxResources names, each once (else ErrInvalid,
 // before any I/O); the slice is not modified.
 //
-// Uncontended, it costs Free's reads of the set (one strongly consistent
-// GetItem per resource) and one conditional UpdateItem; each attempt that
-// another caller won first adds one GetItem per resource still free and
+// Uncontended, it costs Free's read of the set (one strongly consistent
+// BatchGetItem) and one conditional UpdateItem; each attempt that another
+// caller won first adds one BatchGetItem of the resources still free and
 // one UpdateItem. It needs no transactions. ErrAmbiguousCommit means a hold's outcome is unknown:
 // retry HoldAny, which finds the hold if it applied.
 func (h *Holds) HoldAny(ctx context.Context, resources []string, holder string, ttl time.Duration) (resource string, until time.Time, err error) {
@@ -93,19 +93,18 @@ func (h *Holds) HoldAny(ctx context.Context, resources []string, holder string, 
 	})
 }
 
-// read returns the status of each of sorted that exists, each item judged
-// by the clock's reading when its GetItem answered.
+// read returns the status of each of sorted that exists, by BatchGetItem
+// (see batchGet), each item judged by the clock's reading when its call
+// answered.
 func (h *Holds) read(ctx context.Context, sorted []string) (map[string]condcore.Status, error) {
-	read := make(map[string]condcore.Status, len(sorted))
-	for _, r := range sorted {
-		item, err := getItem(ctx, h.client, h.table, h.key(r), HoldStateAttr, HolderAttr, HoldUntilAttr)
-		if err != nil {
-			return nil, errfmt.Errorf("read %q: %w", r, err)
-		}
-		if item == nil {
-			continue
-		}
-		s, err := holdStatus(item, h.clock().UnixMilli())
+	items, err := batchGet(ctx, h.client, h.table, h.keys, sorted, HoldStateAttr, HolderAttr, HoldUntilAttr)
+	if err != nil {
+		return nil, errfmt.Errorf("read %d resources: %w", len(sorted), err)
+	}
+	now := h.clock().UnixMilli()
+	read := make(map[string]condcore.Status, len(items))
+	for r, item := range items {
+		s, err := holdStatus(item, now)
 		if err != nil {
 			return nil, errfmt.Errorf("read %q: %w", r, err)
 		}

@@ -140,7 +140,7 @@ func TestDynamoHoldAnyRace(t *testing.T) {
 				calls, reads := faults.calls.Load(), faults.reads.Load()
 				owner := testenv.HoldAnyRound(t, h, fmt.Sprint("r", round), n, m)
 				reads = faults.reads.Load() - reads
-				t.Logf("round %d: %d callers, %d resources: %d GetItems, %d UpdateItems", round, m, n, reads, faults.calls.Load()-calls-reads)
+				t.Logf("round %d: %d callers, %d resources: %d reads (BatchGetItem), %d UpdateItems", round, m, n, reads, faults.calls.Load()-calls-reads)
 				for s, who := range owner {
 					wantDynamoStatus(t, h, client, table, s, dynamoconditional.HoldStatus{Holder: who, Until: readDynamoHold(t, client, table, s).Until})
 				}
@@ -207,5 +207,45 @@ func TestDynamoHoldsReadBadInput(t *testing.T) {
 	}
 	if after := dynamoItems(t, client, table); !slices.Equal(after, before) {
 		t.Fatalf("bad input changed the table:\n%v\n%v", before, after)
+	}
+}
+
+// Free of MaxResources resources is one BatchGetItem; keys that DynamoDB
+// leaves unprocessed are asked again, and the answer is the same.
+func TestDynamoFreeReadsAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := dynamoClient(t, false)
+	table := testenv.Table(t, client, false)
+	faults := &dynamoFaults{DynamoDBAPI: client}
+	h := newDynamoHolds(t, faults, table, newHoldClock().now)
+	all := make([]string, dynamoconditional.MaxResources)
+	for i := range all {
+		all[i] = fmt.Sprintf("seat-%03d", i)
+	}
+	if err := h.Add(ctx, all...); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i, r := range all {
+		if i%3 == 0 {
+			if _, err := h.Hold(ctx, r, "alice", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		want = append(want, r)
+	}
+	for _, every := range []int64{0, 1} {
+		faults.unprocessEvery = every
+		reads, unprocessed := faults.reads.Load(), faults.unprocessed.Load()
+		free, err := h.Free(ctx, all)
+		if err != nil || !slices.Equal(free, want) {
+			t.Fatalf("unprocessed every %d calls: Free = %v, %v; want %v", every, free, err, want)
+		}
+		reads, unprocessed = faults.reads.Load()-reads, faults.unprocessed.Load()-unprocessed
+		if wantReads := 1 + unprocessed; reads != wantReads || (every > 0) != (unprocessed > 0) {
+			t.Fatalf("unprocessed every %d calls: %d reads, %d answers with keys unprocessed; want one read and one more per such answer", every, reads, unprocessed)
+		}
 	}
 }

@@ -68,6 +68,9 @@ func (d noDynamo) fail(call string) error {
 func (d noDynamo) GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
 	return nil, d.fail("GetItem")
 }
+func (d noDynamo) BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	return nil, d.fail("BatchGetItem")
+}
 func (d noDynamo) PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
 	return nil, d.fail("PutItem")
 }

@@ -36,8 +36,10 @@ const (
 	// Token, Duration (how long it was held).
 	EventReleased = "dynamolock.released"
 	// EventNotReleased: a Release (or a Lock's Close) returned an error:
-	// the lock had been lost before (its *LostError), or the release could
-	// not be written. Fields: Key, Token, Err.
+	// the lock had been lost before (its *LostError; Duration 0), or it
+	// was held until this release, which could not be written (Duration:
+	// how long it was held; this Client holds it no more, and its item
+	// ends with its lease). Fields: Key, Token, Duration, Err.
 	EventNotReleased = "dynamolock.not_released"
 )
 

@@ -73,6 +73,36 @@ func TestObserver(t *testing.T) {
 	boom.Check(t, 1, 1)
 }
 
+// A Release whose write fails (here: its ctx was cancelled) reports
+// not_released with how long the lock was held, since the Client holds it
+// no more; a Release of a lock lost before reports it with no duration.
+func TestNotReleased(t *testing.T) {
+	t.Parallel()
+	pool, _ := testenv.PostgresSchema(t, 4)
+	rec := &testenv.Events{}
+	c := newClient(t, pool, lease.WithObserver(observe.Func(rec.Observe)))
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	l := mustAcquire(t, c, "cut")
+	if err := l.Release(cancelled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Release with a cancelled ctx: %v, want context.Canceled", err)
+	}
+	m := mustAcquire(t, c, "max", lease.WithMaxHold(testLease))
+	<-m.Lost()
+	if err := m.Release(context.Background()); !errors.Is(err, lease.ErrLockLost) {
+		t.Fatalf("Release of a lost lock: %v, want ErrLockLost", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if e := rec.Of("cut", lease.EventNotReleased); len(e) != 1 || e[0].Duration <= 0 || !errors.Is(e[0].Err, context.Canceled) {
+		t.Errorf("not_released of a lock held until its release: %+v, want one with a duration and context.Canceled", e)
+	}
+	if e := rec.Of("max", lease.EventNotReleased); len(e) != 1 || e[0].Duration != 0 {
+		t.Errorf("not_released of a lock lost before: %+v, want one without a duration", e)
+	}
+}
+
 // The events' names are what dashboards and alerts match: they never
 // change.
 func TestEventNames(t *testing.T) {

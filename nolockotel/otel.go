@@ -192,7 +192,7 @@ func (a *Adapter) measures(ctx context.Context, e observe.Event, attrs metric.Me
 	if e.Dropped > 0 {
 		a.in.dropped.Add(ctx, e.Dropped)
 	}
-	m := telemetry.MeasuresOf(e.Name)
+	m := telemetry.MeasuresOf(e)
 	if m.Hold {
 		a.in.lockHold.Record(ctx, e.Duration.Seconds(), attrs)
 	}

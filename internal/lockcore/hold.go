@@ -218,7 +218,10 @@ func (h *Hold) settle(ctx context.Context) (observe.Event, error) {
 		err = h.releaseErr
 	}
 	if err != nil {
-		e.Name, e.Duration, e.Err = h.k.cfg.Events.NotReleased, 0, err
+		e.Name, e.Err = h.k.cfg.Events.NotReleased, err
+		if !errors.Is(h.Err(), h.k.cfg.Released) {
+			e.Duration = 0 // lost before: its lost event ended the hold
+		}
 	}
 	return e, err
 }

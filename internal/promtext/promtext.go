@@ -100,7 +100,7 @@ func (c *Counts) measures(e observe.Event) {
 	if e.Dropped > 0 {
 		c.observe(telemetry.Dropped, nil, float64(e.Dropped))
 	}
-	m := telemetry.MeasuresOf(e.Name)
+	m := telemetry.MeasuresOf(e)
 	if m.Hold {
 		c.observe(telemetry.LockHold, eventLabels(e), e.Duration.Seconds())
 	}

@@ -5,7 +5,11 @@
 // follow, so a dashboard built on one works on the other.
 package telemetry
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/nolock/nolock/observe"
+)
 
 // Instrument is one of the instruments a call or event feeds.
 type Instrument struct {
@@ -82,26 +86,32 @@ func OfEvent(name string) (in Instrument, ok bool) {
 
 // Measures is what an event carries besides its own count or duration.
 type Measures struct {
-	Held  int64 // LocksHeld's change: +1 acquired, -1 released or lost
+	Held  int64 // LocksHeld's change: +1 acquired, -1 released, not released after holding, or lost
 	Hold  bool  // its Duration is a lock's hold (LockHold)
 	Batch bool  // its N is a batch's size (BatchSize)
 }
 
-// MeasuresOf returns the measures of the event named name.
-func MeasuresOf(name string) Measures {
+// MeasuresOf returns the measures of e. A lock's not_released event
+// ends a hold when it carries the hold's Duration (the release could not
+// be written); without one, the lock's lost event ended it before.
+func MeasuresOf(e observe.Event) Measures {
 	var m Measures
-	pattern, what, _ := strings.Cut(name, ".")
+	pattern, what, _ := strings.Cut(e.Name, ".")
 	if IsLock(pattern) {
 		switch what {
 		case "acquired":
 			m.Held = 1
 		case "released":
 			m.Held, m.Hold = -1, true
+		case "not_released":
+			if e.Duration > 0 {
+				m.Held, m.Hold = -1, true
+			}
 		case "lost":
 			m.Held = -1
 		}
 	}
-	switch name {
+	switch e.Name {
 	case "cas.committed", "conditional.batch", "partition.committed", "inbox.committed":
 		m.Batch = true
 	}

@@ -107,6 +107,8 @@ func (in *Inbox) Run(ctx context.Context, r Reader, h Handler) error {
 	if _, ok := in.db.(*pgx.Conn); ok {
 		p.serial = new(sync.Mutex)
 	}
+	in.running.start(p, newReaderInfo(r))
+	defer in.running.stop(p)
 	err := p.dispatch()
 	stopRun()
 	p.wg.Wait()

@@ -123,6 +123,7 @@ type Inbox struct {
 	attemptSQL, clearSQL, reapSQL, reapAttemptsSQL, recordSQL string
 	parked                                                    kafkapark.Store
 	counts                                                    counters
+	running                                                   running // what Run learnt from its Readers
 }
 
 // note reports e, named name (one of the Event constants), about msg's

@@ -11,7 +11,8 @@ import (
 )
 
 // ParkedHandler serves in's parked messages as JSON, for operators and
-// `nolock parked -service URL`: mount it in your service, behind your own
+// `nolock parked -service URL`, and describes the consumer for `nolock
+// doctor -service URL`: mount it in your service, behind your own
 // authentication (it has none), e.g.
 // mux.Handle("/admin/parked/", inbox.ParkedHandler(in, handle)). Relative
 // to where it is mounted:
@@ -20,6 +21,7 @@ import (
 //	POST replay?id=ID           ReplayParked(id, h): the same exactly-once path
 //	POST purge?id=ID            PurgeParked(id)
 //	POST purge?older_than=DUR   PurgeParkedOlderThan(DUR), a Go duration, 1,000 rows a statement
+//	GET  consumer               the inbox as Run reads in this process
 //
 // Each message lists its id, position, parked_at, attempts, error,
 // message_id, and the first 256 bytes of its key and of its value (as
@@ -28,6 +30,17 @@ import (
 // not_parked (ErrNotParked), 405 a wrong method, 422 handler_failed
 // (a *HandlerError: the message stays parked with this error recorded),
 // 500 ambiguous_commit (ErrAmbiguousCommit: replay again) or internal.
+//
+// The consumer call answers {"kind": "inbox", "name", "group", "topics",
+// "isolation_level", "running", "partitions"}: the consumer name given to
+// New; what Run read from its Reader's Config(): GroupID, topics and
+// IsolationLevel, "read_committed" or "read_uncommitted" ("unknown" for a
+// Reader without Config, whose aborted transactions Run cannot tell);
+// whether Run is running, and how many partitions it has met messages of
+// since it began. While no Run runs they are the last Run's; several Runs
+// at once are merged, with the least safe isolation level. It is kept in
+// memory: no I/O.
+//
 // Each call runs under the request's context. It is safe for concurrent
 // use, as the calls it makes are.
 func ParkedHandler(in *Inbox, h Handler) http.Handler {
@@ -45,7 +58,8 @@ func ParkedHandler(in *Inbox, h Handler) http.Handler {
 		PurgeOlder: func(ctx context.Context, d time.Duration) (int64, error) {
 			return in.PurgeParkedOlderThan(ctx, d, kafkapark.PurgeBatch)
 		},
-		Invalid: ErrInvalid, NotParked: ErrNotParked, Ambiguous: ErrAmbiguousCommit,
+		Consumer: in.describe,
+		Invalid:  ErrInvalid, NotParked: ErrNotParked, Ambiguous: ErrAmbiguousCommit,
 		HandlerFailed: func(err error) bool { var he *HandlerError; return errors.As(err, &he) },
 	})
 }

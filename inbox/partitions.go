@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -32,6 +33,7 @@ type partitions struct {
 	serial    *sync.Mutex     // one batch at a time, for a DB that is one connection
 
 	queues map[topicPartition]chan kafka.Message
+	met    atomic.Int32 // len(queues), read by ParkedHandler's consumer call
 	wg     sync.WaitGroup
 
 	stop  context.CancelFunc // ends run
@@ -73,6 +75,7 @@ func (p *partitions) dispatch() error {
 		if !ok {
 			q = make(chan kafka.Message, max(partitionBuffer, 2*p.in.maxBatch))
 			p.queues[k] = q
+			p.met.Add(1)
 			p.wg.Add(1)
 			go p.consume(q)
 		}

@@ -213,6 +213,14 @@ func WithKafkaCommitInterval(d time.Duration) Option {
 // batches (see docs/partition.md).
 func WithReadUncommitted(on bool) Option { return func(c *config) { c.ReadUncommitted = on } }
 
+// isolation is the isolation level of the partitions' fetches.
+func (c config) isolation() kafka.IsolationLevel {
+	if c.ReadUncommitted {
+		return kafka.ReadUncommitted
+	}
+	return kafka.ReadCommitted
+}
+
 // WithPartitionWatchInterval sets how often each member asks Kafka how
 // many partitions the topics have; when the count changed (partitions
 // were added), the group rebalances and the new partitions are assigned

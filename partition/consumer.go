@@ -105,7 +105,8 @@ type Consumer struct {
 	transport   *kafka.Transport
 	stats       statsTable
 
-	running atomic.Bool
+	running atomic.Bool // Run was called
+	inRun   atomic.Bool // Run has not returned yet
 	fatal   struct {
 		once sync.Once
 		err  error
@@ -228,6 +229,8 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrRunTwice
 	}
+	c.inRun.Store(true)
+	defer c.inRun.Store(false)
 	c.handler = h
 	if f := seam.BeforeBatch(ctx); f != nil && c.beforeBatch == nil {
 		c.beforeBatch = func(cl Claim, msgs []kafka.Message) { f(context.WithValue(ctx, claimKey{}, cl), msgs) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/nolock/nolock/internal/kafkapark"
@@ -15,7 +16,12 @@ import (
 // an inbox's: GET lists a page (ListParked; each message with its epoch),
 // POST replay?id=ID replays through h (ReplayParked: the same exactly-once
 // path, between the owner's batches), POST purge?id=ID or
-// purge?older_than=DUR purges (PurgeParked, PurgeParkedOlderThan). Mount
+// purge?older_than=DUR purges (PurgeParked, PurgeParkedOlderThan), and
+// GET consumer describes the consumer as it runs in this process, for
+// `nolock doctor -service URL`: {"kind": "partition", "name" and "group"
+// (the group), "topics", "isolation_level" ("read_committed", or
+// "read_uncommitted" with WithReadUncommitted(true)), "running" (Run has not
+// returned), "partitions" (owned now, as Stats)}. Mount
 // it in your service behind your own authentication (it has none), e.g.
 // mux.Handle("/admin/parked/", partition.ParkedHandler(c, apply)); c need
 // not be running, the calls do no Kafka I/O. Failures answer
@@ -38,7 +44,18 @@ func ParkedHandler(c *Consumer, h Handler) http.Handler {
 		PurgeOlder: func(ctx context.Context, d time.Duration) (int64, error) {
 			return c.PurgeParkedOlderThan(ctx, d, kafkapark.PurgeBatch)
 		},
-		Invalid: ErrInvalid, NotParked: ErrNotParked, Ambiguous: ErrAmbiguousCommit,
+		Consumer: c.describe,
+		Invalid:  ErrInvalid, NotParked: ErrNotParked, Ambiguous: ErrAmbiguousCommit,
 		HandlerFailed: func(err error) bool { var he *HandlerError; return errors.As(err, &he) },
 	})
+}
+
+// describe tells the consumer as it runs in this process, from its
+// settings and Stats.
+func (c *Consumer) describe() parkedhttp.Consumer {
+	return parkedhttp.Consumer{
+		Kind: parkedhttp.KindPartition, Name: c.cfg.GroupID, Group: c.cfg.GroupID,
+		Topics: slices.Clone(c.cfg.Topics), IsolationLevel: parkedhttp.Isolation(c.cfg.isolation()),
+		Running: c.inRun.Load(), Partitions: len(c.Stats()),
+	}
 }

@@ -74,10 +74,6 @@ func (c *Consumer) work(runCtx, genCtx context.Context, gen *kafka.Generation, a
 
 // newReader returns a group-less Reader of a's partition.
 func (c *Consumer) newReader(a assignment, log *slog.Logger) *kafka.Reader {
-	isolation := kafka.ReadCommitted
-	if c.cfg.ReadUncommitted {
-		isolation = kafka.ReadUncommitted
-	}
 	return kafka.NewReader(kafka.ReaderConfig{
 		Brokers:        c.cfg.Brokers,
 		Topic:          a.topic,
@@ -86,7 +82,7 @@ func (c *Consumer) newReader(a assignment, log *slog.Logger) *kafka.Reader {
 		MinBytes:       c.cfg.MinBytes,
 		MaxBytes:       c.cfg.MaxBytes,
 		MaxWait:        c.cfg.MaxWait,
-		IsolationLevel: isolation,
+		IsolationLevel: c.cfg.isolation(),
 		QueueCapacity:  max(100, c.cfg.MaxBatch),
 		Logger:         kafkaLogger(log, slog.LevelDebug-4), // below Debug: the reader is chatty
 		ErrorLogger:    kafkaLogger(log, slog.LevelWarn),

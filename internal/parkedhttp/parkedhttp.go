@@ -4,15 +4,17 @@
 // speaks.
 //
 // Relative to where the handler is mounted, the last path element picks
-// the call:
+// the call; a path ending in "/" lists:
 //
 //	GET  .../?after=ID&limit=N        a page of parked messages: Page
 //	POST .../replay?id=ID             replay one through the service's handler
 //	POST .../purge?id=ID              purge one
 //	POST .../purge?older_than=DUR     purge those parked longer ago than DUR
+//	GET  .../consumer                 the consumer as it runs in this process: Consumer
 //
 // Failures are an Error with a status: 400 invalid, 404 not parked,
-// 405 wrong method, 422 the handler failed the replay, 500 otherwise.
+// 405 wrong method (list and consumer are GET, the others POST), 422 the
+// handler failed the replay, 500 otherwise.
 package parkedhttp
 
 import (
@@ -22,6 +24,7 @@ import (
 	"net/http"
 	"path"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -98,6 +101,53 @@ type (
 	}
 )
 
+// Consumer is the consumer call's answer: the consumer as it runs in the
+// process serving the handler, for `nolock doctor -service`.
+type Consumer struct {
+	Kind string `json:"kind"` // KindInbox or KindPartition
+	// Name is the inbox's consumer name (inbox.New's consumer) or the
+	// partition consumer's group.
+	Name string `json:"name"`
+	// Group is the Kafka consumer group the messages are read with: the
+	// inbox Reader's GroupID (empty when it has none or is not known), the
+	// partition consumer's group.
+	Group  string   `json:"group,omitempty"`
+	Topics []string `json:"topics"`
+	// IsolationLevel is what the consumer's fetches ask Kafka for: one of
+	// the Isolation constants.
+	IsolationLevel string `json:"isolation_level"`
+	// Running tells whether Run is running now. When it is not, an
+	// inbox's Topics, Group and IsolationLevel are its last Run's (unknown
+	// before the first).
+	Running bool `json:"running"`
+	// Partitions counts the partitions being worked on: the partition
+	// consumer's owned now; an inbox's, those its running Runs have met
+	// messages of since they began (a Reader with a GroupID does not say
+	// which it holds now).
+	Partitions int `json:"partitions"`
+}
+
+// The kinds of Consumer.
+const (
+	KindInbox     = "inbox"
+	KindPartition = "partition"
+)
+
+// The isolation levels of Consumer.
+const (
+	ReadCommitted    = "read_committed"
+	ReadUncommitted  = "read_uncommitted"
+	IsolationUnknown = "unknown"
+)
+
+// Isolation names l as Consumer.IsolationLevel does.
+func Isolation(l kafka.IsolationLevel) string {
+	if l == kafka.ReadCommitted {
+		return ReadCommitted
+	}
+	return ReadUncommitted
+}
+
 // Error is a failure's answer. Code is one of the Code constants.
 type Error struct {
 	Code  string `json:"code"`
@@ -120,6 +170,7 @@ type Backend struct {
 	Replay     func(ctx context.Context, id kafkapark.ID) error
 	Purge      func(ctx context.Context, id kafkapark.ID) error
 	PurgeOlder func(ctx context.Context, d time.Duration) (int64, error)
+	Consumer   func() Consumer
 	// The package's sentinels, and whether an error is its HandlerError.
 	Invalid, NotParked, Ambiguous error
 	HandlerFailed                 func(error) bool
@@ -129,13 +180,16 @@ type Backend struct {
 func Handler(b Backend) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
+		// A path ending in "/" is the mount point itself (a handler
+		// mounted at .../consumer/ lists).
 		op := path.Base(r.URL.Path)
-		if op != "replay" && op != "purge" {
+		if strings.HasSuffix(r.URL.Path, "/") || op != "replay" && op != "purge" && op != "consumer" {
 			op = "list"
 		}
-		if (op == "list") != (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		get := op == "list" || op == "consumer"
+		if get != (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 			want := http.MethodPost
-			if op == "list" {
+			if get {
 				want = http.MethodGet
 			}
 			w.Header().Set("Allow", want)
@@ -145,6 +199,12 @@ func Handler(b Backend) http.Handler {
 		switch op {
 		case "list":
 			b.list(w, r.Context(), q.Get("after"), q.Get("limit"))
+		case "consumer":
+			c := b.Consumer()
+			if c.Topics == nil {
+				c.Topics = []string{}
+			}
+			write(w, http.StatusOK, c)
 		case "replay":
 			id, ok := parseID(w, q.Get("id"))
 			if ok {

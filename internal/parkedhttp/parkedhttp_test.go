@@ -29,6 +29,7 @@ func fake(err error, calls *int) Backend {
 		Replay:     func(context.Context, kafkapark.ID) error { *calls++; return err },
 		Purge:      func(context.Context, kafkapark.ID) error { *calls++; return err },
 		PurgeOlder: func(context.Context, time.Duration) (int64, error) { *calls++; return 0, err },
+		Consumer:   func() Consumer { *calls++; return Consumer{Kind: KindInbox, Name: "c"} },
 		Invalid:    errInvalid, NotParked: errNotParked, Ambiguous: errAmbiguous,
 		HandlerFailed: func(e error) bool { return errors.Is(e, errHandler) },
 	}
@@ -62,6 +63,11 @@ func TestHandlerStatuses(t *testing.T) {
 		{"POST", "/purge?older_than=-1h", nil, 400, CodeInvalid, false},
 		{"POST", "/purge", nil, 400, CodeInvalid, false},
 		{"POST", "/purge?id=t/0@1&older_than=1h", nil, 400, CodeInvalid, false},
+		{"GET", "/consumer", nil, 200, "", true},
+		{"GET", "/admin/parked/consumer", nil, 200, "", true},
+		{"POST", "/consumer", nil, 405, CodeMethod, false},
+		{"GET", "/consumer/", nil, 200, "", true},                  // mounted at .../consumer/: lists
+		{"POST", "/replay/?id=t/0@1", nil, 405, CodeMethod, false}, // the list of a handler mounted at .../replay/
 	} {
 		calls := 0
 		rec := httptest.NewRecorder()
@@ -91,5 +97,23 @@ func TestSummaryPreview(t *testing.T) {
 				t.Errorf("%d × %q: preview %d bytes of %d, not a prefix of at most %d", n, unit, len(s.Value), len(v), PreviewBytes)
 			}
 		}
+	}
+}
+
+// The consumer call answers the backend's Consumer as JSON, in the names
+// the CLI decodes, topics an array even when none is known.
+func TestHandlerConsumer(t *testing.T) {
+	b := fake(nil, new(int))
+	b.Consumer = func() Consumer {
+		return Consumer{Kind: KindPartition, Name: "g", Group: "g", IsolationLevel: Isolation(kafka.ReadCommitted), Running: true, Partitions: 3}
+	}
+	rec := httptest.NewRecorder()
+	Handler(b).ServeHTTP(rec, httptest.NewRequest("GET", "/admin/parked/consumer", nil))
+	want := `{"kind":"partition","name":"g","group":"g","topics":[],"isolation_level":"read_committed","running":true,"partitions":3}`
+	if got := strings.TrimSpace(rec.Body.String()); rec.Code != 200 || got != want {
+		t.Errorf("got %d %s, want 200 %s", rec.Code, got, want)
+	}
+	if Isolation(kafka.ReadUncommitted) != ReadUncommitted || Isolation(0) != ReadUncommitted {
+		t.Errorf("kafka-go's zero IsolationLevel is read uncommitted: got %q", Isolation(0))
 	}
 }

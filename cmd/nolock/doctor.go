@@ -13,7 +13,7 @@ import (
 
 // A finding is one line of the doctor's report.
 type finding struct {
-	Area   string `json:"area"`   // postgres, pooler, durability, isolation, tables, kafka, dynamodb
+	Area   string `json:"area"`   // postgres, pooler, durability, isolation, tables, kafka, dynamodb, consumer
 	Status string `json:"status"` // pass, warn or fail
 	Detail string `json:"detail"` // what was found
 	Fix    string `json:"fix,omitempty"`
@@ -29,6 +29,7 @@ type doctorConfig struct {
 	postgres, dynamodb string
 	kafka, topics      []string
 	dynamoTables       []string
+	services           []string // URLs of ParkedHandlers
 	json               bool
 	timeout            time.Duration
 }
@@ -40,6 +41,7 @@ func doctorCommand(fs *flag.FlagSet, stdout, stderr io.Writer) func(context.Cont
 	listFlag(fs, &cfg.topics, "topic", "comma-separated Kafka `TOPICS` to check (none: the brokers only)")
 	dynamodbFlag(fs, &cfg.dynamodb)
 	listFlag(fs, &cfg.dynamoTables, "dynamodb-table", "comma-separated DynamoDB `TABLES` to check (none: the endpoint only)")
+	serviceFlag(fs, &cfg.services)
 	fs.BoolVar(&cfg.json, "json", false, "print the findings as a JSON array")
 	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Second, "bound on each service's checks (a Go `DURATION`)")
 	return func(ctx context.Context) int {
@@ -69,6 +71,9 @@ func runDoctor(ctx context.Context, cfg doctorConfig, stdout io.Writer) int {
 	}
 	if cfg.dynamodb != "" {
 		each(func(ctx context.Context) []finding { return checkDynamoDB(ctx, cfg.dynamodb, cfg.dynamoTables) })
+	}
+	for _, s := range cfg.services {
+		each(func(ctx context.Context) []finding { return []finding{checkConsumer(ctx, s)} })
 	}
 	printFindings(stdout, fs, cfg.json)
 	for _, f := range fs {

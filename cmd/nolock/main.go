@@ -5,7 +5,7 @@
 //	nolock demo    [-postgres DSN] [-kafka BROKERS] [-dynamodb URL] [-run REGEXP] [-metrics ADDR]
 //	nolock bench   [-postgres DSN] [-redis ADDR] [-clients 1,4,16,64] [-duration 3s] [-svg FILE] [-run REGEXP] [-from FILE] [-metrics ADDR]
 //	nolock schema  [-partitioned] [postgres | dynamodb]
-//	nolock doctor  [-postgres DSN] [-kafka BROKERS -topic TOPICS] [-dynamodb URL -dynamodb-table TABLES] [-json]
+//	nolock doctor  [-postgres DSN] [-kafka BROKERS -topic TOPICS] [-dynamodb URL -dynamodb-table TABLES] [-service URL] [-json]
 //	nolock parked  list|replay|purge [-inbox NAME | -group GROUP] [-postgres DSN | -service URL] [-json] [ID]
 //	nolock version
 //	nolock help    [command]
@@ -102,7 +102,7 @@ anywhere.`,
 		flags: schemaCommand,
 	},
 	{
-		name: "doctor", args: "[-postgres DSN] [-kafka BROKERS -topic TOPICS] [-dynamodb URL -dynamodb-table TABLES] [-json]",
+		name: "doctor", args: "[-postgres DSN] [-kafka BROKERS -topic TOPICS] [-dynamodb URL -dynamodb-table TABLES] [-service URL] [-json]",
 		summary: "check that a deployment is set up the way the patterns need",
 		about: `Connects to each service given, as your services do, and prints one line per
 check, pass, warn or fail, with the fix: the PostgreSQL server (a
@@ -112,8 +112,10 @@ use there (default_query_exec_mode in the DSN), durability
 level and nolock's tables on the search_path with their sizes; Kafka's
 brokers and each -topic's partitions, replication and
 min.insync.replicas; the DynamoDB endpoint and each -dynamodb-table's key
-schema and time to live. It changes nothing. Exit status 1 when a check
-fails.`,
+schema and time to live; for each -service (the URL where a service mounts
+inbox.ParkedHandler or partition.ParkedHandler, as nolock parked takes it)
+the isolation level its consumer reads Kafka with and whether it runs.
+It changes nothing. Exit status 1 when a check fails.`,
 		flags: doctorCommand,
 	},
 	{

@@ -52,19 +52,24 @@ func (e *serviceError) Error() string {
 	return fmt.Sprintf("%s (HTTP %d, %s)", e.answer.Error, e.status, e.answer.Code)
 }
 
-// call makes op ("" to list, replay, purge) with q and decodes the answer
-// into out.
+// call makes op ("" to list, replay, purge, consumer) with q and decodes
+// the answer into out.
 func (c *parkedClient) call(ctx context.Context, op string, q url.Values, out any) error {
 	u, err := url.Parse(c.base)
 	if err != nil {
 		return err
 	}
 	method := http.MethodGet
-	if op != "" {
+	switch op {
+	case "":
+		if !strings.HasSuffix(u.Path, "/") {
+			u.Path += "/"
+		}
+	case "consumer":
+		u = u.JoinPath(op)
+	default:
 		method = http.MethodPost
 		u = u.JoinPath(op)
-	} else if !strings.HasSuffix(u.Path, "/") {
-		u.Path += "/"
 	}
 	u.RawQuery = q.Encode()
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)

@@ -19,8 +19,9 @@
 //	PARKED_RETENTION  how long parked messages wait for an operator (default 336h)
 //	REAP_INTERVAL     how often both are reaped (default 1m)
 //	ADMIN_TOKEN       when set, /admin/parked/ (inbox.ParkedHandler: list, replay,
-//	                  purge) answers requests that carry it, as a bearer token or
-//	                  as the basic-authentication password
+//	                  purge, and the consumer's description for nolock doctor)
+//	                  answers requests that carry it, as a bearer token or as
+//	                  the basic-authentication password
 //	ADDR              listen address for /healthz, /metrics, /accounts (default :8080)
 //
 // On SIGTERM the batches in flight commit (or roll back whole), their
@@ -33,6 +34,7 @@
 //	curl localhost:8080/accounts/acct-1
 //	curl -H "Authorization: Bearer $ADMIN_TOKEN" localhost:8080/admin/parked/   # started with ADMIN_TOKEN set
 //	nolock parked list -service "http://admin:$ADMIN_TOKEN@localhost:8080/admin/parked/"
+//	nolock doctor -service "http://admin:$ADMIN_TOKEN@localhost:8080/admin/parked/"   # read_committed, running
 package main
 
 import (

@@ -20,7 +20,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // The service as a process, on PostgreSQL directly and behind PgBouncer:
 // 40 payments, 10 of them sent twice, are applied once each; a poison
-// message is parked and listed at /admin/parked/ (with the token only);
+// message is parked and listed at /admin/parked/ (with the token only),
+// which describes the consumer as read committed and running;
 // both reapers run; /metrics counts the inbox's events; a batch in flight
 // when SIGTERM comes commits, then the service exits 0.
 func TestWorkerService(t *testing.T) {
@@ -75,6 +76,11 @@ func testWorker(t *testing.T, bin string, d servicetest.Deployment) {
 		if status, body, _ := p.Do(http.MethodGet, "/admin/parked/", "", "Authorization: "+auth); status != http.StatusOK || !strings.Contains(body, `"message_id":"poison"`) {
 			t.Fatalf("/admin/parked/ with %s: %d %s; want the poison message", auth, status, body)
 		}
+	}
+	// nolock doctor -service asks the same handler how the consumer reads.
+	if status, body, _ := p.Do(http.MethodGet, "/admin/parked/consumer", "", "Authorization: Bearer secret"); status != http.StatusOK ||
+		!strings.Contains(body, `"isolation_level":"read_committed","running":true,"partitions":1`) {
+		t.Fatalf("/admin/parked/consumer: %d %s; want read_committed, running on 1 partition", status, body)
 	}
 	p.WaitMetrics(`nolock_outcomes_total{nolock_event="inbox.committed"}`, `nolock_outcomes_total{nolock_event="inbox.duplicate"}`,
 		`nolock_outcomes_total{error_type="*strconv.NumError",nolock_event="inbox.parked"} 1`)

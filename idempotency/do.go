@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -78,7 +79,7 @@ func (s *Store) do(ctx context.Context, scope, key string, fingerprint []byte, f
 		fingerprint = []byte{}
 	}
 	return s.retried(ctx, scope, key, func(ctx context.Context) (Result, error) {
-		return s.once(ctx, &s.doPlan, scope, key, fingerprint, runAndRecord(fn))
+		return s.once(ctx, &s.doPlan, scope, key, fingerprint, false, runAndRecord(fn))
 	})
 }
 
@@ -91,7 +92,9 @@ func (s *Store) do(ctx context.Context, scope, key string, fingerprint []byte, f
 // a replay then costs that read (and, on a server with a synchronous
 // standby, one more round trip to wait for it), and a first run one round
 // trip more.
-func (s *Store) once(ctx context.Context, p *plan, scope, key string, fp []byte, finish finisher) (Result, error) {
+// bounded (Exec) makes the claim set lock_timeout to the call's wait
+// (claimBoundSQL), which finish gets.
+func (s *Store) once(ctx context.Context, p *plan, scope, key string, fp []byte, bounded bool, finish finisher) (Result, error) {
 	if res, done, err := s.replayFirst(ctx, p, scope, key, fp); done {
 		return res, err
 	}
@@ -103,7 +106,14 @@ func (s *Store) once(ctx context.Context, p *plan, scope, key string, fp []byte,
 	// commit releases it itself: it may outlive this call (see detached).
 	defer h.done()
 
-	tx, f, err := s.claim(ctx, h, scope, key)
+	var wait time.Duration
+	claim, args := s.claimSQL, []any{scope, key}
+	if bounded {
+		var bound any
+		wait, bound = s.bound(ctx)
+		claim, args = s.claimBoundSQL, append(args, bound)
+	}
+	tx, f, err := s.claim(ctx, h, claim, args)
 	if err != nil {
 		return Result{}, err
 	}
@@ -116,7 +126,7 @@ func (s *Store) once(ctx context.Context, p *plan, scope, key string, fp []byte,
 		observed.Event(s.obs, ctx, observe.Event{Name: EventExpired, Key: key})
 	}
 	rec := Record{Scope: scope, Key: key, Fingerprint: fp}
-	if err := finish(ctx, s, h, tx, &rec, f.exists); err != nil {
+	if err := finish(ctx, s, h, tx, &rec, f.exists, wait); err != nil {
 		return Result{}, err
 	}
 	return Result{Record: rec}, nil
@@ -143,12 +153,13 @@ func (s *Store) replayFirst(ctx context.Context, p *plan, scope, key string, fp 
 // finisher writes the effect of a call and its record rec, in tx, the
 // key's claimed transaction on h, and commits it through s.commit; or
 // rolls it back and says why. takeover says the key's record had expired
-// when it was claimed, and is replaced.
-type finisher func(ctx context.Context, s *Store, h *handle, tx pgx.Tx, rec *Record, takeover bool) error
+// when it was claimed, and is replaced; wait is the lock_timeout the
+// claim set (Exec), or 0.
+type finisher func(ctx context.Context, s *Store, h *handle, tx pgx.Tx, rec *Record, takeover bool, wait time.Duration) error
 
 // runAndRecord is Do's finisher: fn, then its record inserted with COMMIT.
 func runAndRecord(fn Func) finisher {
-	return func(ctx context.Context, s *Store, h *handle, tx pgx.Tx, rec *Record, takeover bool) error {
+	return func(ctx context.Context, s *Store, h *handle, tx pgx.Tx, rec *Record, takeover bool, _ time.Duration) error {
 		body, terminal, err := runFn(ctx, s.pg, h, tx, rec.Key, fn)
 		if err != nil {
 			return err
@@ -263,15 +274,17 @@ func (s *Store) commit(ctx context.Context, h *handle, tx pgx.Tx, key string, b 
 
 // claim begins the attempt's transaction on h (inside the caller's
 // transaction, a savepoint), tries the key's lock and reads its record, in
-// one round trip (claimSQL, readSQL). It returns the transaction, open,
-// and the record it read: f.exists false, or f.expired, means the key is
-// this transaction's to write (it holds the key's lock); a live record is
-// to be replayed. Otherwise the transaction is ended and the error says
-// why: errBusy when a request in flight holds the key (ended with a
-// COMMIT of nothing, which the server does not count as a rollback),
-// errVanished when the live record the lock's statement saw was gone or
-// expired by the time it was read.
-func (s *Store) claim(ctx context.Context, h *handle, scope, key string) (tx pgx.Tx, f found, err error) {
+// one round trip: claimSQL (or Exec's claimBoundSQL) with args, then
+// readSQL. It returns the transaction, open, and the record it read:
+// f.exists false, or f.expired, means the key is this transaction's to
+// write (it holds the key's lock); a live record is to be replayed.
+// Otherwise the transaction is ended and the error says why: errBusy when
+// a request in flight holds the key (ended with a COMMIT of nothing,
+// which the server does not count as a rollback), errVanished when the
+// live record the lock's statement saw was gone or expired by the time it
+// was read.
+func (s *Store) claim(ctx context.Context, h *handle, claimSQL string, args []any) (tx pgx.Tx, f found, err error) {
+	scope, key := args[0].(string), args[1].(string)
 	opts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 	b := &pgx.Batch{}
 	switch {
@@ -287,7 +300,12 @@ func (s *Store) claim(ctx context.Context, h *handle, scope, key string) (tx pgx
 		b.BeginTx(opts)
 	}
 	var locked *bool
-	b.Queue(s.claimSQL, scope, key).QueryRow(func(row pgx.Row) error { return row.Scan(&locked) })
+	b.Queue(claimSQL, args...).QueryRow(func(row pgx.Row) error {
+		if len(args) > 2 {
+			return row.Scan(&locked, nil) // and Exec's lock_timeout
+		}
+		return row.Scan(&locked)
+	})
 	f.Scope, f.Key = scope, key
 	b.Queue(s.readSQL, scope, key).QueryRow(func(row pgx.Row) error {
 		err := f.scan(row)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -87,23 +88,22 @@ func (s *Store) exec(ctx context.Context, scope, key string, fingerprint []byte,
 		fingerprint = []byte{}
 	}
 	return s.retried(ctx, scope, key, func(ctx context.Context) (Result, error) {
-		return s.once(ctx, &s.execPlan, scope, key, fingerprint, runClaimed(stmt, args))
+		return s.once(ctx, &s.execPlan, scope, key, fingerprint, true, runClaimed(stmt, args))
 	})
 }
 
 // runClaimed is Exec's finisher: the statement and the record of its
 // rows, one statement sent with COMMIT. A lock wait of the statement that
-// ran out is ErrInProgress; any other error of the statement rolls
-// everything back and is returned.
+// ran out (lock_timeout, which the claim set to wait) is ErrInProgress;
+// any other error of the statement rolls everything back and is returned.
 func runClaimed(stmt wrapped, args []any) finisher {
-	return func(ctx context.Context, s *Store, h *handle, tx pgx.Tx, rec *Record, takeover bool) error {
-		wait, bound := s.bound(ctx)
+	return func(ctx context.Context, s *Store, h *handle, tx pgx.Tx, rec *Record, takeover bool, wait time.Duration) error {
 		sql := stmt.text
 		if takeover {
 			sql = stmt.takeover
 		}
 		b := &pgx.Batch{}
-		b.Queue(sql, append(slices.Clip(args), bound, rec.Scope, rec.Key, rec.Fingerprint, s.retention.Microseconds())...).QueryRow(func(row pgx.Row) error {
+		b.Queue(sql, append(slices.Clip(args), rec.Scope, rec.Key, rec.Fingerprint, s.retention.Microseconds())...).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&rec.Body, &rec.Terminal, &rec.CreatedAt, &rec.ExpiresAt)
 		})
 		err := s.commit(ctx, h, tx, rec.Key, b)

@@ -12,7 +12,7 @@ import (
 	"github.com/nolock/nolock/internal/pgerr"
 )
 
-// statement returns sql wrapped in claimedSQL (both ways), after refusing it unless
+// statement returns sql wrapped in claimedSQL and claimedTakeoverSQL, after refusing it unless
 // it uses exactly len(args) parameters: Exec's own follow the caller's, so
 // a missing argument would silently bind one of them (a debit "WHERE
 // account = $1" matching nothing, stored as refused). The first call with
@@ -102,8 +102,8 @@ func (s *Store) describe(ctx context.Context, sql string, args []any) (wrapped, 
 	}
 	n := len(d.ParamOIDs)
 	return wrapped{
-		text:     fmt.Sprintf(s.claimedSQL, sql, n+1, n+2, n+3, n+4, n+5, ""),
-		takeover: fmt.Sprintf(s.claimedSQL, sql, n+1, n+2, n+3, n+4, n+5, takeover),
+		text:     fmt.Sprintf(s.claimedSQL, sql, n+1, n+2, n+3, n+4),
+		takeover: fmt.Sprintf(s.claimedTakeoverSQL, sql, n+1, n+2, n+3, n+4),
 		params:   n,
 	}, nil
 }
@@ -111,7 +111,7 @@ func (s *Store) describe(ctx context.Context, sql string, args []any) (wrapped, 
 // wrapped is the caller's statement as Exec sends it.
 type wrapped struct {
 	text     string // in claimedSQL
-	takeover string // in claimedSQL, replacing an expired record
+	takeover string // in claimedTakeoverSQL, replacing an expired record
 	params   int    // the caller's statement's parameters
 }
 

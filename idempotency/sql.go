@@ -17,6 +17,12 @@ const (
 	// to write: no other call of this package writes it until the lock is
 	// released, at the transaction's end.
 	claimSQL = `SELECT ` + keyLock
+	// claimBoundSQL is claimSQL for Exec: it also sets lock_timeout to $3
+	// (milliseconds as text; NULL keeps the connection's) for the rest of
+	// the transaction, so that every lock wait of Exec's statement, sent
+	// next with COMMIT, is bounded by the call's wait. The claim and the
+	// read wait for no lock.
+	claimBoundSQL = claimSQL + `, set_config('lock_timeout', coalesce($3, current_setting('lock_timeout')), true)`
 	// readSQL reads a key's record, whether it has expired and whether the
 	// server has a synchronous standby (see found): in a claim (see
 	// claimSQL), and for Get and a call that reads first. "+ interval '0 s'"
@@ -74,25 +80,30 @@ const keyLock = `CASE WHEN EXISTS (SELECT FROM {{table}} WHERE scope = $1 AND ke
 const syncMarkSQL = `SELECT pg_logical_emit_message(true, 'nolock', '') WHERE current_setting('synchronous_standby_names') <> ''`
 
 // claimedSQL wraps the caller's statement (%[1]s) for Exec, in the
-// transaction that claimed the key: it runs the effect and inserts the
-// key's record holding its RETURNING rows, in one statement sent with
-// COMMIT; %[7]s is empty, or takeover when the claim found the record
-// expired. nolock_bound runs first (the effect is pulled only through a
-// LATERAL join on it, and a MATERIALIZED CTE is not folded into its user):
-// it bounds every lock wait of the statement by lock_timeout ($%[2]d), for
-// the rest of the transaction; the effect's rows may be held by another
-// request in flight. If no record was written (a live one in the way), the
-// statement fails (1 / 0), and the COMMIT behind it never runs.
-// Parameters $%[2]d to $%[6]d follow the caller's own: the bound, scope,
-// key, fingerprint and retention in microseconds.
-const claimedSQL = `WITH nolock_bound AS MATERIALIZED (
-  SELECT set_config('lock_timeout', coalesce($%[2]d, current_setting('lock_timeout')), true) AS lock_timeout),
-nolock_effect AS (%[1]s
+// transaction that claimed the key (claimBoundSQL set its lock_timeout):
+// it runs the effect and inserts the key's record holding its RETURNING
+// rows (json_agg of them; none is a terminal outcome, stored as "[]"), in
+// one statement sent with COMMIT. The key had no record when it was
+// claimed, and no other call writes one while this transaction holds its
+// lock. Parameters $%[2]d to $%[5]d follow the caller's own: scope, key,
+// fingerprint and retention in microseconds.
+const claimedSQL = `WITH nolock_effect AS (%[1]s
+)
+INSERT INTO {{table}} (scope, key, fingerprint, terminal, result, expires_at)
+SELECT $%[2]d, $%[3]d, $%[4]d, r.rows IS NULL, convert_to(coalesce(r.rows, '[]'), 'UTF8'), now() + $%[5]d::bigint * interval '1 microsecond'
+FROM (SELECT json_agg(e)::text AS rows FROM nolock_effect e) r
+RETURNING result, terminal, created_at, expires_at`
+
+// claimedTakeoverSQL is claimedSQL for a key whose record had expired
+// when it was claimed: it replaces that record (or inserts, if Reap
+// deleted it meanwhile). A live record in its place (written without the
+// key's lock) makes it fail (1 / 0), and the COMMIT behind it never runs.
+const claimedTakeoverSQL = `WITH nolock_effect AS (%[1]s
 ),
 nolock_record AS (
   INSERT INTO {{table}} AS nolock_t (scope, key, fingerprint, terminal, result, expires_at)
-  SELECT $%[3]d, $%[4]d, $%[5]d, r.rows IS NULL, convert_to(coalesce(r.rows, '[]'), 'UTF8'), now() + $%[6]d::bigint * interval '1 microsecond'
-  FROM nolock_bound b, LATERAL (SELECT json_agg(e)::text AS rows FROM nolock_effect e WHERE b.lock_timeout IS NOT NULL) r
-  %[7]s
+  SELECT $%[2]d, $%[3]d, $%[4]d, r.rows IS NULL, convert_to(coalesce(r.rows, '[]'), 'UTF8'), now() + $%[5]d::bigint * interval '1 microsecond'
+  FROM (SELECT json_agg(e)::text AS rows FROM nolock_effect e) r
+  ` + takeover + `
   RETURNING result, terminal, created_at, expires_at)
 SELECT (array_agg(result))[1], bool_or(terminal), min(created_at), min(expires_at) FROM nolock_record HAVING 1 / count(*) = 1`

@@ -101,11 +101,11 @@ type Store struct {
 	wait      time.Duration
 	policy    backoff.Policy
 
-	schemaSQL, claimSQL, readSQL, takeoverSQL, recordSQL, reapSQL, probeSQL string
+	schemaSQL, claimSQL, claimBoundSQL, readSQL, takeoverSQL, recordSQL, reapSQL, probeSQL string
 
-	// claimedSQL is a format: Exec puts the caller's statement and its
-	// parameters' count in.
-	claimedSQL string
+	// claimedSQL and claimedTakeoverSQL are formats: Exec puts the
+	// caller's statement and its parameters' numbers in.
+	claimedSQL, claimedTakeoverSQL string
 	// statements keeps each statement given to Exec, wrapped (see
 	// statement).
 	statements     sync.Map      // string → wrapped
@@ -252,9 +252,9 @@ func New(db DB, opts ...Option) (*Store, error) {
 		"{{table_literal}}", strings.ReplaceAll(literal, "%", "%%")).Replace
 	pg := new(pgerr.Committer)
 	return &Store{
-		db: db, via: via, turn: make(chan struct{}, 1), keys: make(map[string]chan struct{}), pg: pg, over: pg.For(db), claimedSQL: format(claimedSQL),
+		db: db, via: via, turn: make(chan struct{}, 1), keys: make(map[string]chan struct{}), pg: pg, over: pg.For(db), claimedSQL: format(claimedSQL), claimedTakeoverSQL: format(claimedTakeoverSQL),
 		retention: cfg.retention, wait: cfg.wait, policy: backoff.Policy{Attempts: cfg.attempts}, poll: backoff.Policy{Base: 2 * time.Millisecond, Cap: 50 * time.Millisecond}, obs: cfg.obs, log: idemrecord.Logger(cfg.log),
-		schemaSQL: sql(storeSQL), claimSQL: sql(claimSQL), readSQL: sql(readSQL), describing: make(chan struct{}, 1), maxDescribed: maxDescribed,
+		schemaSQL: sql(storeSQL), claimSQL: sql(claimSQL), claimBoundSQL: sql(claimBoundSQL), readSQL: sql(readSQL), describing: make(chan struct{}, 1), maxDescribed: maxDescribed,
 		takeoverSQL: sql(takeoverSQL), probeSQL: sql(probeSQL), recordSQL: sql(recordSQL), reapSQL: sql(reapSQL),
 	}, nil
 }
@@ -285,11 +285,11 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 	return nil
 }
 
-// waitFor returns the lock_timeout for the claim: the Store's wait,
-// shortened to what is left before ctx's deadline less a margin (a fifth
-// of it, at least 50 ms), so that the server gives up, and its answer
-// (ErrInProgress) reaches the caller, before the deadline ends the call.
-// 0: no bound.
+// waitFor returns a call's wait for its key, and Exec's lock_timeout: the
+// Store's wait, shortened to what is left before ctx's deadline less a
+// margin (a fifth of it, at least 50 ms), so that the server gives up, and
+// its answer (ErrInProgress) reaches the caller, before the deadline ends
+// the call. 0: no bound.
 func (s *Store) waitFor(ctx context.Context) time.Duration {
 	w := s.wait
 	if dl, ok := ctx.Deadline(); ok {
@@ -301,8 +301,8 @@ func (s *Store) waitFor(ctx context.Context) time.Duration {
 	return min(w, MaxWait) // lock_timeout's limit
 }
 
-// bound returns waitFor(ctx) and the lock_timeout parameter of a claim's
-// or Exec's statement for it: milliseconds as text, or nil (no bound)
+// bound returns waitFor(ctx) and the lock_timeout parameter of Exec's
+// claim (claimBoundSQL) for it: milliseconds as text, or nil (no bound)
 // to keep the connection's.
 func (s *Store) bound(ctx context.Context) (time.Duration, any) {
 	wait := s.waitFor(ctx)

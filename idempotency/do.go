@@ -29,8 +29,11 @@ import (
 //     nothing and is returned as is: retrying with the same key is safe.
 //   - A key with a live record and the same fingerprint: fn does not run;
 //     Do returns the stored result with Replayed set. A replay writes
-//     nothing and takes no lock (unless the record committed while the
-//     claim began: then it holds the key's lock until it ends). On a
+//     nothing. Read in the claim's transaction, it holds the key's lock
+//     until that transaction ends, one round trip later (a duplicate that
+//     meets the lock waits, as below); a call that has waited for the
+//     key, or of a Store whose recent calls were mostly replays, reads
+//     the record first, outside a transaction, and takes no lock. On a
 //     server with a synchronous standby it returns once the standby holds
 //     the record (a record whose own wait for the standby was cancelled
 //     is never acknowledged before).
@@ -78,8 +81,8 @@ func (s *Store) do(ctx context.Context, scope, key string, fingerprint []byte, f
 	if fingerprint == nil {
 		fingerprint = []byte{}
 	}
-	return s.retried(ctx, scope, key, func(ctx context.Context) (Result, error) {
-		return s.once(ctx, &s.doPlan, scope, key, fingerprint, false, runAndRecord(fn))
+	return s.retried(ctx, scope, key, func(ctx context.Context, dup bool) (Result, error) {
+		return s.once(ctx, &s.doPlan, dup, scope, key, fingerprint, false, runAndRecord(fn))
 	})
 }
 
@@ -88,14 +91,14 @@ func (s *Store) do(ctx context.Context, scope, key string, fingerprint []byte, f
 // commits. A first run costs two round trips besides fn's own statements
 // (begin and claim; record and commit), as many as a bare transaction; a
 // replay costs two (begin and claim; commit). When most of the calls p has
-// seen were replays, once reads the record first, outside a transaction:
-// a replay then costs that read (and, on a server with a synchronous
-// standby, one more round trip to wait for it), and a first run one round
-// trip more.
+// seen were replays, or dup says the call is a duplicate that waited for
+// the key, once reads the record first, outside a transaction: a replay
+// then costs that read (and, on a server with a synchronous standby, one
+// more round trip to wait for it), and a first run one round trip more.
 // bounded (Exec) makes the claim set lock_timeout to the call's wait
 // (claimBoundSQL), which finish gets.
-func (s *Store) once(ctx context.Context, p *plan, scope, key string, fp []byte, bounded bool, finish finisher) (Result, error) {
-	if res, done, err := s.replayFirst(ctx, p, scope, key, fp); done {
+func (s *Store) once(ctx context.Context, p *plan, dup bool, scope, key string, fp []byte, bounded bool, finish finisher) (Result, error) {
+	if res, done, err := s.replayFirst(ctx, p, dup, scope, key, fp); done {
 		return res, err
 	}
 	h, err := s.acquire(ctx)
@@ -133,10 +136,10 @@ func (s *Store) once(ctx context.Context, p *plan, scope, key string, fp []byte,
 }
 
 // replayFirst reads the key's record first when p says most calls find
-// one: done is true when that answers the call (a live record, or a
-// failed read).
-func (s *Store) replayFirst(ctx context.Context, p *plan, scope, key string, fp []byte) (res Result, done bool, err error) {
-	if !p.readFirst() {
+// one, or dup that the call waited for the key: done is true when that
+// answers the call (a live record, or a failed read).
+func (s *Store) replayFirst(ctx context.Context, p *plan, dup bool, scope, key string, fp []byte) (res Result, done bool, err error) {
+	if !dup && !p.readFirst() {
 		return Result{}, false, nil
 	}
 	switch f, err := s.lookup(ctx, scope, key); {
@@ -187,11 +190,16 @@ func runAndRecord(fn Func) finisher {
 // commits: its COMMIT then returns only once the standby holds all WAL up
 // to it, the record's commit included, so a replay never acknowledges a
 // record that a failover could lose (one whose own wait for the standby
-// was cancelled). Without a synchronous standby it commits nothing.
+// was cancelled). Without a synchronous standby it commits nothing, and
+// inside the caller's transaction it rolls back to its savepoint, which
+// releases the key's lock the claim took.
 func (s *Store) replay(ctx context.Context, h *handle, tx pgx.Tx, f found, fp []byte) (Result, error) {
 	b := &pgx.Batch{}
-	if f.standby {
+	switch {
+	case f.standby:
 		b.Queue(syncMarkSQL)
+	case h.nested(): // keep nothing: the key's lock goes with the savepoint
+		b.Queue("rollback to savepoint " + savepoint)
 	}
 	ending, _ := h.ending()
 	b.Queue(ending)
@@ -277,12 +285,12 @@ func (s *Store) commit(ctx context.Context, h *handle, tx pgx.Tx, key string, b 
 // one round trip: claimSQL (or Exec's claimBoundSQL) with args, then
 // readSQL. It returns the transaction, open, and the record it read:
 // f.exists false, or f.expired, means the key is this transaction's to
-// write (it holds the key's lock); a live record is to be replayed.
-// Otherwise the transaction is ended and the error says why: errBusy when
-// a request in flight holds the key (ended with a COMMIT of nothing,
-// which the server does not count as a rollback), errVanished when the
-// live record the lock's statement saw was gone or expired by the time it
-// was read.
+// write; a live record is to be replayed (the transaction holds the key's
+// lock until it ends). Otherwise the transaction is ended and the error
+// says why: errBusy when another transaction holds the key's lock (ended
+// with a COMMIT of nothing, which the server does not count as a
+// rollback), errVanished when the server connection did not keep a named
+// prepared statement (see pgmode.Modes.Learn).
 func (s *Store) claim(ctx context.Context, h *handle, claimSQL string, args []any) (tx pgx.Tx, f found, err error) {
 	scope, key := args[0].(string), args[1].(string)
 	opts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
@@ -299,7 +307,7 @@ func (s *Store) claim(ctx context.Context, h *handle, claimSQL string, args []an
 	default:
 		b.BeginTx(opts)
 	}
-	var locked *bool
+	var locked bool
 	b.Queue(claimSQL, args...).QueryRow(func(row pgx.Row) error {
 		if len(args) > 2 {
 			return row.Scan(&locked, nil) // and Exec's lock_timeout
@@ -323,13 +331,7 @@ func (s *Store) claim(ctx context.Context, h *handle, claimSQL string, args []an
 		}
 		return nil, found{}, claimError(key, err)
 	}
-	live := f.exists && !f.expired
-	switch {
-	case locked == nil && !live:
-		err = errVanished
-	case locked != nil && !*locked:
-		err = errBusy
-	default:
+	if locked {
 		return tx, f, nil
 	}
 	if h.nested() {
@@ -341,7 +343,7 @@ func (s *Store) claim(ctx context.Context, h *handle, claimSQL string, args []an
 			end(ctx, h.conn, tx)
 		}
 	}
-	return nil, found{}, err
+	return nil, found{}, errBusy
 }
 
 // noRows turns "no row" into nil: a claim that met a row returns none.

@@ -87,8 +87,8 @@ func (s *Store) exec(ctx context.Context, scope, key string, fingerprint []byte,
 	if fingerprint == nil {
 		fingerprint = []byte{}
 	}
-	return s.retried(ctx, scope, key, func(ctx context.Context) (Result, error) {
-		return s.once(ctx, &s.execPlan, scope, key, fingerprint, true, runClaimed(stmt, args))
+	return s.retried(ctx, scope, key, func(ctx context.Context, dup bool) (Result, error) {
+		return s.once(ctx, &s.execPlan, dup, scope, key, fingerprint, true, runClaimed(stmt, args))
 	})
 }
 

@@ -26,9 +26,9 @@ var errBusy = errors.New("idempotency: the key is held by a request in flight")
 // ends), for the call of this Store that has (scope, key) in flight, if
 // there is one, and returns ErrInProgress if it is still running then.
 // Otherwise the call becomes the one in flight, until leave. A call that
-// waited makes its attempts beside any other (the database decides); it
-// does not hold up later calls.
-func (s *Store) queueKey(ctx context.Context, scope, key string, start time.Time, wait time.Duration) (leave func(), err error) {
+// waited (waited true) makes its attempts beside any other (the database
+// decides); it does not hold up later calls.
+func (s *Store) queueKey(ctx context.Context, scope, key string, start time.Time, wait time.Duration) (leave func(), waited bool, err error) {
 	k := keyOf(scope, key)
 	s.keysMu.Lock()
 	held, ok := s.keys[k]
@@ -41,7 +41,7 @@ func (s *Store) queueKey(ctx context.Context, scope, key string, start time.Time
 			delete(s.keys, k)
 			s.keysMu.Unlock()
 			close(mine)
-		}, nil
+		}, false, nil
 	}
 	s.keysMu.Unlock()
 	s.busy.Add(1)
@@ -53,11 +53,11 @@ func (s *Store) queueKey(ctx context.Context, scope, key string, start time.Time
 	}
 	select {
 	case <-held:
-		return func() {}, nil
+		return func() {}, true, nil
 	case <-timeout:
-		return nil, errfmt.Errorf("%w: key %q, waited %v", ErrInProgress, key, wait)
+		return nil, false, errfmt.Errorf("%w: key %q, waited %v", ErrInProgress, key, wait)
 	case <-ctx.Done():
-		return nil, errfmt.Errorf("%w: key %q: %w", ErrInProgress, key, context.Cause(ctx))
+		return nil, false, errfmt.Errorf("%w: key %q: %w", ErrInProgress, key, context.Cause(ctx))
 	}
 }
 

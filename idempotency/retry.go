@@ -21,18 +21,18 @@ import (
 // A call of the Store with the key in flight is waited for first, and
 // while a request in flight holds the key (errBusy), attempt is made
 // again after a pause; both up to the Store's wait (see keywait.go).
-func (s *Store) retried(ctx context.Context, scope, key string, attempt func(context.Context) (Result, error)) (Result, error) {
+func (s *Store) retried(ctx context.Context, scope, key string, attempt func(ctx context.Context, dup bool) (Result, error)) (Result, error) {
 	var res Result
 	wait := s.waitFor(ctx)
 	start := time.Now()
-	leave, err := s.queueKey(ctx, scope, key, start, wait)
+	leave, waited, err := s.queueKey(ctx, scope, key, start, wait)
 	if err != nil {
 		return Result{}, err
 	}
 	defer leave()
 	err = s.policy.Retry(ctx, func(ctx context.Context, _ int) error {
 		var err error
-		res, err = settled(ctx, func() (Result, error) { return s.whileBusy(ctx, scope, key, start, wait, attempt) })
+		res, err = settled(ctx, func() (Result, error) { return s.whileBusy(ctx, scope, key, start, wait, waited, attempt) })
 		return err
 	}, retryable, idemrecord.RetryLogger(ctx, s.log, key))
 	if errors.Is(err, backoff.ErrExhausted) {
@@ -44,13 +44,17 @@ func (s *Store) retried(ctx context.Context, scope, key string, attempt func(con
 // whileBusy makes attempt, and while it finds the key held by a request
 // in flight (errBusy), pauses and asks whether the key may be free (one
 // round trip each) until it may, then makes attempt again; the pauses end
-// with ErrInProgress once wait has passed since start.
-func (s *Store) whileBusy(ctx context.Context, scope, key string, start time.Time, wait time.Duration, attempt func(context.Context) (Result, error)) (Result, error) {
+// with ErrInProgress once wait has passed since start. attempt's dup says
+// the call has waited for the key (in queueKey, as waited says, or here):
+// it is then likely to find the key's record, and reads it first.
+func (s *Store) whileBusy(ctx context.Context, scope, key string, start time.Time, wait time.Duration, waited bool,
+	attempt func(ctx context.Context, dup bool) (Result, error)) (Result, error) {
 	for n := 1; ; n++ {
-		res, err := attempt(ctx)
+		res, err := attempt(ctx, waited)
 		if !errors.Is(err, errBusy) {
 			return res, err
 		}
+		waited = true
 		for ; ; n++ {
 			if err := s.awaitKey(ctx, key, n, start, wait); err != nil {
 				return Result{}, err

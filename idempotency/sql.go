@@ -8,15 +8,17 @@ var storeSQL string
 // The statements, with {{table}} replaced by the quoted table name.
 const (
 	// claimSQL is the first statement of a claim, sent with BEGIN: it tries
-	// the key's lock (keyLock) unless it sees a live record. readSQL follows
-	// it in the same round trip: a statement of its own, so that its
-	// snapshot, taken after the lock was granted, sees the record of any
-	// request that held the lock before (a transaction is visible before
-	// it releases its locks). A key whose lock this transaction holds and
-	// whose record readSQL finds absent or expired is this transaction's
-	// to write: no other call of this package writes it until the lock is
-	// released, at the transaction's end.
-	claimSQL = `SELECT ` + keyLock
+	// the key's lock (keyHash). readSQL follows it in the same round trip:
+	// a statement of its own, so that its snapshot, taken after the lock
+	// was granted, sees the record of any request that held the lock
+	// before (a transaction is visible before it releases its locks). A key
+	// whose lock this transaction holds and whose record readSQL finds
+	// absent or expired is this transaction's to write: no other call of
+	// this package writes it until the lock is released, at the
+	// transaction's end. A key whose lock another transaction holds is a
+	// request in flight (or a replay of the key, for one round trip): no
+	// statement ever waits for it.
+	claimSQL = `SELECT pg_try_advisory_xact_lock(` + keyHash + `)`
 	// claimBoundSQL is claimSQL for Exec: it also sets lock_timeout to $3
 	// (milliseconds as text; NULL keeps the connection's) for the rest of
 	// the transaction, so that every lock wait of Exec's statement, sent
@@ -58,19 +60,15 @@ const takeover = `ON CONFLICT (scope, key) DO UPDATE SET fingerprint = excluded.
 
 // probeSQL says whether a key has a live record or its lock is free (and
 // then takes it until the statement's implicit transaction ends, at
-// once): whether a waiting call should make an attempt.
-const probeSQL = `SELECT coalesce(` + keyLock + `, true)`
+// once): whether a waiting call should make an attempt. A key whose live
+// record the statement's snapshot sees is not locked.
+const probeSQL = `SELECT CASE WHEN EXISTS (SELECT FROM {{table}} WHERE scope = $1 AND key = $2 AND expires_at + interval '0 s' > now()) THEN true
+  ELSE pg_try_advisory_xact_lock(` + keyHash + `) END`
 
-// keyLock, in a claim (claimSQL) or a probe, tries the key's
-// transaction-level advisory lock (a hash of scope and key seeded with the
-// table's OID): true if this transaction now holds it, false if another
-// one does (a request for the key in flight: no statement ever waits for
-// it). A key whose live record the statement's snapshot sees is not
-// locked (NULL): a replay then holds nothing that other calls of the key
-// wait for. Two keys share a lock only on a 64-bit collision, which costs
-// a wait, nothing else.
-const keyLock = `CASE WHEN EXISTS (SELECT FROM {{table}} WHERE scope = $1 AND key = $2 AND expires_at + interval '0 s' > now()) THEN NULL
-  ELSE pg_try_advisory_xact_lock(hashtextextended(length($1) || ':' || $1 || $2, {{table_literal}}::regclass::oid::bigint)) END`
+// keyHash names a key's transaction-level advisory lock: a hash of scope
+// and key seeded with the table's OID. Two keys share a lock only on a
+// 64-bit collision, which costs a wait, nothing else.
+const keyHash = `hashtextextended(length($1) || ':' || $1 || $2, {{table_literal}}::regclass::oid::bigint)`
 
 // syncMarkSQL writes a WAL record in its transaction (a transactional
 // logical message, ignored by logical decoding unless asked for) when the

@@ -41,16 +41,16 @@ import (
 //     and commit nothing: the effect and the record commit when you
 //     commit it, so both are yours to make durable, and a failed COMMIT
 //     of yours is your ambiguity to settle (call Do again with the same
-//     key in a new transaction). The key's lock and row stay held until
-//     then, so a duplicate elsewhere waits for your transaction. A
-//     deadlock or serialization failure is returned rather than retried
-//     (roll your transaction back and run it again), and a replay on a
-//     server with a synchronous standby is safe to acknowledge only once
-//     your COMMIT has returned. The Store's calls queue for the
-//     transaction, which is not safe for concurrent use either. Run it
-//     Read Committed: under Repeatable Read or Serializable, a duplicate
-//     that waited for another transaction's key fails with a
-//     serialization failure.
+//     key in a new transaction). The key's lock and row (after a replay,
+//     the lock with a synchronous standby) stay held until then, so a
+//     duplicate elsewhere waits for your transaction. A deadlock or
+//     serialization failure is returned rather than retried (roll your
+//     transaction back and run it again), and a replay on a server with a
+//     synchronous standby is safe to acknowledge only once your COMMIT
+//     has returned. The Store's calls queue for the transaction, which is
+//     not safe for concurrent use either. Run it Read Committed: under
+//     Repeatable Read or Serializable, a duplicate that waited for
+//     another transaction's key fails with a serialization failure.
 //
 // Get, Reap and CreateSchema run on each of them (on a pgx.Tx, inside
 // it); Middleware needs a Store on a pool (see Middleware).

@@ -289,7 +289,7 @@ func (s *Store) commit(ctx context.Context, h *handle, tx pgx.Tx, key string, b 
 // lock until it ends). Otherwise the transaction is ended and the error
 // says why: errBusy when another transaction holds the key's lock (ended
 // with a COMMIT of nothing, which the server does not count as a
-// rollback), errVanished when the server connection did not keep a named
+// rollback), errResend when the server connection did not keep a named
 // prepared statement (see pgmode.Modes.Learn).
 func (s *Store) claim(ctx context.Context, h *handle, claimSQL string, args []any) (tx pgx.Tx, f found, err error) {
 	scope, key := args[0].(string), args[1].(string)
@@ -327,7 +327,7 @@ func (s *Store) claim(ctx context.Context, h *handle, claimSQL string, args []an
 	if err := br.Close(); err != nil {
 		h.rollback(ctx, tx)
 		if s.pg.Learn(h.conn, err) { // nothing ran: claim again, unnamed
-			return nil, found{}, errfmt.Errorf("%w: %w", errVanished, err)
+			return nil, found{}, errfmt.Errorf("%w: %w", errResend, err)
 		}
 		return nil, found{}, claimError(key, err)
 	}

@@ -15,7 +15,7 @@ import (
 )
 
 // retried makes attempt until it succeeds or fails for good: at once
-// again while it ends in errVanished (see settled), and after a backoff
+// again while it ends in errResend (see settled), and after a backoff
 // while it fails retryably, within the Store's WithAttempts.
 //
 // A call of the Store with the key in flight is waited for first, and
@@ -66,22 +66,18 @@ func (s *Store) whileBusy(ctx context.Context, scope, key string, start time.Tim
 	}
 }
 
-// errVanished means the attempt was made in vain and is made again: the
-// record that stood in the way of a claim (Do, Exec) or an insert (Exec
-// with WithSharedRoundTrip) was gone or expired by the time it was read,
-// or the server connection did not keep a named prepared statement (see
-// pgmode.Modes.Learn).
-var errVanished = errors.New("idempotency: the key's record vanished while in the way")
+// errResend means the attempt's claim ran nothing and is made again: the
+// server connection did not keep a named prepared statement (see
+// pgmode.Modes.Learn), and the claim is sent again unnamed.
+var errResend = errors.New("idempotency: the claim ran nothing; sending it again")
 
 // settled runs attempt again (up to 10 times, while ctx lives) as long as
-// it ends in errVanished: fn did not run then (an Exec statement may have,
-// and rolled back, as its record was in the way or its prepared statement
-// stale), so these do not count against WithAttempts, which bounds runs of
-// the effect that rolled back.
+// it ends in errResend: fn did not run then, so these do not count
+// against WithAttempts, which bounds runs of the effect that rolled back.
 func settled(ctx context.Context, attempt func() (Result, error)) (Result, error) {
 	for i := 0; ; i++ {
 		res, err := attempt()
-		if !errors.Is(err, errVanished) || i == 9 || ctx.Err() != nil {
+		if !errors.Is(err, errResend) || i == 9 || ctx.Err() != nil {
 			return res, err
 		}
 	}
@@ -97,6 +93,6 @@ func retryable(err error) bool {
 		return false
 	}
 	var pgErr *pgconn.PgError
-	return errors.Is(err, errVanished) || pgmode.MissingNamed(err) || pgerr.Conflict(err) ||
+	return errors.Is(err, errResend) || pgmode.MissingNamed(err) || pgerr.Conflict(err) ||
 		errors.As(err, &pgErr) && pgErr.Code == "0A000" && pgErr.Routine == "RevalidateCachedQuery"
 }

@@ -45,8 +45,15 @@ var saleRounds atomic.Int64
 //
 // It reports each scenario's median units/s and, as <scenario>-x-bare,
 // the median over the iterations of its rate over bare's in the same
-// iteration, and fails unless every sale was exact: sold == stocked,
-// nothing left, no sold-out answer while units were left.
+// iteration; homes-x-bound, the same of homes over bound (the goal:
+// 0.9); and, to explain the rates, medians of each scenario's statements
+// a process (stmts/proc: every round trip, BEGIN and COMMIT included),
+// units a statement (units/stmt), the processes' CPU time a unit
+// (cpu-us/unit: the Go side, at GOMAXPROCS=1 beside the server), locks of all the key's buckets (across:
+// steals and takes across buckets) and the share of the sale from the
+// first of those to the end (tail-%). It fails unless every sale was
+// exact: sold == stocked, nothing left, no sold-out answer while units
+// were left.
 //
 //	go test -count 3 -run '^$' -bench StockProcesses -benchtime 3x ./conditional
 func BenchmarkStockProcesses(b *testing.B) {
@@ -89,6 +96,7 @@ func BenchmarkStockProcesses(b *testing.B) {
 	}
 	rates := map[string][]float64{}
 	ratios := map[string][]float64{}
+	counts := map[string]map[string][]float64{} // scenario → metric → one value per iteration
 	for range b.N {
 		first := int(saleRounds.Add(1))
 		for j := range scenarios {
@@ -96,10 +104,27 @@ func BenchmarkStockProcesses(b *testing.B) {
 			r := sale(b, pool, schema, sc.units, sc.procs)
 			exact(b, sc.name, r)
 			rates[sc.name] = append(rates[sc.name], r.rate())
-			b.Logf("%s: %d units in %v: %.0f units/s", sc.name, r.sold, r.took.Round(1e6), r.rate())
+			c := map[string]float64{
+				"stmts/proc":  float64(r.stmts) / float64(len(sc.procs)),
+				"units/stmt":  float64(r.sold) / float64(r.stmts),
+				"across":      float64(r.across),
+				"tail-%":      100 * r.tail.Seconds() / r.took.Seconds(),
+				"cpu-us/unit": float64(r.cpu.Microseconds()) / float64(r.sold),
+			}
+			if counts[sc.name] == nil {
+				counts[sc.name] = map[string][]float64{}
+			}
+			for m, v := range c {
+				counts[sc.name][m] = append(counts[sc.name][m], v)
+			}
+			b.Logf("%s: %d units in %v: %.0f units/s; %.0f statements a process, %.2f units a statement, %.1f µs of the processes' CPU a unit; %d locks across buckets, the first %v before the end",
+				sc.name, r.sold, r.took.Round(1e6), r.rate(), c["stmts/proc"], c["units/stmt"], c["cpu-us/unit"], r.across, r.tail.Round(1e6))
 		}
 		for _, sc := range scenarios[1:] {
-			ratios[sc.name] = append(ratios[sc.name], rates[sc.name][len(rates[sc.name])-1]/rates["bare"][len(rates["bare"])-1])
+			ratios[sc.name] = append(ratios[sc.name], last(rates[sc.name])/last(rates["bare"]))
+		}
+		if len(rates["homes"]) > 0 && len(rates["bound"]) > 0 {
+			ratios["homes/bound"] = append(ratios["homes/bound"], last(rates["homes"])/last(rates["bound"]))
 		}
 	}
 	b.ReportMetric(median(rates["bare"]), "bare-units/s")
@@ -107,7 +132,20 @@ func BenchmarkStockProcesses(b *testing.B) {
 		b.ReportMetric(median(rates[sc.name]), sc.name+"-units/s")
 		b.ReportMetric(median(ratios[sc.name]), sc.name+"-x-bare")
 	}
+	if rs := ratios["homes/bound"]; len(rs) > 0 {
+		b.ReportMetric(median(rs), "homes-x-bound")
+	}
+	for _, sc := range scenarios {
+		for _, m := range []string{"stmts/proc", "units/stmt", "cpu-us/unit", "across", "tail-%"} {
+			if vs := counts[sc.name][m]; (m != "across" && m != "tail-%") || median(vs) > 0 {
+				b.ReportMetric(median(vs), sc.name+"-"+m)
+			}
+		}
+	}
 }
+
+// last returns the last of xs.
+func last(xs []float64) float64 { return xs[len(xs)-1] }
 
 // median returns the middle of xs (the mean of the two middle ones for an
 // even count).

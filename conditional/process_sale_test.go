@@ -122,7 +122,10 @@ func TestChildSale(t *testing.T) {
 	p := saleProc{bare: os.Getenv(envSaleBare) == "1", ownRow: os.Getenv(envSaleOwnRow) == "1", clients: atoi(envSaleClients),
 		buckets: atoi(envSaleBuckets), home: atoi(envSaleHome), endgame: int64(atoi(envSaleEndgame)), per: atoi(envSalePer)}
 	key, proc, units := os.Getenv(envSaleKey), atoi(envSaleProc), int64(atoi(envSaleUnits))
-	pool := testenv.Pool(t, os.Getenv(envSaleDSN), int32(p.clients+2))
+	count := new(saleCount)
+	pool := testenv.PoolWith(t, os.Getenv(envSaleDSN), func(cfg *pgxpool.Config) {
+		cfg.MaxConns, cfg.ConnConfig.Tracer = int32(p.clients+2), count
+	})
 	take, left := saleOps(t, pool, p, key)
 	served := func() {}
 	if path := os.Getenv(envSaleForward); path != "" && os.Getenv(envSaleWriter) == "1" {
@@ -149,6 +152,8 @@ func TestChildSale(t *testing.T) {
 	defer signal.Stop(start)
 	fmt.Println("ready")
 	<-start
+	count.on.Store(true)
+	cpu := cpuTime(t)
 	var sold, early atomic.Int64
 	var wg sync.WaitGroup
 	for c := range p.clients {
@@ -186,7 +191,8 @@ func TestChildSale(t *testing.T) {
 	}
 	wg.Wait()
 	served()
-	fmt.Printf("sold=%d early=%d\n", sold.Load(), early.Load())
+	fmt.Printf("sold=%d early=%d stmts=%d across=%d first-across=%d end=%d cpu=%d\n", sold.Load(), early.Load(),
+		count.stmts.Load(), count.across.Load(), count.firstAcross.Load(), time.Now().UnixNano(), cpuTime(t)-cpu)
 }
 
 // ownRow is the row of client c of process proc in an own-row sale of key.
@@ -225,7 +231,10 @@ func saleOps(t *testing.T, pool *pgxpool.Pool, p saleProc, key string) (take fun
 // saleResult is what a sale's processes reported.
 type saleResult struct {
 	units, sold, early, left int64
+	stmts, across            int64         // the processes' statements and locks across buckets (see saleCount)
+	cpu                      time.Duration // the processes' CPU time (user and system) from the start signal on
 	took                     time.Duration // from the start signal to the last process's report
+	tail                     time.Duration // from the first lock across buckets to the last process's report
 }
 
 func (r saleResult) rate() float64 { return float64(r.sold) / r.took.Seconds() }
@@ -279,15 +288,25 @@ func sale(tb testing.TB, pool *pgxpool.Pool, schema string, units int64, procs [
 			tb.Fatal(err)
 		}
 	}
+	var first, end int64 // Unix nanoseconds: the first lock across buckets, the last report
 	for i, k := range kids {
 		line := strings.TrimSpace(k.WaitFor("sold=", 5*time.Minute))
-		var sold, early int64
-		if _, err := fmt.Sscanf(line, "sold=%d early=%d", &sold, &early); err != nil {
+		var sold, early, stmts, across, firstAcross, ended int64
+		var cpu time.Duration
+		if _, err := fmt.Sscanf(line, "sold=%d early=%d stmts=%d across=%d first-across=%d end=%d cpu=%d",
+			&sold, &early, &stmts, &across, &firstAcross, &ended, &cpu); err != nil {
 			tb.Fatalf("process %d: %q: %v", i, line, err)
 		}
-		r.sold, r.early = r.sold+sold, r.early+early
+		r.sold, r.early, r.stmts, r.across, r.cpu = r.sold+sold, r.early+early, r.stmts+stmts, r.across+across, r.cpu+cpu
+		if firstAcross != 0 && (first == 0 || firstAcross < first) {
+			first = firstAcross
+		}
+		end = max(end, ended)
 	}
 	r.took = time.Since(start)
+	if first != 0 {
+		r.tail = time.Duration(end - first)
+	}
 	for i, k := range kids {
 		if err := k.Wait(); err != nil {
 			tb.Fatalf("process %d: %v", i, err)

@@ -142,11 +142,24 @@ func (c *Combiner[K, Req, Res]) drain(key K, own *call[Req, Res]) {
 			if own == nil {
 				// A drainer lets the callers it just answered run first:
 				// those that come straight back join the next batch
-				// instead of the one after it.
+				// instead of the one after it. The scheduler now and then
+				// runs a yielding goroutine before the ones it woke, so a
+				// drainer that finds fewer back than it answered yields
+				// once more.
 				runtime.Gosched()
+				if c.queued(key) < len(batch) {
+					runtime.Gosched()
+				}
 			}
 		}
 	}
+}
+
+// queued returns how many requests wait in key's queue.
+func (c *Combiner[K, Req, Res]) queued(key K) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queues[key])
 }
 
 // operate runs one operation and answers each caller of its batch. If the

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -204,7 +203,7 @@ func (s *Stock) takeOnce(ctx context.Context, tx DB, key string, n int64) error 
 	if s.cachedSoldOut(key) {
 		return ErrSoldOut
 	}
-	if err := unsent(ctx, fmt.Sprintf("take %q", key)); err != nil {
+	if err := unsentKey(ctx, "take", key); err != nil {
 		return err
 	}
 	b := s.bucketFor(key)
@@ -252,7 +251,7 @@ func (s *Stock) Put(ctx context.Context, key string, n int64) error {
 
 // put adds n >= 0 units to key, creating its buckets if needed.
 func (s *Stock) put(ctx context.Context, key string, n int64) error {
-	if err := unsent(ctx, fmt.Sprintf("put %q", key)); err != nil {
+	if err := unsentKey(ctx, "put", key); err != nil {
 		return err
 	}
 	_, err := s.pg.Exec(ctx, s.db, s.putSQL, s.over.Args(key, n, int64(s.buckets))...)

@@ -3,7 +3,6 @@ package conditional
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
@@ -49,7 +48,7 @@ func (s *Stock) logFailed(ctx context.Context, op string, k bucketKey, n int, er
 // for a batch of requests.
 func (s *Stock) runTake(ctx context.Context, k bucketKey, reqs []int64) ([]error, error) {
 	gen := s.restockGen()
-	if len(reqs) > 1 {
+	if len(reqs) > 1 && s.obs != nil {
 		s.drained.Notify(ctx, observe.Event{Name: EventBatch, Key: k.key + "#" + strconv.Itoa(k.bucket), N: int64(len(reqs))}) // the bucket's statement
 	}
 	if s.atHome(k.bucket) {
@@ -184,7 +183,7 @@ func (s *Stock) add(ctx context.Context, tx DB, key string, n int64) error {
 	if err := s.valid(key, n); err != nil {
 		return err
 	}
-	if err := unsent(ctx, fmt.Sprintf("add to %q", key)); err != nil {
+	if err := unsentKey(ctx, "add to", key); err != nil {
 		return err
 	}
 	k := bucketKey{key, 0}

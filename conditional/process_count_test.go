@@ -15,12 +15,16 @@ import (
 // signal on (on), it counts the process's statements, each a round trip
 // (BEGIN and COMMIT included), and of them the locks of all a key's
 // buckets (a steal, or a take across buckets: the tail of a sale with
-// homes), with the time of the first.
+// homes), with the time of the first; and, for a process at a home other
+// than bucket 0, when it first sent a statement for bucket 0: after the
+// endgame gathered the key there (see WithEndgame).
 type saleCount struct {
-	on          atomic.Bool
-	stmts       atomic.Int64
-	across      atomic.Int64
-	firstAcross atomic.Int64 // Unix nanoseconds; 0: none yet
+	home          int // the process's WithHome; -1: none
+	on            atomic.Bool
+	stmts         atomic.Int64
+	across        atomic.Int64
+	firstAcross   atomic.Int64 // Unix nanoseconds; 0: none yet
+	firstGathered atomic.Int64 // Unix nanoseconds; 0: none yet, or home 0 or none
 }
 
 func (c *saleCount) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
@@ -30,6 +34,9 @@ func (c *saleCount) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Trac
 	c.stmts.Add(1)
 	if strings.HasSuffix(d.SQL, "ORDER BY bucket FOR UPDATE") && c.across.Add(1) == 1 {
 		c.firstAcross.Store(time.Now().UnixNano())
+	}
+	if c.home > 0 && len(d.Args) >= 2 && d.Args[1] == any(0) { // (key, bucket, …): a take or a read of bucket 0
+		c.firstGathered.CompareAndSwap(0, time.Now().UnixNano())
 	}
 	return ctx
 }

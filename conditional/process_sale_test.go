@@ -122,7 +122,7 @@ func TestChildSale(t *testing.T) {
 	p := saleProc{bare: os.Getenv(envSaleBare) == "1", ownRow: os.Getenv(envSaleOwnRow) == "1", clients: atoi(envSaleClients),
 		buckets: atoi(envSaleBuckets), home: atoi(envSaleHome), endgame: int64(atoi(envSaleEndgame)), per: atoi(envSalePer)}
 	key, proc, units := os.Getenv(envSaleKey), atoi(envSaleProc), int64(atoi(envSaleUnits))
-	count := new(saleCount)
+	count := &saleCount{home: p.home}
 	pool := testenv.PoolWith(t, os.Getenv(envSaleDSN), func(cfg *pgxpool.Config) {
 		cfg.MaxConns, cfg.ConnConfig.Tracer = int32(p.clients+2), count
 	})
@@ -191,8 +191,8 @@ func TestChildSale(t *testing.T) {
 	}
 	wg.Wait()
 	served()
-	fmt.Printf("sold=%d early=%d stmts=%d across=%d first-across=%d end=%d cpu=%d\n", sold.Load(), early.Load(),
-		count.stmts.Load(), count.across.Load(), count.firstAcross.Load(), time.Now().UnixNano(), cpuTime(t)-cpu)
+	fmt.Printf("sold=%d early=%d stmts=%d across=%d first-across=%d first-gathered=%d end=%d cpu=%d\n", sold.Load(), early.Load(),
+		count.stmts.Load(), count.across.Load(), count.firstAcross.Load(), count.firstGathered.Load(), time.Now().UnixNano(), cpuTime(t)-cpu)
 }
 
 // ownRow is the row of client c of process proc in an own-row sale of key.
@@ -235,6 +235,7 @@ type saleResult struct {
 	cpu                      time.Duration // the processes' CPU time (user and system) from the start signal on
 	took                     time.Duration // from the start signal to the last process's report
 	tail                     time.Duration // from the first lock across buckets to the last process's report
+	endgame                  time.Duration // from the first take of bucket 0 by a process at another home to the last report
 }
 
 func (r saleResult) rate() float64 { return float64(r.sold) / r.took.Seconds() }
@@ -288,24 +289,31 @@ func sale(tb testing.TB, pool *pgxpool.Pool, schema string, units int64, procs [
 			tb.Fatal(err)
 		}
 	}
-	var first, end int64 // Unix nanoseconds: the first lock across buckets, the last report
+	var first, gathered, end int64 // Unix nanoseconds: the first lock across buckets, the first take after a gather, the last report
+	earliest := func(at *int64, t int64) {
+		if t != 0 && (*at == 0 || t < *at) {
+			*at = t
+		}
+	}
 	for i, k := range kids {
 		line := strings.TrimSpace(k.WaitFor("sold=", 5*time.Minute))
-		var sold, early, stmts, across, firstAcross, ended int64
+		var sold, early, stmts, across, firstAcross, firstGathered, ended int64
 		var cpu time.Duration
-		if _, err := fmt.Sscanf(line, "sold=%d early=%d stmts=%d across=%d first-across=%d end=%d cpu=%d",
-			&sold, &early, &stmts, &across, &firstAcross, &ended, &cpu); err != nil {
+		if _, err := fmt.Sscanf(line, "sold=%d early=%d stmts=%d across=%d first-across=%d first-gathered=%d end=%d cpu=%d",
+			&sold, &early, &stmts, &across, &firstAcross, &firstGathered, &ended, &cpu); err != nil {
 			tb.Fatalf("process %d: %q: %v", i, line, err)
 		}
 		r.sold, r.early, r.stmts, r.across, r.cpu = r.sold+sold, r.early+early, r.stmts+stmts, r.across+across, r.cpu+cpu
-		if firstAcross != 0 && (first == 0 || firstAcross < first) {
-			first = firstAcross
-		}
+		earliest(&first, firstAcross)
+		earliest(&gathered, firstGathered)
 		end = max(end, ended)
 	}
 	r.took = time.Since(start)
 	if first != 0 {
 		r.tail = time.Duration(end - first)
+	}
+	if gathered != 0 {
+		r.endgame = time.Duration(end - gathered)
 	}
 	for i, k := range kids {
 		if err := k.Wait(); err != nil {

@@ -47,7 +47,7 @@ func newTable(t testing.TB) (*dynamodb.Client, string) {
 // clientFor returns a DynamoDB client of endpoint (a proxy's, or a private
 // server's) whose idle connections are closed when the test ends.
 func clientFor(t testing.TB, endpoint string) *dynamodb.Client {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr := services.DynamoDBTransport()
 	t.Cleanup(tr.CloseIdleConnections)
 	return services.DynamoDBClient(endpoint, &http.Client{Transport: services.OwnBody(tr)})
 }

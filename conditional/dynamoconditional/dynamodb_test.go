@@ -49,7 +49,7 @@ func dynamoClientVia(t *testing.T, tx bool, wrap func(http.RoundTripper) http.Ro
 		base = testenv.DynamoDBTx
 	}
 	opts := base(t).Options()
-	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr := services.DynamoDBTransport()
 	t.Cleanup(tr.CloseIdleConnections)
 	rt := services.OwnBody(tr)
 	if wrap != nil {

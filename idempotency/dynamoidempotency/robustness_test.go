@@ -52,7 +52,7 @@ func TestDynamoDBLostReplyIsNotHiddenBySDKRetries(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := newDynamoBed(t, nil)
-	tr := &lostThenThrottled{next: services.OwnBody(http.DefaultTransport.(*http.Transport).Clone())}
+	tr := &lostThenThrottled{next: services.OwnBody(services.DynamoDBTransport())}
 	client := services.DynamoDBClient(os.Getenv(testenv.EnvDynamoDBTx), &http.Client{Transport: tr})
 	store, err := dynamoidempotency.New(client, b.table)
 	if err != nil {

@@ -9,9 +9,21 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
+
+// DynamoDBTransport returns a new transport with the AWS SDK's default
+// pool: up to 10 idle connections kept per host, where Go's default
+// transport keeps 2 and closes the rest after each call, so that a test's
+// client reuses its connections as a user's *dynamodb.Client does. The
+// caller closes its idle connections when done.
+func DynamoDBTransport() *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = awshttp.DefaultHTTPTransportMaxIdleConnsPerHost
+	return tr
+}
 
 // DynamoDBClient returns a client for a local endpoint with dummy
 // credentials. httpClient may be nil: then requests go through

@@ -28,7 +28,7 @@ func DynamoDBTx(t testing.TB) *dynamodb.Client {
 // dynamoDBClient returns a client whose idle connections are closed when
 // the test ends, so goleak sees no stray HTTP goroutines.
 func dynamoDBClient(t testing.TB, endpoint string) *dynamodb.Client {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr := services.DynamoDBTransport()
 	t.Cleanup(tr.CloseIdleConnections)
 	return services.DynamoDBClient(endpoint, &http.Client{Transport: services.OwnBody(tr)})
 }

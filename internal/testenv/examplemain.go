@@ -165,7 +165,7 @@ func exampleDynamoDB(endpoint string) (func() error, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dynamodb endpoint: %w", err)
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr := services.DynamoDBTransport()
 	client := services.DynamoDBClient(endpoint, &http.Client{Transport: services.OwnBody(tr)})
 	table := Name("ex")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

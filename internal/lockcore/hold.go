@@ -61,6 +61,7 @@ type Hold struct {
 	next     time.Time // when the next renewal is due
 	failures int       // renewals in a row that failed
 	last     error     // the last one's error; nil after one that was confirmed
+	cut      bool      // the last renewal's call was cut off at its time bound
 
 	release    sync.Once
 	releaseErr error

@@ -203,7 +203,7 @@ func onClock(t *testing.T, now *time.Time, cfg Config) *Keeper {
 		t.Fatal(err)
 	}
 	k := NewKeeper(Config{Settings: s, Batch: cfg.Batch, MaxCalls: cfg.MaxCalls, Prefix: "test", Events: EventsOf("test"),
-		Closed: errClosed, Released: errReleased, LockLost: errLost, NotAcquired: errors.New("test: held")}, &fake{})
+		Closed: errClosed, Released: errReleased, LockLost: errLost, NotAcquired: errors.New("test: held")}, &fake{renewed: map[*Hold]int{}})
 	t.Cleanup(func() { k.Close(nil) })
 	return k
 }
@@ -221,6 +221,43 @@ func TestRetryAtOnceOnlyAfterTheCut(t *testing.T) {
 		if atOnce := !h.next.After(t0); atOnce != cut {
 			t.Errorf("call cut at its bound %v: next renewal in %v; want at once only after the cut", cut, h.next.Sub(t0))
 		}
+	}
+}
+
+// A renewal call waits at most three quarters of the time its lock has
+// left; the retry after a call cut off at that bound waits for all that is
+// left (none can follow it), and the next call after a confirmed renewal
+// is bounded at three quarters again.
+func TestRetryAfterTheCutWaitsAllThatIsLeft(t *testing.T) {
+	t0 := time.Now()
+	k := onClock(t, &t0, Config{MaxCalls: 8})
+	h := k.NewHold(context.Background(), "k", 1, t0, 0)
+	send := func(at time.Time) (time.Duration, results) {
+		k.start([]*Hold{h}, at)
+		h.mu.Lock()
+		c := h.call
+		h.mu.Unlock()
+		c.cancel()
+		return c.bound, <-k.results
+	}
+	lease := k.cfg.Lease
+	at := t0.Add(lease / 2)
+	bound, r := send(at)
+	if want := lease / 2 * 3 / 4; bound != want {
+		t.Fatalf("first call's bound %v; want three quarters of the %v left, %v", bound, lease/2, want)
+	}
+	r.cut, r.rs[0].Err = true, context.DeadlineExceeded
+	at = at.Add(bound)
+	t0 = at
+	k.settle(r)
+	bound, r = send(at)
+	if want := h.ValidUntil().Sub(at); bound != want {
+		t.Fatalf("retry after the cut: bound %v; want all that is left, %v", bound, want)
+	}
+	r.rs[0] = Renewed{At: at, Valid: at.Add(lease)}
+	k.settle(r)
+	if bound, _ = send(at); bound != lease*3/4 {
+		t.Fatalf("call after a confirmed renewal: bound %v; want %v", bound, lease*3/4)
 	}
 }
 

@@ -16,9 +16,10 @@ import (
 // another lock's deadlines nor its own warning and expiry; a lock never
 // has two renewals in flight, and each waits at most three quarters of
 // the time its lock (the soonest of a batch) has left, which leaves room
-// for one more within the lease when an answer never comes. Deadlines are
-// instants of the clock and timers run on the monotonic clock, so a
-// process that resumes after a pause finds them passed at once.
+// for one more within the lease when an answer never comes; that one
+// waits for all that is left. Deadlines are instants of the clock and
+// timers run on the monotonic clock, so a process that resumes after a
+// pause finds them passed at once.
 
 // run is the renewal loop; it ends when Close cancels the Keeper.
 func (k *Keeper) run() {
@@ -159,19 +160,25 @@ func (h *Hold) check(now time.Time) (wake time.Time, renew, ok bool) {
 // has left: a slow store gets nearly all of it (cutting a call short does
 // not stop the store from running it, so an early cut and a retry would
 // only add to its load), and the last quarter is left for one retry when
-// an answer never comes.
+// an answer never comes. That retry (a lock whose last call was cut off)
+// waits for all of the time left: none can follow it, and a store that is
+// merely slow may still answer it.
 func (k *Keeper) start(hs []*Hold, now time.Time) {
 	ctx, cancel := context.WithCancel(k.ctx)
 	c := &call{at: now, cancel: cancel, done: make(chan struct{})}
 	var on []*Hold
-	var left time.Duration
+	bound := time.Duration(-1)
 	for _, h := range hs {
 		h.mu.Lock()
 		if h.err == nil && !h.stopping && h.call == nil {
 			h.call = c
 			on = append(on, h)
-			if l := h.valid.Sub(now); left == 0 || l < left {
-				left = l
+			wait := h.valid.Sub(now)
+			if !h.cut {
+				wait -= wait / 4
+			}
+			if bound < 0 || wait < bound {
+				bound = wait
 			}
 		}
 		h.mu.Unlock()
@@ -181,7 +188,7 @@ func (k *Keeper) start(hs []*Hold, now time.Time) {
 		close(c.done)
 		return
 	}
-	c.bound = max(left-left/4, time.Millisecond)
+	c.bound = max(bound, time.Millisecond)
 	ctx, stop := context.WithTimeout(ctx, c.bound)
 	k.calls++
 	k.wg.Add(1)
@@ -201,9 +208,9 @@ func (k *Keeper) start(hs []*Hold, now time.Time) {
 
 // settle handles a renewal call's answers: a *Loss ends its lock; a
 // failure schedules a retry after a growing backoff (at once after a call
-// cut off at its bound, whose retry has only the time left); a confirmed
-// renewal extends the local validity and schedules the next a heartbeat
-// after it was sent.
+// cut off at its bound, whose retry has only the time left, and waits for
+// all of it); a confirmed renewal extends the local validity and
+// schedules the next a heartbeat after it was sent.
 func (k *Keeper) settle(r results) {
 	full := k.calls >= int(k.window)
 	k.calls--
@@ -226,7 +233,7 @@ func (k *Keeper) settle(r results) {
 			h.end(loss)
 		case res.Err != nil:
 			h.failures++
-			h.last = res.Err
+			h.last, h.cut = res.Err, r.cut
 			h.next = now.Add(k.retry.Delay(h.failures + 2))
 			if r.cut {
 				h.next = now // cut off at its bound: the last quarter is the retry's, all of it
@@ -234,7 +241,7 @@ func (k *Keeper) settle(r results) {
 			k.log.Debug(k.cfg.Prefix+": "+k.cfg.Renewal+" failed; retrying", "key", h.Key, "err", res.Err)
 			h.event(k.cfg.Events.RenewFailed, now.Sub(r.c.at), res.Err)
 		default:
-			h.failures, h.last = 0, nil
+			h.failures, h.last, h.cut = 0, nil, false
 			h.extend(res.Valid)
 			h.event(k.cfg.Events.Renewed, now.Sub(res.At), nil)
 			h.next = res.At.Add(k.cfg.Heartbeat)

@@ -41,10 +41,12 @@ const (
 	MaxDataLen    = 350 * 1024 // bytes of a data payload, leaving room in DynamoDB's 400 KB item
 	maxPending    = 32         // RVNs of writes with unknown outcome a lock remembers
 	// maxHeartbeats bounds the heartbeat calls a Client has in flight at
-	// once. Below it the lock core keeps a bound that follows the
-	// server's round trips, starting at 8, within the connections the
-	// SDK's default HTTP client keeps open per host (10).
-	maxHeartbeats = 64
+	// once: the connections the SDK's default HTTP client keeps open per
+	// host. A call beyond them opens a connection of its own and closes
+	// it after, which costs a server short of CPU more than the call.
+	// Below it the lock core keeps a bound that follows the server's round
+	// trips, starting at 8.
+	maxHeartbeats = 10
 )
 
 // config is a Client's settings after its options.

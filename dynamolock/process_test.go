@@ -91,10 +91,11 @@ func TestHolderCrashTakeover(t *testing.T) {
 	l := mustAcquire(t, waiter, "k")
 	took := time.Since(start)
 	defer l.Close()
-	// The waiter's first sighting is after start; a busy machine may
-	// delay the takeover, never advance it.
-	if took < lease || took > lease+testPoll+lease/2 {
-		t.Fatalf("taken over %v after the crash; want between the lease (%v) and lease + poll + slack", took, lease)
+	// The waiter's first sighting is after start, so it waits a whole
+	// lease at least; a busy machine may delay the takeover, never advance
+	// it. (How soon after the lease it comes is BenchmarkLock/takeover's.)
+	if took < lease {
+		t.Fatalf("taken over %v after the crash; want the lease (%v) at least", took, lease)
 	}
 	if l.Token() != token+1 {
 		t.Fatalf("token %d after the holder's %d", l.Token(), token)

@@ -18,15 +18,15 @@ import (
 // pool: up to 10 idle connections kept per host, where Go's default
 // transport keeps 2 and closes the rest after each call, so that a test's
 // client reuses its connections as a user's *dynamodb.Client does. It
-// closes a connection idle for 4 s, before dynalite (a Node.js server,
-// which closes one idle for 5 s) does: a request is never written on a
-// connection the server is closing, which would fail it with EOF and
-// leave a write's outcome unknown. The caller closes its idle connections
-// when done.
+// closes a connection idle for 2 s, before the server does (the test
+// bed's dynalite keeps one 120 s; a dynalite started by hand, Node's
+// default 5 s): a request is never written on a connection the server is
+// closing, which would fail it with EOF and leave a write's outcome
+// unknown. The caller closes its idle connections when done.
 func DynamoDBTransport() *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = awshttp.DefaultHTTPTransportMaxIdleConnsPerHost
-	tr.IdleConnTimeout = 4 * time.Second
+	tr.IdleConnTimeout = 2 * time.Second
 	return tr
 }
 

@@ -19,7 +19,13 @@ process.on('uncaughtException', (err) => {
 })
 
 const server = require(moduleDir + '/node_modules/dynalite')(argv)
-  .listen(argv.port || 4567, argv.host || undefined, () => {
-    const address = server.address()
-    console.log('Dynalite listening at: http://%s:%s', argv.host || 'localhost', address.port)
-  })
+// Keep an idle connection open longer than clients keep theirs (Go's
+// transport: 90 s), as DynamoDB's endpoints do, rather than Node's 5 s: a
+// server that closes first races the client's next request on that
+// connection, which then fails with EOF, its outcome unknown.
+server.keepAliveTimeout = 120 * 1000
+server.headersTimeout = 121 * 1000
+server.listen(argv.port || 4567, argv.host || undefined, () => {
+  const address = server.address()
+  console.log('Dynalite listening at: http://%s:%s', argv.host || 'localhost', address.port)
+})

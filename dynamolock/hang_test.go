@@ -50,11 +50,12 @@ func proxied(t *testing.T, dropNext, blackhole *atomic.Bool) *dynamodb.Client {
 // the hung write's RVN too, succeeds.
 func TestHungHeartbeatKeepsLock(t *testing.T) {
 	t.Parallel()
-	// A short heartbeat, and the largest allowed, half the lease. With half
-	// the lease, the hung call's bound and the retry must fit in the other
-	// half; that lease is three test leases, so a busy machine's scheduling
-	// delays fit too.
-	for _, c := range []struct{ lease, hb time.Duration }{{testLease, testLease / 16}, {3 * testLease, 3 * testLease / 2}} {
+	// A short heartbeat, and the largest allowed, half the lease. The hung
+	// call waits three quarters of the time its lock has left, so the retry
+	// has the last quarter (with half the lease as heartbeat, an eighth of
+	// the lease); the lease is three test leases, so that a busy machine's
+	// scheduling delays and a slowed server fit in it too.
+	for _, c := range []struct{ lease, hb time.Duration }{{3 * testLease, 3 * testLease / 16}, {3 * testLease, 3 * testLease / 2}} {
 		lease, hb := c.lease, c.hb
 		t.Run(hb.String(), func(t *testing.T) {
 			t.Parallel()

@@ -42,7 +42,7 @@ func TestDelayedWritesRefused(t *testing.T) {
 		gate := testenv.NewGate()
 		late := &patient{DynamoDBAPI: clientFor(t, testenv.Proxy(t, srv.Endpoint(), gate.Relay(), nil))}
 		rigs[w] = &delayRig{gate: gate, late: late, direct: direct, table: table,
-			holder: newClient(t, late, table, dynamolock.WithHeartbeat(testLease/8)),
+			holder: newClient(t, late, table, dynamolock.WithHeartbeat(testLease/4)),
 			waiter: newClient(t, direct, table, dynamolock.WithPoll(testLease/8))}
 	}
 	res := &delayCounts{ledger: newLedger(), late: map[string]int{}}
@@ -112,6 +112,21 @@ func (r *delayRig) trial(i int, res *delayCounts) error {
 		return fmt.Errorf("holder's fenced write before the delay: %w", err)
 	}
 
+	if !release {
+		// Shut the gate just after a heartbeat was answered, so that the
+		// next one is sent while it is shut.
+		after := time.Now()
+		if err := testenv.Poll("a heartbeat answered", func() (bool, error) {
+			for _, w := range r.late.recorded(key) {
+				if w.op == "heartbeat" && w.err == nil && w.done.After(after) {
+					return true, nil
+				}
+			}
+			return false, nil
+		}); err != nil {
+			return err
+		}
+	}
 	r.gate.Shut()
 	shut := time.Now()
 	defer r.gate.Open()

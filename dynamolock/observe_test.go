@@ -14,7 +14,8 @@ import (
 // Every event of a lock's life reaches the observer, in order, with the
 // same names as package lease's: acquired, renewed, released; contended
 // and not acquired for a rival; expiring and lost (with its cause) at the
-// end of a maximum hold.
+// end of a maximum hold. A renewal that fails, and the warning it may
+// bring, depend on the machine's speed: the test leaves them out.
 func TestObserver(t *testing.T) {
 	t.Parallel()
 	api, table := newTable(t)
@@ -42,14 +43,15 @@ func TestObserver(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	held := slices.Compact(rec.Names("held"))
+	slow := func(n string) bool { return n == dynamolock.EventRenewFailed || n == dynamolock.EventExpiring }
+	held := slices.Compact(slices.DeleteFunc(rec.Names("held"), slow))
 	if want := []string{dynamolock.EventAcquired, dynamolock.EventRenewed, dynamolock.EventReleased}; !slices.Equal(held, want) {
 		t.Errorf("events of a held lock: %v, want %v (renewals compacted)", held, want)
 	}
 	if got, want := rivalRec.Names("held"), []string{dynamolock.EventContended, dynamolock.EventNotAcquired}; !slices.Equal(got, want) {
 		t.Errorf("rival's events: %v, want %v", got, want)
 	}
-	maxed := slices.DeleteFunc(rec.Names("max"), func(n string) bool { return n == dynamolock.EventRenewed })
+	maxed := slices.DeleteFunc(rec.Names("max"), func(n string) bool { return n == dynamolock.EventRenewed || n == dynamolock.EventRenewFailed })
 	if want := []string{dynamolock.EventAcquired, dynamolock.EventExpiring, dynamolock.EventLost}; !slices.Equal(maxed, want) {
 		t.Errorf("events of a lock at its maximum hold: %v, want %v", maxed, want)
 	}

@@ -20,7 +20,11 @@ type Stall struct {
 	Name             string // the package and store, for Figures
 	Locks            []HeldLock
 	Lease, Heartbeat time.Duration // the Client's
-	Pause, Resume    func()        // stop the store (SIGSTOP), continue it
+	// Backlog is how long the store may take, once resumed, to answer a
+	// renewal of every lock (0: a heartbeat). The short pause leaves it
+	// that and a heartbeat of the lease.
+	Backlog       time.Duration
+	Pause, Resume func() // stop the store (SIGSTOP), continue it
 	// Renewed returns how many renewals of the lock key the Client's
 	// observer has seen confirmed so far.
 	Renewed func(key string) int
@@ -33,8 +37,8 @@ type Stall struct {
 }
 
 // StallTrial pauses the store twice and counts the locks lost. First for
-// the lease minus two heartbeats (the lease minus one, less a heartbeat
-// of margin for the store's backlog once resumed): every lock must still
+// the lease minus a heartbeat and the Backlog (the store's time to catch
+// up once resumed; by default a heartbeat): every lock must still
 // be held once each has had two renewals confirmed after the resume (the
 // second sent after the first returned, so after the resume), with its
 // token, and the store must carry it. Then for the lease plus a
@@ -55,7 +59,11 @@ func StallTrial(t testing.TB, s Stall) {
 		return true, nil
 	})
 
-	short := s.Lease - 2*s.Heartbeat
+	backlog := s.Backlog
+	if backlog == 0 {
+		backlog = s.Heartbeat
+	}
+	short := s.Lease - s.Heartbeat - backlog
 	s.Pause()
 	time.Sleep(short)
 	at := make(map[string]int, len(s.Locks))

@@ -13,6 +13,7 @@ import (
 func TestExample(t *testing.T) {
 	for _, d := range testenv.ExampleDeployments() {
 		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel() // each deployment has its own schema, topics and tables
 			if err := run(context.Background(), d.DSN(t), testenv.Kafka(t), 20, 1000, 4); err != nil {
 				t.Fatal(err)
 			}

@@ -17,6 +17,7 @@ import (
 func TestRun(t *testing.T) {
 	for _, d := range testenv.ExampleDeployments() {
 		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel() // each deployment has its own schema, topics and tables
 			var out strings.Builder
 			rep, err := compaction.Run(context.Background(), compaction.Config{
 				DynamoDB: testenv.DynamoDB(t), DSN: d.DSN(t), Lease: time.Second, Out: &out,

@@ -15,6 +15,7 @@ import (
 func TestRun(t *testing.T) {
 	for _, d := range testenv.ExampleDeployments() {
 		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel() // each deployment has its own schema, topics and tables
 			var out strings.Builder
 			rep, err := kafkaworker.Run(context.Background(), kafkaworker.Config{
 				Brokers: testenv.Kafka(t), DSN: d.DSN(t), Payments: 300, Partitions: 4, Out: &out,

@@ -22,7 +22,10 @@ func TestSaleService(t *testing.T) {
 	bin := servicetest.Build(t)
 	servicetest.MissingEnv(t, bin, "DATABASE_URL")
 	for _, d := range servicetest.Deployments() {
-		t.Run(d.Name, func(t *testing.T) { testSale(t, bin, d) })
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel() // each deployment has its own schema (and topic)
+			testSale(t, bin, d)
+		})
 	}
 }
 

@@ -20,6 +20,7 @@ func TestExample(t *testing.T) {
 	}
 	for name, open := range backends {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each deployment has its own schema, topics and tables
 			holds, done, err := open(t)
 			if err != nil {
 				t.Fatal(err)

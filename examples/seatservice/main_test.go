@@ -23,7 +23,10 @@ func TestSeatService(t *testing.T) {
 	bin := servicetest.Build(t)
 	servicetest.MissingEnv(t, bin, "DATABASE_URL")
 	for _, d := range servicetest.Deployments() {
-		t.Run(d.Name, func(t *testing.T) { testSeats(t, bin, d) })
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel() // each deployment has its own schema (and topic)
+			testSeats(t, bin, d)
+		})
 	}
 }
 

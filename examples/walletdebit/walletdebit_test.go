@@ -18,6 +18,7 @@ func TestRun(t *testing.T) {
 	for _, d := range testenv.ExampleDeployments() {
 		for _, via := range []string{"do", "exec"} {
 			t.Run(d.Name+"/"+via, func(t *testing.T) {
+				t.Parallel() // each deployment has its own schema, topics and tables
 				// An attempt cut short closes its connection; behind a
 				// pooler each new one costs a login, so there attempts
 				// get more room to finish (testenv.Scale: more under

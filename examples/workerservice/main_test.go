@@ -28,7 +28,10 @@ func TestWorkerService(t *testing.T) {
 	bin := servicetest.Build(t)
 	servicetest.MissingEnv(t, bin, "DATABASE_URL", "KAFKA_BROKERS", "KAFKA_TOPIC")
 	for _, d := range servicetest.Deployments() {
-		t.Run(d.Name, func(t *testing.T) { testWorker(t, bin, d) })
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel() // each deployment has its own schema (and topic)
+			testWorker(t, bin, d)
+		})
 	}
 }
 

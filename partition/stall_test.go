@@ -2,6 +2,7 @@ package partition_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,7 +13,10 @@ import (
 // A PostgreSQL that stops answering for 12 BatchTimeouts is waited out:
 // attempts that time out before the handler runs (connect, Begin, fence)
 // are transient, so Run does not stop after MaxAttempts (3), and once the
-// server answers again every offset is applied once, in order.
+// server answers again every offset is applied once, in order. The batch
+// timeout (250 ms, 1 s under -race) leaves a batch room on a loaded
+// machine once the server answers: three timeouts there would count, and
+// park the batch's messages.
 func TestStalledPostgresWaitedOut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -22,7 +26,7 @@ func TestStalledPostgresWaitedOut(t *testing.T) {
 	pool := testenv.Pool(t, dsn, 8)
 	b := newBedOn(t, 1, pool, schema)
 	cfg := b.config("m", nil)
-	batchTimeout := testenv.Scale(125 * time.Millisecond)
+	batchTimeout := testenv.Scale(250 * time.Millisecond)
 	cfg.with(partition.WithBatchTimeout(batchTimeout))
 	cfg.with(partition.WithAttempts(3))
 	c, err := newConsumer(pool, cfg)
@@ -47,7 +51,16 @@ func TestStalledPostgresWaitedOut(t *testing.T) {
 	case <-time.After(12 * batchTimeout): // the fault: 12 batch timeouts of silence
 	}
 	stall.Open()
-	if err := waitRows(ctx, pool, 20); err != nil {
+	if err := testenv.Poll("20 rows, or a message parked", func() (bool, error) {
+		var rows int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM results`).Scan(&rows)
+		for _, st := range c.Stats() {
+			if st.Parked > 0 {
+				return false, fmt.Errorf("%d rows; parked after the stall: %+v", rows, st)
+			}
+		}
+		return rows >= 20, err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	tl, err := count(ctx, pool, 1, 20)

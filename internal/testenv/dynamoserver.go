@@ -39,12 +39,7 @@ func DynamoDBServer(t testing.TB) *DDBServer {
 	if !ok {
 		t.Fatalf("testenv: %s=%q: want the launcher and the module directory", EnvDynalite, os.Getenv(EnvDynalite))
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &DDBServer{t: t, dir: t.TempDir(), port: ln.Addr().(*net.TCPAddr).Port}
-	ln.Close()
+	s := &DDBServer{t: t, dir: t.TempDir(), port: freePort(t)} // free again when it restarts
 	s.endpoint = fmt.Sprintf("http://127.0.0.1:%d", s.port)
 	s.argv = []string{launcher, moduleDir, "--host", "127.0.0.1", "--port", strconv.Itoa(s.port),
 		"--path", s.dir, "--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"}

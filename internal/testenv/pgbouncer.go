@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -406,15 +407,30 @@ func redact(dsn string) string {
 	return dsn
 }
 
-// freePort returns a loopback port that was free a moment ago.
+// privatePorts is the first port of the range (up to 32767) that the
+// servers of the tests' own listen on: above every test bed's services
+// (scripts/services keeps them below it) and below Linux's ephemeral
+// range (32768 and up), from which outgoing connections take their local
+// ports.
+const privatePorts = 30000
+
+// freePort returns a loopback port of the private range nothing listens
+// on. Outside the ephemeral range, a server that restarts on its port
+// (after a crash, in a failover) finds it free: an ephemeral one may
+// meanwhile be some connection's local port.
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 200 {
+		port := privatePorts + rand.IntN(32768-privatePorts)
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // another test's server
+		}
+		ln.Close()
+		return port
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatalf("testenv: no free port from %d to 32767", privatePorts)
+	return 0
 }
 
 // ownedTempDir makes a directory, removed when the test ends, that the

@@ -86,9 +86,15 @@ func (s *PGServer) CrashFor(d time.Duration) {
 	s.Start()
 }
 
-// Start starts the server and waits until it accepts connections.
+// Start starts the server and waits until it accepts connections; it
+// fails the test with the server's log if it cannot.
 func (s *PGServer) Start() {
-	s.pgctl("start", "-w", "-t", "60", "-l", filepath.Join(s.dir, "log"))
+	s.t.Helper()
+	log := filepath.Join(s.dir, "log")
+	if out, err := s.command("pg_ctl", "-D", s.data(), "start", "-w", "-t", "60", "-l", log).CombinedOutput(); err != nil {
+		text, _ := os.ReadFile(log)
+		s.t.Fatalf("testenv: start the private server on port %d: %v\n%s\n%s", s.port, err, out, text)
+	}
 }
 
 func (s *PGServer) data() string { return filepath.Join(s.dir, "data") }

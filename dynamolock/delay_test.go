@@ -42,7 +42,7 @@ func TestDelayedWritesRefused(t *testing.T) {
 		gate := testenv.NewGate()
 		late := &patient{DynamoDBAPI: clientFor(t, testenv.Proxy(t, srv.Endpoint(), gate.Relay(), nil))}
 		rigs[w] = &delayRig{gate: gate, late: late, direct: direct, table: table,
-			holder: newClient(t, late, table, dynamolock.WithHeartbeat(testLease/4)),
+			holder: newClient(t, late, table, dynamolock.WithHeartbeat(testLease/2)),
 			waiter: newClient(t, direct, table, dynamolock.WithPoll(testLease/8))}
 	}
 	res := &delayCounts{ledger: newLedger(), late: map[string]int{}}
@@ -114,7 +114,8 @@ func (r *delayRig) trial(i int, res *delayCounts) error {
 
 	if !release {
 		// Shut the gate just after a heartbeat was answered, so that the
-		// next one is sent while it is shut.
+		// next one, half a lease after that one was sent, is sent while it
+		// is shut, even if the answer took most of that.
 		after := time.Now()
 		if err := testenv.Poll("a heartbeat answered", func() (bool, error) {
 			for _, w := range r.late.recorded(key) {

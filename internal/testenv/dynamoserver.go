@@ -77,6 +77,7 @@ func (s *DDBServer) KillFor(d time.Duration) {
 // connections.
 func (s *DDBServer) Start() {
 	s.t.Helper()
+	unhold(s.port)
 	cmd := exec.Command("node", s.argv...)
 	cmd.Stderr = testWriter{s.t}
 	if err := cmd.Start(); err != nil {

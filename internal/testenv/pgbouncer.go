@@ -191,6 +191,7 @@ func (p *PGBouncerProc) Start() {
 	if os.Geteuid() == 0 {
 		args = append([]string{"-u", "postgres"}, args...) // it refuses root
 	}
+	unhold(p.port)
 	cmd := exec.Command(p.bin, args...)
 	cmd.Stderr = testWriter{p.t}
 	if err := cmd.Start(); err != nil {
@@ -415,9 +416,11 @@ func redact(dsn string) string {
 const privatePorts = 30000
 
 // freePort returns a loopback port of the private range nothing listens
-// on. Outside the ephemeral range, a server that restarts on its port
-// (after a crash, in a failover) finds it free: an ephemeral one may
-// meanwhile be some connection's local port.
+// on, and holds it (listening) until unhold, called just before the
+// server that is to listen on it starts, so that no other test, in this
+// process or another, picks it meanwhile. Outside the ephemeral range, a
+// server that restarts on its port (after a crash, in a failover) finds
+// it free: an ephemeral one may meanwhile be some connection's.
 func freePort(t testing.TB) int {
 	t.Helper()
 	for range 200 {
@@ -426,11 +429,23 @@ func freePort(t testing.TB) int {
 		if err != nil {
 			continue // another test's server
 		}
-		ln.Close()
+		held.Store(port, ln)
+		t.Cleanup(func() { unhold(port) })
 		return port
 	}
 	t.Fatalf("testenv: no free port from %d to 32767", privatePorts)
 	return 0
+}
+
+// held maps the ports freePort holds to their listeners.
+var held sync.Map
+
+// unhold lets go of port, if freePort holds it, for the server that is to
+// listen on it.
+func unhold(port int) {
+	if ln, ok := held.LoadAndDelete(port); ok {
+		ln.(net.Listener).Close()
+	}
 }
 
 // ownedTempDir makes a directory, removed when the test ends, that the
@@ -465,7 +480,9 @@ func ownedTempDir(t testing.TB, pattern string) string {
 // was never sent.
 func RefusedEndpoint(t testing.TB) string {
 	t.Helper()
-	return fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	port := freePort(t)
+	unhold(port)
+	return fmt.Sprintf("http://127.0.0.1:%d", port)
 }
 
 // PostgresVia is Postgres reached by dep: "direct", or "pgbouncer" for

@@ -323,6 +323,7 @@ func (p *PGPair) start(i int) {
 	n := p.nodes[i]
 	log := filepath.Join(n.dir, "log")
 	for attempt := 0; ; attempt++ {
+		unhold(n.port)
 		out, err := n.command("pg_ctl", "-D", n.data(), "start", "-w", "-t", "60", "-l", log).CombinedOutput()
 		if err == nil {
 			return

@@ -91,6 +91,7 @@ func (s *PGServer) CrashFor(d time.Duration) {
 func (s *PGServer) Start() {
 	s.t.Helper()
 	log := filepath.Join(s.dir, "log")
+	unhold(s.port)
 	if out, err := s.command("pg_ctl", "-D", s.data(), "start", "-w", "-t", "60", "-l", log).CombinedOutput(); err != nil {
 		text, _ := os.ReadFile(log)
 		s.t.Fatalf("testenv: start the private server on port %d: %v\n%s\n%s", s.port, err, out, text)

@@ -29,7 +29,7 @@ func TestBench(t *testing.T) {
 	var out, progress bytes.Buffer
 	res, err := bench(context.Background(), benchConfig{
 		postgres: testenv.PostgresFreshDSN(t), redis: redisAddr,
-		clients: []int{1, 4}, duration: 300 * time.Millisecond, svg: svg,
+		clients: []int{1, 4}, duration: 100 * time.Millisecond, svg: svg,
 	}, &out, &progress)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())

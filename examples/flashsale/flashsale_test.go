@@ -18,7 +18,7 @@ func TestRun(t *testing.T) {
 		t.Run(d.Name, func(t *testing.T) {
 			var out strings.Builder
 			rep, err := flashsale.Run(context.Background(), flashsale.Config{
-				DSN: d.DSN(t), Units: 200, Buyers: 2000, InFlight: 128, Buckets: 4, Conns: 16, Out: &out,
+				DSN: d.DSN(t), Units: 200, Buyers: 1000, InFlight: 128, Buckets: 4, Conns: 16, Out: &out,
 			})
 			t.Log("\n" + out.String())
 			if err != nil {

@@ -53,7 +53,6 @@ type config struct {
 	policy  backoff.Policy
 	combine bool
 	max     int
-	timeout time.Duration
 	obs     observe.Observer // guarded: calls' Start and End, and Retry's events
 	events  *notify.Queue    // a Store's, nil for Retry: its writes' events
 	log     *slog.Logger     // never nil: discard unless WithLogger
@@ -92,7 +91,7 @@ func newConfig(opts []Option, ctor string, allowed option.Used) (config, error) 
 func defaults() config {
 	return config{
 		policy:  backoff.Policy{Base: backoff.DefaultBase, Cap: backoff.DefaultCap, Attempts: DefaultAttempts, Immediate: casstore.LostRace},
-		combine: true, max: 128, timeout: 30 * time.Second, log: discard,
+		combine: true, max: 128, log: discard,
 	}
 }
 
@@ -107,8 +106,6 @@ func (c config) validate() (config, error) {
 		return c, casstore.Invalid("WithAttempts(%d): below 1", c.policy.Attempts)
 	case c.max < 1:
 		return c, casstore.Invalid("WithMaxBatch(%d): below 1", c.max)
-	case c.timeout <= 0:
-		return c, casstore.Invalid("timeout %v is not positive", c.timeout)
 	}
 	return c, nil
 }

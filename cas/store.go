@@ -94,7 +94,7 @@ func NewStore[T any](b Backend, codec Codec[T], opts ...Option) (*Store[T], erro
 	if !cfg.combine {
 		max = 1
 	}
-	s.comb = combine.New(max, cfg.timeout, ErrClosed, s.update)
+	s.comb = combine.New(max, ErrClosed, s.update)
 	return s, nil
 }
 
@@ -159,9 +159,8 @@ func NoCoalescing() UpdateOption { return func(c *updateConfig) { c.alone = true
 
 // Update reads key's value, applies fn, and writes the result only if the
 // version is unchanged; on a conflict it runs again on a fresh read after a
-// backoff, within the Store's attempts and ctx (and, combined, the Store's
-// 30 s bound on one batch). It returns the value fn produced and the
-// version it was stored at.
+// backoff, within the Store's attempts and ctx. It returns the value fn
+// produced and the version it was stored at.
 //
 // Concurrent Updates of one key in this process are combined: one write
 // applies each caller's fn in turn to the result of the previous one, and
@@ -179,8 +178,10 @@ func NoCoalescing() UpdateOption { return func(c *updateConfig) { c.alone = true
 // result is sent (while the Update waits its turn, or between attempts),
 // Update returns an error wrapping ctx.Err() and nothing of fn's is
 // written. Combined, a write already sent is waited for, so Update never
-// gives up on a write that then succeeds; under NoCoalescing ctx also bounds
-// the round trips, and ending it mid-write gives ErrAmbiguousCommit.
+// gives up on a write that then succeeds; the write is cut only once every
+// caller of its batch has given up, and they get ErrAmbiguousCommit. Under
+// NoCoalescing ctx also bounds the round trips, and ending it mid-write
+// gives ErrAmbiguousCommit.
 func (s *Store[T]) Update(ctx context.Context, key string, fn func(cur T) (T, error), opts ...UpdateOption) (Versioned[T], error) {
 	ctx, cl := s.cfg.begin(ctx, CallUpdate, key)
 	v, err := s.updateCall(ctx, key, fn, opts)
@@ -250,7 +251,8 @@ var errResend = errors.New("cas: batch stopped for a caller that left; send agai
 // next attempt or backoff: that caller gets its ctx's error, and the others
 // get errResend, so that Update sends them again instead of keeping the
 // leaver waiting on their retries. The attempt in flight runs on under
-// ctx: a write is never cut off because a caller left.
+// ctx, which ends only when every caller has left: a write is never cut
+// off because one caller left.
 func (s *Store[T]) update(ctx context.Context, key string, reqs []request[T]) ([]Versioned[T], []error, error) {
 	retryCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -267,7 +269,7 @@ func (s *Store[T]) update(ctx context.Context, key string, reqs []request[T]) ([
 	switch {
 	case err == nil:
 		return res, errs, nil
-	case ctx.Err() != nil || retryCtx.Err() == nil || !errors.Is(err, context.Canceled):
+	case retryCtx.Err() == nil || !errors.Is(err, context.Canceled) || errors.Is(err, ErrAmbiguousCommit):
 		// The write failed for all. A fn that failed on its own in the last
 		// attempt keeps its own answer (its error, or its panic): nothing
 		// of it could have been written.
@@ -280,7 +282,8 @@ func (s *Store[T]) update(ctx context.Context, key string, reqs []request[T]) ([
 		}
 		return make([]Versioned[T], len(reqs)), own, nil
 	}
-	// The retries stopped because a caller left.
+	// The retries stopped, before the next write was sent, because a
+	// caller left (or all did).
 	errs = make([]error, len(reqs))
 	for i, r := range reqs {
 		errs[i] = errResend

@@ -18,7 +18,7 @@ import (
 //     table as an argument)
 //   - WithObserver: every constructor
 //   - WithLogger, WithBuckets, WithHome, WithEndgame, WithCoalescing,
-//     WithMaxBatch, WithStatementTimeout, WithSoldOutCache: NewStock and
+//     WithMaxBatch, WithSoldOutCache: NewStock and
 //     NewAccounts (for Accounts a "sold out" key is an empty account, a
 //     restock a credit)
 //
@@ -35,15 +35,14 @@ const (
 	setEndgame
 	setCoalescing
 	setMaxBatch
-	setStatementTimeout
 	setSoldOutCache
 )
 
-var setterNames = []string{"WithTable", "WithObserver", "WithLogger", "WithBuckets", "WithHome", "WithEndgame", "WithCoalescing", "WithMaxBatch", "WithStatementTimeout", "WithSoldOutCache"}
+var setterNames = []string{"WithTable", "WithObserver", "WithLogger", "WithBuckets", "WithHome", "WithEndgame", "WithCoalescing", "WithMaxBatch", "WithSoldOutCache"}
 
 // The setters each constructor takes (see Option).
 const (
-	stockSetters  = setTable | setObserver | setLogger | setBuckets | setHome | setEndgame | setCoalescing | setMaxBatch | setStatementTimeout | setSoldOutCache
+	stockSetters  = setTable | setObserver | setLogger | setBuckets | setHome | setEndgame | setCoalescing | setMaxBatch | setSoldOutCache
 	holdsSetters  = setTable | setObserver
 	fencedSetters = setObserver
 )
@@ -72,7 +71,6 @@ type config struct {
 	endgame    int64
 	coalesce   bool
 	maxBatch   int
-	timeout    time.Duration
 	soldOutTTL time.Duration
 	obs        observe.Observer
 	log        *slog.Logger
@@ -123,14 +121,6 @@ func WithCoalescing(on bool) Option {
 
 // WithMaxBatch bounds how many takes one statement grants (default 128).
 func WithMaxBatch(n int) Option { return func(c *config) { c.used.Add(setMaxBatch); c.maxBatch = n } }
-
-// WithStatementTimeout bounds each coalesced statement (default 10 s). A
-// take already sent waits for its statement's outcome at most this long,
-// then gets ErrAmbiguousCommit if the statement commits on: a commit is
-// not cancelled by this timeout (see pgoutcome.CommitTimeout).
-func WithStatementTimeout(d time.Duration) Option {
-	return func(c *config) { c.used.Add(setStatementTimeout); c.timeout = d }
-}
 
 // WithSoldOutCache lets Take answer ErrSoldOut without a query for d after
 // this process found every bucket of a key empty (default 0: off). Only

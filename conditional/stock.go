@@ -93,7 +93,7 @@ func NewStock(db DB, opts ...Option) (*Stock, error) {
 
 // stockDefaults sets the defaults both Stock and Accounts share.
 func stockDefaults(cfg config) config {
-	cfg.buckets, cfg.coalesce, cfg.maxBatch, cfg.timeout = 1, true, 128, 10*time.Second
+	cfg.buckets, cfg.coalesce, cfg.maxBatch = 1, true, 128
 	return cfg
 }
 
@@ -107,8 +107,6 @@ func newStock(db DB, cfg config) (*Stock, error) {
 		return nil, invalid("WithBuckets(%d): outside [1, 1024]", cfg.buckets)
 	case cfg.maxBatch < 1 || cfg.maxBatch > 10000:
 		return nil, invalid("WithMaxBatch(%d): outside [1, 10000]", cfg.maxBatch)
-	case cfg.timeout <= 0:
-		return nil, invalid("WithStatementTimeout(%v): not positive", cfg.timeout)
 	case cfg.soldOutTTL < 0:
 		return nil, invalid("WithSoldOutCache(%v): negative", cfg.soldOutTTL)
 	case cfg.endgame < 0:
@@ -143,8 +141,8 @@ func newStock(db DB, cfg config) (*Stock, error) {
 		qtySQL: sql(qtySQL), acrossSQL: sql(acrossSQL), acrossUpdateSQL: sql(acrossUpdateSQL),
 		availableSQL: sql(availableSQL), putSQL: sql(putSQL), openSQL: sql(openSQL),
 	}
-	s.adds = combine.New(cfg.maxBatch, cfg.timeout, ErrClosed, s.errorsOnly("add", s.runAdd))
-	s.batch = combine.New(cfg.maxBatch, cfg.timeout, ErrClosed, s.errorsOnly("take", s.runTake))
+	s.adds = combine.New(cfg.maxBatch, ErrClosed, s.errorsOnly("add", s.runAdd))
+	s.batch = combine.New(cfg.maxBatch, ErrClosed, s.errorsOnly("take", s.runTake))
 	return s, nil
 }
 
@@ -155,11 +153,12 @@ func newStock(db DB, cfg config) (*Stock, error) {
 // one is granted.
 //
 // Cancelling ctx withdraws the take if it has not been sent yet. A take
-// sent in a coalesced statement waits for its outcome, at most the
-// statement timeout (WithStatementTimeout); a take across buckets stops
-// waiting for its commit when ctx ends. A commit in flight is never
-// cancelled: it runs on to its end (at most pgoutcome.CommitTimeout), and
-// Close waits for it. ErrAmbiguousCommit means the take may have
+// sent in a coalesced statement waits for the statement's outcome; the
+// Stock stops waiting for it only once every take in it has given up (its
+// ctx ended), so a slow server alone never cuts it short. A take across
+// buckets stops waiting for its commit when ctx ends. A commit in flight
+// is never cancelled: it runs on to its end (at most
+// pgoutcome.CommitTimeout), and Close waits for it. ErrAmbiguousCommit means the take may have
 // committed: the connection failed after the statement was sent, or the
 // wait ended first. Read Available before retrying.
 func (s *Stock) Take(ctx context.Context, key string, n int64) error {

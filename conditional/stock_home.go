@@ -103,7 +103,7 @@ func (s *Stock) runHome(ctx context.Context, k bucketKey, reqs []int64, gen uint
 // ErrSoldOut to each request the total cannot cover, and marks the key
 // sold out only when the total is 0 (gen is the restock generation read
 // before the batch's first statement). Once the commit is sent ctx (the
-// batch's, bounded by the statement timeout) does not cancel it: if ctx
+// batch's, ended when every take in it has given up) does not cancel it: if ctx
 // ends first, steal stops waiting and returns ErrAmbiguousCommit, and the
 // commit runs on, tracked by the Stock's Close (see Take).
 func (s *Stock) steal(ctx context.Context, k bucketKey, reqs []int64, gen uint64) ([]error, error) {

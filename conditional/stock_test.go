@@ -122,7 +122,7 @@ func TestStockBadInput(t *testing.T) {
 	}
 	for _, opts := range [][]conditional.Option{
 		{conditional.WithBuckets(0)}, {conditional.WithMaxBatch(0)}, {conditional.WithTable("")},
-		{conditional.WithStatementTimeout(0)}, {conditional.WithSoldOutCache(-1)},
+		{conditional.WithSoldOutCache(-1)},
 	} {
 		if _, err := conditional.NewStock(pool, opts...); !errors.Is(err, conditional.ErrInvalid) {
 			t.Errorf("NewStock with a bad option: %v, want ErrInvalid", err)

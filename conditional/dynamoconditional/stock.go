@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -117,17 +116,13 @@ func NewStock(client DynamoDBAPI, table string, opts ...Option) (*Stock, error) 
 	}
 	s := &Stock{client: client, table: table, keys: cfg.keys, buckets: cfg.buckets, rand: rand.IntN, retry: newRetrier(cfg.log), obs: cfg.obs, drained: notify.New(cfg.obs, 1024)}
 	if cfg.coalesce {
-		s.batch = combine.New(cfg.maxBatch, takeTimeout, ErrClosed, func(ctx context.Context, k bucketKey, reqs []int64) ([]struct{}, []error, error) {
+		s.batch = combine.New(cfg.maxBatch, ErrClosed, func(ctx context.Context, k bucketKey, reqs []int64) ([]struct{}, []error, error) {
 			errs, err := s.runTake(ctx, k, reqs)
 			return make([]struct{}, len(reqs)), errs, err
 		})
 	}
 	return s, nil
 }
-
-// takeTimeout bounds one coalesced take's writes: a caller whose take was
-// sent waits for its answer, however its own ctx ends, at most this long.
-const takeTimeout = 10 * time.Second
 
 // itemKey returns the key of one bucket's item.
 func (s *Stock) itemKey(key string, bucket int) map[string]types.AttributeValue {

@@ -20,7 +20,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/nolock/nolock/internal/errfmt"
 )
@@ -33,7 +32,6 @@ type Run[K comparable, Req, Res any] func(ctx context.Context, key K, reqs []Req
 // Combiner is safe for concurrent use.
 type Combiner[K comparable, Req, Res any] struct {
 	max       int
-	timeout   time.Duration
 	run       Run[K, Req, Res]
 	errClosed error
 
@@ -54,6 +52,7 @@ const (
 )
 
 type call[Req, Res any] struct {
+	ctx   context.Context
 	req   Req
 	state atomic.Int32
 	res   Res
@@ -61,17 +60,19 @@ type call[Req, Res any] struct {
 	done  chan struct{}
 }
 
-// New returns a Combiner that runs at most max requests per operation,
-// each operation bounded by timeout. errClosed is what requests get once
-// the Combiner is closed.
-func New[K comparable, Req, Res any](max int, timeout time.Duration, errClosed error, run Run[K, Req, Res]) *Combiner[K, Req, Res] {
-	return &Combiner[K, Req, Res]{max: max, timeout: timeout, run: run, errClosed: errClosed, queues: map[K][]*call[Req, Res]{}}
+// New returns a Combiner that runs at most max requests per operation.
+// errClosed is what requests get once the Combiner is closed.
+func New[K comparable, Req, Res any](max int, errClosed error, run Run[K, Req, Res]) *Combiner[K, Req, Res] {
+	return &Combiner[K, Req, Res]{max: max, run: run, errClosed: errClosed, queues: map[K][]*call[Req, Res]{}}
 }
 
 // Do submits req for key and waits for its outcome. If ctx ends before the
 // request is sent, Do withdraws it and returns ctx.Err(); once sent, it
-// waits for the operation's outcome (bounded by the Combiner's timeout), so
-// a caller never gives up on a request that then succeeds.
+// waits for the operation's outcome, so a caller never gives up on a
+// request that then succeeds. The operation's ctx carries the first
+// caller's values and ends only when every caller of its batch has given
+// up (its ctx ended): a slow service alone never cuts an operation short,
+// and an operation nobody waits for does not run on.
 //
 // The first request for an idle key runs the operation in Do's own
 // goroutine (no goroutine switch when there is no contention); a panic in
@@ -82,7 +83,7 @@ func (c *Combiner[K, Req, Res]) Do(ctx context.Context, key K, req Req) (Res, er
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	cl := &call[Req, Res]{req: req, done: make(chan struct{})}
+	cl := &call[Req, Res]{ctx: ctx, req: req, done: make(chan struct{})}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -184,8 +185,8 @@ func (c *Combiner[K, Req, Res]) operate(key K, batch []*call[Req, Res], reqs []R
 			panic(p)
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
+	ctx, stop := batchContext(batch)
+	defer stop()
 	res, errs, err := c.run(ctx, key, reqs)
 	for j, cl := range batch {
 		if err != nil {
@@ -229,4 +230,29 @@ func (c *Combiner[K, Req, Res]) Close() {
 	}
 	c.mu.Unlock()
 	c.wg.Wait()
+}
+
+// batchContext returns the context of one operation for batch: the first
+// caller's values, done once every caller's ctx is done. stop releases it.
+func batchContext[Req, Res any](batch []*call[Req, Res]) (ctx context.Context, stop func()) {
+	if len(batch) == 1 {
+		return batch[0].ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
+	var waiting atomic.Int32
+	waiting.Store(int32(len(batch)))
+	unwatch := make([]func() bool, len(batch))
+	for i, cl := range batch {
+		unwatch[i] = context.AfterFunc(cl.ctx, func() {
+			if waiting.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, u := range unwatch {
+			u()
+		}
+		cancel()
+	}
 }

@@ -45,7 +45,7 @@ func (g *gate) run(_ context.Context, key string, reqs []int) ([]string, []error
 
 func TestCombinesWhileInFlightAndAnswersEachCaller(t *testing.T) {
 	g := newGate()
-	c := New(3, time.Second, errClosed, g.run)
+	c := New(3, errClosed, g.run)
 	defer c.Close()
 	type out struct {
 		res string
@@ -81,7 +81,7 @@ func TestCombinesWhileInFlightAndAnswersEachCaller(t *testing.T) {
 
 func TestWithdrawnRequestIsNeverSent(t *testing.T) {
 	g := newGate()
-	c := New(10, time.Second, errClosed, g.run)
+	c := New(10, errClosed, g.run)
 	defer c.Close()
 	first := make(chan error, 1)
 	go func() { _, err := c.Do(context.Background(), "k", 1); first <- err }()
@@ -103,7 +103,7 @@ func TestWithdrawnRequestIsNeverSent(t *testing.T) {
 
 func TestCloseFailsQueuedAndWaitsForInFlight(t *testing.T) {
 	g := newGate()
-	c := New(10, time.Second, errClosed, g.run)
+	c := New(10, errClosed, g.run)
 	first, second := make(chan error, 1), make(chan error, 1)
 	go func() { _, err := c.Do(context.Background(), "k", 1); first <- err }()
 	<-g.started
@@ -131,7 +131,7 @@ func TestCloseFailsQueuedAndWaitsForInFlight(t *testing.T) {
 
 func TestBatchErrorFailsEveryRequestOfTheBatch(t *testing.T) {
 	boom := errors.New("connection lost")
-	c := New(10, time.Second, errClosed, func(context.Context, string, []int) ([]string, []error, error) {
+	c := New(10, errClosed, func(context.Context, string, []int) ([]string, []error, error) {
 		return nil, nil, boom
 	})
 	defer c.Close()
@@ -160,7 +160,7 @@ func TestPanicReachesTheInlineCallerAndTheKeyGoesOn(t *testing.T) {
 		}
 		return g.run(ctx, key, reqs)
 	}
-	c := New(4, time.Second, errClosed, run)
+	c := New(4, errClosed, run)
 	panicked := make(chan any, 1)
 	go func() {
 		defer func() { panicked <- recover() }()
@@ -202,4 +202,52 @@ func queued[K comparable, Req, Res any](c *Combiner[K, Req, Res], key K) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.queues[key])
+}
+
+// An operation runs while any caller of its batch waits, with the first
+// caller's values, and ends once every one of them has given up; each
+// caller still gets the operation's outcome.
+func TestOperationEndsWhenEveryCallerGaveUp(t *testing.T) {
+	type ctxKey struct{}
+	ops := make(chan context.Context, 2)
+	c := New(10, errClosed, func(ctx context.Context, _ string, reqs []int) ([]string, []error, error) {
+		ops <- ctx
+		<-ctx.Done()
+		return nil, nil, ctx.Err()
+	})
+	defer c.Close()
+	var ctxs [3]context.Context
+	var cancels [3]context.CancelFunc
+	errs := make(chan error, 3)
+	for i := range ctxs {
+		ctxs[i], cancels[i] = context.WithCancel(context.WithValue(context.Background(), ctxKey{}, i))
+		defer cancels[i]()
+		go func() { _, err := c.Do(ctxs[i], "k", i); errs <- err }()
+		if i == 0 {
+			<-ops // the first request runs alone; the others queue behind it
+		}
+		for c.queued("k") < i {
+			runtime.Gosched()
+		}
+	}
+	cancels[0]()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("caller of an operation cut by its own ctx: %v", err)
+	}
+	op := <-ops // requests 1 and 2, one batch
+	if v := op.Value(ctxKey{}); v != 1 {
+		t.Fatalf("the batch's operation carries value %v, want the first caller's (1)", v)
+	}
+	cancels[1]()
+	select {
+	case <-op.Done():
+		t.Fatal("the operation ended while a caller of its batch still waits")
+	case <-time.After(20 * time.Millisecond):
+	}
+	cancels[2]()
+	for range 2 {
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Fatalf("caller of an operation every caller gave up on: %v", err)
+		}
+	}
 }

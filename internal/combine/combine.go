@@ -26,7 +26,8 @@ import (
 
 // Run executes one operation for a batch of requests of one key. It
 // returns one result and one error per request, or a single error that
-// fails them all.
+// fails them all. reqs is the Run's own: it may keep it after returning
+// (a write that outlives its wait still encodes it).
 type Run[K comparable, Req, Res any] func(ctx context.Context, key K, reqs []Req) ([]Res, []error, error)
 
 // Combiner is safe for concurrent use.
@@ -119,9 +120,9 @@ func (c *Combiner[K, Req, Res]) Do(ctx context.Context, key K, req Req) (Res, er
 // leaving the rest of the queue to a new drainer goroutine.
 func (c *Combiner[K, Req, Res]) drain(key K, own *call[Req, Res]) {
 	var batch []*call[Req, Res] // grown on demand: an uncontended key allocates little
-	var reqs []Req
 	for {
-		batch, reqs = batch[:0], reqs[:0]
+		batch = batch[:0]
+		var reqs []Req // never reused: see Run
 		c.mu.Lock()
 		q := c.queues[key]
 		if len(q) == 0 || own != nil && own.state.Load() == answered {

@@ -251,3 +251,51 @@ func TestOperationEndsWhenEveryCallerGaveUp(t *testing.T) {
 		}
 	}
 }
+
+// A Run may keep its reqs after returning: the next batch of the key gets
+// a slice of its own.
+func TestRunOwnsItsRequests(t *testing.T) {
+	type op struct {
+		reqs, copied []int
+		release      chan struct{}
+	}
+	ops := make(chan op)
+	c := New(10, errClosed, func(_ context.Context, _ string, reqs []int) ([]string, []error, error) {
+		o := op{reqs, slices.Clone(reqs), make(chan struct{})}
+		ops <- o
+		<-o.release
+		return make([]string, len(reqs)), make([]error, len(reqs)), nil
+	})
+	defer c.Close()
+	var wg sync.WaitGroup
+	submit := func(reqs ...int) {
+		for _, r := range reqs {
+			n := c.queued("k")
+			wg.Add(1)
+			go func() { defer wg.Done(); _, _ = c.Do(context.Background(), "k", r) }()
+			for c.queued("k") == n { // in order: each queued before the next
+				runtime.Gosched()
+			}
+		}
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); _, _ = c.Do(context.Background(), "k", 1) }()
+	var kept []op
+	o := <-ops // [1], inline
+	kept = append(kept, o)
+	submit(2, 3)
+	close(o.release)
+	o = <-ops // [2 3], on a drainer
+	kept = append(kept, o)
+	submit(4, 5)
+	close(o.release)
+	o = <-ops // [4 5], on the same drainer
+	kept = append(kept, o)
+	close(o.release)
+	wg.Wait()
+	for _, o := range kept {
+		if !slices.Equal(o.reqs, o.copied) {
+			t.Fatalf("a Run's reqs changed after it returned: %v, was %v", o.reqs, o.copied)
+		}
+	}
+}

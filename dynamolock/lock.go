@@ -121,8 +121,10 @@ func (l *Lock) Err() error { return l.h.Err() }
 // version numbers, so it can neither release a newer holder's lock nor be
 // undone by a late heartbeat. With fencing on the item stays, marked
 // released, so the token never restarts. A release whose answer was lost is
-// retried until ctx ends; each attempt waits at most a quarter of the lease
-// for its answer, so one answer that never comes does not use up ctx.
+// retried until ctx ends; each attempt waits for its answer at most three
+// quarters of the time ctx has left (a lease without a deadline), so a
+// slow server gets nearly all of it and one answer that never comes
+// leaves a quarter for a retry.
 //
 // It returns nil if the lock was held until the release; the *LostError if
 // it had been lost before (the release is still written after an expiry,

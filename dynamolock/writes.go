@@ -122,25 +122,35 @@ func (c *Client) get(ctx context.Context, ac acquireConfig) (map[string]types.At
 // it marks the item released under a fresh RVN (kept in the condition, so
 // a retry after a lost answer succeeds again); without, it deletes it. It
 // returns nil once the release is known to have applied, and a
-// *lockcore.Loss when another client owns the item. An attempt whose outcome is unknown
-// is retried until ctx ends, so that the outcome is learned. An attempt
-// that changed nothing (not sent, or refused: the SDK has already retried
-// throttling and failed dials) ends it with that error, unless an earlier
-// attempt's outcome is still unknown.
+// *lockcore.Loss when another client owns the item. An attempt whose
+// outcome is unknown is retried until ctx ends, so that the outcome is
+// learned; each waits for its answer as lockcore.CallBound says, and the
+// error when ctx ends carries the last attempt's. An attempt that changed
+// nothing (not sent, or refused: the SDK has already retried throttling
+// and failed dials) ends it with that error, unless an earlier attempt's
+// outcome is still unknown.
 func (c *Client) writeRelease(ctx context.Context, ac acquireConfig, rvns []string) error {
 	name := lockName(ac.key, ac.sortKey)
 	rel := newRVN()
 	bo := backoff.Policy{Base: max(c.cfg.Poll/16, time.Millisecond), Cap: c.cfg.Poll}
 	unknown := false // an attempt may have applied
+	cut := false     // the last attempt was cut off at its bound: retry at once, with all the time left
+	var last error
 	for attempt := 1; ; attempt++ {
-		if err := backoff.Sleep(ctx, bo.Delay(attempt)); err != nil {
-			return errfmt.Errorf("dynamolock: release %s: %w", name, err)
+		if !cut {
+			if err := backoff.Sleep(ctx, bo.Delay(attempt)); err != nil {
+				return releaseEnded(name, err, last)
+			}
 		}
-		wctx, cancel := context.WithTimeout(ctx, c.cfg.releaseTimeout())
+		wctx, cancel := context.WithTimeout(ctx, lockcore.CallBound(ctx, c.cfg.Lease, cut))
 		err := c.sendRelease(wctx, ac, rvns, rel)
+		cut = ctx.Err() == nil && wctx.Err() != nil
 		cancel()
 		if err == nil {
 			return nil
+		}
+		if last == nil || ctx.Err() == nil {
+			last = err // not one cut off by ctx's end, which says less
 		}
 		item, ccf := ddberr.ConditionFailed(err)
 		if !ccf {
@@ -152,11 +162,11 @@ func (c *Client) writeRelease(ctx context.Context, ac acquireConfig, rvns []stri
 			continue
 		}
 		if item == nil {
-			rctx, cancel := context.WithTimeout(ctx, c.cfg.releaseTimeout())
+			rctx, cancel := context.WithTimeout(ctx, lockcore.CallBound(ctx, c.cfg.Lease, false))
 			item, err = c.get(rctx, ac)
 			cancel()
 			if err != nil {
-				unknown = true
+				unknown, last = true, err
 				continue
 			}
 		}
@@ -169,6 +179,15 @@ func (c *Client) writeRelease(ctx context.Context, ac acquireConfig, rvns []stri
 		}
 		return &lockcore.Loss{Cause: lockcore.TakenOver, Owner: rec.owner, Token: rec.token}
 	}
+}
+
+// releaseEnded is a release's error when its ctx ended (end) after the
+// attempts that failed with last (nil if none was made).
+func releaseEnded(name string, end, last error) error {
+	if last == nil {
+		return errfmt.Errorf("dynamolock: release %s: %w", name, end)
+	}
+	return errfmt.Errorf("dynamolock: release %s: %w (last error: %w)", name, end, last)
 }
 
 // sendRelease sends one release attempt, conditional on the item carrying

@@ -202,10 +202,6 @@ func (c *config) validate(db DB) error {
 	return nil
 }
 
-// releaseTimeout bounds one release attempt, so that a release whose
-// answer never comes is retried within Close's budget of one lease.
-func (c *config) releaseTimeout() time.Duration { return c.Lease / 4 }
-
 // Owner returns the owner name this Client writes to its lock rows.
 func (c *Client) Owner() string { return c.cfg.Owner }
 

@@ -84,8 +84,9 @@ func (l *Lock) Err() error { return l.h.Err() }
 // the token never restarts, and the next acquirer needs no lock-delay
 // (unless the release is lost, below). A release whose answer was lost is
 // resolved by trying again until ctx ends (a try that finds the row
-// released with our token is success); each try waits at most a quarter of
-// the lease for its answer, and none is cancelled on the server once sent.
+// released with our token is success); each try waits for its answer at
+// most three quarters of the time ctx has left (a lease without a
+// deadline), and none is cancelled on the server once sent.
 // The release commits asynchronously: it is visible at once but not
 // flushed or replicated before Release returns, so a crash or failover
 // before the server's WAL writer flushes it (within 3 x wal_writer_delay)

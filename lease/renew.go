@@ -96,16 +96,19 @@ func (b backend) Lost(h *lockcore.Hold, loss *lockcore.Loss) error {
 }
 
 // Release marks the row released if it carries h's token. A try whose
-// answer was lost, or that timed out, is repeated until ctx ends; a try
-// that releases nothing reads the row: released with our token means an
-// earlier try applied. It returns nil when the row is released with our
-// token, a *lockcore.Loss when it carries another token.
+// answer was lost, or that timed out, is repeated until ctx ends (each
+// waits for its answer as lockcore.CallBound says); a try that releases
+// nothing reads the row: released with our token means an earlier try
+// applied. It returns nil when the row is released with our token, a
+// *lockcore.Loss when it carries another token.
 func (b backend) Release(ctx context.Context, h *lockcore.Hold) error {
 	c := b.c
-	bo := backoff.Policy{Base: time.Millisecond, Cap: max(c.cfg.releaseTimeout()/2, time.Millisecond)}
+	bo := backoff.Policy{Base: time.Millisecond, Cap: max(c.cfg.Lease/8, time.Millisecond)}
+	cut := false // the last try was cut off at its bound: retry at once, with all the time left
 	for try := 1; ; try++ {
-		callCtx, cancel := context.WithTimeout(ctx, c.cfg.releaseTimeout())
+		callCtx, cancel := context.WithTimeout(ctx, lockcore.CallBound(ctx, c.cfg.Lease, cut))
 		tag, err := c.pg.Exec(callCtx, c.db, c.sql.release, c.over.Args(h.Key, h.Token)...)
+		cut = ctx.Err() == nil && callCtx.Err() != nil
 		cancel()
 		if err == nil && tag.RowsAffected() == 1 {
 			return nil
@@ -127,6 +130,9 @@ func (b backend) Release(ctx context.Context, h *lockcore.Hold) error {
 			return errfmt.Errorf("lease: release %q: %w", h.Key, err)
 		}
 		c.k.Log().Debug("lease: release failed; retrying", "key", h.Key, "outcome", pgerr.Of(err), "err", err)
+		if cut && ctx.Err() == nil {
+			continue
+		}
 		if serr := backoff.Sleep(ctx, bo.Delay(try)); serr != nil {
 			return errfmt.Errorf("lease: release %q: %w (last error: %w)", h.Key, serr, err)
 		}

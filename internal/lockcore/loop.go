@@ -206,6 +206,24 @@ func (k *Keeper) start(hs []*Hold, now time.Time) {
 	}()
 }
 
+// CallBound is how long a release call (or the read that resolves it)
+// waits for its answer under ctx, by the rule renewal calls follow: three
+// quarters of the time ctx has left, or all of it after a call cut off at
+// its bound; a lease without a deadline. A slow store gets nearly all the
+// time there is, and an answer that never comes leaves a quarter for one
+// retry.
+func CallBound(ctx context.Context, lease time.Duration, afterCut bool) time.Duration {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return lease
+	}
+	left := time.Until(d)
+	if !afterCut {
+		left -= left / 4
+	}
+	return max(left, time.Millisecond)
+}
+
 // settle handles a renewal call's answers: a *Loss ends its lock; a
 // failure schedules a retry after a growing backoff (at once after a call
 // cut off at its bound, whose retry has only the time left, and waits for

@@ -137,9 +137,11 @@ func TestTransactConditionCheck(t *testing.T) {
 	start := time.Now()
 	lb := mustAcquire(t, b, "lock")
 	defer lb.Close()
-	// b first saw a's last version after start, and waited a lease.
-	if took := time.Since(start); took < testLease || lb.Token() != la.Token()+1 {
-		t.Fatalf("b took over after %v with token %d; want at least a lease (%v) and token %d", took, lb.Token(), testLease, la.Token()+1)
+	// b first saw a's last version after start, and waited a lease. Its
+	// token is a's + 1, or more if a takeover's answer came after a lease
+	// (a busy server) and b wrote again.
+	if took := time.Since(start); took < testLease || lb.Token() <= la.Token() {
+		t.Fatalf("b took over after %v with token %d; want at least a lease (%v) and a token above %d", took, lb.Token(), testLease, la.Token())
 	}
 	if err := lb.Transact(ctx, server, put("b")); err != nil {
 		t.Fatalf("new holder's transaction: %v", err)
@@ -162,14 +164,23 @@ func TestReturnedItemSavesRead(t *testing.T) {
 	holder := newClient(t, server, table, dynamolock.WithOwner("holder"))
 	l := mustAcquire(t, holder, "k")
 	defer l.Close()
-	api := &counting{DynamoDBAPI: server}
-	waiter := newClient(t, api, table)
-	_, err := waiter.TryAcquire(ctx, "k")
-	var held *dynamolock.HeldError
-	if !errors.As(err, &held) || held.Owner != "holder" {
-		t.Fatalf("TryAcquire: %v", err)
-	}
-	if api.updates.Load() != 1 || api.gets.Load() != 0 {
-		t.Fatalf("%d updates, %d gets; want 1 update and no read", api.updates.Load(), api.gets.Load())
+	// A write cut off at its bound (a server too busy to answer within a
+	// lease) is read back: that trial says nothing, and the next one runs.
+	for trial := 1; ; trial++ {
+		api := &counting{DynamoDBAPI: server}
+		waiter := newClient(t, api, table)
+		_, err := waiter.TryAcquire(ctx, "k")
+		var held *dynamolock.HeldError
+		if !errors.As(err, &held) || held.Owner != "holder" {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		if w := api.recorded("acquire"); len(w) == 1 && errors.Is(w[0].err, context.DeadlineExceeded) && trial < 5 {
+			t.Logf("trial %d: the write was cut off after %v", trial, w[0].done.Sub(w[0].sent))
+			continue
+		}
+		if api.updates.Load() != 1 || api.gets.Load() != 0 {
+			t.Fatalf("%d updates, %d gets; want 1 update and no read", api.updates.Load(), api.gets.Load())
+		}
+		return
 	}
 }

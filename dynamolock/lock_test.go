@@ -402,8 +402,13 @@ func TestTakeoverUsesOwnClock(t *testing.T) {
 	}
 	offset.Store(int64(time.Hour)) // the holder's lease, as stored on the item
 	l, err := waiter.TryAcquire(ctx, "k")
-	if err != nil || l.Token() != dead.Token()+1 {
+	if err != nil {
 		t.Fatalf("after the waiter's clock advanced a lease: %v", err)
+	}
+	// dead's token + 1, or more if the takeover's answer came after a
+	// lease (a busy server): the waiter then wrote again.
+	if l.Token() <= dead.Token() {
+		t.Fatalf("took over with token %d; want above the dead holder's %d", l.Token(), dead.Token())
 	}
 	l.Close()
 }
@@ -420,7 +425,7 @@ func TestMutualExclusionGoroutines(t *testing.T) {
 	for i := range cs {
 		cs[i] = newClient(t, api, table)
 	}
-	var inside, overlaps, regressions, entries, lastToken, losses atomic.Int64
+	var inside, overlaps, regressions, entries, lastToken, losses, unconfirmed atomic.Int64
 	enter := func(token int64) {
 		if inside.Add(1) > 1 {
 			overlaps.Add(1)
@@ -469,6 +474,9 @@ func TestMutualExclusionGoroutines(t *testing.T) {
 				if err = l.Close(); errors.Is(err, dynamolock.ErrLockLost) {
 					losses.Add(1) // its heartbeats starved past the lease
 					err = nil
+				} else if errors.Is(err, context.DeadlineExceeded) {
+					unconfirmed.Add(1) // the item stays held until its lease runs out
+					err = nil
 				} else if err != nil {
 					return
 				}
@@ -485,7 +493,7 @@ func TestMutualExclusionGoroutines(t *testing.T) {
 	if o, r, e, l := overlaps.Load(), regressions.Load(), entries.Load(), losses.Load(); o > l || r != 0 || e != clients*perClient*rounds {
 		t.Fatalf("%d overlaps, %d token regressions, %d entries, %d leases lost; want at most one overlap per lost lease, 0, %d", o, r, e, l, clients*perClient*rounds)
 	}
-	t.Logf("%d goroutines on %d clients: %d entries, %d overlaps, %d leases lost, last token %d", clients*perClient, clients, entries.Load(), overlaps.Load(), losses.Load(), lastToken.Load())
+	t.Logf("%d goroutines on %d clients: %d entries, %d overlaps, %d leases lost, %d releases unconfirmed, last token %d", clients*perClient, clients, entries.Load(), overlaps.Load(), losses.Load(), unconfirmed.Load(), lastToken.Load())
 }
 
 // Locks on one partition key with different sort keys are independent.

@@ -182,12 +182,14 @@ func TestReleaseLeavesTheSessionAsItWas(t *testing.T) {
 
 // A holder whose renewals cannot reach the database learns of its loss
 // (Expiring, then Lost, Cause Expired) before the database lets anyone
-// else take the lock; the next holder's token is higher.
+// else take the lock; the next holder's token is higher. Its local
+// validity ends before the database's, and its lock-delay covers a
+// process too busy to run its timer at once (a loaded machine).
 func TestExpiryBeforeTakeover(t *testing.T) {
 	t.Parallel()
 	pool := testenv.Postgres(t)
 	db := newFaultDB(pool)
-	a := newClient(t, db)
+	a := newClient(t, db, lease.WithLockDelay(testLease/2))
 	b := newClient(t, pool)
 	l := mustAcquire(t, a, "k")
 	db.set(func(f *faultDB) { f.block["renew"] = true })

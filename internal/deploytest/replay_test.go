@@ -209,15 +209,21 @@ INSERT INTO wallets VALUES ('alice', 100)`); err != nil {
 			!strings.Contains(o.err.Error(), "nothing was run") || pgoutcome.Of(o.err) != pgoutcome.Unknown {
 			t.Errorf("the retry returned %v; want the stopped-waiting error (ErrStoppedWaiting, context.Canceled, unknown)", o.err)
 		}
-		// A short deadline ends the same way.
-		sctx, scancel := context.WithTimeout(ctx, testenv.Scale(300*time.Millisecond))
+		// A short deadline ends the same way; on a busy machine it may end
+		// sooner, still waiting for the cancelled retry's claim
+		// (ErrInProgress) or for a connection: never with "paid".
+		sctx, scancel := context.WithTimeout(ctx, testenv.Scale(time.Second))
 		res, err := pay(sctx)
 		scancel()
-		t.Logf("a retry with a %v deadline: %v", testenv.Scale(300*time.Millisecond), err)
-		if err == nil {
+		t.Logf("a retry with a %v deadline: %v", testenv.Scale(time.Second), err)
+		switch {
+		case err == nil:
 			acked = true
 			t.Errorf("a retry with a short deadline returned result %q, replayed %v, while the standby lacked the record", res.Body, res.Replayed)
-		} else if !errors.Is(err, pgoutcome.ErrStoppedWaiting) || !errors.Is(err, context.DeadlineExceeded) {
+		case errors.Is(err, pgoutcome.ErrStoppedWaiting) && errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, idempotency.ErrInProgress), errors.Is(err, context.DeadlineExceeded) && pgoutcome.Of(err) != pgoutcome.Committed:
+			t.Logf("the deadline ended before the retry reached the standby's wait")
+		default:
 			t.Errorf("a retry with a short deadline returned %v; want the stopped-waiting error", err)
 		}
 	}

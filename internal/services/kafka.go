@@ -22,12 +22,18 @@ func kafkaClient(brokers []string) (*kafka.Client, func()) {
 func CreateTopic(ctx context.Context, brokers []string, topic string, partitions int) error {
 	client, done := kafkaClient(brokers)
 	defer done()
-	res, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
-		Topic: topic, NumPartitions: partitions, ReplicationFactor: 1,
-	}}})
-	if err == nil {
-		err = res.Errors[topic]
-	}
+	err := retryBusy(ctx, func(retry bool) error {
+		res, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+			Topic: topic, NumPartitions: partitions, ReplicationFactor: 1,
+		}}})
+		if err == nil {
+			err = res.Errors[topic]
+		}
+		if retry && errors.Is(err, kafka.TopicAlreadyExists) {
+			return nil // the attempt before applied
+		}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("create topic %s: %w", topic, err)
 	}
@@ -79,14 +85,39 @@ func leadersServe(ctx context.Context, client *kafka.Client, topic string, parti
 func DeleteTopic(ctx context.Context, brokers []string, topic string) error {
 	client, done := kafkaClient(brokers)
 	defer done()
-	res, err := client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topic}})
-	if err == nil {
-		err = res.Errors[topic]
-	}
+	err := retryBusy(ctx, func(retry bool) error {
+		res, err := client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topic}})
+		if err == nil {
+			err = res.Errors[topic]
+		}
+		if retry && errors.Is(err, kafka.UnknownTopicOrPartition) {
+			return nil // the attempt before applied
+		}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("delete topic %s: %w", topic, err)
 	}
 	return nil
+}
+
+// retryBusy runs op until it succeeds, fails for good, or ctx ends. A
+// broker too busy to keep its place in the cluster (a heavily loaded
+// machine) answers BrokerNotAvailable, or another error Kafka marks
+// retriable, for a while: those are tried again, op told so.
+func retryBusy(ctx context.Context, op func(retry bool) error) error {
+	for retry := false; ; retry = true {
+		err := op(retry)
+		var kerr kafka.Error
+		if err == nil || !errors.As(err, &kerr) || !(kerr == kafka.BrokerNotAvailable || kerr.Temporary()) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // KafkaRoundTrip produces n messages to topic (one partition) and reads

@@ -83,6 +83,7 @@ func (s *DDBServer) Start() {
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("testenv: start dynalite: %v", err)
 	}
+	prioritise(cmd.Process.Pid)
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	s.cmd, s.exited = cmd, exited

@@ -197,6 +197,7 @@ func (p *PGBouncerProc) Start() {
 	if err := cmd.Start(); err != nil {
 		p.t.Fatalf("testenv: start pgbouncer: %v", err)
 	}
+	prioritise(cmd.Process.Pid)
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	p.cmd, p.exited = cmd, exited

@@ -326,6 +326,7 @@ func (p *PGPair) start(i int) {
 		unhold(n.port)
 		out, err := n.command("pg_ctl", "-D", n.data(), "start", "-w", "-t", "60", "-l", log).CombinedOutput()
 		if err == nil {
+			prioritisePostgres(n.data())
 			return
 		}
 		text, _ := os.ReadFile(log)

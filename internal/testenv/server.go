@@ -96,6 +96,7 @@ func (s *PGServer) Start() {
 		text, _ := os.ReadFile(log)
 		s.t.Fatalf("testenv: start the private server on port %d: %v\n%s\n%s", s.port, err, out, text)
 	}
+	prioritisePostgres(s.data())
 }
 
 func (s *PGServer) data() string { return filepath.Join(s.dir, "data") }

@@ -489,9 +489,10 @@ func TestMutualExclusionGoroutines(t *testing.T) {
 		}
 	}
 	// A holder whose lease lapsed (a machine too busy for its heartbeats)
-	// learns it from Close; only such a holder may have overlapped the next.
-	if o, r, e, l := overlaps.Load(), regressions.Load(), entries.Load(), losses.Load(); o > l || r != 0 || e != clients*perClient*rounds {
-		t.Fatalf("%d overlaps, %d token regressions, %d entries, %d leases lost; want at most one overlap per lost lease, 0, %d", o, r, e, l, clients*perClient*rounds)
+	// learns it from Close; only such a holder may have overlapped the next,
+	// or entered after it (starved between Acquire and its entry).
+	if o, r, e, l := overlaps.Load(), regressions.Load(), entries.Load(), losses.Load(); o > l || r > l || e != clients*perClient*rounds {
+		t.Fatalf("%d overlaps, %d token regressions, %d entries, %d leases lost; want at most one overlap and one regression per lost lease, %d entries", o, r, e, l, clients*perClient*rounds)
 	}
 	t.Logf("%d goroutines on %d clients: %d entries, %d overlaps, %d leases lost, %d releases unconfirmed, last token %d", clients*perClient, clients, entries.Load(), overlaps.Load(), losses.Load(), unconfirmed.Load(), lastToken.Load())
 }

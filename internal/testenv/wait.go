@@ -3,7 +3,9 @@ package testenv
 import (
 	"context"
 	"os"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,17 +14,40 @@ import (
 
 // Slowdown is the factor by which tests stretch leases, timeouts and waits:
 // 4 under the race detector (which slows code 2-10x), times
-// NOLOCK_TEST_SLOW if that is set to a number above 1 (a busy machine).
+// NOLOCK_TEST_SLOW if that is set to a number above 1, times the machine's
+// load beyond what one suite puts on it (see load).
 func Slowdown() float64 {
-	f := 1.0
+	f := load
 	if raceDetector {
-		f = 4
+		f *= 4
 	}
 	if v, err := strconv.ParseFloat(os.Getenv("NOLOCK_TEST_SLOW"), 64); err == nil && v > 1 {
 		f *= v
 	}
 	return f
 }
+
+// load is the machine's 1-minute load average, when the test binary
+// started, over 8 runnable tasks a core (what the suite alone reaches,
+// scripts/test running four packages of eight tests at once), if above
+// 1, at most 8. A server that other suites starve answers later, and a
+// lock's promise (held while its renewals are answered within the lease)
+// then needs a longer lease.
+var load = func() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 1
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) == 0 {
+		return 1
+	}
+	avg, err := strconv.ParseFloat(fields[0], 64)
+	if err != nil {
+		return 1
+	}
+	return min(max(avg/float64(8*runtime.NumCPU()), 1), 8)
+}()
 
 // Scale stretches d by Slowdown: use it for every lease and timeout a test
 // sets, so the test checks the algorithm and not the machine's speed.

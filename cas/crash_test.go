@@ -22,7 +22,7 @@ import (
 // writes in flight at the crash are ambiguous.
 func TestStoreServerCrash(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Scale(2*time.Minute)) // a guard against a hang
 	defer cancel()
 	srv := testenv.PostgresServer(t)
 	pool := testenv.Pool(t, srv.DSN(), 8)

@@ -269,7 +269,8 @@ func (s *Store[T]) update(ctx context.Context, key string, reqs []request[T]) ([
 	switch {
 	case err == nil:
 		return res, errs, nil
-	case retryCtx.Err() == nil || !errors.Is(err, context.Canceled) || errors.Is(err, ErrAmbiguousCommit):
+	case retryCtx.Err() == nil || errors.Is(err, ErrAmbiguousCommit) ||
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
 		// The write failed for all. A fn that failed on its own in the last
 		// attempt keeps its own answer (its error, or its panic): nothing
 		// of it could have been written.
@@ -362,7 +363,8 @@ func (s *Store[T]) encode(v T) ([]byte, error) {
 }
 
 // Close fails Updates not yet sent with ErrClosed, waits for those in
-// flight and, when the backend has a Close method (pgcas.Backend), for
+// flight (each ends, at the latest, when its callers have all given up)
+// and, when the backend has a Close method (pgcas.Backend), for
 // it (its commits in flight), then for the observer to have had every
 // event. It is idempotent; the backend's connections are the caller's.
 func (s *Store[T]) Close() error {

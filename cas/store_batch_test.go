@@ -222,9 +222,9 @@ func TestStoreFnPanicReachesItsCaller(t *testing.T) {
 }
 
 // A combined Update whose caller gives up while its batch retries
-// conflicts returns the context's error at the next retry, well before the
-// combiner's own 30 s bound on a batch, and its fn's change is not
-// written; an Update of the same batch whose caller waits still succeeds.
+// conflicts returns the context's error at the next retry, while the
+// batch's other caller still waits, and its fn's change is not written;
+// an Update of the same batch whose caller waits still succeeds.
 func TestStoreCombinedUpdateHonoursCtxWhileRetrying(t *testing.T) {
 	conformance(t, func(t *testing.T, b cas.Backend) {
 		ctx := context.Background()
@@ -288,7 +288,7 @@ func TestStoreCombinedUpdateHonoursCtxWhileRetrying(t *testing.T) {
 					t.Errorf("%s caller: %v after %v, want %v", w.name, a.err, a.took, w.want)
 				}
 				t.Logf("%s caller: %v after %v", w.name, a.err, a.took)
-			case <-time.After(20 * time.Second): // well before the batch's own 30 s
+			case <-time.After(20 * time.Second): // a guard against a hang, not a measure
 				t.Fatalf("%s caller: no answer within 20 s", w.name)
 			}
 		}

@@ -22,7 +22,7 @@ import (
 // flight at the crash left ambiguous.
 func TestStockServerCrash(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Scale(2*time.Minute))
 	defer cancel()
 	srv := testenv.PostgresServer(t)
 	pool := testenv.Pool(t, srv.DSN(), 16)

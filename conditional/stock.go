@@ -158,9 +158,10 @@ func newStock(db DB, cfg config) (*Stock, error) {
 // ctx ended), so a slow server alone never cuts it short. A take across
 // buckets stops waiting for its commit when ctx ends. A commit in flight
 // is never cancelled: it runs on to its end (at most
-// pgoutcome.CommitTimeout), and Close waits for it. ErrAmbiguousCommit means the take may have
-// committed: the connection failed after the statement was sent, or the
-// wait ended first. Read Available before retrying.
+// pgoutcome.CommitTimeout), and Close waits for it. ErrAmbiguousCommit
+// means the take may have committed: the connection failed after the
+// statement was sent, or the wait ended first. Read Available before
+// retrying.
 func (s *Stock) Take(ctx context.Context, key string, n int64) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
@@ -313,7 +314,8 @@ func (s *Stock) CreateSchema(ctx context.Context) error {
 }
 
 // Close fails takes not yet sent with ErrClosed, waits for the statements
-// in flight to be answered and for the commits in flight whose callers
+// in flight to be answered (each waited for, at the latest, until its
+// takes have all given up) and for the commits in flight whose callers
 // stopped waiting (each bounded by pgoutcome.CommitTimeout), and stops the
 // Stock's goroutines. It is idempotent; the database handle is the
 // caller's to close.

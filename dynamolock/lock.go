@@ -141,7 +141,7 @@ func (l *Lock) Release(ctx context.Context) error {
 }
 
 // Close is Release with a context bounded by the lease, for defer: a
-// release whose answer is lost is retried (several times) within it.
+// release whose answer is lost is retried within it.
 func (l *Lock) Close() error { return l.h.Close() }
 
 // rvnsLocked returns every RVN of ours the item may carry. l.mu must be

@@ -164,6 +164,7 @@ func (c *Client) writeRelease(ctx context.Context, ac acquireConfig, rvns []stri
 		if item == nil {
 			rctx, cancel := context.WithTimeout(ctx, lockcore.CallBound(ctx, c.cfg.Lease, false))
 			item, err = c.get(rctx, ac)
+			cut = ctx.Err() == nil && rctx.Err() != nil
 			cancel()
 			if err != nil {
 				unknown, last = true, err

@@ -114,7 +114,10 @@ func (b backend) Release(ctx context.Context, h *lockcore.Hold) error {
 			return nil
 		}
 		if err == nil {
-			r, rerr := c.read(ctx, h.Key)
+			readCtx, cancel := context.WithTimeout(ctx, lockcore.CallBound(ctx, c.cfg.Lease, false))
+			r, rerr := c.read(readCtx, h.Key)
+			cut = ctx.Err() == nil && readCtx.Err() != nil
+			cancel()
 			switch {
 			case rerr == nil && r.exists && r.token == h.Token && r.released:
 				return nil // released, by an earlier try of ours

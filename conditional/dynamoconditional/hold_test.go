@@ -570,7 +570,7 @@ func TestDynamoHoldsConcurrentConfirm(t *testing.T) {
 	for _, server := range dynamoServers {
 		t.Run(server.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), testenv.Scale(2*time.Minute))
 			defer cancel()
 			client := dynamoClient(t, server.tx)
 			table := testenv.Table(t, client, false)

@@ -139,8 +139,8 @@ func (s *Stock) itemKey(key string, bucket int) map[string]types.AttributeValue 
 // was taken.
 //
 // Cancelling ctx abandons a take not yet sent. Coalesced, a take that was
-// sent is waited for (at most 10 s) and answered; not coalesced, the
-// outcome of a sent take is unknown (ErrAmbiguousCommit). After Close,
+// sent is waited for while any take of its batch waits, and answered; not
+// coalesced, the outcome of a sent take is unknown (ErrAmbiguousCommit). After Close,
 // Take returns ErrClosed.
 func (s *Stock) Take(ctx context.Context, key string, n int64) error {
 	if err := condcore.CheckCtx(ctx); err != nil {

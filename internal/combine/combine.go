@@ -70,10 +70,10 @@ func New[K comparable, Req, Res any](max int, errClosed error, run Run[K, Req, R
 // Do submits req for key and waits for its outcome. If ctx ends before the
 // request is sent, Do withdraws it and returns ctx.Err(); once sent, it
 // waits for the operation's outcome, so a caller never gives up on a
-// request that then succeeds. The operation's ctx carries the first
-// caller's values and ends only when every caller of its batch has given
-// up (its ctx ended): a slow service alone never cuts an operation short,
-// and an operation nobody waits for does not run on.
+// request that then succeeds. The operation's ctx carries no caller's
+// values (the batch is no one caller's) and ends only when every caller of
+// its batch has given up (its ctx ended): a slow service alone never cuts
+// an operation short, and an operation nobody waits for does not run on.
 //
 // The first request for an idle key runs the operation in Do's own
 // goroutine (no goroutine switch when there is no contention); a panic in
@@ -186,7 +186,7 @@ func (c *Combiner[K, Req, Res]) operate(key K, batch []*call[Req, Res], reqs []R
 			panic(p)
 		}
 	}()
-	ctx, stop := batchContext(batch)
+	ctx, stop := operationContext(batch)
 	defer stop()
 	res, errs, err := c.run(ctx, key, reqs)
 	for j, cl := range batch {
@@ -217,7 +217,8 @@ func (c *Combiner[K, Req, Res]) release(key K) {
 }
 
 // Close fails every request not yet sent with errClosed and waits for the
-// operations in flight to finish and be answered. It is idempotent.
+// operations in flight to finish and be answered (each ends, at the
+// latest, when its callers have all given up). It is idempotent.
 func (c *Combiner[K, Req, Res]) Close() {
 	c.mu.Lock()
 	c.closed = true
@@ -233,19 +234,16 @@ func (c *Combiner[K, Req, Res]) Close() {
 	c.wg.Wait()
 }
 
-// batchContext returns the context of one operation for batch: the first
-// caller's values, done once every caller's ctx is done. stop releases it.
-func batchContext[Req, Res any](batch []*call[Req, Res]) (ctx context.Context, stop func()) {
-	if len(batch) == 1 {
-		return batch[0].ctx, func() {}
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
-	var waiting atomic.Int32
-	waiting.Store(int32(len(batch)))
+// operationContext returns the context of one operation for batch (see
+// Do): done once every caller's ctx is done. stop releases it.
+func operationContext[Req, Res any](batch []*call[Req, Res]) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var left atomic.Int32
+	left.Store(int32(len(batch)))
 	unwatch := make([]func() bool, len(batch))
 	for i, cl := range batch {
 		unwatch[i] = context.AfterFunc(cl.ctx, func() {
-			if waiting.Add(-1) == 0 {
+			if left.Add(-1) == 0 {
 				cancel()
 			}
 		})

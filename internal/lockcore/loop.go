@@ -173,10 +173,7 @@ func (k *Keeper) start(hs []*Hold, now time.Time) {
 		if h.err == nil && !h.stopping && h.call == nil {
 			h.call = c
 			on = append(on, h)
-			wait := h.valid.Sub(now)
-			if !h.cut {
-				wait -= wait / 4
-			}
+			wait := callWait(h.valid.Sub(now), h.cut)
 			if bound < 0 || wait < bound {
 				bound = wait
 			}
@@ -217,11 +214,16 @@ func CallBound(ctx context.Context, lease time.Duration, afterCut bool) time.Dur
 	if !ok {
 		return lease
 	}
-	left := time.Until(d)
-	if !afterCut {
-		left -= left / 4
+	return max(callWait(time.Until(d), afterCut), time.Millisecond)
+}
+
+// callWait is how long a call may wait with left to go: three quarters of
+// it, all of it after a call cut off at its bound.
+func callWait(left time.Duration, afterCut bool) time.Duration {
+	if afterCut {
+		return left
 	}
-	return max(left, time.Millisecond)
+	return left - left/4
 }
 
 // settle handles a renewal call's answers: a *Loss ends its lock; a

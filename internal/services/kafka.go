@@ -103,13 +103,18 @@ func DeleteTopic(ctx context.Context, brokers []string, topic string) error {
 
 // retryBusy runs op until it succeeds, fails for good, or ctx ends. A
 // broker too busy to keep its place in the cluster (a heavily loaded
-// machine) answers BrokerNotAvailable, or another error Kafka marks
-// retriable, for a while: those are tried again, op told so.
+// machine) answers one of these for a while: they are tried again, op
+// told so.
 func retryBusy(ctx context.Context, op func(retry bool) error) error {
 	for retry := false; ; retry = true {
 		err := op(retry)
 		var kerr kafka.Error
-		if err == nil || !errors.As(err, &kerr) || !(kerr == kafka.BrokerNotAvailable || kerr.Temporary()) {
+		if !errors.As(err, &kerr) {
+			return err
+		}
+		switch kerr {
+		case kafka.BrokerNotAvailable, kafka.LeaderNotAvailable, kafka.NotController, kafka.RequestTimedOut:
+		default:
 			return err
 		}
 		select {

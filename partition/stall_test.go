@@ -26,7 +26,7 @@ func TestStalledPostgresWaitedOut(t *testing.T) {
 	pool := testenv.Pool(t, dsn, 8)
 	b := newBedOn(t, 1, pool, schema)
 	cfg := b.config("m", nil)
-	batchTimeout := testenv.Scale(250 * time.Millisecond)
+	batchTimeout := min(testenv.Scale(250*time.Millisecond), testRebalance/2) // below the rebalance timeout, as the option requires
 	cfg.with(partition.WithBatchTimeout(batchTimeout))
 	cfg.with(partition.WithAttempts(3))
 	c, err := newConsumer(pool, cfg)

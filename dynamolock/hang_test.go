@@ -111,7 +111,7 @@ func TestHungReleaseRetried(t *testing.T) {
 			dropNext.Store(true) // Release has stopped the heartbeats: the next answer is this one's
 		}
 	}}
-	c := newClient(t, api, table, dynamolock.WithHeartbeat(testLease/2))
+	c := newClient(t, api, table, dynamolock.WithLease(2*testLease), dynamolock.WithHeartbeat(testLease)) // the retry has half a test lease
 	l := mustAcquire(t, c, "k")
 	start := time.Now()
 	err := l.Close()
@@ -164,7 +164,7 @@ func TestSlowReleaseWaitedFor(t *testing.T) {
 	server, table := newTable(t)
 	slow := clientFor(t, testenv.Proxy(t, testenv.DynamoDBEndpoint(t), nil, testenv.Delay(testLease/2)))
 	api := &counting{DynamoDBAPI: slow}
-	c := newClient(t, api, table)
+	c := newClient(t, api, table, dynamolock.WithLease(2*testLease)) // a test lease of slack beside the delay
 	l := mustAcquire(t, c, "k")
 	if err := l.Close(); err != nil {
 		t.Fatalf("Close with answers half a lease late: %v", err)

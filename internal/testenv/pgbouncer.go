@@ -476,14 +476,25 @@ func ownedTempDir(t testing.TB, pattern string) string {
 	return dir
 }
 
-// RefusedEndpoint returns an http://127.0.0.1 endpoint on a port nothing
-// listens on (just freed), so that a dial to it is refused: a request that
-// was never sent.
+// RefusedEndpoint returns an http://127.0.0.1 endpoint whose dials are
+// refused until the test ends: a request that was never sent. Its port is
+// bound by a socket that never listens, so no server of this or another
+// process can take it meanwhile.
 func RefusedEndpoint(t testing.TB) string {
 	t.Helper()
-	port := freePort(t)
-	unhold(port)
-	return fmt.Sprintf("http://127.0.0.1:%d", port)
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("testenv: refused endpoint: %v", err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatalf("testenv: refused endpoint: %v", err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatalf("testenv: refused endpoint: %v", err)
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 }
 
 // PostgresVia is Postgres reached by dep: "direct", or "pgbouncer" for

@@ -29,7 +29,7 @@ func TestBench(t *testing.T) {
 	var out, progress bytes.Buffer
 	res, err := bench(context.Background(), benchConfig{
 		postgres: testenv.PostgresFreshDSN(t), redis: redisAddr,
-		clients: []int{1, 4}, duration: 100 * time.Millisecond, svg: svg,
+		clients: []int{1, 4}, duration: testenv.Scale(25 * time.Millisecond), svg: svg, // 100 ms under -race on a machine not loaded beyond the suite
 	}, &out, &progress)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())

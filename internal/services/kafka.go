@@ -22,15 +22,12 @@ func kafkaClient(brokers []string) (*kafka.Client, func()) {
 func CreateTopic(ctx context.Context, brokers []string, topic string, partitions int) error {
 	client, done := kafkaClient(brokers)
 	defer done()
-	err := retryBusy(ctx, func(retry bool) error {
+	err := retryBusy(ctx, kafka.TopicAlreadyExists, func() error {
 		res, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
 			Topic: topic, NumPartitions: partitions, ReplicationFactor: 1,
 		}}})
 		if err == nil {
 			err = res.Errors[topic]
-		}
-		if retry && errors.Is(err, kafka.TopicAlreadyExists) {
-			return nil // the attempt before applied
 		}
 		return err
 	})
@@ -85,13 +82,10 @@ func leadersServe(ctx context.Context, client *kafka.Client, topic string, parti
 func DeleteTopic(ctx context.Context, brokers []string, topic string) error {
 	client, done := kafkaClient(brokers)
 	defer done()
-	err := retryBusy(ctx, func(retry bool) error {
+	err := retryBusy(ctx, kafka.UnknownTopicOrPartition, func() error {
 		res, err := client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topic}})
 		if err == nil {
 			err = res.Errors[topic]
-		}
-		if retry && errors.Is(err, kafka.UnknownTopicOrPartition) {
-			return nil // the attempt before applied
 		}
 		return err
 	})
@@ -103,11 +97,15 @@ func DeleteTopic(ctx context.Context, brokers []string, topic string) error {
 
 // retryBusy runs op until it succeeds, fails for good, or ctx ends. A
 // broker too busy to keep its place in the cluster (a heavily loaded
-// machine) answers one of these for a while: they are tried again, op
-// told so.
-func retryBusy(ctx context.Context, op func(retry bool) error) error {
+// machine) answers one of the errors below for a while: op is tried
+// again, and a retry that answers applied (the attempt before it took
+// effect) succeeds.
+func retryBusy(ctx context.Context, applied kafka.Error, op func() error) error {
 	for retry := false; ; retry = true {
-		err := op(retry)
+		err := op()
+		if retry && errors.Is(err, applied) {
+			return nil
+		}
 		var kerr kafka.Error
 		if !errors.As(err, &kerr) {
 			return err

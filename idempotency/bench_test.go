@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -375,7 +374,7 @@ SELECT 'bench', $2, '', convert_to(json_agg(e)::text, 'UTF8'), now() + interval 
 				ops := 4 * clients
 				for _, f := range []op{sc.baseline, bounds[sc.name], sc.op} {
 					if f != nil {
-						runClients(b, clients, 4*clients, f)
+						testenv.Rounds(b, clients, 4*clients, 1, f)
 					}
 				}
 				ops += runAgainst(b, clients, sc.op, sc.baseline, bounds[sc.name])
@@ -405,57 +404,28 @@ func onConn(ctx context.Context, pool *pgxpool.Pool, fn func(*pgx.Conn) error) e
 
 // runAgainst runs b.N operations of op over clients goroutines, reports
 // units/s, and returns how many of op it ran. With a baseline, it runs as
-// many of the baseline too, in four alternating rounds, and reports
-// x-baseline: op's rate over the baseline's; with a bound too, as many of
-// the bound in the same rounds, and x-bound: op's rate over the bound's.
+// many of the baseline too, in rounds (testenv.Rounds), and reports
+// x-baseline: the median over the rounds of op's rate over the
+// baseline's; with a bound too, as many of the bound in the same rounds,
+// and x-bound: the same of op's rate over the bound's.
 func runAgainst(b *testing.B, clients int, op, baseline, bound func(ctx context.Context, client int) error) int {
-	if baseline == nil {
-		d := runClients(b, clients, b.N, op)
-		b.ReportMetric(float64(b.N)/d.Seconds(), "units/s")
-		return b.N
-	}
-	const rounds = 4
-	per := b.N/rounds + 1
-	var tOp, tBase, tBound time.Duration
-	for r := 0; r < rounds; r++ {
-		if r%2 == 0 {
-			tBase += runClients(b, clients, per, baseline)
-			tOp += runClients(b, clients, per, op)
-		} else {
-			tOp += runClients(b, clients, per, op)
-			tBase += runClients(b, clients, per, baseline)
-		}
-		if bound != nil {
-			tBound += runClients(b, clients, per, bound)
+	ops := []func(context.Context, int) error{op}
+	for _, f := range []func(context.Context, int) error{baseline, bound} {
+		if f != nil {
+			ops = append(ops, f)
 		}
 	}
-	b.ReportMetric(float64(per*rounds)/tOp.Seconds(), "units/s")
-	b.ReportMetric(tBase.Seconds()/tOp.Seconds(), "x-baseline")
+	// Every order of the ops, one to four times, in rounds of at least
+	// eight operations a client where b.N allows.
+	orders := []int{1, 1, 2, 6}[len(ops)]
+	rounds := orders * min(max(b.N/(8*clients*orders), 1), 4)
+	took := testenv.Rounds(b, clients, b.N, rounds, ops...)
+	b.ReportMetric(testenv.RoundsRate(took, b.N, 0), "units/s")
+	if baseline != nil {
+		b.ReportMetric(testenv.RoundsRatio(took, 0, 1), "x-baseline")
+	}
 	if bound != nil {
-		b.ReportMetric(tBound.Seconds()/tOp.Seconds(), "x-bound")
+		b.ReportMetric(testenv.RoundsRatio(took, 0, len(ops)-1), "x-bound")
 	}
-	return per * rounds
-}
-
-// runClients runs n operations spread over clients goroutines and returns
-// how long they took.
-func runClients(b *testing.B, clients, n int, op func(ctx context.Context, client int) error) time.Duration {
-	ctx := context.Background()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	for c := 0; c < clients; c++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(n) {
-				if err := op(ctx, c); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return time.Since(start)
+	return max(b.N/rounds, 1) * rounds
 }

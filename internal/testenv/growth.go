@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,8 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/nolock/nolock/internal/services"
 )
 
 // EnvBenchRows names the variable that sets how many rows a growth
@@ -131,45 +128,20 @@ func (g *Growth) Size(t testing.TB, table string) (total, indexes int64) {
 
 func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/(1<<20)) }
 
-// GrowthRounds is how many rounds Compare alternates.
+// GrowthRounds is how many rounds Compare runs.
 const GrowthRounds = 20
 
 // Compare runs b.N operations of filled and b.N of empty (the same
 // operation on the Empty tables) over clients goroutines, in GrowthRounds
-// rounds, each running one then the other (alternating which goes first),
-// after a few operations of each to open every connection and prepare
-// every statement. It reports units/s (filled's) and x-empty: the median
-// over the rounds of filled's rate over empty's in the same round (1.0:
-// the filled table costs nothing more), so that a burst of the machine's
-// other load in one round does not move it.
+// rounds (see Rounds), after a few operations of each to open every
+// connection and prepare every statement. It reports units/s (filled's)
+// and x-empty: the median over the rounds of filled's rate over empty's in
+// the same round (1.0: the filled table costs nothing more).
 func Compare(b *testing.B, clients int, filled, empty func(ctx context.Context, client int) error) {
-	per := b.N/GrowthRounds + 1
-	run := func(n int, op func(context.Context, int) error) time.Duration {
-		r, err := services.RunClients(context.Background(), clients, int64(n), 0, op)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return r.Took
-	}
-	run(4*clients, filled)
-	run(4*clients, empty)
+	Rounds(b, clients, 4*clients, 1, filled, empty)
 	b.ResetTimer()
-	var tFilled time.Duration
-	ratios := make([]float64, GrowthRounds)
-	for r := range ratios {
-		var f, e time.Duration
-		if r%2 == 0 {
-			e = run(per, empty)
-			f = run(per, filled)
-		} else {
-			f = run(per, filled)
-			e = run(per, empty)
-		}
-		tFilled += f
-		ratios[r] = e.Seconds() / f.Seconds()
-	}
+	took := Rounds(b, clients, b.N, GrowthRounds, filled, empty)
 	b.StopTimer()
-	slices.Sort(ratios)
-	b.ReportMetric(float64(per*GrowthRounds)/tFilled.Seconds(), "units/s")
-	b.ReportMetric((ratios[GrowthRounds/2-1]+ratios[GrowthRounds/2])/2, "x-empty")
+	b.ReportMetric(RoundsRate(took, b.N, 0), "units/s")
+	b.ReportMetric(RoundsRatio(took, 0, 1), "x-empty")
 }

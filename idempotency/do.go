@@ -128,7 +128,9 @@ func (s *Store) once(ctx context.Context, p *plan, dup bool, scope, key string, 
 	if f.exists { // an expired record counts as absent: take the key over
 		observed.Event(s.obs, ctx, observe.Event{Name: EventExpired, Key: key})
 	}
-	rec := Record{Scope: scope, Key: key, Fingerprint: fp}
+	// The times a record inserted in tx gets (a takeover and Exec read
+	// theirs back).
+	rec := Record{Scope: scope, Key: key, Fingerprint: fp, CreatedAt: f.now, ExpiresAt: f.now.Add(s.retention.Truncate(time.Microsecond))}
 	if err := finish(ctx, s, h, tx, &rec, f.exists, wait); err != nil {
 		return Result{}, err
 	}
@@ -167,14 +169,15 @@ func runAndRecord(fn Func) finisher {
 		if err != nil {
 			return err
 		}
-		sql := s.recordSQL
-		if takeover {
-			sql = s.takeoverSQL
-		}
 		b := &pgx.Batch{}
-		b.Queue(sql, rec.Scope, rec.Key, rec.Fingerprint, terminal, body, s.retention.Microseconds()).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&rec.CreatedAt, &rec.ExpiresAt)
-		})
+		args := []any{rec.Scope, rec.Key, rec.Fingerprint, terminal, body, s.retention.Microseconds()}
+		if takeover {
+			b.Queue(s.takeoverSQL, args...).QueryRow(func(row pgx.Row) error {
+				return row.Scan(&rec.CreatedAt, &rec.ExpiresAt)
+			})
+		} else {
+			b.Queue(s.recordSQL, args...)
+		}
 		if err := s.commit(ctx, h, tx, rec.Key, b); err != nil {
 			return err
 		}
@@ -310,9 +313,9 @@ func (s *Store) claim(ctx context.Context, h *handle, claimSQL string, args []an
 	var locked bool
 	b.Queue(claimSQL, args...).QueryRow(func(row pgx.Row) error {
 		if len(args) > 2 {
-			return row.Scan(&locked, nil) // and Exec's lock_timeout
+			return row.Scan(&locked, &f.now, nil) // and Exec's lock_timeout
 		}
-		return row.Scan(&locked)
+		return row.Scan(&locked, &f.now)
 	})
 	f.Scope, f.Key = scope, key
 	b.Queue(s.readSQL, scope, key).QueryRow(func(row pgx.Row) error {

@@ -156,11 +156,12 @@ func TestStoreInACallersTx(t *testing.T) {
 		if _, err := store.Do(ctx, "alice", "pay-0", nil, failing); err == nil || err.Error() != "declined by fn" {
 			t.Fatalf("Do whose fn fails, in a tx: %v; want fn's error", err)
 		}
-		if res, err := pay(store, "pay-1", 100); err != nil || res.Replayed {
-			t.Fatalf("Do in a tx after fn's error: %+v, %v; want a first run", res, err)
+		first, err := pay(store, "pay-1", 100)
+		if err != nil || first.Replayed {
+			t.Fatalf("Do in a tx after fn's error: %+v, %v; want a first run", first, err)
 		}
-		if res, err := pay(store, "pay-1", 100); err != nil || !res.Replayed {
-			t.Fatalf("Do again in the same tx: %+v, %v; want a replay", res, err)
+		if res, err := pay(store, "pay-1", 100); err != nil || !res.Replayed || !res.CreatedAt.Equal(first.CreatedAt) || !res.ExpiresAt.Equal(first.ExpiresAt) {
+			t.Fatalf("Do again in the same tx: %+v, %v; want a replay of %+v", res, err, first)
 		}
 		if res, err := store.Exec(ctx, "alice", "exec-1", nil, debitSQL, "alice", int64(50)); err != nil || res.Replayed {
 			t.Fatalf("Exec in a tx: %+v, %v; want a first run", res, err)

@@ -18,7 +18,10 @@ const (
 	// transaction's end. A key whose lock another transaction holds is a
 	// request in flight (or a replay of the key, for one round trip): no
 	// statement ever waits for it.
-	claimSQL = `SELECT pg_try_advisory_xact_lock(` + keyHash + `)`
+	// It also returns now(), the transaction's start: the record's
+	// created_at (its default, in the same transaction), from which its
+	// expires_at follows, so the record's insert need not read them back.
+	claimSQL = `SELECT pg_try_advisory_xact_lock(` + keyHash + `), now()`
 	// claimBoundSQL is claimSQL for Exec: it also sets lock_timeout to $3
 	// (milliseconds as text; NULL keeps the connection's) for the rest of
 	// the transaction, so that every lock wait of Exec's statement, sent
@@ -34,10 +37,10 @@ const (
 FROM {{table}} WHERE scope = $1 AND key = $2`
 	// recordSQL stores a claimed key's record, with fn's result, in the
 	// transaction that ran fn, sent with COMMIT: the key had no record when
-	// it was claimed. It returns the record's times.
+	// it was claimed. Its times are the claim's now() (see claimSQL) and
+	// that plus $6 microseconds.
 	recordSQL = `INSERT INTO {{table}} (scope, key, fingerprint, terminal, result, expires_at)
-VALUES ($1, $2, $3, $4, $5, now() + $6::bigint * interval '1 microsecond')
-RETURNING created_at, expires_at`
+VALUES ($1, $2, $3, $4, $5, now() + $6::bigint * interval '1 microsecond')`
 	// takeoverSQL is recordSQL for a key whose record had expired when it
 	// was claimed: it replaces that record (or inserts, if Reap deleted it
 	// meanwhile). A live record in its place (written without the key's

@@ -338,6 +338,9 @@ func (s *Store) get(ctx context.Context, scope, key string) (Record, error) {
 type found struct {
 	Record
 	exists, expired, standby bool
+	// now is the claim's transaction start (see claimSQL); zero outside
+	// a claim.
+	now time.Time
 }
 
 // scan reads readSQL's columns.

@@ -154,7 +154,7 @@ func TestDoRunsOnceThenReplays(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !again.Replayed || string(again.Body) != string(first.Body) || !again.CreatedAt.Equal(first.CreatedAt) {
+		if !again.Replayed || string(again.Body) != string(first.Body) || !again.CreatedAt.Equal(first.CreatedAt) || !again.ExpiresAt.Equal(first.ExpiresAt) {
 			t.Fatalf("retry %d: %+v, want a replay of %+v", i, again, first)
 		}
 	}

@@ -48,3 +48,32 @@ func Poll(what string, cond func() (bool, error)) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// conclusiveTries is how many trials Conclusive runs at most: one, and
+// five more when the machine broke a trial's precondition.
+const conclusiveTries = 6
+
+// Conclusive runs trial(1), trial(2), ... until one is conclusive, at
+// most six times. A trial returns nil once it has checked what the test
+// checks (failing the test, as usual, where the code broke a promise), or
+// an error saying why it could not: a precondition that the machine, not
+// the code, broke before the fault the trial injects (a lock that expired
+// because a busy server left its renewal unanswered within the lease,
+// before the pause). Such a trial is logged and the next one runs, on
+// fixtures of its own (keys named by its number); a trial that failed the
+// test ends the run. Conclusive fails the test if every trial was
+// inconclusive: it tested nothing.
+func Conclusive(t testing.TB, trial func(n int) error) {
+	t.Helper()
+	var why error
+	for n := 1; n <= conclusiveTries; n++ {
+		if why = trial(n); why == nil || t.Failed() {
+			if n > 1 && why == nil {
+				t.Logf("%d inconclusive trials before a conclusive one", n-1)
+			}
+			return
+		}
+		t.Logf("trial %d of at most %d inconclusive: %v", n, conclusiveTries, why)
+	}
+	t.Fatalf("all %d trials inconclusive, the last: %v: the test tested nothing", conclusiveTries, why)
+}

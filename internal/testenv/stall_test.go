@@ -1,0 +1,175 @@
+package testenv_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nolock/nolock/internal/testenv"
+)
+
+// fakeExpiry is fakeStore's loss by expiry, with the last renewal's error.
+type fakeExpiry struct{ last error }
+
+func (e *fakeExpiry) Error() string { return fmt.Sprintf("lease expired (last error: %v)", e.last) }
+func (e *fakeExpiry) Unwrap() error { return e.last }
+
+// unanswered is a fakeStore lock's expiry with its renewal unanswered.
+var unanswered = &fakeExpiry{fmt.Errorf("a renewal had no answer: %w", context.DeadlineExceeded)}
+
+// fakeLock is a HeldLock of fakeStore.
+type fakeLock struct {
+	key    string
+	lost   chan struct{}
+	mu     sync.Mutex
+	err    error
+	closed bool
+}
+
+func (l *fakeLock) Key() string           { return l.key }
+func (l *fakeLock) Token() int64          { return 1 }
+func (l *fakeLock) Lost() <-chan struct{} { return l.lost }
+
+func (l *fakeLock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (l *fakeLock) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	return l.err
+}
+
+func (l *fakeLock) lose(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil {
+		l.err = err
+		close(l.lost)
+	}
+}
+
+// fakeStore is a lock store for StallTrial: it confirms a renewal of a
+// lock whenever asked while it runs, and every lock of a trial expires
+// in the trial's second pause. lose, if set, loses a lock at a step of
+// the first trial.
+type fakeStore struct {
+	lose func(step string, l *fakeLock)
+
+	mu      sync.Mutex
+	trials  [][]*fakeLock
+	paused  bool
+	pauses  int // of the latest trial's locks
+	renewed map[string]int
+}
+
+func (s *fakeStore) hold(n int) []testenv.HeldLock {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	locks := make([]*fakeLock, 3)
+	for i := range locks {
+		locks[i] = &fakeLock{key: fmt.Sprintf("s%d-%d", n, i), lost: make(chan struct{})}
+	}
+	s.trials = append(s.trials, locks)
+	s.pauses = 0
+	if n == 1 {
+		s.lose("hold", locks[1])
+	}
+	return testenv.Held(locks)
+}
+
+func (s *fakeStore) pause() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.paused = true
+	if s.pauses++; s.pauses == 2 {
+		for _, l := range s.trials[len(s.trials)-1] {
+			l.lose(unanswered)
+		}
+	}
+}
+
+func (s *fakeStore) resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.paused = false
+	if len(s.trials) == 1 && s.pauses == 1 {
+		s.lose("resume", s.trials[0][1])
+	}
+}
+
+func (s *fakeStore) renewals(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.paused {
+		s.renewed[key]++
+	}
+	return s.renewed[key]
+}
+
+// StallTrial runs another trial, on fresh locks, when a lock expired
+// before the first pause with its renewal unanswered (the first trial's
+// locks are closed); a lock lost before the pause otherwise, or one lost
+// in the short pause, fails the test.
+func TestStallTrialRetriesExpiryBeforePause(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		lose   func(step string, l *fakeLock)
+		trials int
+		failed string // a line logged, "" if the test passes
+	}{
+		{"expired before the pause", func(step string, l *fakeLock) {
+			if step == "hold" {
+				l.lose(unanswered)
+			}
+		}, 2, ""},
+		{"taken over before the pause", func(step string, l *fakeLock) {
+			if step == "hold" {
+				l.lose(errors.New("taken over"))
+			}
+		}, 1, `lock "s1-1" lost before any pause: taken over`},
+		{"expired in the short pause", func(step string, l *fakeLock) {
+			if step == "resume" {
+				l.lose(unanswered)
+			}
+		}, 1, "1 of 3 locks lost in a pause of 20ms (want 0)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := &fakeStore{lose: tc.lose, renewed: map[string]int{}}
+			r := &recorder{TB: t}
+			r.run(func(tb testing.TB) {
+				testenv.StallTrial(tb, testenv.Stall{
+					Name: "fake", Hold: s.hold,
+					Lease: 40 * time.Millisecond, Heartbeat: 10 * time.Millisecond,
+					Pause: s.pause, Resume: s.resume, Renewed: s.renewals,
+					Stored: func(testenv.HeldLock) error { return nil },
+					Expired: func(err error) bool {
+						var e *fakeExpiry
+						return errors.As(err, &e)
+					},
+				})
+			})
+			if tc.failed == "" && r.Failed() || tc.failed != "" && !r.logged(tc.failed) || len(s.trials) != tc.trials {
+				t.Fatalf("%d trials, failed %v, logged %q; want %d trials and a line with %q", len(s.trials), r.Failed(), r.logs, tc.trials, tc.failed)
+			}
+			if tc.trials > 1 {
+				for _, l := range s.trials[0] {
+					if !l.closed {
+						t.Errorf("lock %s of the inconclusive trial left open", l.key)
+					}
+				}
+				if !r.logged("trial 1 of at most 6 inconclusive: 1 of 3 locks expired before the pause") || !r.logged("FIGURES fake paused: 3 locks") {
+					t.Errorf("logged %q", r.logs)
+				}
+			}
+		})
+	}
+}

@@ -128,8 +128,8 @@ func (s *Store) once(ctx context.Context, p *plan, dup bool, scope, key string, 
 	if f.exists { // an expired record counts as absent: take the key over
 		observed.Event(s.obs, ctx, observe.Event{Name: EventExpired, Key: key})
 	}
-	// The times a record inserted in tx gets (a takeover and Exec read
-	// theirs back).
+	// The times a record inserted or taken over in tx gets (Do's
+	// takeover reads them back).
 	rec := Record{Scope: scope, Key: key, Fingerprint: fp, CreatedAt: f.now, ExpiresAt: f.now.Add(s.retention.Truncate(time.Microsecond))}
 	if err := finish(ctx, s, h, tx, &rec, f.exists, wait); err != nil {
 		return Result{}, err

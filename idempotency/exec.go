@@ -104,7 +104,9 @@ func runClaimed(stmt wrapped, args []any) finisher {
 		}
 		b := &pgx.Batch{}
 		b.Queue(sql, append(slices.Clip(args), rec.Scope, rec.Key, rec.Fingerprint, s.retention.Microseconds())...).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&rec.Body, &rec.Terminal, &rec.CreatedAt, &rec.ExpiresAt)
+			err := row.Scan(&rec.Body)
+			rec.Terminal = string(rec.Body) == "[]" // the statement returned no row
+			return err
 		})
 		err := s.commit(ctx, h, tx, rec.Key, b)
 		var pgErr *pgconn.PgError

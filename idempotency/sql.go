@@ -87,13 +87,15 @@ const syncMarkSQL = `SELECT pg_logical_emit_message(true, 'nolock', '') WHERE cu
 // one statement sent with COMMIT. The key had no record when it was
 // claimed, and no other call writes one while this transaction holds its
 // lock. Parameters $%[2]d to $%[5]d follow the caller's own: scope, key,
-// fingerprint and retention in microseconds.
+// fingerprint and retention in microseconds. It returns the stored result
+// alone: terminal is a result of "[]", and the times are the claim's (see
+// claimSQL).
 const claimedSQL = `WITH nolock_effect AS (%[1]s
 )
 INSERT INTO {{table}} (scope, key, fingerprint, terminal, result, expires_at)
 SELECT $%[2]d, $%[3]d, $%[4]d, r.rows IS NULL, convert_to(coalesce(r.rows, '[]'), 'UTF8'), now() + $%[5]d::bigint * interval '1 microsecond'
 FROM (SELECT json_agg(e)::text AS rows FROM nolock_effect e) r
-RETURNING result, terminal, created_at, expires_at`
+RETURNING result`
 
 // claimedTakeoverSQL is claimedSQL for a key whose record had expired
 // when it was claimed: it replaces that record (or inserts, if Reap
@@ -106,5 +108,5 @@ nolock_record AS (
   SELECT $%[2]d, $%[3]d, $%[4]d, r.rows IS NULL, convert_to(coalesce(r.rows, '[]'), 'UTF8'), now() + $%[5]d::bigint * interval '1 microsecond'
   FROM (SELECT json_agg(e)::text AS rows FROM nolock_effect e) r
   ` + takeover + `
-  RETURNING result, terminal, created_at, expires_at)
-SELECT (array_agg(result))[1], bool_or(terminal), min(created_at), min(expires_at) FROM nolock_record HAVING 1 / count(*) = 1`
+  RETURNING result)
+SELECT (array_agg(result))[1] FROM nolock_record HAVING 1 / count(*) = 1`

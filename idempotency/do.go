@@ -298,6 +298,7 @@ func (s *Store) claim(ctx context.Context, h *handle, claimSQL string, args []an
 	scope, key := args[0].(string), args[1].(string)
 	opts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 	b := &pgx.Batch{}
+	send := s.pg.SendBatch
 	switch {
 	case h.nested():
 		tx = h.outer
@@ -308,7 +309,12 @@ func (s *Store) claim(ctx context.Context, h *handle, claimSQL string, args []an
 			return nil, found{}, claimError(key, err)
 		}
 	default:
+		// The batch begins the transaction, so it goes as one pipeline
+		// even if another call learns meanwhile that the endpoint drops
+		// named statements: it then fails having run nothing, and is
+		// sent again unnamed (errResend).
 		b.BeginTx(opts)
+		send = func(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) pgx.BatchResults { return conn.SendBatch(ctx, b) }
 	}
 	var locked bool
 	b.Queue(claimSQL, args...).QueryRow(func(row pgx.Row) error {
@@ -323,7 +329,7 @@ func (s *Store) claim(ctx context.Context, h *handle, claimSQL string, args []an
 		f.exists = err == nil
 		return noRows(err)
 	})
-	br := s.pg.SendBatch(ctx, h.conn, b)
+	br := send(ctx, h.conn, b)
 	if tx == nil {
 		tx = br.Tx()
 	}

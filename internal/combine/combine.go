@@ -235,8 +235,16 @@ func (c *Combiner[K, Req, Res]) Close() {
 }
 
 // operationContext returns the context of one operation for batch (see
-// Do): done once every caller's ctx is done. stop releases it.
+// Do): done once every caller's ctx is done. stop releases it. A caller
+// whose ctx can never end (context.Background) never gives up, so the
+// operation's ctx then never ends either: it is context.Background, and
+// nothing watches the others.
 func operationContext[Req, Res any](batch []*call[Req, Res]) (ctx context.Context, stop func()) {
+	for _, cl := range batch {
+		if cl.ctx.Done() == nil {
+			return context.Background(), func() {}
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var left atomic.Int32
 	left.Store(int32(len(batch)))

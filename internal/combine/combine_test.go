@@ -252,6 +252,42 @@ func TestOperationEndsWhenEveryCallerGaveUp(t *testing.T) {
 	}
 }
 
+// A caller whose ctx can never end never gives up: its batch's operation
+// runs under a ctx that never ends (and Committer commits it inline),
+// while a batch of callers who all may give up gets one that ends.
+func TestOperationOfACallerWhoNeverGivesUpNeverEnds(t *testing.T) {
+	ops := make(chan context.Context, 2)
+	release := make(chan struct{})
+	c := New(10, errClosed, func(ctx context.Context, _ string, reqs []int) ([]string, []error, error) {
+		ops <- ctx
+		<-release
+		return make([]string, len(reqs)), make([]error, len(reqs)), nil
+	})
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, 3)
+	go func() { _, err := c.Do(ctx, "k", 0); errs <- err }()
+	if op := <-ops; op.Done() == nil {
+		t.Fatal("the operation of a caller who may give up can never end")
+	}
+	go func() { _, err := c.Do(ctx, "k", 1); errs <- err }()
+	go func() { _, err := c.Do(context.Background(), "k", 2); errs <- err }()
+	for c.queued("k") < 2 {
+		runtime.Gosched()
+	}
+	release <- struct{}{}
+	if op := <-ops; op.Done() != nil {
+		t.Fatal("the operation of a batch with a caller who never gives up can end")
+	}
+	release <- struct{}{}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A Run may keep its reqs after returning: the next batch of the key gets
 // a slice of its own.
 func TestRunOwnsItsRequests(t *testing.T) {

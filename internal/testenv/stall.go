@@ -39,6 +39,13 @@ type Stall struct {
 	// that and a heartbeat of the lease.
 	Backlog       time.Duration
 	Pause, Resume func() // stop the store (SIGSTOP), continue it
+	// Probe asks the store something cheap (a write where the store
+	// queues writes) through a client and a connection of its own, not
+	// the locks', and returns once it is answered or ctx ends. Sent right
+	// after the short pause's Resume, it queues behind the renewals the
+	// store received in the pause: its answer says when the store had
+	// caught up.
+	Probe func(ctx context.Context) error
 	// Renewed returns how many renewals of the lock key the Client's
 	// observer has seen confirmed so far.
 	Renewed func(key string) int
@@ -52,18 +59,24 @@ type Stall struct {
 
 // StallTrial pauses the store twice and counts the locks lost. First for
 // the lease minus a heartbeat and the Backlog (the store's time to catch
-// up once resumed; by default a heartbeat): every lock must still
-// be held once each has had two renewals confirmed after the resume (the
-// second sent after the first returned, so after the resume), with its
-// token, and the store must carry it. Then for the lease plus a
-// heartbeat: every lock must end (Lost closed) with an expiry, while the
-// store is still paused. The pauses are the injected faults; every step
-// after one waits for observed events. The first pause starts once every
-// lock has had a renewal confirmed; a lock found lost when the store has
-// stopped was lost before the fault: if it expired with a renewal
-// unanswered (a store too busy to answer within the lease), the trial is
-// inconclusive and Conclusive runs another on fresh locks; any other loss
-// fails the test.
+// up once resumed; by default a heartbeat): every lock must still be held
+// once each has had two renewals confirmed after the resume (the second
+// sent after the first returned, so after the resume), with its token,
+// and the store must carry it. Then for the lease plus a heartbeat: every
+// lock must end (Lost closed) with an expiry, while the store is still
+// paused. The pauses are the injected faults; every step after one waits
+// for observed events.
+//
+// A lock is kept while its renewals are answered within the lease, so a
+// trial whose store did not answer in time checked nothing, and
+// Conclusive runs another on fresh locks: where a lock found lost when
+// the store has stopped for the first pause expired with a renewal
+// unanswered (a store too busy to answer within the lease), and where
+// the locks lost in the short pause all expired while the store, once
+// resumed, left the Probe unanswered for longer than the Backlog (the
+// measure of a store that did not catch up in time). Any other loss
+// fails the test, as does any loss in the short pause of a store that
+// answered the Probe within the Backlog.
 func StallTrial(t testing.TB, s Stall) {
 	t.Helper()
 	backlog := s.Backlog
@@ -72,7 +85,8 @@ func StallTrial(t testing.TB, s Stall) {
 	}
 	short := s.Lease - s.Heartbeat - backlog
 	var locks []HeldLock
-	var paused time.Time
+	var lost int
+	var probed time.Duration
 	Conclusive(t, func(n int) error {
 		locks = s.Hold(n)
 		Until(t, "a confirmed renewal of every lock (or a loss)", func() (bool, error) {
@@ -84,7 +98,7 @@ func StallTrial(t testing.TB, s Stall) {
 			return true, nil
 		})
 		s.Pause()
-		paused = time.Now()
+		paused := time.Now()
 		expired := 0
 		var first error
 		for _, l := range locks {
@@ -100,43 +114,60 @@ func StallTrial(t testing.TB, s Stall) {
 				t.Fatalf("lock %q lost before any pause: %v", l.Key(), err)
 			}
 		}
-		if expired == 0 {
-			return nil
+		if expired != 0 {
+			s.Resume()
+			closeAll(locks)
+			return fmt.Errorf("%d of %d locks expired before the pause, a renewal unanswered within the lease (the first, %w)", expired, len(locks), first)
+		}
+
+		time.Sleep(time.Until(paused.Add(short)))
+		at := make(map[string]int, len(locks))
+		for _, l := range locks {
+			at[l.Key()] = s.Renewed(l.Key())
 		}
 		s.Resume()
+		probed = probe(t, s).Round(time.Millisecond)
+		Until(t, "two confirmed renewals of every lock (or its loss) after the resume", func() (bool, error) {
+			for _, l := range locks {
+				if l.Err() == nil && s.Renewed(l.Key()) < at[l.Key()]+2 {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		lost = 0
+		var other error // the first loss not by an expiry
 		for _, l := range locks {
-			l.Close() // the lost ones report their loss; the others are released
-		}
-		return fmt.Errorf("%d of %d locks expired before the pause, a renewal unanswered within the lease (the first, %w)", expired, len(locks), first)
-	})
-
-	time.Sleep(time.Until(paused.Add(short)))
-	at := make(map[string]int, len(locks))
-	for _, l := range locks {
-		at[l.Key()] = s.Renewed(l.Key())
-	}
-	s.Resume()
-	Until(t, "two confirmed renewals of every lock (or its loss) after the resume", func() (bool, error) {
-		for _, l := range locks {
-			if l.Err() == nil && s.Renewed(l.Key()) < at[l.Key()]+2 {
-				return false, nil
+			err := l.Err()
+			expiry := s.Expired(err)
+			if err == nil {
+				err = s.Stored(l)
+			}
+			if err == nil {
+				continue
+			}
+			err = fmt.Errorf("lock %q (token %d) after a pause of %v: %w", l.Key(), l.Token(), short, err)
+			if lost++; lost == 1 {
+				first = err
+			}
+			if !expiry && other == nil {
+				other = err
 			}
 		}
-		return true, nil
-	})
-	lost := 0
-	for _, l := range locks {
-		err := l.Err()
-		if err == nil {
-			err = s.Stored(l)
-		}
-		if err != nil {
-			if lost == 0 {
-				t.Errorf("lock %q (token %d) after a pause of %v: %v", l.Key(), l.Token(), short, err)
+		switch {
+		case lost == 0:
+		case other == nil && probed > backlog:
+			closeAll(locks)
+			return fmt.Errorf("%d of %d locks expired in a pause of %v, and a probe after the resume waited %v (the store had %v; the first, %w)",
+				lost, len(locks), short, probed, backlog, first)
+		default:
+			if other == nil {
+				other = first
 			}
-			lost++
+			t.Errorf("%v (a probe after the resume waited %v; the store had %v)", other, probed, backlog)
 		}
-	}
+		return nil
+	})
 
 	long := s.Lease + s.Heartbeat
 	s.Pause()
@@ -162,9 +193,32 @@ func StallTrial(t testing.TB, s Stall) {
 			t.Errorf("lock %q after a pause of %v: %v, want its expiry", l.Key(), long, l.Err())
 		}
 	}
-	Figures(t, s.Name+" paused", "%d locks (lease %v, heartbeat %v): paused %v, %d lost (want 0); paused %v, %d expired (want %d)",
-		len(locks), s.Lease, s.Heartbeat, short, lost, long, expired, len(locks))
+	Figures(t, s.Name+" paused", "%d locks (lease %v, heartbeat %v): paused %v, a probe after the resume waited %v (the store had %v), %d lost (want 0); paused %v, %d expired (want %d)",
+		len(locks), s.Lease, s.Heartbeat, short, probed, backlog, lost, long, expired, len(locks))
 	if lost != 0 || expired != len(locks) {
 		t.Fatalf("%d of %d locks lost in a pause of %v (want 0); %d expired in a pause of %v (want all)", lost, len(locks), short, expired, long)
+	}
+}
+
+// probe sends s.Probe, bounded by the lease, and returns how long it
+// waited for the answer (the lease, if none came).
+func probe(t testing.TB, s Stall) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), s.Lease)
+	defer cancel()
+	start := time.Now()
+	err := s.Probe(ctx)
+	waited := time.Since(start)
+	if err != nil && ctx.Err() == nil {
+		t.Fatalf("testenv: probe of the resumed store: %v", err)
+	}
+	return waited
+}
+
+// closeAll closes the locks of an inconclusive trial: the lost ones
+// report their loss; the others are released.
+func closeAll(locks []HeldLock) {
+	for _, l := range locks {
+		l.Close()
 	}
 }

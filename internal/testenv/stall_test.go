@@ -58,9 +58,11 @@ func (l *fakeLock) lose(err error) {
 // fakeStore is a lock store for StallTrial: it confirms a renewal of a
 // lock whenever asked while it runs, and every lock of a trial expires
 // in the trial's second pause. lose, if set, loses a lock at a step of
-// the first trial.
+// the first trial; late, if set, keeps the first trial's probe waiting
+// for lateBy.
 type fakeStore struct {
 	lose func(step string, l *fakeLock)
+	late bool
 
 	mu      sync.Mutex
 	trials  [][]*fakeLock
@@ -104,6 +106,20 @@ func (s *fakeStore) resume() {
 	}
 }
 
+// lateBy is how long a late fakeStore answers its probe: longer than
+// the backlog of the fake's trials.
+const lateBy = 200 * time.Millisecond
+
+func (s *fakeStore) probe(context.Context) error {
+	s.mu.Lock()
+	late := s.late && len(s.trials) == 1
+	s.mu.Unlock()
+	if late {
+		time.Sleep(lateBy)
+	}
+	return nil
+}
+
 func (s *fakeStore) renewals(key string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -113,43 +129,53 @@ func (s *fakeStore) renewals(key string) int {
 	return s.renewed[key]
 }
 
-// StallTrial runs another trial, on fresh locks, when a lock expired
-// before the first pause with its renewal unanswered (the first trial's
-// locks are closed); a lock lost before the pause otherwise, or one lost
-// in the short pause, fails the test.
-func TestStallTrialRetriesExpiryBeforePause(t *testing.T) {
+// StallTrial runs another trial, on fresh locks (the first trial's
+// closed), when a lock expired with its renewal unanswered before the
+// first pause, or in the short pause while the resumed store left the
+// probe waiting longer than the backlog (whatever the expiry's last
+// error); a lock lost before the pause otherwise, one taken in the short
+// pause, or one expired in it while the store answered the probe in time,
+// fails the test.
+func TestStallTrialRetriesWhatTheStoreBroke(t *testing.T) {
 	t.Parallel()
+	at := func(step string, err error) func(string, *fakeLock) {
+		return func(s string, l *fakeLock) {
+			if s == step {
+				l.lose(err)
+			}
+		}
+	}
+	taken := errors.New("taken over")
 	for _, tc := range []struct {
-		name   string
-		lose   func(step string, l *fakeLock)
-		trials int
-		failed string // a line logged, "" if the test passes
+		name    string
+		lose    func(step string, l *fakeLock)
+		late    bool
+		trials  int
+		retried string // the first trial's log line, if it was inconclusive
+		failed  string // a line logged, "" if the test passes
 	}{
-		{"expired before the pause", func(step string, l *fakeLock) {
-			if step == "hold" {
-				l.lose(unanswered)
-			}
-		}, 2, ""},
-		{"taken over before the pause", func(step string, l *fakeLock) {
-			if step == "hold" {
-				l.lose(errors.New("taken over"))
-			}
-		}, 1, `lock "s1-1" lost before any pause: taken over`},
-		{"expired in the short pause", func(step string, l *fakeLock) {
-			if step == "resume" {
-				l.lose(unanswered)
-			}
-		}, 1, "1 of 3 locks lost in a pause of 20ms (want 0)"},
+		{"expired before the pause", at("hold", unanswered), false,
+			2, "1 of 3 locks expired before the pause", ""},
+		{"taken over before the pause", at("hold", taken), false,
+			1, "", `lock "s1-1" lost before any pause: taken over`},
+		{"expired in the short pause, the store in time", at("resume", unanswered), false,
+			1, "", "1 of 3 locks lost in a pause of 40ms (want 0)"},
+		{"expired in the short pause, the store late", at("resume", unanswered), true,
+			2, "1 of 3 locks expired in a pause of 40ms, and a probe after the resume waited", ""},
+		{"expired with another error in the short pause, the store late", at("resume", &fakeExpiry{errors.New("i/o timeout")}), true,
+			2, "1 of 3 locks expired in a pause of 40ms, and a probe after the resume waited", ""},
+		{"taken over in the short pause, the store late", at("resume", taken), true,
+			1, "", "1 of 3 locks lost in a pause of 40ms (want 0)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := &fakeStore{lose: tc.lose, renewed: map[string]int{}}
+			s := &fakeStore{lose: tc.lose, late: tc.late, renewed: map[string]int{}}
 			r := &recorder{TB: t}
 			r.run(func(tb testing.TB) {
 				testenv.StallTrial(tb, testenv.Stall{
 					Name: "fake", Hold: s.hold,
-					Lease: 40 * time.Millisecond, Heartbeat: 10 * time.Millisecond,
-					Pause: s.pause, Resume: s.resume, Renewed: s.renewals,
+					Lease: 200 * time.Millisecond, Heartbeat: 10 * time.Millisecond, Backlog: lateBy - 50*time.Millisecond,
+					Pause: s.pause, Resume: s.resume, Probe: s.probe, Renewed: s.renewals,
 					Stored: func(testenv.HeldLock) error { return nil },
 					Expired: func(err error) bool {
 						var e *fakeExpiry
@@ -166,7 +192,7 @@ func TestStallTrialRetriesExpiryBeforePause(t *testing.T) {
 						t.Errorf("lock %s of the inconclusive trial left open", l.key)
 					}
 				}
-				if !r.logged("trial 1 of at most 6 inconclusive: 1 of 3 locks expired before the pause") || !r.logged("FIGURES fake paused: 3 locks") {
+				if !r.logged("trial 1 of at most 6 inconclusive: "+tc.retried) || !r.logged("FIGURES fake paused: 3 locks") {
 					t.Errorf("logged %q", r.logs)
 				}
 			}

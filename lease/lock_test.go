@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -55,29 +57,50 @@ func TestAcquireRelease(t *testing.T) {
 
 // A held lock: TryAcquire reports the holder at once; a bounded Acquire
 // gives up after its wait; both change nothing. A live holder keeps its
-// lock through many leases of renewals.
+// lock through many leases of renewals. A holder whose lock expires, a
+// renewal unanswered within the lease (a server too busy), is no longer
+// live: the trial is inconclusive (testenv.Conclusive), and another runs
+// on a key of its own; the waiter taking a lock that did not expire so
+// fails the test.
 func TestHeld(t *testing.T) {
 	t.Parallel()
 	pool := testenv.Postgres(t)
 	a := newClient(t, pool, lease.WithOwner("a"))
 	b := newClient(t, pool, lease.WithOwner("b"))
-	l := mustAcquire(t, a, "k", lease.WithData([]byte("payload")))
-	defer l.Close()
-	_, err := b.TryAcquire(context.Background(), "k")
-	var held *lease.HeldError
-	if !errors.As(err, &held) || !errors.Is(err, lease.ErrNotAcquired) || held.Owner != "a" || held.Token != 1 || !bytes.Equal(held.Data, []byte("payload")) {
-		t.Fatalf("TryAcquire of a held lock: %v (%+v)", err, held)
-	}
-	start := time.Now()
-	_, err = b.Acquire(context.Background(), "k", lease.WithWait(3*testLease))
-	// Not acquired; or, on a busy machine, the wait ran out with a try in
-	// flight, whose outcome the caller is told it does not know.
-	if !errors.Is(err, lease.ErrNotAcquired) && !errors.Is(err, pgoutcome.ErrStoppedWaiting) || time.Since(start) < 3*testLease {
-		t.Fatalf("bounded Acquire: %v after %v", err, time.Since(start))
-	}
-	if l.Err() != nil || readRow(t, pool, "k").Token != 1 {
-		t.Fatalf("holder lost its lock to waiters: %v", l.Err())
-	}
+	testenv.Conclusive(t, func(trial int) error {
+		key := "k" + strconv.Itoa(trial)
+		l := mustAcquire(t, a, key, lease.WithData([]byte("payload")))
+		defer l.Close()
+		_, err := b.TryAcquire(context.Background(), key)
+		var held *lease.HeldError
+		if !errors.As(err, &held) || !errors.Is(err, lease.ErrNotAcquired) || held.Owner != "a" || held.Token != 1 || !bytes.Equal(held.Data, []byte("payload")) {
+			t.Fatalf("TryAcquire of a held lock: %v (%+v)", err, held)
+		}
+		start := time.Now()
+		w, err := b.Acquire(context.Background(), key, lease.WithWait(3*testLease))
+		if err == nil {
+			w.Close()
+			// The holder's lease ran out first: its goroutine may just
+			// not have run yet.
+			testenv.Until(t, "the holder's lock ended after the waiter took it", func() (bool, error) { return closed(l.Lost()), nil })
+			if err := l.Err(); unanswered(err) {
+				return fmt.Errorf("the holder's lock expired during the wait and the waiter took it: %w", err)
+			}
+			t.Fatalf("the waiter took the lock from its holder (holder's lock: %v)", l.Err())
+		}
+		// Not acquired; or, on a busy machine, the wait ran out with a try in
+		// flight, whose outcome the caller is told it does not know.
+		if !errors.Is(err, lease.ErrNotAcquired) && !errors.Is(err, pgoutcome.ErrStoppedWaiting) || time.Since(start) < 3*testLease {
+			t.Fatalf("bounded Acquire: %v after %v", err, time.Since(start))
+		}
+		if err := l.Err(); unanswered(err) {
+			return fmt.Errorf("the holder's lock expired during the wait: %w", err)
+		}
+		if l.Err() != nil || readRow(t, pool, key).Token != 1 {
+			t.Fatalf("holder lost its lock to waiters: %v", l.Err())
+		}
+		return nil
+	})
 }
 
 // Waiters contend: every acquisition gets a distinct token, and no two

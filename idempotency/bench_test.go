@@ -21,10 +21,11 @@ import (
 // BenchmarkDebit measures the seed's wallet debit with and without an
 // idempotency key at 1, 4, 16 and 64 clients, each client on its own
 // wallet (no row contention: what is measured is the key's own cost).
-// Every scenario except the baselines runs interleaved with its baseline,
-// in alternating rounds on the same pool, and reports units/s and
-// x-baseline (its rate over the baseline's in the same rounds), so drift on
-// a shared machine cancels out:
+// Every scenario except the baselines runs interleaved with its baseline
+// on the same pool, in rounds through every order (testenv.Rounds), and
+// reports units/s and x-baseline (the median over the rounds of its rate
+// over the baseline's in the same round), so drift on a shared machine
+// cancels out:
 //
 //	bare       BEGIN; UPDATE wallets … balance >= $a; COMMIT (the baseline)
 //	ledger     bare plus INSERT INTO ledger … ON CONFLICT DO NOTHING (the naive ledger)
@@ -68,9 +69,9 @@ import (
 //	           the record it inserts (one statement, as a single round trip
 //	           needs) and returned to the caller, and the key's lock
 //
-// do, exec, replay and exec-replay also report x-bound: their rate over
-// that of the least any plan with their guarantees must do, measured in
-// the same rounds (bound-do-lock, bound-exec-rows, and read-record for
+// do, exec, replay and exec-replay also report x-bound: the same median of
+// their rate over that of the least any plan with their guarantees must
+// do, measured in the same rounds (bound-do-lock, bound-exec-rows, and read-record for
 // the replays), so 1.0 means the library adds nothing to that least.
 // bound-do and bound-exec leave out what those guarantees need (the lock
 // that keeps two concurrent first runs from both running; the statement's

@@ -314,7 +314,9 @@ func (s *Store) claim(ctx context.Context, h *handle, claimSQL string, args []an
 		// named statements: it then fails having run nothing, and is
 		// sent again unnamed (errResend).
 		b.BeginTx(opts)
-		send = func(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) pgx.BatchResults { return conn.SendBatch(ctx, b) }
+		send = func(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) pgx.BatchResults {
+			return conn.SendBatch(ctx, b)
+		}
 	}
 	var locked bool
 	b.Queue(claimSQL, args...).QueryRow(func(row pgx.Row) error {

@@ -48,7 +48,7 @@ func TestExecRunsOnceThenReplays(t *testing.T) {
 			t.Fatalf("first Exec: %+v, %v; want a fresh run with body %s", res, err, want)
 		}
 		again, err := b.execPay(ctx, "pay-1", 500)
-		if err != nil || !again.Replayed || string(again.Body) != want || !again.CreatedAt.Equal(res.CreatedAt) {
+		if err != nil || !again.Replayed || string(again.Body) != want || !again.CreatedAt.Equal(res.CreatedAt) || !again.ExpiresAt.Equal(res.ExpiresAt) {
 			t.Fatalf("retry: %+v, %v; want a replay of %+v", again, err, res)
 		}
 		_, err = b.execPay(ctx, "pay-1", 700)

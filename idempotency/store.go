@@ -128,6 +128,8 @@ const (
 	// MaxWait bounds WithWait: PostgreSQL's lock_timeout takes at most
 	// 2^31-1 ms (about 24.8 days).
 	MaxWait = idemrecord.MaxWait
+	// MaxRetention bounds WithRetention: 100 years.
+	MaxRetention = idemrecord.MaxRetention
 	// MaxReapBatch bounds Reap's batch size.
 	MaxReapBatch = 100_000
 )
@@ -187,7 +189,8 @@ func WithTable(name string) Option { return func(c *config) { c.table = name } }
 // WithRetention sets how long a record counts after its key is claimed
 // (default 24 h): after that the key is treated as unused, and Reap may
 // delete the record. Each record keeps the expiry it was written with, so
-// Stores with different retentions may share a table.
+// Stores with different retentions may share a table. At most
+// MaxRetention.
 func WithRetention(d time.Duration) Option { return func(c *config) { c.retention = d } }
 
 // WithWait bounds how long Do and Exec wait for a concurrent request with

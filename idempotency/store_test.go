@@ -456,7 +456,7 @@ func TestExpiredRecordCountsAsAbsent(t *testing.T) {
 	if d := first.ExpiresAt.Sub(first.CreatedAt); d != time.Second {
 		t.Fatalf("record lives %v, want 1s", d)
 	}
-	if res, err := b.payOnce(ctx, "pay-1", 100); err != nil || !res.Replayed {
+	if res, err := b.payOnce(ctx, "pay-1", 100); err != nil || !res.Replayed || !res.ExpiresAt.Equal(first.ExpiresAt) {
 		t.Fatalf("retry within retention: %+v, %v; want a replay", res, err)
 	}
 	testenv.Until(t, "the record expires by the database's clock", func() (bool, error) {

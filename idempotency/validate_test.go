@@ -119,6 +119,7 @@ func TestNewRefusesBadSettings(t *testing.T) {
 		{"zero retention", noIO{t}, []idempotency.Option{idempotency.WithRetention(0)}, "WithRetention"},
 		{"negative retention", noIO{t}, []idempotency.Option{idempotency.WithRetention(-time.Hour)}, "WithRetention"},
 		{"retention below 1ms", noIO{t}, []idempotency.Option{idempotency.WithRetention(time.Microsecond)}, "WithRetention"},
+		{"retention past 100 years", noIO{t}, []idempotency.Option{idempotency.WithRetention(idempotency.MaxRetention + time.Microsecond)}, "WithRetention"},
 		{"negative wait", noIO{t}, []idempotency.Option{idempotency.WithWait(-time.Second)}, "WithWait"},
 		{"wait past lock_timeout", noIO{t}, []idempotency.Option{idempotency.WithWait(30 * 24 * time.Hour)}, "PostgreSQL's longest lock_timeout"},
 		{"zero attempts", noIO{t}, []idempotency.Option{idempotency.WithAttempts(0)}, "WithAttempts"},

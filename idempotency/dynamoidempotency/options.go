@@ -16,6 +16,8 @@ const (
 	DefaultWait      = idemrecord.DefaultWait      // 5 s
 	// MaxWait bounds WithWait, as it does for package idempotency.
 	MaxWait = idemrecord.MaxWait
+	// MaxRetention bounds WithRetention: 100 years.
+	MaxRetention = idemrecord.MaxRetention
 )
 
 // Option configures New: WithKeyAttributes, WithRetention, WithWait,
@@ -35,7 +37,8 @@ type config struct {
 // WithRetention sets how long a record counts after its key is claimed
 // (default 24 h), judged by the writer's clock: after that the key is
 // treated as unused. Each record keeps the expiry it was written with, so
-// Stores with different retentions may share a table.
+// Stores with different retentions may share a table. At most
+// MaxRetention.
 func WithRetention(d time.Duration) Option { return func(c *config) { c.retention = d } }
 
 // WithWait bounds the retries of a transaction that meets concurrent ones

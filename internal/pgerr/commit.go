@@ -57,8 +57,9 @@ func Inline() *Committer { return &Committer{inline: true} }
 // touch anything the caller uses after Commit returns an error (it must
 // release its own connection).
 //
-// A commit after Close, and every commit of an Inline Committer, runs in
-// the caller's goroutine, which waits for it whatever ctx does.
+// A commit after Close, a commit whose ctx can never end (ctx.Done() is
+// nil), and every commit of an Inline Committer run in the caller's
+// goroutine, which waits for it whatever ctx does.
 func (c *Committer) Commit(ctx context.Context, commit func(context.Context) error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CommitTimeout)
 	if ctx.Done() == nil || !c.track() {

@@ -62,12 +62,24 @@ const conclusiveTries = 6
 // before the pause). Such a trial is logged and the next one runs, on
 // fixtures of its own (keys named by its number); a trial that failed the
 // test ends the run. Conclusive fails the test if every trial was
-// inconclusive: it tested nothing.
+// inconclusive: it tested nothing. It also stops, failing the same way,
+// before a trial that would not end before the test binary's deadline
+// (go test -timeout) at the pace of the slowest so far: a run cut by the
+// deadline loses every test of its package.
 func Conclusive(t testing.TB, trial func(n int) error) {
 	t.Helper()
 	var why error
+	var slowest time.Duration
 	for n := 1; n <= conclusiveTries; n++ {
-		if why = trial(n); why == nil || t.Failed() {
+		if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok && n > 1 {
+			if end, ok := d.Deadline(); ok && time.Until(end) < 2*slowest {
+				t.Fatalf("%d trials inconclusive, the last: %v; no time left for another before the test deadline: the test tested nothing", n-1, why)
+			}
+		}
+		start := time.Now()
+		why = trial(n)
+		slowest = max(slowest, time.Since(start))
+		if why == nil || t.Failed() {
 			if n > 1 && why == nil {
 				t.Logf("%d inconclusive trials before a conclusive one", n-1)
 			}

@@ -108,7 +108,7 @@ func (s *fakeStore) resume() {
 
 // lateBy is how long a late fakeStore answers its probe: longer than
 // the backlog of the fake's trials.
-const lateBy = 200 * time.Millisecond
+const lateBy = time.Second
 
 func (s *fakeStore) probe(context.Context) error {
 	s.mu.Lock()
@@ -159,13 +159,13 @@ func TestStallTrialRetriesWhatTheStoreBroke(t *testing.T) {
 		{"taken over before the pause", at("hold", taken), false,
 			1, "", `lock "s1-1" lost before any pause: taken over`},
 		{"expired in the short pause, the store in time", at("resume", unanswered), false,
-			1, "", "1 of 3 locks lost in a pause of 40ms (want 0)"},
+			1, "", "1 of 3 locks lost in a pause of 90ms (want 0)"},
 		{"expired in the short pause, the store late", at("resume", unanswered), true,
-			2, "1 of 3 locks expired in a pause of 40ms, and a probe after the resume waited", ""},
+			2, "1 of 3 locks expired in a pause of 90ms, and a probe after the resume waited", ""},
 		{"expired with another error in the short pause, the store late", at("resume", &fakeExpiry{errors.New("i/o timeout")}), true,
-			2, "1 of 3 locks expired in a pause of 40ms, and a probe after the resume waited", ""},
+			2, "1 of 3 locks expired in a pause of 90ms, and a probe after the resume waited", ""},
 		{"taken over in the short pause, the store late", at("resume", taken), true,
-			1, "", "1 of 3 locks lost in a pause of 40ms (want 0)"},
+			1, "", "1 of 3 locks lost in a pause of 90ms (want 0)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -174,7 +174,7 @@ func TestStallTrialRetriesWhatTheStoreBroke(t *testing.T) {
 			r.run(func(tb testing.TB) {
 				testenv.StallTrial(tb, testenv.Stall{
 					Name: "fake", Hold: s.hold,
-					Lease: 200 * time.Millisecond, Heartbeat: 10 * time.Millisecond, Backlog: lateBy - 50*time.Millisecond,
+					Lease: time.Second, Heartbeat: 10 * time.Millisecond, Backlog: lateBy - 100*time.Millisecond,
 					Pause: s.pause, Resume: s.resume, Probe: s.probe, Renewed: s.renewals,
 					Stored: func(testenv.HeldLock) error { return nil },
 					Expired: func(err error) bool {

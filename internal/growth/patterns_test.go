@@ -22,7 +22,9 @@ type op = func(ctx context.Context, client int) error
 // BenchmarkGrowthInbox runs Inbox.Process on one message with a new
 // random id (a UUIDv4; a handler that writes nothing) against an inbox
 // whose ids table holds NOLOCK_BENCH_ROWS random ids, and the same on an
-// empty one.
+// empty one (process); then the same comparison for the id's bare insert
+// into those tables (insert): what the database charges any design that
+// keeps these ids in a B-tree.
 func BenchmarkGrowthInbox(b *testing.B) {
 	benchInbox(b, uuid.NewString, randomKey)
 }
@@ -63,6 +65,18 @@ func benchInbox(b *testing.B, newID func() string, filledID string) {
 SELECT 'bench', `+filledID+`, now() - ($1 - i) * interval '1 ms' FROM generate_series(1, $1) i ORDER BY 2`)
 	b.Run(fmt.Sprintf("process/rows=%d", rows), func(b *testing.B) {
 		testenv.Compare(b, clients, ops[g.Filled], ops[g.Empty])
+	})
+	// The least any inbox keyed by these ids pays as its table grows: the
+	// id's insert alone, committed on its own, no library.
+	insert := func(table string) op {
+		sql := `INSERT INTO ` + pgx.Identifier{table}.Sanitize() + ` (consumer, id) VALUES ('bench', $1)`
+		return func(ctx context.Context, _ int) error {
+			_, err := g.Pool.Exec(ctx, sql, newID())
+			return err
+		}
+	}
+	b.Run(fmt.Sprintf("insert/rows=%d", rows), func(b *testing.B) {
+		testenv.Compare(b, clients, insert(g.Filled), insert(g.Empty))
 	})
 }
 

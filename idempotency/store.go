@@ -336,21 +336,6 @@ func (s *Store) get(ctx context.Context, scope, key string) (Record, error) {
 	return f.Record, err
 }
 
-// found is a key's record as readSQL reads it: whether it has expired by
-// the database's clock, and whether that server has a synchronous standby.
-type found struct {
-	Record
-	exists, expired, standby bool
-	// now is the claim's transaction start (see claimSQL); zero outside
-	// a claim.
-	now time.Time
-}
-
-// scan reads readSQL's columns.
-func (f *found) scan(row interface{ Scan(...any) error }) error {
-	return row.Scan(&f.Fingerprint, &f.Terminal, &f.Body, &f.CreatedAt, &f.ExpiresAt, &f.expired, &f.standby)
-}
-
 // lookup returns the record of (scope, key), live or expired; ErrNotFound
 // if there is none.
 func (s *Store) lookup(ctx context.Context, scope, key string) (found, error) {

@@ -10,13 +10,14 @@ import (
 
 // WaitParked waits until at least n of the goroutines that the calling
 // goroutine started are parked (waiting on a channel, a select, a lock;
-// not running, runnable or in a system call) with fn as their innermost
-// frame outside the runtime. fn is a function's name as a stack trace
-// prints it, or its tail: "internal/combine.(*Combiner[...]).Do" for calls
-// queued in a combiner behind the operation in flight. It is the probe for
-// "this many calls have arrived and wait", where the code under test
-// exposes no count; counting only the caller's own goroutines keeps tests
-// that run in parallel out of it.
+// not running, runnable, in a system call or assisting the GC) with fn
+// as their innermost frame outside the runtime. fn is a function's name
+// as a stack trace prints it, or its tail:
+// "internal/combine.(*Combiner[...]).Do" for calls queued in a combiner
+// behind the operation in flight. It is the probe for "this many calls
+// have arrived and wait", where the code under test exposes no count;
+// counting only the caller's own goroutines keeps tests that run in
+// parallel out of it.
 func WaitParked(t testing.TB, n int, fn string) {
 	t.Helper()
 	me := goroutineID()
@@ -59,6 +60,17 @@ func parked(parent, fn string) int {
 	return count
 }
 
+// blocked holds the wait reasons of a goroutine blocked until another
+// goroutine acts. Other states are passing: running, runnable, a system
+// call, or a GC assist wait, which can hold a goroutine inside fn's
+// allocation before it reaches the wait the caller probes for.
+var blocked = map[string]bool{
+	"chan receive": true, "chan send": true, "select": true,
+	"chan receive (nil chan)": true, "chan send (nil chan)": true, "select (no cases)": true,
+	"sync.Cond.Wait": true, "sync.Mutex.Lock": true, "sync.RWMutex.Lock": true,
+	"sync.RWMutex.RLock": true, "sync.WaitGroup.Wait": true, "semacquire": true,
+}
+
 // parkedIn reports whether the goroutine whose trace is g was started by
 // goroutine parent and is parked with fn as its innermost frame outside
 // the runtime. A trace is a header, "goroutine 7 [chan receive, 2
@@ -75,8 +87,7 @@ func parkedIn(g, parent, fn string) bool {
 	}
 	state, _, _ = strings.Cut(state, "]")
 	state, _, _ = strings.Cut(state, ",")
-	switch state {
-	case "running", "runnable", "syscall":
+	if !blocked[state] {
 		return false
 	}
 	inFn := false

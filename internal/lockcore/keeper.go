@@ -263,17 +263,24 @@ func (k *Keeper) Close(after func()) error {
 	return k.closeErr
 }
 
-// hung returns the error to report for an expiry: the last renewal's, and
-// whether one was still on the wire (the store, or the way to it, hangs),
-// so that the loss does not read like a paused process.
-func (k *Keeper) hung(last error, c *call, now time.Time) error {
-	if c == nil {
-		return last
+// hung returns the error to report for h's expiry at now: the last
+// renewal's, and whether one was still on the wire (c: the store, or the
+// way to it, hangs) or, due, waited for one of the calls in flight to
+// answer, so that the loss does not read like a paused process.
+func (k *Keeper) hung(h *Hold, c *call, now time.Time) error {
+	var err error
+	switch {
+	case c != nil:
+		err = errfmt.Errorf("%s: a %s sent %v before the lease ran out had no answer: %w",
+			k.cfg.Prefix, k.cfg.Renewal, now.Sub(c.at).Round(time.Millisecond), context.DeadlineExceeded)
+	case !k.cfg.Batch && k.cfg.MaxCalls > 0 && !now.Before(h.next) && k.calls >= int(k.window):
+		err = errfmt.Errorf("%s: a %s due %v before the lease ran out waited for one of the %d in flight to answer: %w",
+			k.cfg.Prefix, k.cfg.Renewal, now.Sub(h.next).Round(time.Millisecond), k.calls, context.DeadlineExceeded)
+	default:
+		return h.last
 	}
-	err := errfmt.Errorf("%s: a %s sent %v before the lease ran out had no answer: %w",
-		k.cfg.Prefix, k.cfg.Renewal, now.Sub(c.at).Round(time.Millisecond), context.DeadlineExceeded)
-	if last != nil {
-		err = errfmt.Errorf("%w (the %s before it failed: %w)", err, k.cfg.Renewal, last)
+	if h.last != nil {
+		err = errfmt.Errorf("%w (the %s before it failed: %w)", err, k.cfg.Renewal, h.last)
 	}
 	return err
 }

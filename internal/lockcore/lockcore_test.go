@@ -71,6 +71,8 @@ type fake struct {
 	hold        chan struct{} // each renewal waits for a value, or its end
 	released    int
 	batchesSeen []int
+	started     chan struct{} // if set, gets a value as each renewal starts, while it has room
+	losses      map[*Hold]*Loss
 }
 
 func (f *fake) Renew(ctx context.Context, hs []*Hold) []Renewed {
@@ -79,6 +81,10 @@ func (f *fake) Renew(ctx context.Context, hs []*Hold) []Renewed {
 	f.most = max(f.most, f.now)
 	f.batchesSeen = append(f.batchesSeen, len(hs))
 	f.mu.Unlock()
+	select {
+	case f.started <- struct{}{}: // nil: never
+	default:
+	}
 	select {
 	case <-f.hold:
 	case <-ctx.Done():
@@ -102,7 +108,14 @@ func (f *fake) Release(ctx context.Context, h *Hold) error {
 	return nil
 }
 
-func (f *fake) Lost(h *Hold, loss *Loss) error { return errLost }
+func (f *fake) Lost(h *Hold, loss *Loss) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.losses != nil {
+		f.losses[h] = loss
+	}
+	return errLost
+}
 
 var (
 	errLost     = errors.New("test: lost")
@@ -313,5 +326,41 @@ func TestCallsFollowRoundTrips(t *testing.T) {
 	}
 	if k.window != StartCalls {
 		t.Fatalf("window %v after slow calls and cuts; want StartCalls, %d", k.window, StartCalls)
+	}
+}
+
+// A lock whose renewal is due while the Keeper has MaxCalls in flight
+// waits for one of them to answer; if its lease runs out meanwhile, its
+// loss says so, as a renewal unanswered (context.DeadlineExceeded), not
+// as a paused process.
+func TestExpiryWaitingForRoomSaysSo(t *testing.T) {
+	s := Defaults()
+	s.Lease = time.Second
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	f := &fake{renewed: map[*Hold]int{}, lease: s.Lease, hold: make(chan struct{}),
+		started: make(chan struct{}, 2), losses: map[*Hold]*Loss{}}
+	k := NewKeeper(Config{Settings: s, MaxCalls: 1, Prefix: "test", Renewal: "heartbeat", Events: EventsOf("test"),
+		Closed: errClosed, Released: errReleased, LockLost: errLost, NotAcquired: errors.New("test: held")}, f)
+	defer k.Close(nil)
+	// a's renewal is sent at once and never answered, b's is due at once
+	// with 150ms of its lease left.
+	a := k.NewHold(context.Background(), "a", 1, time.Now().Add(-s.Heartbeat), 0)
+	if err := k.Add(a); err != nil {
+		t.Fatal(err)
+	}
+	<-f.started
+	b := k.NewHold(context.Background(), "b", 1, time.Now().Add(150*time.Millisecond-s.Lease), 0)
+	if err := k.Add(b); err != nil {
+		t.Fatal(err)
+	}
+	<-b.Lost()
+	f.mu.Lock()
+	loss := f.losses[b]
+	f.mu.Unlock()
+	if loss == nil || loss.Cause != Expired || !errors.Is(loss.Last, context.DeadlineExceeded) ||
+		!strings.Contains(loss.Last.Error(), "test: a heartbeat due") || !strings.Contains(loss.Last.Error(), "waited for one of the 1 in flight to answer") {
+		t.Fatalf("b's loss %+v, want an expiry whose heartbeat waited for the one in flight", loss)
 	}
 }

@@ -142,7 +142,7 @@ func (h *Hold) check(now time.Time) (wake time.Time, renew, ok bool) {
 		if c != nil && !k.cfg.Batch {
 			c.cancel() // its answer no longer matters
 		}
-		h.end(&Loss{Cause: Expired, Last: k.hung(h.last, c, now)})
+		h.end(&Loss{Cause: Expired, Last: k.hung(h, c, now)})
 		return time.Time{}, false, false
 	}
 	wake = valid

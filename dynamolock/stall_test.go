@@ -69,6 +69,7 @@ func stallTrial(t testing.TB, n int, hb, backlog time.Duration) {
 				Item: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "probe"}}})
 			return err
 		},
+		Calls:   dynamolock.MaxHeartbeats,
 		Renewed: func(key string) int { return len(ev.Of(key, dynamolock.EventRenewed)) },
 		Stored: func(l testenv.HeldLock) error {
 			item := readItem(t, api, table, l.Key())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -46,6 +47,13 @@ type Stall struct {
 	// store received in the pause: its answer says when the store had
 	// caught up.
 	Probe func(ctx context.Context) error
+	// Calls is how many renewal calls the Client keeps in flight at most
+	// when it renews each lock with a call of its own (0: one call renews
+	// them all). A store that answered the Probe in time may still be too
+	// slow to answer a call per lock within the Backlog; where locks
+	// expired in the short pause, the trial measures that: a Probe per
+	// lock, Calls at a time.
+	Calls int
 	// Renewed returns how many renewals of the lock key the Client's
 	// observer has seen confirmed so far.
 	Renewed func(key string) int
@@ -73,10 +81,11 @@ type Stall struct {
 // the store has stopped for the first pause expired with a renewal
 // unanswered (a store too busy to answer within the lease), and where
 // the locks lost in the short pause all expired while the store, once
-// resumed, left the Probe unanswered for longer than the Backlog (the
-// measure of a store that did not catch up in time). Any other loss
-// fails the test, as does any loss in the short pause of a store that
-// answered the Probe within the Backlog.
+// resumed, left the Probe unanswered for longer than the Backlog, or
+// took longer than the Backlog to answer a Probe per lock, Calls at a
+// time (the measures of a store that did not catch up in time). Any
+// other loss fails the test, as does any loss in the short pause of a
+// store that answered in time.
 func StallTrial(t testing.TB, s Stall) {
 	t.Helper()
 	backlog := s.Backlog
@@ -154,17 +163,29 @@ func StallTrial(t testing.TB, s Stall) {
 				other = err
 			}
 		}
+		var all time.Duration // a Probe per lock, after losses
+		if lost != 0 && other == nil && probed <= backlog && s.Calls > 0 {
+			all = probeEach(t, s, len(locks)).Round(time.Millisecond)
+		}
 		switch {
 		case lost == 0:
 		case other == nil && probed > backlog:
 			closeAll(locks)
 			return fmt.Errorf("%d of %d locks expired in a pause of %v, and a probe after the resume waited %v (the store had %v; the first, %w)",
 				lost, len(locks), short, probed, backlog, first)
+		case other == nil && all > backlog:
+			closeAll(locks)
+			return fmt.Errorf("%d of %d locks expired in a pause of %v; a probe after the resume waited %v, but a probe per lock, %d at a time, took %v (the store had %v; the first, %w)",
+				lost, len(locks), short, probed, s.Calls, all, backlog, first)
 		default:
 			if other == nil {
 				other = first
 			}
-			t.Errorf("%v (a probe after the resume waited %v; the store had %v)", other, probed, backlog)
+			if all != 0 {
+				t.Errorf("%v (a probe after the resume waited %v, a probe per lock took %v; the store had %v)", other, probed, all, backlog)
+			} else {
+				t.Errorf("%v (a probe after the resume waited %v; the store had %v)", other, probed, backlog)
+			}
 		}
 		return nil
 	})
@@ -204,15 +225,59 @@ func StallTrial(t testing.TB, s Stall) {
 // waited for the answer (the lease, if none came).
 func probe(t testing.TB, s Stall) time.Duration {
 	t.Helper()
+	waited, err := probeOnce(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return waited
+}
+
+// probeOnce is probe without the test: it returns the Probe's error, if
+// it failed before the lease ran out.
+func probeOnce(s Stall) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.Lease)
 	defer cancel()
 	start := time.Now()
 	err := s.Probe(ctx)
 	waited := time.Since(start)
 	if err != nil && ctx.Err() == nil {
-		t.Fatalf("testenv: probe of the resumed store: %v", err)
+		return waited, fmt.Errorf("testenv: probe of the resumed store: %w", err)
 	}
-	return waited
+	return waited, nil
+}
+
+// probeEach sends n Probes, s.Calls at a time, each bounded by the
+// lease, and returns how long they took (the store's time to answer a
+// call per lock, as the Client sends them).
+func probeEach(t testing.TB, s Stall, n int) time.Duration {
+	t.Helper()
+	start := time.Now()
+	next := make(chan struct{}, n)
+	for range n {
+		next <- struct{}{}
+	}
+	close(next)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range min(s.Calls, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range next {
+				_, err := probeOnce(s)
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return took
 }
 
 // closeAll closes the locks of an inconclusive trial: the lost ones

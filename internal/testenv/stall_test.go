@@ -59,10 +59,12 @@ func (l *fakeLock) lose(err error) {
 // lock whenever asked while it runs, and every lock of a trial expires
 // in the trial's second pause. lose, if set, loses a lock at a step of
 // the first trial; late, if set, keeps the first trial's probe waiting
-// for lateBy.
+// for lateBy; slow, if set, keeps each of its probes waiting for half of
+// that.
 type fakeStore struct {
 	lose func(step string, l *fakeLock)
 	late bool
+	slow bool
 
 	mu      sync.Mutex
 	trials  [][]*fakeLock
@@ -112,10 +114,13 @@ const lateBy = time.Second
 
 func (s *fakeStore) probe(context.Context) error {
 	s.mu.Lock()
-	late := s.late && len(s.trials) == 1
+	late, slow := s.late && len(s.trials) == 1, s.slow && len(s.trials) == 1
 	s.mu.Unlock()
-	if late {
+	switch {
+	case late:
 		time.Sleep(lateBy)
+	case slow:
+		time.Sleep(lateBy / 2)
 	}
 	return nil
 }
@@ -133,7 +138,8 @@ func (s *fakeStore) renewals(key string) int {
 // closed), when a lock expired with its renewal unanswered before the
 // first pause, or in the short pause while the resumed store left the
 // probe waiting longer than the backlog (whatever the expiry's last
-// error); a lock lost before the pause otherwise, one taken in the short
+// error) or answered a probe per lock, one at a time, later than that; a
+// lock lost before the pause otherwise, one taken in the short
 // pause, or one expired in it while the store answered the probe in time,
 // fails the test.
 func TestStallTrialRetriesWhatTheStoreBroke(t *testing.T) {
@@ -150,32 +156,35 @@ func TestStallTrialRetriesWhatTheStoreBroke(t *testing.T) {
 		name    string
 		lose    func(step string, l *fakeLock)
 		late    bool
+		slow    bool
 		trials  int
 		retried string // the first trial's log line, if it was inconclusive
 		failed  string // a line logged, "" if the test passes
 	}{
-		{"expired before the pause", at("hold", unanswered), false,
+		{"expired before the pause", at("hold", unanswered), false, false,
 			2, "1 of 3 locks expired before the pause", ""},
-		{"taken over before the pause", at("hold", taken), false,
+		{"taken over before the pause", at("hold", taken), false, false,
 			1, "", `lock "s1-1" lost before any pause: taken over`},
-		{"expired in the short pause, the store in time", at("resume", unanswered), false,
+		{"expired in the short pause, the store in time", at("resume", unanswered), false, false,
 			1, "", "1 of 3 locks lost in a pause of 90ms (want 0)"},
-		{"expired in the short pause, the store late", at("resume", unanswered), true,
+		{"expired in the short pause, the store late", at("resume", unanswered), true, false,
 			2, "1 of 3 locks expired in a pause of 90ms, and a probe after the resume waited", ""},
-		{"expired with another error in the short pause, the store late", at("resume", &fakeExpiry{errors.New("i/o timeout")}), true,
+		{"expired in the short pause, the store too slow for a call per lock", at("resume", unanswered), false, true,
+			2, "1 of 3 locks expired in a pause of 90ms; a probe after the resume waited", ""},
+		{"expired with another error in the short pause, the store late", at("resume", &fakeExpiry{errors.New("i/o timeout")}), true, false,
 			2, "1 of 3 locks expired in a pause of 90ms, and a probe after the resume waited", ""},
-		{"taken over in the short pause, the store late", at("resume", taken), true,
+		{"taken over in the short pause, the store late", at("resume", taken), true, false,
 			1, "", "1 of 3 locks lost in a pause of 90ms (want 0)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := &fakeStore{lose: tc.lose, late: tc.late, renewed: map[string]int{}}
+			s := &fakeStore{lose: tc.lose, late: tc.late, slow: tc.slow, renewed: map[string]int{}}
 			r := &recorder{TB: t}
 			r.run(func(tb testing.TB) {
 				testenv.StallTrial(tb, testenv.Stall{
 					Name: "fake", Hold: s.hold,
 					Lease: time.Second, Heartbeat: 10 * time.Millisecond, Backlog: lateBy - 100*time.Millisecond,
-					Pause: s.pause, Resume: s.resume, Probe: s.probe, Renewed: s.renewals,
+					Pause: s.pause, Resume: s.resume, Probe: s.probe, Calls: 1, Renewed: s.renewals,
 					Stored: func(testenv.HeldLock) error { return nil },
 					Expired: func(err error) bool {
 						var e *fakeExpiry

@@ -62,6 +62,7 @@ type Hold struct {
 	failures int       // renewals in a row that failed
 	last     error     // the last one's error; nil after one that was confirmed
 	cut      bool      // the last renewal's call was cut off at its time bound
+	held     bool      // due, it was left waiting for a call in flight to answer
 
 	release    sync.Once
 	releaseErr error

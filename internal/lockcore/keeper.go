@@ -273,9 +273,9 @@ func (k *Keeper) hung(h *Hold, c *call, now time.Time) error {
 	case c != nil:
 		err = errfmt.Errorf("%s: a %s sent %v before the lease ran out had no answer: %w",
 			k.cfg.Prefix, k.cfg.Renewal, now.Sub(c.at).Round(time.Millisecond), context.DeadlineExceeded)
-	case !k.cfg.Batch && k.cfg.MaxCalls > 0 && !now.Before(h.next) && k.calls >= int(k.window):
+	case h.held:
 		err = errfmt.Errorf("%s: a %s due %v before the lease ran out waited for one of the %d in flight to answer: %w",
-			k.cfg.Prefix, k.cfg.Renewal, now.Sub(h.next).Round(time.Millisecond), k.calls, context.DeadlineExceeded)
+			k.cfg.Prefix, k.cfg.Renewal, now.Sub(h.next).Round(time.Millisecond), int(k.window), context.DeadlineExceeded)
 	default:
 		return h.last
 	}

@@ -98,6 +98,9 @@ func (k *Keeper) tick() time.Time {
 	// when a call answers.
 	if room := int(k.window) - k.calls; k.cfg.MaxCalls > 0 && room < len(due) {
 		slices.SortFunc(due, func(a, b *Hold) int { return a.ValidUntil().Compare(b.ValidUntil()) })
+		for _, h := range due[max(room, 0):] {
+			h.held = true
+		}
 		due = due[:max(room, 0)]
 	}
 	for _, h := range due {
@@ -171,7 +174,7 @@ func (k *Keeper) start(hs []*Hold, now time.Time) {
 	for _, h := range hs {
 		h.mu.Lock()
 		if h.err == nil && !h.stopping && h.call == nil {
-			h.call = c
+			h.call, h.held = c, false
 			on = append(on, h)
 			wait := callWait(h.valid.Sub(now), h.cut)
 			if bound < 0 || wait < bound {

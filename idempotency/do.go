@@ -81,7 +81,7 @@ func (s *Store) do(ctx context.Context, scope, key string, fingerprint []byte, f
 	if fingerprint == nil {
 		fingerprint = []byte{}
 	}
-	return s.retried(ctx, scope, key, func(ctx context.Context, dup bool) (Result, error) {
+	return s.retried(ctx, &s.doPlan, scope, key, fingerprint, func(ctx context.Context, dup bool) (Result, error) {
 		return s.once(ctx, &s.doPlan, dup, scope, key, fingerprint, false, runAndRecord(fn))
 	})
 }
@@ -90,16 +90,18 @@ func (s *Store) do(ctx context.Context, scope, key string, fingerprint []byte, f
 // transaction, and finish writes the effect and the record in it and
 // commits. A first run costs two round trips besides fn's own statements
 // (begin and claim; record and commit), as many as a bare transaction; a
-// replay costs two (begin and claim; commit). When most of the calls p has
-// seen were replays, or dup says the call is a duplicate that waited for
-// the key, once reads the record first, outside a transaction: a replay
-// then costs that read (and, on a server with a synchronous standby, one
-// more round trip to wait for it), and a first run one round trip more.
-// bounded (Exec) makes the claim set lock_timeout to the call's wait
+// replay costs two (begin and claim; commit). When dup says the call is a
+// duplicate that waited for the key, once reads the record first, outside
+// a transaction, as retried does for every call when most of the calls p
+// has seen were replays: a replay then costs that read (and, on a server
+// with a synchronous standby, one more round trip to wait for it), and a
+// first run one round trip more. bounded (Exec) makes the claim set lock_timeout to the call's wait
 // (claimBoundSQL), which finish gets.
 func (s *Store) once(ctx context.Context, p *plan, dup bool, scope, key string, fp []byte, bounded bool, finish finisher) (Result, error) {
-	if res, done, err := s.replayFirst(ctx, p, dup, scope, key, fp); done {
-		return res, err
+	if dup {
+		if res, done, err := s.replayFirst(ctx, p, scope, key, fp); done {
+			return res, err
+		}
 	}
 	h, err := s.acquire(ctx)
 	if err != nil {
@@ -137,13 +139,10 @@ func (s *Store) once(ctx context.Context, p *plan, dup bool, scope, key string, 
 	return Result{Record: rec}, nil
 }
 
-// replayFirst reads the key's record first when p says most calls find
-// one, or dup that the call waited for the key: done is true when that
-// answers the call (a live record, or a failed read).
-func (s *Store) replayFirst(ctx context.Context, p *plan, dup bool, scope, key string, fp []byte) (res Result, done bool, err error) {
-	if !dup && !p.readFirst() {
-		return Result{}, false, nil
-	}
+// replayFirst reads the key's record, outside a transaction, before a
+// call claims the key: done is true when that answers the call (a live
+// record, or a failed read). A live record counts as a replay in p.
+func (s *Store) replayFirst(ctx context.Context, p *plan, scope, key string, fp []byte) (res Result, done bool, err error) {
 	switch f, err := s.lookup(ctx, scope, key); {
 	case err == nil && !f.expired:
 		p.observe(true)

@@ -87,7 +87,7 @@ func (s *Store) exec(ctx context.Context, scope, key string, fingerprint []byte,
 	if fingerprint == nil {
 		fingerprint = []byte{}
 	}
-	return s.retried(ctx, scope, key, func(ctx context.Context, dup bool) (Result, error) {
+	return s.retried(ctx, &s.execPlan, scope, key, fingerprint, func(ctx context.Context, dup bool) (Result, error) {
 		return s.once(ctx, &s.execPlan, dup, scope, key, fingerprint, true, runClaimed(stmt, args))
 	})
 }

@@ -18,10 +18,21 @@ import (
 // again while it ends in errResend (see settled), and after a backoff
 // while it fails retryably, within the Store's WithAttempts.
 //
-// A call of the Store with the key in flight is waited for first, and
-// while a request in flight holds the key (errBusy), attempt is made
-// again after a pause; both up to the Store's wait (see keywait.go).
-func (s *Store) retried(ctx context.Context, scope, key string, attempt func(ctx context.Context, dup bool) (Result, error)) (Result, error) {
+// When most of the calls p has seen were replays, the key's record is
+// read first (replayFirst): a replay then costs that read alone, and
+// does not queue behind the Store's call in flight. Otherwise, and when
+// the record is absent or expired, a call of the Store with the key in
+// flight is waited for first, and while a request in flight holds the
+// key (errBusy), attempt is made again after a pause; both up to the
+// Store's wait (see keywait.go). attempt's dup says the call has waited
+// for the key: it is then likely to find the key's record, and reads it
+// first.
+func (s *Store) retried(ctx context.Context, p *plan, scope, key string, fp []byte, attempt func(ctx context.Context, dup bool) (Result, error)) (Result, error) {
+	if p.readFirst() {
+		if res, done, err := s.replayFirst(ctx, p, scope, key, fp); done {
+			return res, err
+		}
+	}
 	var res Result
 	wait := s.waitFor(ctx)
 	start := time.Now()
@@ -45,8 +56,7 @@ func (s *Store) retried(ctx context.Context, scope, key string, attempt func(ctx
 // in flight (errBusy), pauses and asks whether the key may be free (one
 // round trip each) until it may, then makes attempt again; the pauses end
 // with ErrInProgress once wait has passed since start. attempt's dup says
-// the call has waited for the key (in queueKey, as waited says, or here):
-// it is then likely to find the key's record, and reads it first.
+// the call has waited for the key (in queueKey, as waited says, or here).
 func (s *Store) whileBusy(ctx context.Context, scope, key string, start time.Time, wait time.Duration, waited bool,
 	attempt func(ctx context.Context, dup bool) (Result, error)) (Result, error) {
 	for n := 1; ; n++ {

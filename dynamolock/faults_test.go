@@ -274,8 +274,8 @@ func TestUnreachableExpires(t *testing.T) {
 // passed while it was paused (cirello-io/dynamolock #446), and no heartbeat
 // is sent to revive the lock. The same holds when the maximum hold has
 // passed too (then it is the cause). The pause is simulated by the
-// holder's clock jumping ten leases forward as the acquiring write's
-// answer arrives, so the lock's goroutine first runs after the jump.
+// holder's clock jumping ten leases forward as the first heartbeat's
+// answer arrives, so the lock's goroutine next runs after the jump.
 func TestExpiredOnWakeUp(t *testing.T) {
 	t.Parallel()
 	server, table := newTable(t)
@@ -292,15 +292,15 @@ func TestExpiredOnWakeUp(t *testing.T) {
 			var offset atomic.Int64
 			clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 			api := &counting{DynamoDBAPI: server, after: func(op string, err error) {
-				if op == "acquire" && err == nil {
-					offset.Store(int64(10 * testLease))
+				if op == "heartbeat" && err == nil {
+					offset.CompareAndSwap(0, int64(10*testLease))
 				}
 			}}
 			c := newClient(t, api, table, dynamolock.WithClock(clock), dynamolock.WithHeartbeat(testLease/8))
 			l := mustAcquire(t, c, tc.name, tc.opts...)
 			warnedFirst := make(chan bool, 1)
 			go func() { <-l.Lost(); warnedFirst <- closed(l.Expiring()) }()
-			if !waitClosed(l.Lost(), testLease) {
+			if !waitClosed(l.Lost(), 2*testLease) {
 				t.Fatal("not lost after the jump")
 			}
 			var lost *dynamolock.LostError
@@ -314,9 +314,59 @@ func TestExpiredOnWakeUp(t *testing.T) {
 			if err := c.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if n := len(api.recorded("heartbeat")); n != 0 {
-				t.Fatalf("%d heartbeats sent by a lock that expired before its first; the item must be left alone", n)
+			if n := len(api.recorded("heartbeat")); n != 1 {
+				t.Fatalf("%d heartbeats sent; want the one whose answer came after the jump, and none to revive the lock", n)
 			}
+		})
+	}
+}
+
+// A process paused (or a store slow) past the lease as the acquiring
+// write's answer arrives gets its lock all the same: before Acquire
+// returns, one heartbeat, conditional on the acquiring write's RVN,
+// proves that no one took the item meanwhile and starts the lock's
+// validity afresh. The token is the acquisition's. A lock whose maximum
+// hold has passed by then is returned lost, with no heartbeat sent.
+func TestAcquiredLateIsRenewedFirst(t *testing.T) {
+	t.Parallel()
+	server, table := newTable(t)
+	for _, maxHold := range []bool{false, true} {
+		t.Run(fmt.Sprint("max hold ", maxHold), func(t *testing.T) {
+			t.Parallel()
+			testenv.Conclusive(t, func(n int) error {
+				var offset atomic.Int64
+				clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+				api := &counting{DynamoDBAPI: server, after: func(op string, err error) {
+					if op == "acquire" && err == nil {
+						offset.Store(int64(10 * testLease))
+					}
+				}}
+				c := newClient(t, api, table, dynamolock.WithClock(clock), dynamolock.WithHeartbeat(testLease/8))
+				var opts []dynamolock.AcquireOption
+				if maxHold {
+					opts = append(opts, dynamolock.WithMaxHold(2*testLease))
+				}
+				key := fmt.Sprint("late ", maxHold, n)
+				l := mustAcquire(t, c, key, opts...)
+				beats := len(api.recorded("heartbeat"))
+				if maxHold {
+					<-l.Lost()
+					var lost *dynamolock.LostError
+					if !errors.As(l.Err(), &lost) || lost.Cause != dynamolock.MaxHold || beats != 0 {
+						t.Fatalf("err %v, %d heartbeats; want the maximum hold's loss and none", l.Err(), beats)
+					}
+					return nil
+				}
+				if err := l.Err(); unanswered(err) {
+					return fmt.Errorf("the heartbeat before Acquire returned had no answer within the lease: %w", err)
+				} else if err != nil || beats != 1 || l.Token() != 1 {
+					t.Fatalf("after Acquire: err %v, %d heartbeats, token %d; want held, renewed once, token 1", err, beats, l.Token())
+				}
+				if err := l.Release(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				return nil
+			})
 		})
 	}
 }

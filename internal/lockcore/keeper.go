@@ -186,8 +186,14 @@ func (k *Keeper) Go(f func()) {
 
 // Add registers h (its Ref set) for renewal. If the Keeper was closed
 // meanwhile, it releases h instead (waiting at most a lease) and returns
-// Config.Closed.
+// Config.Closed. A lock whose acquiring call was answered with less than
+// a heartbeat of its lease left (a slow store, or a process paused as
+// the answer came) is renewed first, before Add returns (see refresh),
+// unless its maximum hold has passed.
 func (k *Keeper) Add(h *Hold) error {
+	if now := k.cfg.Now(); k.ctx.Err() == nil && h.valid.Sub(now) < k.cfg.Heartbeat && (h.maxAt.IsZero() || now.Before(h.maxAt)) {
+		k.refresh(h)
+	}
 	k.mu.Lock()
 	if k.closed {
 		k.mu.Unlock()
@@ -197,7 +203,10 @@ func (k *Keeper) Add(h *Hold) error {
 		h.releaseOnce(ctx)
 		return k.cfg.Closed
 	}
-	k.held[h], k.live[h] = struct{}{}, struct{}{}
+	k.held[h] = struct{}{}
+	if h.Err() == nil { // not ended by refresh
+		k.live[h] = struct{}{}
+	}
 	if !k.looping {
 		k.looping = true
 		k.wg.Add(1)
@@ -209,6 +218,36 @@ func (k *Keeper) Add(h *Hold) error {
 	default:
 	}
 	return nil
+}
+
+// refresh renews h once, waiting at most a lease, before Add hands it to
+// its caller and the loop: a store that answered the acquiring call late
+// does not cost the lock at once. A renewal conditional on the lock's own
+// write (its RVN, its token) that applies proves that no one took the
+// lock meanwhile, and the caller has not had it yet, so the lock is valid
+// from the renewal's send, as after any renewal. If it fails, the lock
+// keeps the validity of its acquiring call and its loss says why; a loss
+// the renewal found ends it.
+func (k *Keeper) refresh(h *Hold) {
+	ctx, cancel := context.WithTimeout(k.ctx, k.cfg.Lease)
+	defer cancel()
+	sent := k.cfg.Now()
+	r := k.be.Renew(ctx, []*Hold{h})[0]
+	now := k.cfg.Now()
+	var loss *Loss
+	switch {
+	case errors.As(r.Err, &loss):
+		h.end(loss)
+	case r.Err != nil:
+		h.failures = 1
+		h.last = errfmt.Errorf("%s: the acquiring call was answered %v after it was sent, with less than a %s of its lease left, and the %s sent then failed: %w",
+			k.cfg.Prefix, sent.Sub(h.start).Round(time.Millisecond), k.cfg.Renewal, k.cfg.Renewal, r.Err)
+		h.event(k.cfg.Events.RenewFailed, now.Sub(sent), r.Err)
+	default:
+		h.extend(r.Valid)
+		h.next = r.At.Add(k.cfg.Heartbeat)
+		h.event(k.cfg.Events.Renewed, now.Sub(r.At), nil)
+	}
 }
 
 // unrenew takes an ended lock out of the loop's set.

@@ -68,7 +68,8 @@ type fake struct {
 	now, most   int
 	renewed     map[*Hold]int
 	lease       time.Duration
-	hold        chan struct{} // each renewal waits for a value, or its end
+	hold        chan struct{} // each renewal waits for a value, or its end; nil: none waits
+	fail        error         // each renewal's error
 	released    int
 	batchesSeen []int
 	started     chan struct{} // if set, gets a value as each renewal starts, while it has room
@@ -85,9 +86,11 @@ func (f *fake) Renew(ctx context.Context, hs []*Hold) []Renewed {
 	case f.started <- struct{}{}: // nil: never
 	default:
 	}
-	select {
-	case <-f.hold:
-	case <-ctx.Done():
+	if f.hold != nil {
+		select {
+		case <-f.hold:
+		case <-ctx.Done():
+		}
 	}
 	at := time.Now()
 	f.mu.Lock()
@@ -96,7 +99,7 @@ func (f *fake) Renew(ctx context.Context, hs []*Hold) []Renewed {
 	out := make([]Renewed, len(hs))
 	for i, h := range hs {
 		f.renewed[h]++
-		out[i] = Renewed{At: at, Valid: at.Add(f.lease)}
+		out[i] = Renewed{At: at, Valid: at.Add(f.lease), Err: f.fail}
 	}
 	return out
 }
@@ -345,13 +348,14 @@ func TestExpiryWaitingForRoomSaysSo(t *testing.T) {
 		Closed: errClosed, Released: errReleased, LockLost: errLost, NotAcquired: errors.New("test: held")}, f)
 	defer k.Close(nil)
 	// a's renewal is sent at once and never answered, b's is due at once
-	// with 150ms of its lease left.
+	// with 300ms of its lease left (more than a heartbeat, so Add does not
+	// renew it itself), less than the 560ms a's call may wait.
 	a := k.NewHold(context.Background(), "a", 1, time.Now().Add(-s.Heartbeat), 0)
 	if err := k.Add(a); err != nil {
 		t.Fatal(err)
 	}
 	<-f.started
-	b := k.NewHold(context.Background(), "b", 1, time.Now().Add(150*time.Millisecond-s.Lease), 0)
+	b := k.NewHold(context.Background(), "b", 1, time.Now().Add(300*time.Millisecond-s.Lease), 0)
 	if err := k.Add(b); err != nil {
 		t.Fatal(err)
 	}
@@ -362,5 +366,48 @@ func TestExpiryWaitingForRoomSaysSo(t *testing.T) {
 	if loss == nil || loss.Cause != Expired || !errors.Is(loss.Last, context.DeadlineExceeded) ||
 		!strings.Contains(loss.Last.Error(), "test: a heartbeat due") || !strings.Contains(loss.Last.Error(), "waited for one of the 1 in flight to answer") {
 		t.Fatalf("b's loss %+v, want an expiry whose heartbeat waited for the one in flight", loss)
+	}
+}
+
+// A lock whose acquiring call was answered after its lease had run out
+// (sent a lease and a half ago) is renewed before Add returns: held, valid
+// from that renewal. If the renewal fails, the lock expires and its loss
+// says that the acquiring call was answered late.
+func TestAddRenewsALockAcquiredLate(t *testing.T) {
+	for _, fail := range []error{nil, errors.New("test: store unreachable")} {
+		t.Run(fmt.Sprint(fail), func(t *testing.T) {
+			s := Defaults()
+			s.Lease = time.Second
+			if err := s.Check(); err != nil {
+				t.Fatal(err)
+			}
+			f := &fake{renewed: map[*Hold]int{}, lease: s.Lease, fail: fail, losses: map[*Hold]*Loss{}}
+			k := NewKeeper(Config{Settings: s, MaxCalls: 8, Prefix: "test", Renewal: "heartbeat", Events: EventsOf("test"),
+				Closed: errClosed, Released: errReleased, LockLost: errLost, NotAcquired: errors.New("test: held")}, f)
+			defer k.Close(nil)
+			h := k.NewHold(context.Background(), "late", 1, time.Now().Add(-3*s.Lease/2), 0)
+			if err := k.Add(h); err != nil {
+				t.Fatal(err)
+			}
+			f.mu.Lock()
+			renewed := f.renewed[h]
+			f.mu.Unlock()
+			if renewed != 1 {
+				t.Fatalf("%d renewals before Add returned, want 1", renewed)
+			}
+			if fail == nil {
+				if err := h.Err(); err != nil || !h.ValidUntil().After(time.Now()) {
+					t.Fatalf("after Add: err %v, valid until %v; want held and valid", err, h.ValidUntil())
+				}
+				return
+			}
+			<-h.Lost()
+			f.mu.Lock()
+			loss := f.losses[h]
+			f.mu.Unlock()
+			if loss == nil || loss.Cause != Expired || !errors.Is(loss.Last, fail) || !strings.Contains(loss.Last.Error(), "the acquiring call was answered 1.5") {
+				t.Fatalf("loss %+v, want an expiry saying the acquiring call was answered late", loss)
+			}
+		})
 	}
 }

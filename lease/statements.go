@@ -21,11 +21,14 @@ const (
 	// takeSQL is an acquisition's first try, one statement: it creates
 	// the row with token 1, or takes it over, adding 1 to its token, when
 	// it is released or its lease (plus the lock-delay $6) has run out. It
-	// returns the token, or no row if the lock is held.
+	// returns the token, or no row if the lock is held. A takeover's lease
+	// counts from after its WHERE judged the old one run out (SET runs
+	// after it), not from the VALUES row, computed before the conflict
+	// and any wait for the row's lock.
 	takeSQL = `INSERT INTO {{table}} AS t (key, owner, nonce, token, expires_at, released, data)
 VALUES ($1::text, $2::text, $3::text, 1, clock_timestamp() + $4::bigint * interval '1 microsecond', false, $5::bytea)
 ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, nonce = excluded.nonce, token = t.token + 1,
-  expires_at = excluded.expires_at, released = false, data = excluded.data
+  expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond', released = false, data = excluded.data
 WHERE t.released OR t.expires_at + $6::bigint * interval '1 microsecond' <= clock_timestamp()
 RETURNING t.token`
 

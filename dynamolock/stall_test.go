@@ -70,6 +70,7 @@ func stallTrial(t testing.TB, n int, hb, backlog time.Duration) {
 			return err
 		},
 		Calls:   dynamolock.MaxHeartbeats,
+		Valid:   func(l testenv.HeldLock) time.Time { return l.(*dynamolock.Lock).ValidUntil() },
 		Renewed: func(key string) int { return len(ev.Of(key, dynamolock.EventRenewed)) },
 		Stored: func(l testenv.HeldLock) error {
 			item := readItem(t, api, table, l.Key())

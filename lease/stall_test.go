@@ -49,6 +49,7 @@ func stallTrial(t *testing.T, n int) {
 			_, err := prober.Exec(ctx, "SELECT 1")
 			return err
 		},
+		Valid:   func(l testenv.HeldLock) time.Time { return l.(*lease.Lock).ValidUntil() },
 		Renewed: func(key string) int { return len(ev.Of(key, lease.EventRenewed)) },
 		Stored: func(l testenv.HeldLock) error {
 			if row := readRow(t, pool, l.Key()); row.Token != l.Token() || row.Released || row.Owner != c.Owner() {

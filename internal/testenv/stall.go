@@ -54,6 +54,12 @@ type Stall struct {
 	// expired in the short pause, the trial measures that: a Probe per
 	// lock, Calls at a time.
 	Calls int
+	// Valid, if set, returns the end of a lock's validity on the
+	// Client's clock. A lock with less than the lease minus a heartbeat
+	// left when the store stops was renewed later than its heartbeat
+	// asked (a store answering fewer renewals a second than the locks
+	// need): the short pause promises such a lock nothing.
+	Valid func(l HeldLock) time.Time
 	// Renewed returns how many renewals of the lock key the Client's
 	// observer has seen confirmed so far.
 	Renewed func(key string) int
@@ -83,7 +89,9 @@ type Stall struct {
 // the locks lost in the short pause all expired while the store, once
 // resumed, left the Probe unanswered for longer than the Backlog, or
 // took longer than the Backlog to answer a Probe per lock, Calls at a
-// time (the measures of a store that did not catch up in time). Any
+// time (the measures of a store that did not catch up in time), or had,
+// each, less than the lease minus a heartbeat left when the store
+// stopped (Valid: renewals already behind their heartbeats). Any
 // other loss fails the test, as does any loss in the short pause of a
 // store that answered in time.
 func StallTrial(t testing.TB, s Stall) {
@@ -108,6 +116,14 @@ func StallTrial(t testing.TB, s Stall) {
 		})
 		s.Pause()
 		paused := time.Now()
+		behind := map[string]time.Duration{} // the locks renewed late before the pause: their time left
+		if s.Valid != nil {
+			for _, l := range locks {
+				if left := s.Valid(l).Sub(paused); left < s.Lease-s.Heartbeat {
+					behind[l.Key()] = left
+				}
+			}
+		}
 		expired := 0
 		var first error
 		for _, l := range locks {
@@ -146,6 +162,7 @@ func StallTrial(t testing.TB, s Stall) {
 		})
 		lost = 0
 		var other error // the first loss not by an expiry
+		late := 0       // the locks expired that were behind at the pause
 		for _, l := range locks {
 			err := l.Err()
 			expiry := s.Expired(err)
@@ -154,6 +171,9 @@ func StallTrial(t testing.TB, s Stall) {
 			}
 			if err == nil {
 				continue
+			}
+			if _, ok := behind[l.Key()]; ok && expiry {
+				late++
 			}
 			err = fmt.Errorf("lock %q (token %d) after a pause of %v: %w", l.Key(), l.Token(), short, err)
 			if lost++; lost == 1 {
@@ -173,6 +193,10 @@ func StallTrial(t testing.TB, s Stall) {
 			closeAll(locks)
 			return fmt.Errorf("%d of %d locks expired in a pause of %v, and a probe after the resume waited %v (the store had %v; the first, %w)",
 				lost, len(locks), short, probed, backlog, first)
+		case other == nil && late == lost:
+			closeAll(locks)
+			return fmt.Errorf("%d of %d locks expired in a pause of %v, each with less than the lease minus a heartbeat (%v) left when the store stopped: renewed later than their heartbeats, by a store answering fewer renewals than they asked (%d locks behind; the first, %w)",
+				lost, len(locks), short, s.Lease-s.Heartbeat, len(behind), first)
 		case other == nil && all > backlog:
 			closeAll(locks)
 			return fmt.Errorf("%d of %d locks expired in a pause of %v; a probe after the resume waited %v, but a probe per lock, %d at a time, took %v (the store had %v; the first, %w)",

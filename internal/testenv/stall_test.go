@@ -62,9 +62,10 @@ func (l *fakeLock) lose(err error) {
 // for lateBy; slow, if set, keeps each of its probes waiting for half of
 // that.
 type fakeStore struct {
-	lose func(step string, l *fakeLock)
-	late bool
-	slow bool
+	lose   func(step string, l *fakeLock)
+	late   bool
+	slow   bool
+	behind bool // the first trial's locks have no time left at the pause
 
 	mu      sync.Mutex
 	trials  [][]*fakeLock
@@ -125,6 +126,15 @@ func (s *fakeStore) probe(context.Context) error {
 	return nil
 }
 
+func (s *fakeStore) valid(l testenv.HeldLock) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.behind && len(s.trials) == 1 {
+		return time.Now()
+	}
+	return time.Now().Add(time.Hour)
+}
+
 func (s *fakeStore) renewals(key string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -157,34 +167,37 @@ func TestStallTrialRetriesWhatTheStoreBroke(t *testing.T) {
 		lose    func(step string, l *fakeLock)
 		late    bool
 		slow    bool
+		behind  bool
 		trials  int
 		retried string // the first trial's log line, if it was inconclusive
 		failed  string // a line logged, "" if the test passes
 	}{
-		{"expired before the pause", at("hold", unanswered), false, false,
+		{"expired before the pause", at("hold", unanswered), false, false, false,
 			2, "1 of 3 locks expired before the pause", ""},
-		{"taken over before the pause", at("hold", taken), false, false,
+		{"taken over before the pause", at("hold", taken), false, false, false,
 			1, "", `lock "s1-1" lost before any pause: taken over`},
-		{"expired in the short pause, the store in time", at("resume", unanswered), false, false,
+		{"expired in the short pause, the store in time", at("resume", unanswered), false, false, false,
 			1, "", "1 of 3 locks lost in a pause of 90ms (want 0)"},
-		{"expired in the short pause, the store late", at("resume", unanswered), true, false,
+		{"expired in the short pause, the store late", at("resume", unanswered), true, false, false,
 			2, "1 of 3 locks expired in a pause of 90ms, and a probe after the resume waited", ""},
-		{"expired in the short pause, the store too slow for a call per lock", at("resume", unanswered), false, true,
+		{"expired in the short pause, the store too slow for a call per lock", at("resume", unanswered), false, true, false,
 			2, "1 of 3 locks expired in a pause of 90ms; a probe after the resume waited", ""},
-		{"expired with another error in the short pause, the store late", at("resume", &fakeExpiry{errors.New("i/o timeout")}), true, false,
+		{"expired in the short pause, renewed late before it", at("resume", unanswered), false, false, true,
+			2, "1 of 3 locks expired in a pause of 90ms, each with less than the lease minus a heartbeat", ""},
+		{"expired with another error in the short pause, the store late", at("resume", &fakeExpiry{errors.New("i/o timeout")}), true, false, false,
 			2, "1 of 3 locks expired in a pause of 90ms, and a probe after the resume waited", ""},
-		{"taken over in the short pause, the store late", at("resume", taken), true, false,
+		{"taken over in the short pause, the store late", at("resume", taken), true, false, false,
 			1, "", "1 of 3 locks lost in a pause of 90ms (want 0)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := &fakeStore{lose: tc.lose, late: tc.late, slow: tc.slow, renewed: map[string]int{}}
+			s := &fakeStore{lose: tc.lose, late: tc.late, slow: tc.slow, behind: tc.behind, renewed: map[string]int{}}
 			r := &recorder{TB: t}
 			r.run(func(tb testing.TB) {
 				testenv.StallTrial(tb, testenv.Stall{
 					Name: "fake", Hold: s.hold,
 					Lease: time.Second, Heartbeat: 10 * time.Millisecond, Backlog: lateBy - 100*time.Millisecond,
-					Pause: s.pause, Resume: s.resume, Probe: s.probe, Calls: 1, Renewed: s.renewals,
+					Pause: s.pause, Resume: s.resume, Probe: s.probe, Calls: 1, Valid: s.valid, Renewed: s.renewals,
 					Stored: func(testenv.HeldLock) error { return nil },
 					Expired: func(err error) bool {
 						var e *fakeExpiry

@@ -39,6 +39,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/nolock/nolock/internal/outcome"
 )
@@ -67,6 +68,10 @@ const (
 func Of(err error) Outcome {
 	if err == nil {
 		return Committed
+	}
+	var stopped *stoppedError
+	if errors.As(err, &stopped) {
+		return NotSent
 	}
 	if s := status(err); s != 0 {
 		if s >= 400 && s < 500 {
@@ -196,6 +201,11 @@ func TransactionConflict(err error) bool {
 // conditional retry would report the first one's effect as a refusal, and
 // the final error (a throttle, say) would hide that the first one may have
 // applied. With it, such a failure reaches the caller as Unknown.
+//
+// A write whose ctx ends before an attempt or during the SDK's backoff
+// before a retry (the SDK then returns the ctx's error, dropping the
+// attempt's) is NotSent: under NoBlindRetries every attempt before it
+// proved that nothing was applied.
 func NoBlindRetries(o *dynamodb.Options) {
 	if o.Retryer == nil {
 		return
@@ -205,7 +215,36 @@ func NoBlindRetries(o *dynamodb.Options) {
 		inner = retryerV2{o.Retryer}
 	}
 	o.Retryer = notAppliedOnly{inner}
+	o.APIOptions = append(slices.Clip(o.APIOptions), func(s *middleware.Stack) error {
+		return s.Finalize.Add(stoppedBetweenAttempts{}, middleware.Before)
+	})
 }
+
+// stoppedBetweenAttempts, outside the SDK's retry middleware, marks the
+// errors with which it ends a write when ctx ended while no attempt was
+// in flight: the bare ctx error before an attempt, and
+// *aws.RequestCanceledError from the backoff before a retry.
+type stoppedBetweenAttempts struct{}
+
+func (stoppedBetweenAttempts) ID() string { return "nolock.StoppedBetweenAttempts" }
+
+func (stoppedBetweenAttempts) HandleFinalize(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (
+	middleware.FinalizeOutput, middleware.Metadata, error) {
+	out, md, err := next.HandleFinalize(ctx, in)
+	if _, canceled := err.(*aws.RequestCanceledError); canceled || err == context.Canceled || err == context.DeadlineExceeded {
+		err = &stoppedError{err}
+	}
+	return out, md, err
+}
+
+// stoppedError is a write's error when its ctx ended with no attempt in
+// flight, every earlier one having proved that nothing was applied.
+type stoppedError struct{ err error }
+
+func (e *stoppedError) Error() string {
+	return e.err.Error() + " (stopped between attempts: nothing sent)"
+}
+func (e *stoppedError) Unwrap() error { return e.err }
 
 // notAppliedOnly narrows a retryer to errors that prove nothing was
 // applied.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -229,3 +230,42 @@ func TestRefusedDialIsNotSent(t *testing.T) {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A write whose ctx ends during the SDK's backoff before a retry gets the
+// ctx's error from the SDK, without the refused attempt's: under
+// NoBlindRetries it is NotSent (the attempt before it proved that nothing
+// was applied), still with the ctx's error in its chain; without the
+// option, where the SDK also retries after a timeout, it stays Unknown.
+func TestStoppedInBackoffIsNotSent(t *testing.T) {
+	refused := testenv.RefusedEndpoint(t)
+	client := dynamodb.New(dynamodb.Options{
+		Region: "us-east-1", BaseEndpoint: aws.String(refused), Credentials: aws.AnonymousCredentials{},
+		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
+			o.Backoff = fixedBackoff(time.Minute) // longer than any ctx below
+		}),
+	})
+	in := &dynamodb.UpdateItemInput{TableName: aws.String("t"),
+		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}}}
+	for _, tc := range []struct {
+		name string
+		opts []func(*dynamodb.Options)
+		want Outcome
+	}{
+		{"with NoBlindRetries", []func(*dynamodb.Options){NoBlindRetries}, NotSent},
+		{"without", nil, Unknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			_, err := client.UpdateItem(ctx, in, tc.opts...)
+			var canceled *aws.RequestCanceledError
+			if !errors.As(err, &canceled) || !errors.Is(err, context.DeadlineExceeded) || Of(err) != tc.want {
+				t.Fatalf("%v: outcome %v; want the SDK's cancelled backoff, %v", err, Of(err), tc.want)
+			}
+		})
+	}
+}
+
+type fixedBackoff time.Duration
+
+func (d fixedBackoff) BackoffDelay(int, error) (time.Duration, error) { return time.Duration(d), nil }

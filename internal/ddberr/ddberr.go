@@ -32,7 +32,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http/httptrace"
 	"slices"
+	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
@@ -205,7 +207,8 @@ func TransactionConflict(err error) bool {
 // A write whose ctx ends before an attempt or during the SDK's backoff
 // before a retry (the SDK then returns the ctx's error, dropping the
 // attempt's) is NotSent: under NoBlindRetries every attempt before it
-// proved that nothing was applied.
+// proved that nothing was applied. So is a write none of whose attempts
+// got a connection, whatever error it ends with.
 func NoBlindRetries(o *dynamodb.Options) {
 	if o.Retryer == nil {
 		return
@@ -222,28 +225,32 @@ func NoBlindRetries(o *dynamodb.Options) {
 
 // stoppedBetweenAttempts, outside the SDK's retry middleware, marks the
 // errors with which it ends a write when ctx ended while no attempt was
-// in flight: the bare ctx error before an attempt, and
-// *aws.RequestCanceledError from the backoff before a retry.
+// in flight (the bare ctx error before an attempt, and
+// *aws.RequestCanceledError from the backoff before a retry), and any
+// error of a write none of whose attempts got a connection (one whose
+// dial ctx cut short comes back as a cancellation, without the dial
+// error).
 type stoppedBetweenAttempts struct{}
 
 func (stoppedBetweenAttempts) ID() string { return "nolock.StoppedBetweenAttempts" }
 
 func (stoppedBetweenAttempts) HandleFinalize(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (
 	middleware.FinalizeOutput, middleware.Metadata, error) {
+	var connected atomic.Bool // an attempt got a connection: it may have written
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }})
 	out, md, err := next.HandleFinalize(ctx, in)
-	if _, canceled := err.(*aws.RequestCanceledError); canceled || err == context.Canceled || err == context.DeadlineExceeded {
+	if _, canceled := err.(*aws.RequestCanceledError); err != nil && (!connected.Load() || canceled || err == context.Canceled || err == context.DeadlineExceeded) {
 		err = &stoppedError{err}
 	}
 	return out, md, err
 }
 
-// stoppedError is a write's error when its ctx ended with no attempt in
-// flight, every earlier one having proved that nothing was applied.
+// stoppedError is the error of a write that sent nothing that could
+// apply: its ctx ended with no attempt in flight, every earlier one having
+// proved that nothing was applied, or no attempt got a connection.
 type stoppedError struct{ err error }
 
-func (e *stoppedError) Error() string {
-	return e.err.Error() + " (stopped between attempts: nothing sent)"
-}
+func (e *stoppedError) Error() string { return e.err.Error() + " (nothing sent)" }
 func (e *stoppedError) Unwrap() error { return e.err }
 
 // notAppliedOnly narrows a retryer to errors that prove nothing was

@@ -269,3 +269,40 @@ func TestStoppedInBackoffIsNotSent(t *testing.T) {
 type fixedBackoff time.Duration
 
 func (d fixedBackoff) BackoffDelay(int, error) (time.Duration, error) { return time.Duration(d), nil }
+
+// Under NoBlindRetries, a write whose ctx ends while it dials (the SDK
+// then reports a cancellation, without the dial) sent nothing: NotSent.
+// One whose ctx ends after its request went out on a connection is
+// Unknown.
+func TestCutBeforeAConnectionIsNotSent(t *testing.T) {
+	hang := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-hang }))
+	defer srv.Close()
+	defer close(hang) // before Close, which waits for the handler
+	stuck := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		<-ctx.Done() // a dial that never completes
+		return nil, ctx.Err()
+	}}
+	in := &dynamodb.UpdateItemInput{TableName: aws.String("t"),
+		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}}}
+	for _, tc := range []struct {
+		name string
+		http *http.Client
+		want Outcome
+	}{
+		{"dialing", &http.Client{Transport: stuck}, NotSent},
+		{"sent, unanswered", srv.Client(), Unknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := dynamodb.New(dynamodb.Options{
+				Region: "us-east-1", BaseEndpoint: aws.String(srv.URL), Credentials: aws.AnonymousCredentials{}, HTTPClient: tc.http,
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			_, err := client.UpdateItem(ctx, in, NoBlindRetries)
+			if !errors.Is(err, context.DeadlineExceeded) || Of(err) != tc.want {
+				t.Fatalf("%v: outcome %v; want the deadline, %v", err, Of(err), tc.want)
+			}
+		})
+	}
+}

@@ -90,12 +90,12 @@ func (s *Store) do(ctx context.Context, scope, key string, fingerprint []byte, f
 // transaction, and finish writes the effect and the record in it and
 // commits. A first run costs two round trips besides fn's own statements
 // (begin and claim; record and commit), as many as a bare transaction; a
-// replay costs two (begin and claim; commit). When dup says the call is a
-// duplicate that waited for the key, once reads the record first, outside
-// a transaction, as retried does for every call when most of the calls p
-// has seen were replays: a replay then costs that read (and, on a server
-// with a synchronous standby, one more round trip to wait for it), and a
-// first run one round trip more. bounded (Exec) makes the claim set lock_timeout to the call's wait
+// replay costs two (begin and claim; commit). A call that waited for the
+// key (dup) reads the record first, outside a transaction, as retried
+// does for every call once most of p's calls were replays: a replay then
+// costs that read (and, on a server with a synchronous standby, one more
+// round trip to wait for it), and a first run one round trip more.
+// bounded (Exec) makes the claim set lock_timeout to the call's wait
 // (claimBoundSQL), which finish gets.
 func (s *Store) once(ctx context.Context, p *plan, dup bool, scope, key string, fp []byte, bounded bool, finish finisher) (Result, error) {
 	if dup {

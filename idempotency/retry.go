@@ -21,7 +21,7 @@ import (
 // When most of the calls p has seen were replays, the key's record is
 // read first (replayFirst): a replay then costs that read alone, and
 // does not queue behind the Store's call in flight. Otherwise, and when
-// the record is absent or expired, a call of the Store with the key in
+// the record is absent or expired (or the read failed retryably), a call of the Store with the key in
 // flight is waited for first, and while a request in flight holds the
 // key (errBusy), attempt is made again after a pause; both up to the
 // Store's wait (see keywait.go). attempt's dup says the call has waited
@@ -29,7 +29,7 @@ import (
 // first.
 func (s *Store) retried(ctx context.Context, p *plan, scope, key string, fp []byte, attempt func(ctx context.Context, dup bool) (Result, error)) (Result, error) {
 	if p.readFirst() {
-		if res, done, err := s.replayFirst(ctx, p, scope, key, fp); done {
+		if res, done, err := s.replayFirst(ctx, p, scope, key, fp); done && !retryable(err) {
 			return res, err
 		}
 	}

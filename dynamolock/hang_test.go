@@ -48,7 +48,10 @@ func proxied(t *testing.T, dropNext, blackhole *atomic.Bool) *dynamodb.Client {
 // One heartbeat whose answer never comes (it applied; the reply was
 // swallowed and the connection hangs) does not cost the holder its lock:
 // the call is bounded well under the lease, and the retry, conditional on
-// the hung write's RVN too, succeeds.
+// the hung write's RVN too, succeeds. A trial whose retry (sent after the
+// hung heartbeat) the server, too busy, left unanswered for the time the
+// lock had left tested nothing, and is run again on a key of its own; any
+// other loss fails the test.
 func TestHungHeartbeatKeepsLock(t *testing.T) {
 	t.Parallel()
 	// A short heartbeat, and the largest allowed, half the lease. The hung
@@ -62,41 +65,69 @@ func TestHungHeartbeatKeepsLock(t *testing.T) {
 			t.Parallel()
 			server, table := newTable(t)
 			var dropNext, blackhole, armed atomic.Bool
+			var sent, hung atomic.Int64 // heartbeats sent; the hung one's number
 			api := &counting{DynamoDBAPI: proxied(t, &dropNext, &blackhole), before: func(op string) {
-				if op == "heartbeat" && armed.CompareAndSwap(false, true) {
+				if op != "heartbeat" {
+					return
+				}
+				n := sent.Add(1)
+				if armed.CompareAndSwap(false, true) {
+					hung.Store(n)
 					dropNext.Store(true) // this heartbeat's answer is the next one the server sends
 				}
 			}}
 			c := newClient(t, api, table, dynamolock.WithLease(lease), dynamolock.WithHeartbeat(hb))
-			l := mustAcquire(t, c, "k")
-			before := attrS(readItem(t, server, table, "k"), dynamolock.RVNAttr)
-			testenv.Until(t, "a heartbeat after the hung one confirmed", func() (bool, error) {
-				if closed(l.Lost()) {
-					return false, fmt.Errorf("one hung heartbeat lost the lock: %w", l.Err())
-				}
-				beats := api.recorded("heartbeat")
-				for i, w := range beats {
-					if w.err != nil {
-						for _, later := range beats[i+1:] {
-							if later.err == nil && later.sent.After(w.sent) {
-								return true, nil
-							}
-						}
+			testenv.Conclusive(t, func(n int) error {
+				key := fmt.Sprint("k", n)
+				l := mustAcquire(t, c, key)
+				before := attrS(readItem(t, server, table, key), dynamolock.RVNAttr)
+				beats := len(api.recorded("heartbeat"))
+				armed.Store(false)
+				var lost error
+				testenv.Until(t, "a heartbeat after the hung one confirmed", func() (bool, error) {
+					if closed(l.Lost()) {
+						lost = l.Err()
+						return true, nil
 					}
+					return retried(api.recorded("heartbeat")[beats:]), nil
+				})
+				if dropNext.Load() {
+					t.Fatal("no answer was swallowed: the test tested nothing")
 				}
-				return false, nil
+				var le *dynamolock.LostError
+				switch {
+				case lost == nil:
+				case errors.As(lost, &le) && le.Cause == dynamolock.Expired && errors.Is(lost, context.DeadlineExceeded) && sent.Load() > hung.Load():
+					l.Close()
+					return fmt.Errorf("the retry after the hung heartbeat had no answer before the lease ran out: %w", lost)
+				default:
+					t.Fatalf("one hung heartbeat lost the lock: %v", lost)
+				}
+				if after := attrS(readItem(t, server, table, key), dynamolock.RVNAttr); after == before {
+					t.Fatalf("record version unchanged (%s): heartbeats stalled", after)
+				}
+				if err := l.Close(); err != nil {
+					t.Fatalf("close: %v", err)
+				}
+				return nil
 			})
-			if dropNext.Load() {
-				t.Fatal("no answer was swallowed: the test tested nothing")
-			}
-			if after := attrS(readItem(t, server, table, "k"), dynamolock.RVNAttr); after == before {
-				t.Fatalf("record version unchanged (%s): heartbeats stalled", after)
-			}
-			if err := l.Close(); err != nil {
-				t.Fatalf("close: %v", err)
-			}
 		})
 	}
+}
+
+// retried reports whether a heartbeat among beats failed and one sent
+// after it was confirmed.
+func retried(beats []write) bool {
+	for i, w := range beats {
+		if w.err != nil {
+			for _, later := range beats[i+1:] {
+				if later.err == nil && later.sent.After(w.sent) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // A release whose answer never comes is retried within Close's budget: the

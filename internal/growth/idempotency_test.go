@@ -32,6 +32,8 @@ const workingSet = 1000
 // (x-empty, see testenv.Compare), clients goroutines each:
 //
 //	do           Do with a new random key (UUIDv4), fn writes nothing
+//	do-v7        do with a new time-ordered key (UUIDv7): it goes to one
+//	             edge of the keys' index, not to a random page of it
 //	exec         Exec with a new random key, a one-row SELECT as the statement
 //	replay       Do on one of workingSet keys Do stored: the stored result
 //	exec-replay  Exec on one of workingSet keys Exec stored
@@ -73,6 +75,12 @@ func BenchmarkGrowthIdempotency(b *testing.B) {
 		{"do", func(s *idempotency.Store) op {
 			return func(ctx context.Context, _ int) error {
 				res, err := s.Do(ctx, "bench", uuid.NewString(), nil, paid)
+				return want(res, err, false)
+			}
+		}},
+		{"do-v7", func(s *idempotency.Store) op {
+			return func(ctx context.Context, _ int) error {
+				res, err := s.Do(ctx, "bench", uuid.Must(uuid.NewV7()).String(), nil, paid)
 				return want(res, err, false)
 			}
 		}},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 )
@@ -50,9 +49,11 @@ type Stall struct {
 	// Calls is how many renewal calls the Client keeps in flight at most
 	// when it renews each lock with a call of its own (0: one call renews
 	// them all). A store that answered the Probe in time may still be too
-	// slow to answer a call per lock within the Backlog; where locks
-	// expired in the short pause, the trial measures that: a Probe per
-	// lock, Calls at a time.
+	// slow to answer a call per lock within the Backlog: while the Client
+	// renews its locks after the resume, the trial sends one Probe after
+	// another, and a Probe that waits w on average (behind the Client's
+	// calls in the store's queue) means the store answers about Calls
+	// calls per w, so a renewal of every lock takes locks × w / Calls.
 	Calls int
 	// Valid, if set, returns the end of a lock's validity on the
 	// Client's clock. A lock with less than the lease minus a heartbeat
@@ -88,8 +89,9 @@ type Stall struct {
 // unanswered (a store too busy to answer within the lease), and where
 // the locks lost in the short pause all expired while the store, once
 // resumed, left the Probe unanswered for longer than the Backlog, or
-// took longer than the Backlog to answer a Probe per lock, Calls at a
-// time (the measures of a store that did not catch up in time), or had,
+// would take longer than the Backlog to answer a call per lock, Calls at
+// a time, at the pace of Probes sent while the Client renewed them (the
+// measures of a store that did not catch up in time), or had,
 // each, less than the lease minus a heartbeat left when the store
 // stopped (Valid: renewals already behind their heartbeats). Any
 // other loss fails the test, as does any loss in the short pause of a
@@ -152,6 +154,8 @@ func StallTrial(t testing.TB, s Stall) {
 		}
 		s.Resume()
 		probed = probe(t, s).Round(time.Millisecond)
+		stop, waited := pacing(s, probed)
+		defer stop() // if Until fails the test
 		Until(t, "two confirmed renewals of every lock (or its loss) after the resume", func() (bool, error) {
 			for _, l := range locks {
 				if l.Err() == nil && s.Renewed(l.Key()) < at[l.Key()]+2 {
@@ -160,6 +164,11 @@ func StallTrial(t testing.TB, s Stall) {
 			}
 			return true, nil
 		})
+		stop()
+		pace, err := waited()
+		if err != nil {
+			t.Fatal(err)
+		}
 		lost = 0
 		var other error // the first loss not by an expiry
 		late := 0       // the locks expired that were behind at the pause
@@ -183,9 +192,9 @@ func StallTrial(t testing.TB, s Stall) {
 				other = err
 			}
 		}
-		var all time.Duration // a Probe per lock, after losses
-		if lost != 0 && other == nil && probed <= backlog && s.Calls > 0 {
-			all = probeEach(t, s, len(locks)).Round(time.Millisecond)
+		var all time.Duration // a call per lock, Calls at a time, at the store's pace
+		if s.Calls > 0 {
+			all = (pace * time.Duration(len(locks)) / time.Duration(s.Calls)).Round(time.Millisecond)
 		}
 		switch {
 		case lost == 0:
@@ -199,14 +208,14 @@ func StallTrial(t testing.TB, s Stall) {
 				lost, len(locks), short, s.Lease-s.Heartbeat, len(behind), first)
 		case other == nil && all > backlog:
 			closeAll(locks)
-			return fmt.Errorf("%d of %d locks expired in a pause of %v; a probe after the resume waited %v, but a probe per lock, %d at a time, took %v (the store had %v; the first, %w)",
-				lost, len(locks), short, probed, s.Calls, all, backlog, first)
+			return fmt.Errorf("%d of %d locks expired in a pause of %v; a probe after the resume waited %v, but while the locks were renewed a probe waited %v on average: a call per lock, %d at a time, takes %v at that pace (the store had %v; the first, %w)",
+				lost, len(locks), short, probed, pace.Round(time.Millisecond), s.Calls, all, backlog, first)
 		default:
 			if other == nil {
 				other = first
 			}
 			if all != 0 {
-				t.Errorf("%v (a probe after the resume waited %v, a probe per lock took %v; the store had %v)", other, probed, all, backlog)
+				t.Errorf("%v (a probe after the resume waited %v; at the pace of the probes while the locks were renewed, a call per lock takes %v; the store had %v)", other, probed, all, backlog)
 			} else {
 				t.Errorf("%v (a probe after the resume waited %v; the store had %v)", other, probed, backlog)
 			}
@@ -270,38 +279,40 @@ func probeOnce(s Stall) (time.Duration, error) {
 	return waited, nil
 }
 
-// probeEach sends n Probes, s.Calls at a time, each bounded by the
-// lease, and returns how long they took (the store's time to answer a
-// call per lock, as the Client sends them).
-func probeEach(t testing.TB, s Stall, n int) time.Duration {
-	t.Helper()
-	start := time.Now()
-	next := make(chan struct{}, n)
-	for range n {
-		next <- struct{}{}
+// pacing sends one Probe after another, each bounded by the lease,
+// until stop is called; waited then returns how long they waited on
+// average, first (the Probe already answered) among them and a Probe cut
+// short by stop counted for the time it had waited, or the first error
+// of a Probe.
+func pacing(s Stall, first time.Duration) (stop func(), waited func() (time.Duration, error)) {
+	if s.Calls == 0 {
+		return func() {}, func() (time.Duration, error) { return first, nil }
 	}
-	close(next)
-	errs := make(chan error, n)
-	var wg sync.WaitGroup
-	for range min(s.Calls, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range next {
-				_, err := probeOnce(s)
-				errs <- err
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		mean time.Duration
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sum, n := first, 1
+		for ctx.Err() == nil {
+			pctx, pcancel := context.WithTimeout(ctx, s.Lease)
+			start := time.Now()
+			err := s.Probe(pctx)
+			sum, n = sum+time.Since(start), n+1
+			pcancel()
+			if err != nil && pctx.Err() == nil {
+				done <- result{err: fmt.Errorf("testenv: probe of the resumed store: %w", err)}
+				return
 			}
-		}()
-	}
-	wg.Wait()
-	took := time.Since(start)
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
 		}
+		done <- result{mean: sum / time.Duration(n)}
+	}()
+	return cancel, func() (time.Duration, error) {
+		r := <-done
+		return r.mean, r.err
 	}
-	return took
 }
 
 // closeAll closes the locks of an inconclusive trial: the lost ones

@@ -59,8 +59,8 @@ func (l *fakeLock) lose(err error) {
 // lock whenever asked while it runs, and every lock of a trial expires
 // in the trial's second pause. lose, if set, loses a lock at a step of
 // the first trial; late, if set, keeps the first trial's probe waiting
-// for lateBy; slow, if set, keeps each of its probes waiting for half of
-// that.
+// for lateBy; slow, if set, keeps each of the first trial's probes
+// waiting for half of that.
 type fakeStore struct {
 	lose   func(step string, l *fakeLock)
 	late   bool
@@ -148,7 +148,8 @@ func (s *fakeStore) renewals(key string) int {
 // closed), when a lock expired with its renewal unanswered before the
 // first pause, or in the short pause while the resumed store left the
 // probe waiting longer than the backlog (whatever the expiry's last
-// error) or answered a probe per lock, one at a time, later than that; a
+// error) or, at the pace of the probes sent while the locks were
+// renewed, would answer a call per lock, one at a time, later than that; a
 // lock lost before the pause otherwise, one taken in the short
 // pause, or one expired in it while the store answered the probe in time,
 // fails the test.

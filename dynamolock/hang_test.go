@@ -79,10 +79,10 @@ func TestHungHeartbeatKeepsLock(t *testing.T) {
 			c := newClient(t, api, table, dynamolock.WithLease(lease), dynamolock.WithHeartbeat(hb))
 			testenv.Conclusive(t, func(n int) error {
 				key := fmt.Sprint("k", n)
+				beats := len(api.recorded("heartbeat"))
+				armed.Store(false) // the earlier trials' locks have ended: the next heartbeat is this lock's
 				l := mustAcquire(t, c, key)
 				before := attrS(readItem(t, server, table, key), dynamolock.RVNAttr)
-				beats := len(api.recorded("heartbeat"))
-				armed.Store(false)
 				var lost error
 				testenv.Until(t, "a heartbeat after the hung one confirmed", func() (bool, error) {
 					if closed(l.Lost()) {

@@ -130,7 +130,10 @@ func lateRequestTrials(t *testing.T, b *bed, clients []lateClient, writeHeld boo
 			return sessions == 0, err
 		})
 		if err != nil {
-			t.Error(err)
+			var state string // what the late session was doing, for the failure's reader
+			_ = b.pool.QueryRow(ctx, `SELECT format('%s, waiting for %s %s, running %s', state, wait_event_type, wait_event, query)
+FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&state)
+			t.Errorf("%v (the late session: %s; %d chunks held in the gate)", err, state, c.gate.Held())
 			return
 		}
 		balance, rows, err := b.paid(account, payment)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,10 +49,10 @@ func proxied(t *testing.T, dropNext, blackhole *atomic.Bool) *dynamodb.Client {
 // One heartbeat whose answer never comes (it applied; the reply was
 // swallowed and the connection hangs) does not cost the holder its lock:
 // the call is bounded well under the lease, and the retry, conditional on
-// the hung write's RVN too, succeeds. A trial whose retry (sent after the
-// hung heartbeat) the server, too busy, left unanswered for the time the
-// lock had left tested nothing, and is run again on a key of its own; any
-// other loss fails the test.
+// the hung write's RVN too, succeeds. A trial whose retry, sent on time,
+// the server, too busy, left unanswered for the time the lock had left
+// tested nothing, and is run again on a key of its own; any other loss,
+// a missing retry or one sent late, fails the test.
 func TestHungHeartbeatKeepsLock(t *testing.T) {
 	t.Parallel()
 	// A short heartbeat, and the largest allowed, half the lease. The hung
@@ -65,15 +66,20 @@ func TestHungHeartbeatKeepsLock(t *testing.T) {
 			t.Parallel()
 			server, table := newTable(t)
 			var dropNext, blackhole, armed atomic.Bool
-			var sent, hung atomic.Int64 // heartbeats sent; the hung one's number
+			var mu sync.Mutex
+			var hungAt, retryAt time.Time // when the hung heartbeat and the one after it were sent
 			api := &counting{DynamoDBAPI: proxied(t, &dropNext, &blackhole), before: func(op string) {
 				if op != "heartbeat" {
 					return
 				}
-				n := sent.Add(1)
-				if armed.CompareAndSwap(false, true) {
-					hung.Store(n)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case armed.CompareAndSwap(false, true):
+					hungAt, retryAt = time.Now(), time.Time{}
 					dropNext.Store(true) // this heartbeat's answer is the next one the server sends
+				case retryAt.IsZero():
+					retryAt = time.Now()
 				}
 			}}
 			c := newClient(t, api, table, dynamolock.WithLease(lease), dynamolock.WithHeartbeat(hb))
@@ -94,12 +100,21 @@ func TestHungHeartbeatKeepsLock(t *testing.T) {
 				if dropNext.Load() {
 					t.Fatal("no answer was swallowed: the test tested nothing")
 				}
-				var le *dynamolock.LostError
+				mu.Lock()
+				hung, retry := hungAt, retryAt
+				mu.Unlock()
+				// The hung call waits three quarters of the time its lock had
+				// left, so the retry is due with a quarter of it left; one
+				// sent with less than half that quarter was sent late.
+				end := l.ValidUntil() // unchanged since: nothing after the hung one was confirmed
 				switch {
 				case lost == nil:
-				case errors.As(lost, &le) && le.Cause == dynamolock.Expired && errors.Is(lost, context.DeadlineExceeded) && sent.Load() > hung.Load():
+				case unanswered(lost) && !retry.IsZero() && end.Sub(retry) >= end.Sub(hung)/8:
 					l.Close()
-					return fmt.Errorf("the retry after the hung heartbeat had no answer before the lease ran out: %w", lost)
+					return fmt.Errorf("the retry after the hung heartbeat, sent %v before the lease ran out, had no answer by then: %w", end.Sub(retry).Round(time.Millisecond), lost)
+				case unanswered(lost) && !retry.IsZero():
+					t.Fatalf("the retry after the hung heartbeat was sent %v before the lease ran out, of the %v it was due: %v",
+						end.Sub(retry).Round(time.Millisecond), (end.Sub(hung) / 4).Round(time.Millisecond), lost)
 				default:
 					t.Fatalf("one hung heartbeat lost the lock: %v", lost)
 				}

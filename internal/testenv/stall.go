@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -54,6 +55,8 @@ type Stall struct {
 	// another, and a Probe that waits w on average (behind the Client's
 	// calls in the store's queue) means the store answers about Calls
 	// calls per w, so a renewal of every lock takes locks × w / Calls.
+	// The measure holds for a Client that keeps at most Calls in flight
+	// (lockcore's tests check the Keeper's bound).
 	Calls int
 	// Valid, if set, returns the end of a lock's validity on the
 	// Client's clock. A lock with less than the lease minus a heartbeat
@@ -154,8 +157,8 @@ func StallTrial(t testing.TB, s Stall) {
 		}
 		s.Resume()
 		probed = probe(t, s).Round(time.Millisecond)
-		stop, waited := pacing(s, probed)
-		defer stop() // if Until fails the test
+		pacer := pacing(s)
+		defer pacer() // if Until fails the test
 		Until(t, "two confirmed renewals of every lock (or its loss) after the resume", func() (bool, error) {
 			for _, l := range locks {
 				if l.Err() == nil && s.Renewed(l.Key()) < at[l.Key()]+2 {
@@ -164,8 +167,7 @@ func StallTrial(t testing.TB, s Stall) {
 			}
 			return true, nil
 		})
-		stop()
-		pace, err := waited()
+		pace, err := pacer()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,17 +260,17 @@ func StallTrial(t testing.TB, s Stall) {
 // waited for the answer (the lease, if none came).
 func probe(t testing.TB, s Stall) time.Duration {
 	t.Helper()
-	waited, err := probeOnce(s)
+	waited, err := probeOnce(context.Background(), s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return waited
 }
 
-// probeOnce is probe without the test: it returns the Probe's error, if
-// it failed before the lease ran out.
-func probeOnce(s Stall) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.Lease)
+// probeOnce is probe without the test, under ctx: it returns the
+// Probe's error, if it failed before the lease ran out and ctx ended.
+func probeOnce(ctx context.Context, s Stall) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.Lease)
 	defer cancel()
 	start := time.Now()
 	err := s.Probe(ctx)
@@ -279,14 +281,16 @@ func probeOnce(s Stall) (time.Duration, error) {
 	return waited, nil
 }
 
-// pacing sends one Probe after another, each bounded by the lease,
-// until stop is called; waited then returns how long they waited on
-// average, first (the Probe already answered) among them and a Probe cut
-// short by stop counted for the time it had waited, or the first error
-// of a Probe.
-func pacing(s Stall, first time.Duration) (stop func(), waited func() (time.Duration, error)) {
+// pacing sends one Probe after another, each bounded by the lease, until
+// stop is called. stop ends them, waits for the goroutine that sends
+// them, and returns how long they waited on average (one cut short by
+// stop counted for the time it had waited; 0 if none was sent), or the
+// first Probe's error; it may be called again. The Probe sent right
+// after the resume, which waits for the pause's backlog, is not among
+// them.
+func pacing(s Stall) (stop func() (time.Duration, error)) {
 	if s.Calls == 0 {
-		return func() {}, func() (time.Duration, error) { return first, nil }
+		return func() (time.Duration, error) { return 0, nil }
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	type result struct {
@@ -295,24 +299,27 @@ func pacing(s Stall, first time.Duration) (stop func(), waited func() (time.Dura
 	}
 	done := make(chan result, 1)
 	go func() {
-		sum, n := first, 1
+		var sum time.Duration
+		n := 0
 		for ctx.Err() == nil {
-			pctx, pcancel := context.WithTimeout(ctx, s.Lease)
-			start := time.Now()
-			err := s.Probe(pctx)
-			sum, n = sum+time.Since(start), n+1
-			pcancel()
-			if err != nil && pctx.Err() == nil {
-				done <- result{err: fmt.Errorf("testenv: probe of the resumed store: %w", err)}
+			waited, err := probeOnce(ctx, s)
+			if err != nil {
+				done <- result{err: err}
 				return
 			}
+			sum, n = sum+waited, n+1
 		}
-		done <- result{mean: sum / time.Duration(n)}
+		var r result
+		if n > 0 {
+			r.mean = sum / time.Duration(n)
+		}
+		done <- r
 	}()
-	return cancel, func() (time.Duration, error) {
+	return sync.OnceValues(func() (time.Duration, error) {
+		cancel()
 		r := <-done
 		return r.mean, r.err
-	}
+	})
 }
 
 // closeAll closes the locks of an inconclusive trial: the lost ones

@@ -131,8 +131,10 @@ func lateRequestTrials(t *testing.T, b *bed, clients []lateClient, writeHeld boo
 		})
 		if err != nil {
 			var state string // what the late session was doing, for the failure's reader
-			_ = b.pool.QueryRow(ctx, `SELECT format('%s, waiting for %s %s, running %s', state, wait_event_type, wait_event, query)
-FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&state)
+			if serr := b.pool.QueryRow(ctx, `SELECT format('%s, waiting for %s %s, running %s', state, wait_event_type, wait_event, query)
+FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&state); serr != nil {
+				state = "not read: " + serr.Error()
+			}
 			t.Errorf("%v (the late session: %s; %d chunks held in the gate)", err, state, c.gate.Held())
 			return
 		}

@@ -32,8 +32,9 @@ const workingSet = 1000
 // (x-empty, see testenv.Compare), clients goroutines each:
 //
 //	do           Do with a new random key (UUIDv4), fn writes nothing
-//	do-v7        do with a new time-ordered key (UUIDv7): it goes to one
-//	             edge of the keys' index, not to a random page of it
+//	do-v7        do with a new time-ordered key (UUIDv7): the new keys
+//	             land together in one place of the keys' index, not on
+//	             random pages of it
 //	exec         Exec with a new random key, a one-row SELECT as the statement
 //	replay       Do on one of workingSet keys Do stored: the stored result
 //	exec-replay  Exec on one of workingSet keys Exec stored

@@ -42,9 +42,11 @@ func TestServerRestart(t *testing.T) {
 	load := &restartLoad{ledger: newLedger(), holding: map[string][]*dynamolock.Lock{}, waiting: map[string]int{},
 		since: map[string]int{}, outcomes: map[string]int{}}
 	ctx, stop := context.WithCancel(context.Background())
+	for k := 0; k < keys; k++ { // before any participant runs: they share the map under load.mu
+		load.since["k"+strconv.Itoa(k)] = 0
+	}
 	var wg sync.WaitGroup
 	for k := 0; k < keys; k++ {
-		load.since["k"+strconv.Itoa(k)] = 0
 		for p := 0; p < perKey; p++ {
 			c := newClient(t, api, table, dynamolock.WithHeartbeat(testLease/8))
 			wg.Add(1)

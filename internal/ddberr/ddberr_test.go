@@ -272,11 +272,15 @@ func (d fixedBackoff) BackoffDelay(int, error) (time.Duration, error) { return t
 
 // Under NoBlindRetries, a write whose ctx ends while it dials (the SDK
 // then reports a cancellation, without the dial) sent nothing: NotSent.
-// One whose ctx ends after its request went out on a connection is
+// One whose ctx ends once its request has reached the server is
 // Unknown.
 func TestCutBeforeAConnectionIsNotSent(t *testing.T) {
 	hang := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-hang }))
+	arrived := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		arrived <- struct{}{}
+		<-hang
+	}))
 	defer srv.Close()
 	defer close(hang) // before Close, which waits for the handler
 	stuck := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -288,20 +292,33 @@ func TestCutBeforeAConnectionIsNotSent(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		http *http.Client
+		sent bool // the ctx ends once the request has reached the server, not at a deadline
 		want Outcome
 	}{
-		{"dialing", &http.Client{Transport: stuck}, NotSent},
-		{"sent, unanswered", srv.Client(), Unknown},
+		{"dialing", &http.Client{Transport: stuck}, false, NotSent},
+		{"sent, unanswered", srv.Client(), true, Unknown},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := dynamodb.New(dynamodb.Options{
 				Region: "us-east-1", BaseEndpoint: aws.String(srv.URL), Credentials: aws.AnonymousCredentials{}, HTTPClient: tc.http,
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			end := context.DeadlineExceeded
+			if tc.sent {
+				ctx, cancel = context.WithCancel(context.Background())
+				end = context.Canceled
+				go func() {
+					select {
+					case <-arrived:
+					case <-ctx.Done(): // the call failed before: the subtest's cancel
+					}
+					cancel()
+				}()
+			}
 			defer cancel()
 			_, err := client.UpdateItem(ctx, in, NoBlindRetries)
-			if !errors.Is(err, context.DeadlineExceeded) || Of(err) != tc.want {
-				t.Fatalf("%v: outcome %v; want the deadline, %v", err, Of(err), tc.want)
+			if !errors.Is(err, end) || Of(err) != tc.want {
+				t.Fatalf("%v: outcome %v; want %v, %v", err, Of(err), end, tc.want)
 			}
 		})
 	}

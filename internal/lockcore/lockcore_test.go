@@ -139,8 +139,13 @@ func keep(t *testing.T, batch bool, maxCalls, n int) *fake {
 	k := NewKeeper(Config{Settings: s, Batch: batch, MaxCalls: maxCalls, Prefix: "test", Events: EventsOf("test"),
 		Closed: errClosed, Released: errReleased, LockLost: errLost, NotAcquired: errors.New("test: held")}, f)
 	hs := make([]*Hold, n)
+	// Acquired a second from now, as far as the Keeper knows: no lock's
+	// first renewal falls due before all n are added, however slow the
+	// machine, so the renewals start together (Jitter spreads them within
+	// a heartbeat).
+	start := time.Now().Add(time.Second)
 	for i := range hs {
-		hs[i] = k.NewHold(context.Background(), fmt.Sprint(i), 1, time.Now(), 0)
+		hs[i] = k.NewHold(context.Background(), fmt.Sprint(i), 1, start, 0)
 		if err := k.Add(hs[i]); err != nil {
 			t.Fatal(err)
 		}

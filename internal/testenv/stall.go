@@ -268,7 +268,8 @@ func probe(t testing.TB, s Stall) time.Duration {
 }
 
 // probeOnce is probe without the test, under ctx: it returns the
-// Probe's error, if it failed before the lease ran out and ctx ended.
+// Probe's error if the Probe failed before the lease ran out or ctx
+// ended.
 func probeOnce(ctx context.Context, s Stall) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.Lease)
 	defer cancel()

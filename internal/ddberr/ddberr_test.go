@@ -305,6 +305,7 @@ func TestCutBeforeAConnectionIsNotSent(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 			end := context.DeadlineExceeded
 			if tc.sent {
+				cancel()
 				ctx, cancel = context.WithCancel(context.Background())
 				end = context.Canceled
 				go func() {

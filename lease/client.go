@@ -101,11 +101,13 @@ func WithExpiryWarning(margin time.Duration) Option {
 	return func(c *config) { c.Warn, c.Set.Warn = margin, true }
 }
 
-// WithLockDelay sets Chubby's lock-delay: a lock whose holder's lease ran
-// out without a release cannot be acquired until d after its expiry (on
-// the database's clock), so that the lapsed holder's requests still in
-// flight can drain. A released lock is free at once. It must be at least
-// 0 (the default: no delay) and at most 24 hours.
+// WithLockDelay sets Chubby's lock-delay: the Client does not acquire a
+// lock whose holder's lease ran out without a release until d after its
+// expiry (on the database's clock), so that the lapsed holder's requests
+// still in flight can drain. A released lock is free at once. The delay
+// is the acquiring Client's, not the holder's: give every Client of a
+// table the same. It must be at least 0 (the default: no delay) and at
+// most 24 hours.
 func WithLockDelay(d time.Duration) Option { return func(c *config) { c.lockDelay = d } }
 
 // WithOwner sets the owner name written to the lock rows, for people and

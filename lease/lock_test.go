@@ -203,31 +203,37 @@ func TestReleaseLeavesTheSessionAsItWas(t *testing.T) {
 	}
 }
 
-// A holder whose renewals cannot reach the database learns of its loss
-// (Expiring, then Lost, Cause Expired) before the database lets anyone
-// else take the lock; the next holder's token is higher. Its local
-// validity ends before the database's, and its lock-delay covers a
-// process too busy to run its timer at once (a loaded machine).
+// A holder whose renewals cannot reach the database believes it holds the
+// lock for less than the database does: its local validity, and the
+// acquirer's lock-delay after it, end before anyone else takes the lock,
+// however late its goroutines run on a loaded machine. It then learns of its loss
+// (Expiring, then Lost, Cause Expired); the next holder's token is higher.
 func TestExpiryBeforeTakeover(t *testing.T) {
 	t.Parallel()
 	pool := testenv.Postgres(t)
 	db := newFaultDB(pool)
-	a := newClient(t, db, lease.WithLockDelay(testLease/2))
-	b := newClient(t, pool)
+	delay := testLease / 2
+	a := newClient(t, db)
+	b := newClient(t, pool, lease.WithLockDelay(delay)) // the acquirer's delay applies
 	l := mustAcquire(t, a, "k")
 	db.set(func(f *faultDB) { f.block["renew"] = true })
 	var took *lease.Lock
+	var tookBy time.Time // b's acquisition committed before this
 	testenv.Until(t, "b takes the lock", func() (bool, error) {
 		nl, err := b.TryAcquire(context.Background(), "k")
 		if err == nil {
-			took = nl
+			took, tookBy = nl, time.Now()
 			return true, nil
 		}
 		return false, ignoreHeld(err)
 	})
 	defer took.Close()
-	if !closed(l.Lost()) || !closed(l.Expiring()) {
-		t.Fatalf("b took the lock while a still believed it held it (lost %v)", closed(l.Lost()))
+	if end := l.ValidUntil().Add(delay); end.After(tookBy) {
+		t.Fatalf("b took the lock %v before a's validity and lock-delay ended", end.Sub(tookBy))
+	}
+	<-l.Lost()
+	if !closed(l.Expiring()) {
+		t.Fatal("Lost closed for an expiry before Expiring")
 	}
 	var le *lease.LostError
 	if !errors.As(l.Err(), &le) || le.Cause != lease.Expired {

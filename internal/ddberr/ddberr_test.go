@@ -238,11 +238,10 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 // option, where the SDK also retries after a timeout, it stays Unknown.
 func TestStoppedInBackoffIsNotSent(t *testing.T) {
 	refused := testenv.RefusedEndpoint(t)
+	backoff := backoffProbe(make(chan struct{}, 1))
 	client := dynamodb.New(dynamodb.Options{
 		Region: "us-east-1", BaseEndpoint: aws.String(refused), Credentials: aws.AnonymousCredentials{},
-		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
-			o.Backoff = fixedBackoff(time.Minute) // longer than any ctx below
-		}),
+		Retryer: retry.NewStandard(func(o *retry.StandardOptions) { o.Backoff = backoff }),
 	})
 	in := &dynamodb.UpdateItemInput{TableName: aws.String("t"),
 		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}}}
@@ -255,20 +254,35 @@ func TestStoppedInBackoffIsNotSent(t *testing.T) {
 		{"without", nil, Unknown},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
+			go func() { // the ctx ends once the refused attempt is in its backoff
+				select {
+				case <-backoff:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
 			_, err := client.UpdateItem(ctx, in, tc.opts...)
 			var canceled *aws.RequestCanceledError
-			if !errors.As(err, &canceled) || !errors.Is(err, context.DeadlineExceeded) || Of(err) != tc.want {
+			if !errors.As(err, &canceled) || !errors.Is(err, context.Canceled) || Of(err) != tc.want {
 				t.Fatalf("%v: outcome %v; want the SDK's cancelled backoff, %v", err, Of(err), tc.want)
 			}
 		})
 	}
 }
 
-type fixedBackoff time.Duration
+// backoffProbe is a retry backoff of a minute, longer than any test waits,
+// that says on the channel when the SDK enters it.
+type backoffProbe chan struct{}
 
-func (d fixedBackoff) BackoffDelay(int, error) (time.Duration, error) { return time.Duration(d), nil }
+func (b backoffProbe) BackoffDelay(int, error) (time.Duration, error) {
+	select {
+	case b <- struct{}{}:
+	default:
+	}
+	return time.Minute, nil
+}
 
 // Under NoBlindRetries, a write whose ctx ends while it dials (the SDK
 // then reports a cancellation, without the dial) sent nothing: NotSent.

@@ -27,6 +27,7 @@ postgres_up() {
   if pg_as_owner "$bin/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
     log "postgres: already running on 127.0.0.1:$PG_PORT"
     postgres_log_prefix
+    postgres_max_connections
     pg_as_owner "$bin/pg_ctl" -D "$PG_DATA" reload >/dev/null
     return 0
   fi
@@ -40,13 +41,13 @@ postgres_up() {
 listen_addresses = '127.0.0.1'
 port = $PG_PORT
 unix_socket_directories = '$PG_DATA'
-max_connections = 300
 shared_buffers = 256MB
 fsync = on
 synchronous_commit = on
 CONF
   fi
   postgres_log_prefix
+  postgres_max_connections
   # Keep the log bounded across restarts: tests provoke server errors on
   # purpose, and each is logged with its statement.
   if [[ -f $PG_LOG ]] && (($(stat -c %s "$PG_LOG") > 64 << 20)); then
@@ -65,6 +66,17 @@ CONF
 postgres_log_prefix() {
   grep -q '^log_line_prefix' "$PG_DATA/postgresql.conf" ||
     echo "log_line_prefix = '%m [%p] %qdb=%d '" >>"$PG_DATA/postgresql.conf"
+}
+
+# postgres_max_connections sets max_connections to 1000 unless the
+# configuration sets at least that: the suite's packages overlap longer on
+# a loaded machine, and at 300 they ran out of connections. A running
+# server takes it at its next start.
+postgres_max_connections() {
+  local n; n=$(grep -E '^max_connections *=' "$PG_DATA/postgresql.conf" | tail -n 1 | tr -dc 0-9)
+  if [[ -z $n || $n -lt 1000 ]]; then
+    echo "max_connections = 1000" >>"$PG_DATA/postgresql.conf"
+  fi
 }
 
 postgres_down() {

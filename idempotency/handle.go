@@ -159,8 +159,10 @@ func (s *Store) detached(ctx context.Context, h *handle, fn func(context.Context
 	var mu sync.Mutex
 	left, ended := false, false
 	done := h.release
-	err := s.pg.Commit(ctx, func(ctx context.Context) error {
+	err := s.pg.CommitBounded(ctx, func(ctx context.Context) error {
+		unbound := pgerr.Bound(h.conn.PgConn())
 		err := fn(ctx)
+		unbound() // before the connection goes back to the pool
 		mu.Lock()
 		defer mu.Unlock()
 		if ended = true; left {

@@ -86,8 +86,8 @@ func Commit(ctx context.Context, commit func(context.Context) error) error {
 
 // CommitTimeout bounds a commit run by Commit, and every commit nolock's
 // packages run, from when it is sent: a commit still unanswered then is
-// abandoned (pgx's default context handling closes its connection,
-// sending no CancelRequest) and its outcome is Unknown. A healthy commit,
+// abandoned (its connection is closed, with no CancelRequest under pgx's
+// default context handling) and its outcome is Unknown. A healthy commit,
 // its wait for a synchronous standby included, never reaches it.
 const CommitTimeout = pgerr.CommitTimeout
 

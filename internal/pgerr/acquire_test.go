@@ -53,3 +53,26 @@ func TestAcquireWaitEndedIsNotSent(t *testing.T) {
 		t.Fatalf("%d rows (%v): a statement that never had a connection ran", n, err)
 	}
 }
+
+// Bound cuts a statement still unanswered at its deadline (Unknown, the
+// connection closed), and the function it returns clears the deadline.
+func TestBoundCutsAtItsDeadlineAndClears(t *testing.T) {
+	t.Parallel()
+	pool, _ := testenv.PostgresSchema(t, 1)
+	ctx := context.Background()
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	d := testenv.Scale(100 * time.Millisecond)
+	pgerr.BoundFor(c.Conn().PgConn(), d)()
+	if _, err := c.Exec(ctx, `SELECT pg_sleep($1)`, 2*d.Seconds()); err != nil {
+		t.Fatalf("a statement after the deadline was cleared: %v", err)
+	}
+	pgerr.BoundFor(c.Conn().PgConn(), d)
+	_, err = c.Exec(ctx, `SELECT pg_sleep($1)`, 30*d.Seconds())
+	if pgerr.Of(err) != pgerr.Unknown || !c.Conn().IsClosed() {
+		t.Fatalf("a statement past the deadline: %v (outcome %v, connection closed %v); want it cut, Unknown, closed", err, pgerr.Of(err), c.Conn().IsClosed())
+	}
+}

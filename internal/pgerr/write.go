@@ -85,8 +85,9 @@ func (c *Committer) write(ctx context.Context, db Querier, args []any, stmt func
 		if err != nil {
 			return MarkUnsent(err)
 		}
-		return c.Commit(ctx, func(ctx context.Context) error {
+		return c.CommitBounded(ctx, func(ctx context.Context) error {
 			defer conn.Release()
+			defer Bound(conn.Conn().PgConn())()
 			return once(ctx, conn)
 		})
 	}

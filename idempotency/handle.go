@@ -160,9 +160,10 @@ func (s *Store) detached(ctx context.Context, h *handle, fn func(context.Context
 	left, ended := false, false
 	done := h.release
 	err := s.pg.CommitBounded(ctx, func(ctx context.Context) error {
-		unbound := pgerr.Bound(h.conn.PgConn())
-		err := fn(ctx)
-		unbound() // before the connection goes back to the pool
+		err := func() error {
+			defer pgerr.Bound(h.conn.PgConn())() // cleared before the connection goes back to the pool
+			return fn(ctx)
+		}()
 		mu.Lock()
 		defer mu.Unlock()
 		if ended = true; left {

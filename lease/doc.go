@@ -44,10 +44,10 @@
 //     and releases leave the token alone. Across a restart of the server
 //     they keep growing (the row is durable).
 //   - A live holder is never displaced; a lapsed one's lock can be taken
-//     once its lease and the lock-delay have run out on the database's
-//     clock; a released one's at once. A release commits asynchronously:
-//     it is visible at once, and one lost to a crash or failover leaves
-//     the lock to run out as a lapsed one would.
+//     once its lease and the acquirer's lock-delay have run out on the
+//     database's clock; a released one's at once. A release commits
+//     asynchronously: it is visible at once, and one lost to a crash or
+//     failover leaves the lock to run out as a lapsed one would.
 //   - A statement whose answer was lost never costs the holder its lock:
 //     the row is read back (the token, or the acquisition's nonce, says
 //     whether it applied).

@@ -231,7 +231,7 @@ func TestExpiryBeforeTakeover(t *testing.T) {
 	if end := l.ValidUntil().Add(delay); end.After(tookBy) {
 		t.Fatalf("b took the lock %v before a's validity and lock-delay ended", end.Sub(tookBy))
 	}
-	<-l.Lost()
+	testenv.Until(t, "a learns of its loss", func() (bool, error) { return closed(l.Lost()), nil })
 	if !closed(l.Expiring()) {
 		t.Fatal("Lost closed for an expiry before Expiring")
 	}

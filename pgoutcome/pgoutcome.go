@@ -86,8 +86,9 @@ func Commit(ctx context.Context, commit func(context.Context) error) error {
 
 // CommitTimeout bounds a commit run by Commit, and every commit nolock's
 // packages run, from when it is sent: a commit still unanswered then is
-// abandoned (its connection is closed, with no CancelRequest under pgx's
-// default context handling) and its outcome is Unknown. A healthy commit,
+// abandoned and its outcome is Unknown. pgx closes its connection and sends
+// a CancelRequest first, which cuts a wait for a synchronous standby: the
+// commit may be visible on the primary and not yet replicated. A healthy commit,
 // its wait for a synchronous standby included, never reaches it.
 const CommitTimeout = pgerr.CommitTimeout
 

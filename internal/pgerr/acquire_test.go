@@ -58,7 +58,7 @@ func TestAcquireWaitEndedIsNotSent(t *testing.T) {
 // connection closed), and the function it returns clears the deadline.
 func TestBoundCutsAtItsDeadlineAndClears(t *testing.T) {
 	t.Parallel()
-	pool, _ := testenv.PostgresSchema(t, 1)
+	pool, _ := testenv.PostgresSchema(t, 2) // one for the statement, one to watch it
 	ctx := context.Background()
 	c, err := pool.Acquire(ctx)
 	if err != nil {
@@ -70,8 +70,21 @@ func TestBoundCutsAtItsDeadlineAndClears(t *testing.T) {
 	if _, err := c.Exec(ctx, `SELECT pg_sleep($1)`, 2*d.Seconds()); err != nil {
 		t.Fatalf("a statement after the deadline was cleared: %v", err)
 	}
+	// The deadline is set once the statement runs, so that it cuts the
+	// wait for the answer however slow the machine is.
+	pid := c.Conn().PgConn().PID()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(ctx, `SELECT pg_sleep($1)`, 30*d.Seconds())
+		done <- err
+	}()
+	testenv.Until(t, "the statement runs", func() (bool, error) {
+		var running bool
+		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1 AND query LIKE '%pg_sleep%' AND state = 'active')`, pid).Scan(&running)
+		return running, err
+	})
 	pgerr.BoundFor(c.Conn().PgConn(), d)
-	_, err = c.Exec(ctx, `SELECT pg_sleep($1)`, 30*d.Seconds())
+	err = <-done
 	if pgerr.Of(err) != pgerr.Unknown || !c.Conn().IsClosed() {
 		t.Fatalf("a statement past the deadline: %v (outcome %v, connection closed %v); want it cut, Unknown, closed", err, pgerr.Of(err), c.Conn().IsClosed())
 	}

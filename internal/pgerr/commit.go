@@ -17,11 +17,11 @@ import (
 // replicated), so a commit needs a bound of its own: one that a healthy
 // commit, its wait for a synchronous standby included, never reaches, and
 // that frees the connection of one that would otherwise wait for ever (a
-// standby that is gone). A commit still unanswered when it ends is cut:
-// on its connection's deadline (Bound) pgx closes the connection; on
-// Commit's context pgx's context handling does (with pgx's default
-// handler, without a CancelRequest). Either way the server-side wait is
-// not cut, and the commit's outcome is unknown (ErrAmbiguousCommit).
+// standby that is gone). A commit still unanswered when it ends is cut,
+// at its connection's deadline (Bound) or by Commit's context: pgx closes
+// the connection and sends a CancelRequest first, which cuts a wait for a
+// synchronous standby (the commit may be visible on the primary and not
+// yet replicated). Its outcome is unknown (ErrAmbiguousCommit).
 const CommitTimeout = time.Minute
 
 // Committer runs the writes that commit for one owner (a Store, a Client):
@@ -80,13 +80,17 @@ func (c *Committer) CommitBounded(ctx context.Context, commit func(context.Conte
 // its context, and returns the function that clears it: call that before
 // the connection goes back to its pool. A commit still unanswered at the
 // deadline fails as a timeout (Of: Unknown; NotSent if not a byte was
-// written) and pgx closes the connection, sending no CancelRequest.
+// written) and pgx closes the connection (see CommitTimeout).
 func Bound(conn *pgconn.PgConn) (unbound func()) { return bound(conn, CommitTimeout) }
 
 func bound(conn *pgconn.PgConn, d time.Duration) (unbound func()) {
 	nc := conn.Conn()
 	_ = nc.SetDeadline(time.Now().Add(d)) // a closed connection fails at its first write
-	return func() { _ = nc.SetDeadline(time.Time{}) }
+	return func() {
+		if !conn.IsClosed() { // pgx bounds its own close with a deadline: keep it
+			_ = nc.SetDeadline(time.Time{})
+		}
+	}
 }
 
 // run runs commit under cctx, which Commit or CommitBounded made from

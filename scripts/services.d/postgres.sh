@@ -73,9 +73,13 @@ postgres_log_prefix() {
 # a loaded machine, and at 300 they ran out of connections. A running
 # server takes it at its next start.
 postgres_max_connections() {
-  local n; n=$(grep -E '^max_connections *=' "$PG_DATA/postgresql.conf" | tail -n 1 | tr -dc 0-9)
+  local n
+  n=$(sed -n 's/^[[:space:]]*max_connections[[:space:]]*=[[:space:]]*\([0-9]*\).*/\1/p' "$PG_DATA/postgresql.conf" | tail -n 1)
   if [[ -z $n || $n -lt 1000 ]]; then
     echo "max_connections = 1000" >>"$PG_DATA/postgresql.conf"
+    if pg_as_owner "$(pg_bin)/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
+      log "postgres: max_connections = 1000 takes effect at the next start (scripts/services down; scripts/services up)"
+    fi
   fi
 }
 
